@@ -1,0 +1,72 @@
+# tokenbiryani for NGINX
+#
+#   make            build build/ngx_http_tokenbiryani_module.so
+#   make run        build, then start nginx + the gateway on 127.0.0.1:8787
+#   make stop       stop what `make run` started
+#   make test       unit tests of src/core, then every suite in t/
+#
+# Every target installs the Debian packages it needs when they are missing.
+
+TOP        := $(abspath .)
+BUILD      := $(TOP)/build
+MODULE     := $(BUILD)/ngx_http_tokenbiryani_module.so
+RUNDIR     := $(TOP)/.run
+
+CC         ?= cc
+UNIT_CFLAGS = -std=c99 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror \
+              -Wpointer-arith -Wno-unused-parameter -Isrc/core
+UNIT_LIBS   = -lyaml -lcrypto -lm
+
+CORE_SRCS  := $(wildcard src/core/*.c)
+UNIT_SRCS  := $(wildcard t/unit/test_*.c)
+UNIT_BINS  := $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
+
+# packages: build (nginx-dev recipe), module libraries, tests, the mock
+DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
+              libssl-dev libpcre2-dev zlib1g-dev \
+              libcjson-dev libyaml-dev libhiredis-dev \
+              libtest-base-perl perl python3 openssl curl procps
+
+.PHONY: all deps build unit test run stop clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" \
+	        || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    $$SUDO apt-get update -qq && \
+	    $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+build: deps
+	@src/tools/build-module.sh $(TOP) $(BUILD)
+	@ls -l $(MODULE) | awk '{print "built", $$NF, "(" $$5 " bytes)"}'
+
+$(BUILD)/unit/%: t/unit/%.c $(CORE_SRCS) $(wildcard src/core/*.h) t/unit/tb_test.h
+	@mkdir -p $(BUILD)/unit
+	$(CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_SRCS) $(UNIT_LIBS)
+
+unit: deps $(UNIT_BINS)
+	@fail=0; for t in $(UNIT_BINS); do \
+	    out=$$($$t) || fail=1; \
+	    echo "$$out" | grep -E '^(not ok|#)' ; \
+	    echo "$$(basename $$t): $$(echo "$$out" | grep -c '^ok') passed, $$(echo "$$out" | grep -c '^not ok') failed"; \
+	done; exit $$fail
+
+test: build unit
+	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) prove -r -j1 t/
+
+run: build
+	@src/tools/run.sh start $(TOP) $(MODULE) $(RUNDIR)
+
+stop:
+	@src/tools/run.sh stop $(TOP) $(MODULE) $(RUNDIR)
+
+clean:
+	rm -rf $(BUILD) t/servroot*

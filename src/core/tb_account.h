@@ -1,0 +1,72 @@
+/*
+ * An account's runtime state, as it lives in the shared zone: one slot per
+ * configured account, seen by every worker and kept across reloads.
+ *
+ * The struct is plain C so the core can reason about it; the shm/ code is
+ * the only place that allocates slots and takes the zone lock, and the
+ * counters marked "atomic" are only touched with atomic builtins.
+ */
+
+#ifndef TB_ACCOUNT_H
+#define TB_ACCOUNT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tb_ratelimit.h"
+
+
+#define TB_ID_MAX             64
+#define TB_REASON_MAX         96
+
+
+typedef enum {
+    TB_STATE_READY = 0,
+    TB_STATE_COOLING,
+    TB_STATE_EXHAUSTED,
+    TB_STATE_DISABLED
+} tb_state_e;
+
+
+typedef struct {
+    char                      id[TB_ID_MAX + 1];
+    uint32_t                  live;           /* configured now */
+    uint64_t                  gen;            /* bumped on (re)assignment */
+    unsigned char             fingerprint[8]; /* of credential + base_url */
+
+    tb_mirror_t               mirror;
+
+    /* state, written under the zone lock */
+    uint32_t                  disabled;       /* 0, or why (see reason) */
+    char                      disabled_reason[TB_REASON_MAX];
+    int64_t                   cooling_until_ms;
+
+    /* atomic */
+    int64_t                   inflight;
+    uint64_t                  requests_total;
+    uint64_t                  failures_total;
+    int64_t                   last_status;
+    int64_t                   last_used_ms;
+} tb_account_state_t;
+
+
+void tb_account_state_init(tb_account_state_t *a, const char *id,
+    const unsigned char fingerprint[8]);
+
+/*
+ * The account's state at now; *until_ms gets when it ends for cooling
+ * (0 when not applicable).  "enabled" is the configuration's flag.
+ */
+tb_state_e tb_account_state(const tb_account_state_t *a, int enabled,
+    int64_t now_ms, int64_t *until_ms);
+
+const char *tb_state_name(tb_state_e state);
+
+/*
+ * Model scopes: 1 when name matches one of the patterns (an exact id, or a
+ * prefix ending in '*'); an empty list matches nothing.
+ */
+int tb_models_match(char *const *patterns, size_t n, const char *name,
+    size_t len);
+
+#endif /* TB_ACCOUNT_H */

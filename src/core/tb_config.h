@@ -1,0 +1,267 @@
+/*
+ * tokenbiryani YAML configuration: the schema of the reference
+ * implementation (server, routing, retry, breaker, queue, batch, store,
+ * spend, cache, pacing, sessions, observability, oauth, pricing, accounts,
+ * keys), loaded with libyaml into plain structs.
+ *
+ * Plain C, no nginx headers: the loader is unit-tested and fuzzed alone.
+ * Everything is allocated with malloc() and released by tb_config_free().
+ */
+
+#ifndef TB_CONFIG_H
+#define TB_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+
+#define TB_CONFIG_ERRLEN      1024
+
+/* "not set" for the optional numbers below (caps, limits) */
+#define TB_UNSET              (-1)
+
+
+typedef struct {
+    char                     *key;
+    char                     *value;
+} tb_kv_t;
+
+
+typedef struct {
+    tb_kv_t                  *items;
+    size_t                    n;
+} tb_kvlist_t;
+
+
+typedef struct {
+    char                    **items;
+    size_t                    n;
+} tb_strlist_t;
+
+
+typedef enum {
+    TB_ACCOUNT_ANTHROPIC_API = 0,
+    TB_ACCOUNT_BEDROCK,
+    TB_ACCOUNT_VERTEX,
+    TB_ACCOUNT_OAUTH
+} tb_account_type_e;
+
+
+typedef enum {
+    TB_PRIORITY_INTERACTIVE = 0,
+    TB_PRIORITY_BATCH = 10
+} tb_priority_e;
+
+
+typedef struct {
+    /* adapter options (accounts[].options); NULL when not given */
+    char                     *region;
+    char                     *profile;
+    char                     *project;
+    char                     *beta_header;
+    char                     *credentials_path;
+    char                     *token_env;
+    char                     *access_token;
+    char                     *token_path;
+    char                     *expiry_path;
+    int64_t                   expiry_skew_seconds;    /* TB_UNSET */
+    tb_kvlist_t               model_map;
+} tb_account_options_t;
+
+
+typedef struct {
+    char                     *id;
+    char                     *name;                   /* "" by default */
+    tb_account_type_e         type;
+    char                     *api_key;                /* NULL if absent */
+    char                     *base_url;               /* as written, or "" */
+
+    /* base_url (or the type's default) split up */
+    unsigned                  tls:1;
+    char                     *host;                   /* no brackets */
+    int                       port;                   /* always set */
+    char                     *path_prefix;            /* "" or "/x/y" */
+
+    double                    priority;               /* 0.0 */
+    double                    cost_tier;              /* 1.0 */
+    tb_strlist_t              models;                 /* ["*"] */
+    int64_t                   max_concurrency;        /* 16 */
+    double                    spend_cap_usd;          /* TB_UNSET */
+    unsigned                  enabled:1;              /* true */
+    tb_kvlist_t               headers;                /* extra upstream */
+    tb_account_options_t      options;
+    unsigned                  observable_limits:1;    /* true */
+    double                    assumed_headroom;       /* 0.5 */
+
+    unsigned                  line;                   /* of "- id:" */
+} tb_account_conf_t;
+
+
+typedef struct {
+    char                     *key;                    /* plaintext */
+    char                     *name;                   /* "default" */
+    tb_strlist_t              models;                 /* ["*"] */
+    tb_strlist_t              pool;                   /* [] = all */
+    int64_t                   rpm;                    /* TB_UNSET */
+    double                    spend_cap_usd;          /* TB_UNSET */
+    tb_priority_e             priority;               /* interactive */
+    double                    max_wait_seconds;       /* TB_UNSET */
+    double                    session_cap_usd;        /* TB_UNSET */
+    int64_t                   session_max_turns;      /* TB_UNSET */
+    unsigned                  admin:1;                /* false */
+
+    unsigned                  line;
+} tb_key_conf_t;
+
+
+typedef struct {
+    char                     *pattern;                /* "claude-x*" */
+    double                    input;                  /* USD per MTok */
+    double                    output;
+    double                    cache_read;
+    double                    cache_write;
+} tb_price_t;
+
+
+typedef struct {
+    /* server: nginx.conf owns listening; host/port/allow_remote and
+     * hot_reload_seconds are accepted and reported as ignored */
+    char                     *server_host;
+    int64_t                   server_port;
+    unsigned                  server_allow_remote:1;
+    double                    server_request_timeout_seconds;   /* 600 */
+    double                    server_hot_reload_seconds;        /* 5 */
+
+    /* routing */
+    char                     *routing_strategy;       /* sticky_headroom */
+    unsigned                  routing_strategy_line;  /* 0 if default */
+    double                    w_affinity;             /* .40 */
+    double                    w_headroom;             /* .40 */
+    double                    w_priority;             /* .10 */
+    double                    w_load;                 /* .15 */
+    double                    w_errors;               /* .20 */
+    double                    w_cost;                 /* .10 */
+    double                    affinity_ttl_seconds;   /* 1800 */
+    double                    estimate_safety_margin; /* 1.15 */
+    unsigned                  output_estimate_adaptive:1; /* adaptive */
+    double                    output_estimate_quantile;   /* .95, [.5,1] */
+    int64_t                   output_estimate_min_samples; /* 20 */
+    int64_t                   output_estimate_window;      /* 200 */
+    int64_t                   output_estimate_floor;       /* 256 */
+    double                    output_estimate_max_undershoot; /* .20 */
+
+    /* retry */
+    int64_t                   retry_max_attempts;         /* 3 */
+    int64_t                   retry_max_accounts;         /* 3 */
+    double                    retry_deadline_seconds;     /* 120 */
+    double                    retry_backoff_base_seconds; /* 0.25 */
+    double                    retry_backoff_max_seconds;  /* 8 */
+    double                    retry_first_token_grace_seconds; /* 20 */
+    double                    retry_prelude_timeout_seconds;   /* 30 */
+
+    /* breaker */
+    int64_t                   breaker_failure_threshold;       /* 5 */
+    double                    breaker_cooldown_seconds;        /* 30 */
+    double                    breaker_overloaded_cooldown_seconds; /* 5 */
+    double                    breaker_exhausted_cooldown_seconds;  /* 3600 */
+
+    /* queue */
+    int64_t                   queue_max_size;                  /* 128 */
+    double                    queue_default_max_wait_seconds;  /* 60 */
+
+    /* batch */
+    unsigned                  batch_enabled:1;                 /* false */
+    double                    batch_poll_interval_seconds;     /* 2 */
+    double                    batch_cost_multiplier;           /* 0.5 */
+
+    /* store */
+    char                     *store_backend;   /* memory | sqlite | redis */
+    char                     *store_path;            /* tokenbiryani.db */
+    char                     *store_secret_key_path; /* tokenbiryani.key */
+    char                     *store_url;       /* redis://127.0.0.1:6379/0 */
+    char                     *store_namespace;       /* tokenbiryani */
+
+    /* spend */
+    double                    spend_window_hours;              /* 24 */
+
+    /* cache */
+    unsigned                  cache_auto_breakpoint:1;         /* false */
+    int64_t                   cache_advice_min_requests;       /* 20 */
+
+    /* pacing */
+    unsigned                  pacing_enabled:1;                /* true */
+    char                     *pacing_mode;     /* advisory | enforcing */
+    char                     *pacing_window;   /* 7d | 5h */
+    char                     *pacing_curve;    /* linear | business_hours */
+    double                    pacing_ahead_threshold;          /* .10 */
+    double                    pacing_behind_threshold;         /* .10 */
+    double                    pacing_max_batch_delay_seconds;  /* 30 */
+    double                    pacing_weekly_budget_usd;        /* TB_UNSET */
+    unsigned                  pacing_prefer_batch_lane_when_ahead:1; /* true */
+    tb_kvlist_t               pacing_model_downshift;
+
+    /* sessions */
+    unsigned                  sessions_track:1;                /* true */
+    int64_t                   sessions_runaway_turns;          /* 200 */
+    double                    sessions_runaway_spend_usd;      /* TB_UNSET */
+    int64_t                   sessions_report_limit;           /* 20 */
+
+    /* observability */
+    unsigned                  observability_log_bodies:1;      /* false */
+    int64_t                   observability_event_buffer;      /* 1000 */
+
+    /* oauth */
+    char                     *oauth_client_id;                 /* "" */
+    char                     *oauth_authorize_url;
+    char                     *oauth_token_url;
+    char                     *oauth_redirect_uri;
+    tb_strlist_t              oauth_scopes;
+    double                    oauth_refresh_skew_seconds;      /* 300 */
+    double                    oauth_refresh_interval_seconds;  /* 60 */
+
+    /* pricing: "builtin", a mapping, or absent */
+    unsigned                  pricing_builtin:1;
+    tb_price_t               *prices;          /* operator entries, in */
+    size_t                    nprices;         /* file order */
+
+    tb_account_conf_t        *accounts;
+    size_t                    naccounts;
+
+    tb_key_conf_t            *keys;
+    size_t                    nkeys;
+
+    /* notices for keys accepted but ignored ("server.port is ignored: ...") */
+    tb_strlist_t              warnings;
+} tb_config_t;
+
+
+/*
+ * Loads and validates a configuration file.  Returns a new config, or NULL
+ * with a one-line message in err: "<file>:<line>: <what is wrong>".
+ * getenv_fn resolves ${VAR}; pass NULL to use getenv().
+ */
+typedef const char *(*tb_getenv_pt)(const char *name);
+
+tb_config_t *tb_config_load_file(const char *path, tb_getenv_pt getenv_fn,
+    char *err, size_t errlen);
+tb_config_t *tb_config_load_buffer(const char *name, const char *data,
+    size_t len, tb_getenv_pt getenv_fn, char *err, size_t errlen);
+void tb_config_free(tb_config_t *cf);
+
+/* a config with every default and no accounts or keys */
+tb_config_t *tb_config_defaults(void);
+
+const tb_account_conf_t *tb_config_account(const tb_config_t *cf,
+    const char *id);
+
+/* "anthropic_api", "bedrock", ... */
+const char *tb_account_type_name(tb_account_type_e type);
+
+/*
+ * The loader accepts any non-empty routing.strategy: strategies may also be
+ * registered by other modules, so the caller validates the name (and can
+ * point at routing_strategy_line).  The built-in names, NULL-terminated:
+ */
+extern const char *tb_builtin_strategies[];
+
+#endif /* TB_CONFIG_H */

@@ -1,0 +1,108 @@
+/*
+ * Virtual key table.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include "tb_keys.h"
+
+
+void
+tb_sha256(const void *p, size_t n, unsigned char out[TB_DIGEST_LEN])
+{
+    SHA256(p, n, out);
+}
+
+
+int
+tb_keytab_build(tb_keytab_t *t, const tb_config_t *cf)
+{
+    size_t  i;
+
+    t->ents = NULL;
+    t->n = 0;
+
+    if (cf->nkeys == 0) {
+        return 0;
+    }
+
+    t->ents = calloc(cf->nkeys, sizeof(tb_keyent_t));
+    if (t->ents == NULL) {
+        return -1;
+    }
+
+    for (i = 0; i < cf->nkeys; i++) {
+        tb_sha256(cf->keys[i].key, strlen(cf->keys[i].key),
+                  t->ents[i].digest);
+        t->ents[i].conf = &cf->keys[i];
+    }
+
+    t->n = cf->nkeys;
+
+    return 0;
+}
+
+
+void
+tb_keytab_free(tb_keytab_t *t)
+{
+    if (t->ents) {
+        OPENSSL_cleanse(t->ents, t->n * sizeof(tb_keyent_t));
+        free(t->ents);
+    }
+
+    t->ents = NULL;
+    t->n = 0;
+}
+
+
+const tb_key_conf_t *
+tb_keytab_lookup(const tb_keytab_t *t, const unsigned char *key, size_t len)
+{
+    size_t                i;
+    unsigned char         digest[TB_DIGEST_LEN];
+    const tb_key_conf_t  *found;
+
+    if (len == 0) {
+        return NULL;
+    }
+
+    tb_sha256(key, len, digest);
+
+    found = NULL;
+
+    /* no early exit: the time taken does not depend on which one matched */
+
+    for (i = 0; i < t->n; i++) {
+        if (CRYPTO_memcmp(digest, t->ents[i].digest, TB_DIGEST_LEN) == 0) {
+            found = t->ents[i].conf;
+        }
+    }
+
+    OPENSSL_cleanse(digest, sizeof(digest));
+
+    return found;
+}
+
+
+void
+tb_key_label(const unsigned char *key, size_t len, char out[9])
+{
+    size_t         i;
+    unsigned char  digest[TB_DIGEST_LEN];
+
+    static const char  hex[] = "0123456789abcdef";
+
+    tb_sha256(key, len, digest);
+
+    for (i = 0; i < 4; i++) {
+        out[i * 2] = hex[digest[i] >> 4];
+        out[i * 2 + 1] = hex[digest[i] & 0xf];
+    }
+
+    out[8] = '\0';
+}

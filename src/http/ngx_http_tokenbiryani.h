@@ -1,0 +1,205 @@
+/*
+ * tokenbiryani for NGINX: types shared by the module's glue files.
+ */
+
+#ifndef _NGX_HTTP_TOKENBIRYANI_H_INCLUDED_
+#define _NGX_HTTP_TOKENBIRYANI_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "tb_config.h"
+#include "tb_json.h"
+#include "tb_keys.h"
+#include "tb_ratelimit.h"
+#include "tb_account.h"
+
+
+#define NGX_HTTP_TOKENBIRYANI_VERSION  "0.1.0"
+
+#define NGX_HTTP_TB_PASS               1
+#define NGX_HTTP_TB_ADMIN              2
+#define NGX_HTTP_TB_HEALTHZ            3
+
+/* what a /v1 request is */
+#define NGX_HTTP_TB_MESSAGES           1
+#define NGX_HTTP_TB_COUNT_TOKENS       2
+#define NGX_HTTP_TB_MODELS             3
+
+#define NGX_HTTP_TB_REQUEST_ID_LEN     28    /* "tbr_" + 24 hex */
+
+
+typedef struct ngx_http_tokenbiryani_shm_s  ngx_http_tokenbiryani_shm_t;
+
+
+typedef struct {
+    ngx_queue_t                    queue;
+    ngx_connection_t              *connection;
+    void                          *account;
+} ngx_http_tokenbiryani_keepalive_t;
+
+
+typedef struct {
+    ngx_uint_t                     index;
+    ngx_str_t                      id;
+    tb_account_conf_t             *conf;
+
+    ngx_addr_t                    *addrs;          /* resolved at load */
+    ngx_uint_t                     naddrs;
+    ngx_str_t                      host_header;    /* host[:port] */
+    ngx_str_t                      ssl_name;       /* SNI, verification */
+    ngx_str_t                      path_prefix;
+    ngx_str_t                      auth_header;    /* "x-api-key: ...\r\n"
+                                                      plus extra headers */
+    ngx_str_t                      base_url;       /* for display */
+    unsigned                       tls:1;
+    unsigned                       supported:1;    /* type is proxied */
+
+    unsigned char                  fingerprint[8];
+    tb_account_state_t            *sh;             /* slot in the zone */
+
+    /* per worker (copied at fork): idle upstream connections, TLS session */
+    ngx_queue_t                    cache;
+    ngx_queue_t                    free;
+    ngx_ssl_session_t             *ssl_session;
+} ngx_http_tokenbiryani_account_t;
+
+
+typedef struct {
+    ngx_shm_zone_t                *shm_zone;
+    ngx_http_tokenbiryani_shm_t   *sh;
+    ngx_slab_pool_t               *shpool;
+
+    ngx_str_t                      config_file;
+    tb_config_t                   *tbcf;
+    tb_keytab_t                    keytab;
+
+    ngx_array_t                    accounts;  /* ngx_http_tokenbiryani_account_t */
+
+    ngx_uint_t                     keepalive;
+    ngx_msec_t                     keepalive_timeout;
+    ngx_uint_t                     keepalive_requests;
+
+    ngx_str_t                      trusted_certificate;
+#if (NGX_HTTP_SSL)
+    ngx_ssl_t                     *ssl;
+#endif
+
+    ngx_http_upstream_srv_conf_t  *upstream;
+    ngx_array_t                    servers;   /* ngx_http_core_srv_conf_t * */
+
+    ngx_uint_t                     used;      /* any location uses us */
+} ngx_http_tokenbiryani_main_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                     type;      /* NGX_HTTP_TB_PASS, ... */
+    ngx_http_upstream_conf_t       upstream;
+} ngx_http_tokenbiryani_loc_conf_t;
+
+
+typedef struct {
+    ngx_http_request_t            *request;
+
+    u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
+    ngx_uint_t                     kind;      /* NGX_HTTP_TB_MESSAGES, ... */
+    const tb_key_conf_t           *key;       /* NULL in open mode */
+    unsigned                       admin:1;   /* the caller is an admin */
+
+    tb_body_t                      body;
+    ngx_str_t                      path;      /* upstream URI */
+
+    /* attempts */
+    ngx_uint_t                     attempts;
+    uint8_t                       *tried;     /* one byte per account */
+    ngx_http_tokenbiryani_account_t  *account;   /* this attempt */
+    ngx_http_tokenbiryani_account_t  *answered;  /* sent the response */
+    ngx_int_t                      last_status;  /* previous attempt */
+    ngx_str_t                      last_error;   /* its failure, for logs */
+
+    /* upstream request */
+    ngx_chain_t                   *hdr;       /* first link of the request */
+    off_t                          body_len;
+
+    /* response parsing, per attempt */
+    ngx_http_status_t              status;
+    u_char                        *body_start;
+    u_char                        *peek_pos;
+    ngx_http_chunked_t             peek_chunked;
+    off_t                          sse_fed;   /* decoded bytes peeked */
+    off_t                          sse_skip;  /* not to be fed again */
+    tb_rl_obs_t                    obs;
+
+    ngx_http_chunked_t             chunked;
+    tb_sse_t                       sse;
+    u_char                        *sse_line;
+    u_char                        *sse_data;
+
+    /* gateway-made error, sent by the filter in place of nginx's page */
+    ngx_int_t                      err_status;
+    const char                    *err_type;
+    ngx_str_t                      err_message;
+    ngx_str_t                      err_json;      /* rendered once */
+
+    unsigned                       is_sse:1;
+    unsigned                       peek_eof:1;
+    unsigned                       committed:1;
+    unsigned                       stream_done:1;
+    unsigned                       error_after_commit:1;
+    unsigned                       inflight:1;    /* counted on account */
+    unsigned                       own_error:1;   /* body is ours */
+    unsigned                       rewrite_body:1;
+} ngx_http_tokenbiryani_ctx_t;
+
+
+extern ngx_module_t  ngx_http_tokenbiryani_module;
+
+
+/* proxy (src/http/ngx_http_tokenbiryani_proxy.c) */
+ngx_int_t ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_tokenbiryani_build_request_header(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+void ngx_http_tokenbiryani_reset_attempt(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+ngx_uint_t ngx_http_tokenbiryani_more_attempts(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/* balancer (src/http/ngx_http_tokenbiryani_balancer.c) */
+ngx_http_upstream_srv_conf_t *ngx_http_tokenbiryani_upstream_add(
+    ngx_conf_t *cf);
+ngx_http_tokenbiryani_account_t *ngx_http_tokenbiryani_pick(
+    ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
+ngx_uint_t ngx_http_tokenbiryani_eligible_left(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+ngx_uint_t ngx_http_tokenbiryani_account_sets(
+    ngx_http_tokenbiryani_account_t *a, ngx_str_t *name);
+
+/* filters and errors (src/http/ngx_http_tokenbiryani_filter.c) */
+ngx_int_t ngx_http_tokenbiryani_filter_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_tokenbiryani_send_error(ngx_http_request_t *r,
+    ngx_int_t status, const char *type, const char *fmt, ...);
+void ngx_http_tokenbiryani_set_error(ngx_http_request_t *r,
+    ngx_int_t status, const char *type, const char *fmt, ...);
+ngx_int_t ngx_http_tokenbiryani_send_json(ngx_http_request_t *r,
+    ngx_int_t status, ngx_str_t *json);
+const char *ngx_http_tokenbiryani_error_type(ngx_int_t status);
+
+/* utilities (src/http/ngx_http_tokenbiryani_util.c) */
+ngx_http_tokenbiryani_ctx_t *ngx_http_tokenbiryani_create_ctx(
+    ngx_http_request_t *r);
+int64_t ngx_http_tokenbiryani_now_ms(void);
+ngx_table_elt_t *ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
+    const char *lowcase_name, size_t len);
+ngx_int_t ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t need_admin);
+ngx_int_t ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
+/* admin API and health (lua-free-admin/) */
+ngx_int_t ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r);
+
+
+#endif /* _NGX_HTTP_TOKENBIRYANI_H_INCLUDED_ */

@@ -1,0 +1,492 @@
+/*
+ * tokenbiryani: what every response of the gateway's locations carries.
+ *
+ * The header filter stamps x-tokenbiryani-request-id (and the account that
+ * answered).  Errors are Anthropic-shaped JSON whoever raises them: the
+ * module's own, and nginx's (a body over client_max_body_size, an upstream
+ * that cannot be reached, a timeout), whose HTML page the body filter
+ * replaces.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+
+
+static ngx_int_t ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static ngx_int_t ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *json);
+static void ngx_http_tokenbiryani_default_error(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_int_t status);
+static ngx_int_t ngx_http_tokenbiryani_add_header(ngx_http_request_t *r,
+    ngx_str_t *name, ngx_str_t *value);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+static ngx_str_t  ngx_http_tb_request_id_header =
+    ngx_string("x-tokenbiryani-request-id");
+static ngx_str_t  ngx_http_tb_account_header =
+    ngx_string("x-tokenbiryani-account");
+
+
+ngx_int_t
+ngx_http_tokenbiryani_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_tokenbiryani_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_tokenbiryani_body_filter;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
+{
+    ngx_str_t                          value, json;
+    ngx_http_tokenbiryani_ctx_t       *ctx;
+    ngx_http_tokenbiryani_loc_conf_t  *tlcf;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+
+    if (ctx == NULL) {
+        tlcf = ngx_http_get_module_loc_conf(r, ngx_http_tokenbiryani_module);
+
+        if (tlcf->type == 0) {
+            return ngx_http_next_header_filter(r);
+        }
+
+        /* nginx answered before the handler ran (a body that is too big) */
+
+        ctx = ngx_http_tokenbiryani_create_ctx(r);
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    value.data = ctx->request_id;
+    value.len = NGX_HTTP_TB_REQUEST_ID_LEN;
+
+    if (ngx_http_tokenbiryani_add_header(r, &ngx_http_tb_request_id_header,
+                                         &value)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ctx->answered) {
+        if (ngx_http_tokenbiryani_add_header(r, &ngx_http_tb_account_header,
+                                             &ctx->answered->id)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (r->headers_out.status < NGX_HTTP_SPECIAL_RESPONSE
+        || ctx->own_error || ctx->committed)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /* nginx's own error page: the client gets an Anthropic error instead */
+
+    if (ngx_http_tokenbiryani_error_json(r, ctx, &json) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ctx->rewrite_body = 1;
+
+    r->headers_out.content_length_n = json.len;
+
+    if (r->headers_out.content_length) {
+        r->headers_out.content_length->hash = 0;
+        r->headers_out.content_length = NULL;
+    }
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = sizeof("application/json") - 1;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.charset.len = 0;
+
+    ngx_http_clear_accept_ranges(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_buf_t                    *b;
+    ngx_str_t                     json;
+    ngx_uint_t                    last;
+    ngx_chain_t                  *cl, out;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+
+    if (ctx == NULL || !ctx->rewrite_body || r != r->main) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    last = 0;
+
+    for (cl = in; cl; cl = cl->next) {
+        cl->buf->pos = cl->buf->last;
+        cl->buf->file_pos = cl->buf->file_last;
+
+        if (cl->buf->last_buf) {
+            last = 1;
+        }
+    }
+
+    if (!last) {
+        return NGX_OK;
+    }
+
+    ctx->rewrite_body = 0;
+
+    if (ngx_http_tokenbiryani_error_json(r, ctx, &json) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = json.data;
+    b->last = json.data + json.len;
+    b->memory = 1;
+    b->last_buf = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_next_body_filter(r, &out);
+}
+
+
+/*
+ * The error body: the module's message when it set one, else a message
+ * for the status nginx chose.  Built once and kept, because the header and
+ * the body filter both need it.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *json)
+{
+    u_char  *p;
+    size_t   len, n;
+
+    if (ctx->err_type == NULL
+        || ctx->err_status != (ngx_int_t) r->headers_out.status)
+    {
+        ngx_http_tokenbiryani_default_error(r, ctx,
+                                            r->headers_out.status);
+    }
+
+    if (ctx->err_json.len) {
+        *json = ctx->err_json;
+        return NGX_OK;
+    }
+
+    n = tb_json_escape(NULL, 0, (char *) ctx->err_message.data,
+                       ctx->err_message.len);
+
+    len = sizeof("{\"type\":\"error\",\"error\":{\"type\":\"\",\"message\":\"\"},"
+                 "\"request_id\":\"\"}") - 1
+          + ngx_strlen(ctx->err_type) + n + NGX_HTTP_TB_REQUEST_ID_LEN;
+
+    json->data = ngx_pnalloc(r->pool, len + 1);
+    if (json->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(json->data, "{\"type\":\"error\",\"error\":{\"type\":\"%s\","
+                    "\"message\":\"", ctx->err_type);
+
+    tb_json_escape((char *) p, n + 1, (char *) ctx->err_message.data,
+                   ctx->err_message.len);
+    p += n;
+
+    p = ngx_sprintf(p, "\"},\"request_id\":\"%*s\"}",
+                    (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id);
+
+    json->len = p - json->data;
+
+    ctx->err_json = *json;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_default_error(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_int_t status)
+{
+    off_t                      max;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    switch (status) {
+
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+        max = clcf->client_max_body_size;
+
+        ngx_http_tokenbiryani_set_error(r, status, "request_too_large",
+            "request body is larger than this gateway accepts "
+            "(client_max_body_size %O bytes)", max);
+        return;
+
+    case NGX_HTTP_BAD_GATEWAY:
+        if (ctx->last_error.len) {
+            ngx_http_tokenbiryani_set_error(r, status, "api_error",
+                "no upstream account could be reached after %ui "
+                "attempt%s (last: %V)", ctx->attempts,
+                ctx->attempts == 1 ? "" : "s", &ctx->last_error);
+        } else {
+            ngx_http_tokenbiryani_set_error(r, status, "api_error",
+                "no upstream account could be reached");
+        }
+        return;
+
+    case NGX_HTTP_GATEWAY_TIME_OUT:
+        ngx_http_tokenbiryani_set_error(r, status, "timeout_error",
+            "the upstream did not answer in time after %ui attempt%s",
+            ctx->attempts, ctx->attempts == 1 ? "" : "s");
+        return;
+
+    case NGX_HTTP_NOT_ALLOWED:
+        ngx_http_tokenbiryani_set_error(r, status, "invalid_request_error",
+            "method %V is not allowed here", &r->method_name);
+        return;
+
+    case NGX_HTTP_NOT_FOUND:
+        ngx_http_tokenbiryani_set_error(r, status, "not_found_error",
+            "not found: %V", &r->uri);
+        return;
+
+    case NGX_HTTP_REQUEST_URI_TOO_LARGE:
+    case NGX_HTTP_REQUEST_HEADER_TOO_LARGE:
+        ngx_http_tokenbiryani_set_error(r, status, "invalid_request_error",
+            "request headers are too large");
+        return;
+
+    default:
+        ngx_http_tokenbiryani_set_error(r, status,
+            ngx_http_tokenbiryani_error_type(status),
+            "%s", status >= 500 ? "the gateway failed to handle the request"
+                                : "the request was rejected");
+        return;
+    }
+}
+
+
+const char *
+ngx_http_tokenbiryani_error_type(ngx_int_t status)
+{
+    switch (status) {
+    case NGX_HTTP_UNAUTHORIZED:
+        return "authentication_error";
+    case 402:
+        return "billing_error";
+    case NGX_HTTP_FORBIDDEN:
+        return "permission_error";
+    case NGX_HTTP_NOT_FOUND:
+        return "not_found_error";
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+        return "request_too_large";
+    case NGX_HTTP_TOO_MANY_REQUESTS:
+        return "rate_limit_error";
+    case NGX_HTTP_SERVICE_UNAVAILABLE:
+    case 529:
+        return "overloaded_error";
+    case NGX_HTTP_GATEWAY_TIME_OUT:
+        return "timeout_error";
+    default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_set_error(ngx_http_request_t *r, ngx_int_t status,
+    const char *type, const char *fmt, ...)
+{
+    u_char                       *p;
+    va_list                       args;
+    u_char                        buf[1024];
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    ctx = ngx_http_tokenbiryani_create_ctx(r);
+    if (ctx == NULL) {
+        return;
+    }
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args);
+    va_end(args);
+
+    ctx->err_status = status;
+    ctx->err_type = type;
+    ctx->err_json.len = 0;
+
+    ctx->err_message.len = p - buf;
+    ctx->err_message.data = ngx_pstrdup(r->pool,
+                                        &(ngx_str_t) { p - buf, buf });
+    if (ctx->err_message.data == NULL) {
+        ctx->err_message.len = 0;
+    }
+}
+
+
+/*
+ * Sends the error prepared by set_error (or a new one when fmt is given),
+ * for callers that own the response; returns what to finalize with.
+ */
+
+ngx_int_t
+ngx_http_tokenbiryani_send_error(ngx_http_request_t *r, ngx_int_t status,
+    const char *type, const char *fmt, ...)
+{
+    u_char                       *p;
+    va_list                       args;
+    ngx_str_t                     json;
+    u_char                        buf[1024];
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    ctx = ngx_http_tokenbiryani_create_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (fmt) {
+        va_start(args, fmt);
+        p = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args);
+        va_end(args);
+
+        ngx_http_tokenbiryani_set_error(r, status, type, "%*s",
+                                        (size_t) (p - buf), buf);
+
+    } else if (ctx->err_type == NULL) {
+        ngx_http_tokenbiryani_default_error(r, ctx, status);
+    }
+
+    status = ctx->err_status ? ctx->err_status : status;
+    r->headers_out.status = status;
+
+    if (ngx_http_tokenbiryani_error_json(r, ctx, &json) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->own_error = 1;
+
+    return ngx_http_tokenbiryani_send_json(r, status, &json);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_send_json(ngx_http_request_t *r, ngx_int_t status,
+    ngx_str_t *json)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        r->keepalive = 0;
+    }
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = json->len;
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = sizeof("application/json") - 1;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = json->data;
+    b->last = json->data + json->len;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_add_header(ngx_http_request_t *r, ngx_str_t *name,
+    ngx_str_t *value)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    /* once per response, even when nginx sends an error after a failure */
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash && h[i].key.len == name->len
+            && ngx_strncasecmp(h[i].key.data, name->data, name->len) == 0)
+        {
+            h[i].value = *value;
+            return NGX_OK;
+        }
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key = *name;
+    h->value = *value;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return NGX_OK;
+}

@@ -1,0 +1,445 @@
+/*
+ * tokenbiryani: configuration loading, request context, authentication.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+
+
+static void ngx_http_tokenbiryani_config_cleanup(void *data);
+static ngx_int_t ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac);
+static const char *ngx_http_tokenbiryani_conf_getenv(const char *name);
+static ngx_int_t ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r,
+    ngx_str_t *key);
+
+
+ngx_int_t
+ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    size_t               i;
+    const char         **s;
+    tb_config_t         *tbcf;
+    ngx_pool_cleanup_t  *cln;
+    char                 err[TB_CONFIG_ERRLEN];
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    tbcf = tb_config_load_file((char *) tmcf->config_file.data,
+                               ngx_http_tokenbiryani_conf_getenv,
+                               err, sizeof(err));
+    if (tbcf == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "tokenbiryani: %s", err);
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_tokenbiryani_config_cleanup;
+    cln->data = tmcf;
+
+    tmcf->tbcf = tbcf;
+
+    for (i = 0; i < tbcf->warnings.n; i++) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0, "tokenbiryani: %s: %s",
+                           tmcf->config_file.data, tbcf->warnings.items[i]);
+    }
+
+    for (s = tb_builtin_strategies; *s; s++) {
+        if (ngx_strcmp(*s, tbcf->routing_strategy) == 0) {
+            break;
+        }
+    }
+
+    if (*s == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %s:%ui: routing.strategy: unknown "
+                           "strategy \"%s\" (known: sticky_headroom, "
+                           "headroom, cost_tiered, priority, least_loaded, "
+                           "round_robin)", tmcf->config_file.data,
+                           (ngx_uint_t) tbcf->routing_strategy_line,
+                           tbcf->routing_strategy);
+        return NGX_ERROR;
+    }
+
+    if (tb_keytab_build(&tmcf->keytab, tbcf) != 0) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < tbcf->naccounts; i++) {
+        if (ngx_http_tokenbiryani_add_account(cf, tmcf, &tbcf->accounts[i])
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_config_cleanup(void *data)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf = data;
+
+    tb_keytab_free(&tmcf->keytab);
+    tb_config_free(tmcf->tbcf);
+    tmcf->tbcf = NULL;
+}
+
+
+static const char *
+ngx_http_tokenbiryani_conf_getenv(const char *name)
+{
+    /*
+     * The file is read by the master, whose environment is the one nginx
+     * was started with: ${VAR} means that.
+     */
+    return getenv(name);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac)
+{
+    u_char                           *p;
+    size_t                            i, len;
+    ngx_url_t                         u;
+    ngx_uint_t                        default_port;
+    unsigned char                     digest[TB_DIGEST_LEN];
+    ngx_str_t                         fp;
+    ngx_http_tokenbiryani_account_t  *a;
+
+    a = ngx_array_push(&tmcf->accounts);
+    if (a == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(a, sizeof(ngx_http_tokenbiryani_account_t));
+
+    a->index = tmcf->accounts.nelts - 1;
+    a->conf = ac;
+    a->id.data = (u_char *) ac->id;
+    a->id.len = ngx_strlen(ac->id);
+    a->tls = ac->tls;
+
+    /* only Anthropic API keys are proxied by this build */
+    a->supported = (ac->type == TB_ACCOUNT_ANTHROPIC_API);
+
+    default_port = ac->tls ? 443 : 80;
+    len = ngx_strlen(ac->host);
+
+    /* display form, and what the fingerprint covers */
+
+    a->base_url.len = sizeof("https://[]:65535") - 1 + len
+                      + ngx_strlen(ac->path_prefix);
+    a->base_url.data = ngx_pnalloc(cf->pool, a->base_url.len);
+    if (a->base_url.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(a->base_url.data, "%s://", ac->tls ? "https" : "http");
+
+    if (ngx_strchr(ac->host, ':')) {
+        p = ngx_sprintf(p, "[%s]", ac->host);
+
+    } else {
+        p = ngx_sprintf(p, "%s", ac->host);
+    }
+
+    if ((ngx_uint_t) ac->port != default_port) {
+        p = ngx_sprintf(p, ":%d", ac->port);
+    }
+
+    a->host_header.data = a->base_url.data + (ac->tls ? 8 : 7);
+    a->host_header.len = p - a->host_header.data;
+
+    p = ngx_sprintf(p, "%s", ac->path_prefix);
+    a->base_url.len = p - a->base_url.data;
+
+    a->ssl_name.data = (u_char *) ac->host;
+    a->ssl_name.len = len;
+
+    a->path_prefix.data = (u_char *) ac->path_prefix;
+    a->path_prefix.len = ngx_strlen(ac->path_prefix);
+
+    /* the credential and extra headers, written once, sent per attempt */
+
+    len = 0;
+
+    if (ac->api_key) {
+        len += sizeof("x-api-key: " CRLF) - 1 + ngx_strlen(ac->api_key);
+    }
+
+    for (i = 0; i < ac->headers.n; i++) {
+        len += ngx_strlen(ac->headers.items[i].key) + sizeof(": " CRLF) - 1
+               + ngx_strlen(ac->headers.items[i].value);
+
+        if (ngx_strchr(ac->headers.items[i].value, CR)
+            || ngx_strchr(ac->headers.items[i].value, LF))
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "tokenbiryani: %V:%ui: account \"%s\": header "
+                               "\"%s\" has a line break in its value",
+                               &tmcf->config_file, (ngx_uint_t) ac->line,
+                               ac->id, ac->headers.items[i].key);
+            return NGX_ERROR;
+        }
+    }
+
+    if (ac->api_key
+        && (ngx_strchr(ac->api_key, CR) || ngx_strchr(ac->api_key, LF)))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %V:%ui: account \"%s\": api_key "
+                           "has a line break", &tmcf->config_file,
+                           (ngx_uint_t) ac->line, ac->id);
+        return NGX_ERROR;
+    }
+
+    a->auth_header.data = ngx_pnalloc(cf->pool, len);
+    if (a->auth_header.data == NULL && len) {
+        return NGX_ERROR;
+    }
+
+    p = a->auth_header.data;
+
+    if (ac->api_key) {
+        p = ngx_sprintf(p, "x-api-key: %s" CRLF, ac->api_key);
+    }
+
+    for (i = 0; i < ac->headers.n; i++) {
+        p = ngx_sprintf(p, "%s: %s" CRLF, ac->headers.items[i].key,
+                        ac->headers.items[i].value);
+    }
+
+    a->auth_header.len = p - a->auth_header.data;
+
+    /* a new credential or host makes a new account in the shared zone */
+
+    fp.len = a->auth_header.len + a->base_url.len + 1;
+    fp.data = ngx_pnalloc(cf->temp_pool, fp.len);
+    if (fp.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(fp.data, a->base_url.data, a->base_url.len);
+    *p++ = '\n';
+    ngx_memcpy(p, a->auth_header.data, a->auth_header.len);
+
+    tb_sha256(fp.data, fp.len, digest);
+    ngx_memcpy(a->fingerprint, digest, sizeof(a->fingerprint));
+
+    if (!a->supported) {
+        return NGX_OK;
+    }
+
+    /* resolved once, like proxy_pass with a literal host */
+
+    ngx_memzero(&u, sizeof(ngx_url_t));
+
+    u.url.len = a->host_header.len;
+    u.url.data = a->host_header.data;
+    u.default_port = (in_port_t) default_port;
+
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK || u.naddrs == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %V:%ui: account \"%s\": cannot use "
+                           "base_url host \"%s\": %s", &tmcf->config_file,
+                           (ngx_uint_t) ac->line, ac->id, ac->host,
+                           u.err ? u.err : "no address");
+        return NGX_ERROR;
+    }
+
+    a->addrs = u.addrs;
+    a->naddrs = u.naddrs;
+
+    return NGX_OK;
+}
+
+
+ngx_http_tokenbiryani_ctx_t *
+ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
+{
+    u_char                       *p;
+    ngx_uint_t                    i;
+    uint32_t                      rnd;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    static u_char  hex[] = "0123456789abcdef";
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+    if (ctx) {
+        return ctx;
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ctx->request = r;
+
+    /* 96 random bits: unique enough to find one request in the logs */
+
+    p = ngx_cpymem(ctx->request_id, "tbr_", 4);
+
+    for (i = 0; i < 3; i++) {
+        rnd = (uint32_t) ngx_random();
+        rnd ^= (uint32_t) ngx_random() << 16;
+
+        p[0] = hex[(rnd >> 28) & 0xf];
+        p[1] = hex[(rnd >> 24) & 0xf];
+        p[2] = hex[(rnd >> 20) & 0xf];
+        p[3] = hex[(rnd >> 16) & 0xf];
+        p[4] = hex[(rnd >> 12) & 0xf];
+        p[5] = hex[(rnd >> 8) & 0xf];
+        p[6] = hex[(rnd >> 4) & 0xf];
+        p[7] = hex[rnd & 0xf];
+        p += 8;
+    }
+
+    ngx_http_set_ctx(r, ctx, ngx_http_tokenbiryani_module);
+
+    return ctx;
+}
+
+
+int64_t
+ngx_http_tokenbiryani_now_ms(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+ngx_table_elt_t *
+ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
+    const char *lowcase_name, size_t len)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == len
+            && ngx_strncmp(h[i].lowcase_key, lowcase_name, len) == 0)
+        {
+            return &h[i];
+        }
+    }
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r, ngx_str_t *key)
+{
+    u_char           *p, *last;
+    ngx_table_elt_t  *h;
+
+    h = ngx_http_tokenbiryani_find_header(r, "x-api-key", 9);
+
+    if (h && h->value.len) {
+        *key = h->value;
+        return NGX_OK;
+    }
+
+    h = r->headers_in.authorization;
+
+    if (h == NULL) {
+        return NGX_DECLINED;
+    }
+
+    p = h->value.data;
+    last = p + h->value.len;
+
+    if (h->value.len < 7 || ngx_strncasecmp(p, (u_char *) "Bearer ", 7) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (p += 7; p < last && *p == ' '; p++) { /* void */ }
+
+    while (last > p && last[-1] == ' ') {
+        last--;
+    }
+
+    if (p == last) {
+        return NGX_DECLINED;
+    }
+
+    key->data = p;
+    key->len = last - p;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Returns NGX_OK, or an HTTP status after preparing the error body.
+ */
+
+ngx_int_t
+ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t need_admin)
+{
+    ngx_str_t                           key;
+    const tb_key_conf_t                *kc;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (tmcf->keytab.n == 0) {
+        /* open mode, allowed on loopback only (checked at startup) */
+        ctx->admin = 1;
+        return NGX_OK;
+    }
+
+    if (ngx_http_tokenbiryani_key_from_request(r, &key) != NGX_OK) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
+            "authentication_error",
+            "missing credentials: send your tokenbiryani key in the "
+            "x-api-key header or as Authorization: Bearer");
+        return NGX_HTTP_UNAUTHORIZED;
+    }
+
+    kc = tb_keytab_lookup(&tmcf->keytab, key.data, key.len);
+
+    if (kc == NULL) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
+            "authentication_error", "invalid key");
+        return NGX_HTTP_UNAUTHORIZED;
+    }
+
+    ctx->key = kc;
+    ctx->admin = kc->admin;
+
+    if (need_admin && !kc->admin) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+            "permission_error", "key \"%s\" is not an admin key", kc->name);
+        return NGX_HTTP_FORBIDDEN;
+    }
+
+    return NGX_OK;
+}

@@ -1,0 +1,151 @@
+#!/bin/bash
+# `make run` / `make stop`: nginx with the gateway on 127.0.0.1:8787 in a
+# private prefix (.run/), in front of the bundled mock upstream standing in
+# for Anthropic as four demo accounts -- or, when ANTHROPIC_API_KEY is set,
+# in front of that one real account.
+#
+# Usage: run.sh start|stop TOP MODULE RUNDIR
+set -euo pipefail
+
+cmd=$1
+TOP=$2
+MODULE=$3
+RUN=$4
+
+LISTEN=${TOKENBIRYANI_LISTEN:-127.0.0.1:8787}
+MOCK_BASE=${TOKENBIRYANI_MOCK_PORT:-19201}
+
+stop() {
+    if [ -f "$RUN/logs/nginx.pid" ] && kill -0 "$(cat "$RUN/logs/nginx.pid")" 2>/dev/null; then
+        nginx -p "$RUN/" -c conf/nginx.conf -s quit 2>/dev/null || true
+        for _ in $(seq 100); do
+            kill -0 "$(cat "$RUN/logs/nginx.pid" 2>/dev/null)" 2>/dev/null || break
+            sleep 0.05
+        done
+        echo "stopped nginx"
+    fi
+    if [ -f "$RUN/mock.pid" ] && kill -0 "$(cat "$RUN/mock.pid")" 2>/dev/null; then
+        kill "$(cat "$RUN/mock.pid")" 2>/dev/null || true
+        echo "stopped the mock upstream"
+    fi
+    rm -f "$RUN/mock.pid" "$RUN/mock.ready"
+}
+
+if [ "$cmd" = stop ]; then
+    stop
+    exit 0
+fi
+
+# a rebuilt module needs a fresh master, not a reload
+stop >/dev/null
+
+mkdir -p "$RUN/conf" "$RUN/logs"
+chmod 711 "$RUN"    # workers (another user) must reach the temp dirs
+
+if [ ! -s "$RUN/key" ]; then
+    echo "bir_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$RUN/key"
+    chmod 600 "$RUN/key"
+fi
+KEY=$(cat "$RUN/key")
+
+if [ -n "${ANTHROPIC_API_KEY:-}" ]; then
+    mode="your ANTHROPIC_API_KEY (one real account)"
+    # the credential stays in the environment: the file only names it
+    cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
+accounts:
+  - id: anthropic
+    type: anthropic_api
+    api_key: \${ANTHROPIC_API_KEY}
+keys:
+  - key: $KEY
+    name: default
+    admin: true
+EOF
+else
+    mode="the bundled mock upstream (four demo accounts)"
+    ports=""
+    accounts=""
+    for i in 1 2 3 4; do
+        port=$((MOCK_BASE + i - 1))
+        ports="$ports --listen 127.0.0.1:$port"
+        accounts="$accounts
+  - id: demo-$i
+    name: demo account $i
+    type: anthropic_api
+    api_key: sk-demo-$i
+    base_url: http://127.0.0.1:$port"
+    done
+    cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
+# written by \`make run\`: four demo accounts on the mock upstream
+accounts:$accounts
+keys:
+  - key: $KEY
+    name: default
+    admin: true
+EOF
+    rm -f "$RUN/mock.ready"
+    # shellcheck disable=SC2086
+    nohup /usr/bin/python3 "$TOP/t/mock/mock.py" $ports \
+        --log "$RUN/logs/mock.log" --pidfile "$RUN/mock.pid" \
+        --ready-file "$RUN/mock.ready" >"$RUN/logs/mock.out" 2>&1 &
+    for _ in $(seq 200); do
+        [ -f "$RUN/mock.ready" ] && break
+        sleep 0.05
+    done
+    [ -f "$RUN/mock.ready" ] || { cat "$RUN/logs/mock.out"; echo "the mock did not start"; exit 1; }
+fi
+chmod 600 "$RUN/conf/tokenbiryani.yaml"
+
+cat >"$RUN/conf/nginx.conf" <<EOF
+# written by \`make run\`
+load_module $MODULE;
+
+worker_processes 2;
+error_log logs/error.log info;
+pid logs/nginx.pid;
+
+events { worker_connections 1024; }
+
+http {
+    access_log logs/access.log;
+    client_body_temp_path client_body_temp;
+    proxy_temp_path proxy_temp;
+    fastcgi_temp_path fastcgi_temp;
+    uwsgi_temp_path uwsgi_temp;
+    scgi_temp_path scgi_temp;
+
+    tokenbiryani_zone    tokenbiryani 16m;
+    tokenbiryani_config  tokenbiryani.yaml;     # next to nginx.conf
+
+    server {
+        listen $LISTEN;
+
+        client_max_body_size     32m;
+        client_body_buffer_size  1m;
+
+        location /v1/          { tokenbiryani_pass; }
+        location /admin/       { tokenbiryani_admin; }
+        location = /healthz    { tokenbiryani_healthz; }
+    }
+}
+EOF
+
+nginx -p "$RUN/" -c conf/nginx.conf -t -q
+nginx -p "$RUN/" -c conf/nginx.conf
+
+for _ in $(seq 100); do
+    curl -s -o /dev/null "http://$LISTEN/healthz" && break
+    sleep 0.05
+done
+
+cat <<EOF
+tokenbiryani is running on http://$LISTEN in front of $mode.
+Point any Anthropic client at it:
+
+export ANTHROPIC_BASE_URL=http://$LISTEN
+export ANTHROPIC_AUTH_TOKEN=$KEY
+
+Pool status:  curl -s http://$LISTEN/admin/status -H "x-api-key: $KEY"
+Logs:         $RUN/logs/
+Stop it:      make stop
+EOF

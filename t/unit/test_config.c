@@ -1,0 +1,1629 @@
+/*
+ * Unit tests of the YAML configuration loader (src/core/tb_config.c).
+ */
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "tb_config.h"
+#include "tb_test.h"
+
+
+static char  err[TB_CONFIG_ERRLEN];
+
+
+/* a fixed environment, so that the tests do not depend on the caller's */
+static const char *
+test_getenv(const char *name)
+{
+    static const struct {
+        const char  *name;
+        const char  *value;
+    } env[] = {
+        { "ANTHROPIC_API_KEY", "sk-ant-test-0001" },
+        { "A", "alpha" },
+        { "B", "beta" },
+        { "PORT", "9000" },
+        { "EMPTY", "" },
+        { "REGION", "eu-west-1" },
+        { NULL, NULL }
+    };
+
+    int  i;
+
+    for (i = 0; env[i].name != NULL; i++) {
+        if (strcmp(env[i].name, name) == 0) {
+            return env[i].value;
+        }
+    }
+
+    return NULL;
+}
+
+
+static tb_config_t *
+load(const char *yaml)
+{
+    err[0] = '\0';
+
+    return tb_config_load_buffer("test.yaml", yaml, strlen(yaml),
+                                 test_getenv, err, sizeof(err));
+}
+
+
+/* the load must fail, with a message containing needle */
+#define EXPECT_ERROR(yaml, needle)                                            \
+    do {                                                                      \
+        tb_config_t  *cf_ = load(yaml);                                       \
+        TB_CHECK(cf_ == NULL);                                                \
+        tb_config_free(cf_);                                                  \
+        TB_CHECK_CONTAINS(err, needle);                                       \
+    } while (0)
+
+
+#define ACCOUNT_OK  "accounts:\n  - id: a1\n    api_key: sk-1\n"
+
+
+static void
+check_defaults(const tb_config_t *cf)
+{
+    TB_CHECK_STR(cf->server_host, "127.0.0.1");
+    TB_CHECK_INT(cf->server_port, 8787);
+    TB_CHECK_INT(cf->server_allow_remote, 0);
+    TB_CHECK_DBL(cf->server_request_timeout_seconds, 600, 1e-9);
+    TB_CHECK_DBL(cf->server_hot_reload_seconds, 5, 1e-9);
+
+    TB_CHECK_STR(cf->routing_strategy, "sticky_headroom");
+    TB_CHECK_INT(cf->routing_strategy_line, 0);
+    TB_CHECK_DBL(cf->w_affinity, .40, 1e-9);
+    TB_CHECK_DBL(cf->w_headroom, .40, 1e-9);
+    TB_CHECK_DBL(cf->w_priority, .10, 1e-9);
+    TB_CHECK_DBL(cf->w_load, .15, 1e-9);
+    TB_CHECK_DBL(cf->w_errors, .20, 1e-9);
+    TB_CHECK_DBL(cf->w_cost, .10, 1e-9);
+    TB_CHECK_DBL(cf->affinity_ttl_seconds, 1800, 1e-9);
+    TB_CHECK_DBL(cf->estimate_safety_margin, 1.15, 1e-9);
+    TB_CHECK_INT(cf->output_estimate_adaptive, 1);
+    TB_CHECK_DBL(cf->output_estimate_quantile, .95, 1e-9);
+    TB_CHECK_INT(cf->output_estimate_min_samples, 20);
+    TB_CHECK_INT(cf->output_estimate_window, 200);
+    TB_CHECK_INT(cf->output_estimate_floor, 256);
+    TB_CHECK_DBL(cf->output_estimate_max_undershoot, .20, 1e-9);
+
+    TB_CHECK_INT(cf->retry_max_attempts, 3);
+    TB_CHECK_INT(cf->retry_max_accounts, 3);
+    TB_CHECK_DBL(cf->retry_deadline_seconds, 120, 1e-9);
+    TB_CHECK_DBL(cf->retry_backoff_base_seconds, .25, 1e-9);
+    TB_CHECK_DBL(cf->retry_backoff_max_seconds, 8, 1e-9);
+    TB_CHECK_DBL(cf->retry_first_token_grace_seconds, 20, 1e-9);
+    TB_CHECK_DBL(cf->retry_prelude_timeout_seconds, 30, 1e-9);
+
+    TB_CHECK_INT(cf->breaker_failure_threshold, 5);
+    TB_CHECK_DBL(cf->breaker_cooldown_seconds, 30, 1e-9);
+    TB_CHECK_DBL(cf->breaker_overloaded_cooldown_seconds, 5, 1e-9);
+    TB_CHECK_DBL(cf->breaker_exhausted_cooldown_seconds, 3600, 1e-9);
+
+    TB_CHECK_INT(cf->queue_max_size, 128);
+    TB_CHECK_DBL(cf->queue_default_max_wait_seconds, 60, 1e-9);
+
+    TB_CHECK_INT(cf->batch_enabled, 0);
+    TB_CHECK_DBL(cf->batch_poll_interval_seconds, 2, 1e-9);
+    TB_CHECK_DBL(cf->batch_cost_multiplier, .5, 1e-9);
+
+    TB_CHECK_STR(cf->store_backend, "memory");
+    TB_CHECK_STR(cf->store_path, "tokenbiryani.db");
+    TB_CHECK_STR(cf->store_secret_key_path, "tokenbiryani.key");
+    TB_CHECK_STR(cf->store_url, "redis://127.0.0.1:6379/0");
+    TB_CHECK_STR(cf->store_namespace, "tokenbiryani");
+
+    TB_CHECK_DBL(cf->spend_window_hours, 24, 1e-9);
+
+    TB_CHECK_INT(cf->cache_auto_breakpoint, 0);
+    TB_CHECK_INT(cf->cache_advice_min_requests, 20);
+
+    TB_CHECK_INT(cf->pacing_enabled, 1);
+    TB_CHECK_STR(cf->pacing_mode, "advisory");
+    TB_CHECK_STR(cf->pacing_window, "7d");
+    TB_CHECK_STR(cf->pacing_curve, "linear");
+    TB_CHECK_DBL(cf->pacing_ahead_threshold, .10, 1e-9);
+    TB_CHECK_DBL(cf->pacing_behind_threshold, .10, 1e-9);
+    TB_CHECK_DBL(cf->pacing_max_batch_delay_seconds, 30, 1e-9);
+    TB_CHECK_DBL(cf->pacing_weekly_budget_usd, TB_UNSET, 1e-9);
+    TB_CHECK_INT(cf->pacing_prefer_batch_lane_when_ahead, 1);
+    TB_CHECK_INT(cf->pacing_model_downshift.n, 0);
+
+    TB_CHECK_INT(cf->sessions_track, 1);
+    TB_CHECK_INT(cf->sessions_runaway_turns, 200);
+    TB_CHECK_DBL(cf->sessions_runaway_spend_usd, TB_UNSET, 1e-9);
+    TB_CHECK_INT(cf->sessions_report_limit, 20);
+
+    TB_CHECK_INT(cf->observability_log_bodies, 0);
+    TB_CHECK_INT(cf->observability_event_buffer, 1000);
+
+    TB_CHECK_STR(cf->oauth_client_id, "");
+    TB_CHECK_STR(cf->oauth_authorize_url, "");
+    TB_CHECK_STR(cf->oauth_token_url, "");
+    TB_CHECK_STR(cf->oauth_redirect_uri, "");
+    TB_CHECK_INT(cf->oauth_scopes.n, 0);
+    TB_CHECK_DBL(cf->oauth_refresh_skew_seconds, 300, 1e-9);
+    TB_CHECK_DBL(cf->oauth_refresh_interval_seconds, 60, 1e-9);
+
+    TB_CHECK_INT(cf->pricing_builtin, 0);
+    TB_CHECK_INT(cf->nprices, 0);
+    TB_CHECK_INT(cf->naccounts, 0);
+    TB_CHECK_INT(cf->nkeys, 0);
+    TB_CHECK_INT(cf->warnings.n, 0);
+}
+
+
+TB_TEST(test_defaults_empty_file)
+{
+    tb_config_t  *cf;
+
+    cf = load("");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        check_defaults(cf);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_defaults_comments_only)
+{
+    tb_config_t  *cf;
+
+    cf = load("# nothing here\n\n   # still nothing\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        check_defaults(cf);
+    }
+
+    tb_config_free(cf);
+
+    cf = load("---\n# an empty document\n");
+    TB_CHECK(cf != NULL);
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_defaults_function)
+{
+    tb_config_t  *cf;
+
+    cf = tb_config_defaults();
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        check_defaults(cf);
+    }
+
+    tb_config_free(cf);
+    tb_config_free(NULL);
+}
+
+
+TB_TEST(test_null_sections_mean_defaults)
+{
+    tb_config_t  *cf;
+
+    cf = load("server:\nrouting:\nretry: ~\nbreaker: null\npacing: {}\n"
+              "accounts:\nkeys: []\npricing:\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        check_defaults(cf);
+    }
+
+    tb_config_free(cf);
+}
+
+
+static const char  *full_yaml =
+    "server:\n"
+    "  request_timeout_seconds: 300\n"
+    "routing:\n"
+    "  strategy: cost_tiered\n"
+    "  weights:\n"
+    "    affinity: 0.5\n"
+    "    headroom: 0.3\n"
+    "    priority: 0.2\n"
+    "    load: 0.1\n"
+    "    errors: 0.25\n"
+    "    cost: 0.05\n"
+    "  affinity_ttl_seconds: 900\n"
+    "  estimate_safety_margin: 1.3\n"
+    "  output_estimate: max_tokens\n"
+    "  output_estimate_quantile: 0.9\n"
+    "  output_estimate_min_samples: 10\n"
+    "  output_estimate_window: 100\n"
+    "  output_estimate_floor: 128\n"
+    "  output_estimate_max_undershoot: 0.3\n"
+    "retry:\n"
+    "  max_attempts: 5\n"
+    "  max_accounts: 2\n"
+    "  deadline_seconds: 60\n"
+    "  backoff_base_seconds: 0.5\n"
+    "  backoff_max_seconds: 4\n"
+    "  first_token_grace_seconds: 10\n"
+    "  prelude_timeout_seconds: 15\n"
+    "breaker:\n"
+    "  failure_threshold: 7\n"
+    "  cooldown_seconds: 45\n"
+    "  overloaded_cooldown_seconds: 2.5\n"
+    "  exhausted_cooldown_seconds: 1800\n"
+    "queue:\n"
+    "  max_size: 0\n"
+    "  default_max_wait_seconds: 30\n"
+    "batch:\n"
+    "  enabled: yes\n"
+    "  poll_interval_seconds: 1.5\n"
+    "  cost_multiplier: 0.4\n"
+    "store:\n"
+    "  backend: redis\n"
+    "  path: /var/lib/tb.db\n"
+    "  secret_key_path: /etc/tb.key\n"
+    "  url: redis://10.0.0.1:6379/2\n"
+    "  namespace: tb-prod\n"
+    "spend:\n"
+    "  window_hours: 12\n"
+    "cache:\n"
+    "  auto_breakpoint: On\n"
+    "  advice_min_requests: 5\n"
+    "pacing:\n"
+    "  enabled: false\n"
+    "  mode: enforcing\n"
+    "  window: 5h\n"
+    "  curve: business_hours\n"
+    "  ahead_threshold: 0.2\n"
+    "  behind_threshold: 0.15\n"
+    "  max_batch_delay_seconds: 60\n"
+    "  weekly_budget_usd: 250.5\n"
+    "  prefer_batch_lane_when_ahead: no\n"
+    "  model_downshift:\n"
+    "    claude-opus-4-6: claude-sonnet-4-6\n"
+    "    claude-sonnet-4-6: claude-haiku-4-5\n"
+    "sessions:\n"
+    "  track: off\n"
+    "  runaway_turns: 50\n"
+    "  runaway_spend_usd: 10\n"
+    "  report_limit: 5\n"
+    "observability:\n"
+    "  log_bodies: TRUE\n"
+    "  event_buffer: 2000\n"
+    "oauth:\n"
+    "  client_id: my-client\n"
+    "  authorize_url: https://auth.example/authorize\n"
+    "  token_url: https://auth.example/token\n"
+    "  redirect_uri: https://gw.example/cb\n"
+    "  scopes: [user:inference, \"org:read\"]\n"
+    "  refresh_skew_seconds: 120\n"
+    "  refresh_interval_seconds: 30\n"
+    "pricing:\n"
+    "  claude-opus-4-*:\n"
+    "    input: 15\n"
+    "    output: 75\n"
+    "    cache_read: 1.5\n"
+    "    cache_write: 18.75\n"
+    "  claude-haiku-4-5: {input: 1, output: 5}\n"
+    "accounts:\n"
+    "  - id: acct-01\n"
+    "    name: Main key\n"
+    "    type: anthropic_api\n"
+    "    api_key: ${ANTHROPIC_API_KEY}\n"
+    "    priority: 2.5\n"
+    "    cost_tier: 0.8\n"
+    "    models: [claude-sonnet-*, claude-haiku-4-5]\n"
+    "    max_concurrency: 4\n"
+    "    spend_cap_usd: 100\n"
+    "    enabled: true\n"
+    "    headers:\n"
+    "      anthropic-beta: prompt-caching-2024-07-31\n"
+    "      X-Team: infra\n"
+    "    observable_limits: false\n"
+    "    assumed_headroom: 0.25\n"
+    "  - id: vtx\n"
+    "    type: vertex\n"
+    "    enabled: false\n"
+    "    options:\n"
+    "      project: my-project\n"
+    "      region: europe-west4\n"
+    "      credentials_path: /etc/gcp.json\n"
+    "      token_env: GCP_TOKEN\n"
+    "      access_token: ya29.x\n"
+    "      token_path: /run/token\n"
+    "      expiry_path: /run/expiry\n"
+    "      expiry_skew_seconds: 90\n"
+    "      beta_header: b1\n"
+    "      profile: p1\n"
+    "      model_map:\n"
+    "        claude-sonnet-4-6: claude-sonnet-4-6@20250929\n"
+    "keys:\n"
+    "  - key: bir_admin_0123456789\n"
+    "    name: ops\n"
+    "    admin: true\n"
+    "  - key: bir_tenant_0123456789\n"
+    "    name: tenant\n"
+    "    models: [claude-haiku-*]\n"
+    "    pool: [acct-01, vtx]\n"
+    "    rpm: 60\n"
+    "    spend_cap_usd: 5\n"
+    "    priority: batch\n"
+    "    max_wait_seconds: 0\n"
+    "    session_cap_usd: 1.5\n"
+    "    session_max_turns: 40\n";
+
+
+TB_TEST(test_full_file)
+{
+    tb_config_t              *cf;
+    const tb_key_conf_t      *k;
+    const tb_account_conf_t  *a;
+
+    cf = load(full_yaml);
+    TB_CHECK(cf != NULL);
+    TB_CHECK_STR(err, "");
+
+    if (cf == NULL) {
+        return;
+    }
+
+    TB_CHECK_DBL(cf->server_request_timeout_seconds, 300, 1e-9);
+    TB_CHECK_INT(cf->warnings.n, 0);
+
+    TB_CHECK_STR(cf->routing_strategy, "cost_tiered");
+    TB_CHECK_INT(cf->routing_strategy_line, 4);
+    TB_CHECK_DBL(cf->w_affinity, .5, 1e-9);
+    TB_CHECK_DBL(cf->w_errors, .25, 1e-9);
+    TB_CHECK_DBL(cf->w_cost, .05, 1e-9);
+    TB_CHECK_DBL(cf->estimate_safety_margin, 1.3, 1e-9);
+    TB_CHECK_INT(cf->output_estimate_adaptive, 0);
+    TB_CHECK_DBL(cf->output_estimate_quantile, .9, 1e-9);
+    TB_CHECK_INT(cf->output_estimate_window, 100);
+    TB_CHECK_INT(cf->output_estimate_floor, 128);
+
+    TB_CHECK_INT(cf->retry_max_attempts, 5);
+    TB_CHECK_INT(cf->retry_max_accounts, 2);
+    TB_CHECK_DBL(cf->retry_backoff_base_seconds, .5, 1e-9);
+    TB_CHECK_DBL(cf->retry_prelude_timeout_seconds, 15, 1e-9);
+
+    TB_CHECK_INT(cf->breaker_failure_threshold, 7);
+    TB_CHECK_DBL(cf->breaker_overloaded_cooldown_seconds, 2.5, 1e-9);
+
+    TB_CHECK_INT(cf->queue_max_size, 0);
+    TB_CHECK_DBL(cf->queue_default_max_wait_seconds, 30, 1e-9);
+
+    TB_CHECK_INT(cf->batch_enabled, 1);
+    TB_CHECK_DBL(cf->batch_poll_interval_seconds, 1.5, 1e-9);
+
+    TB_CHECK_STR(cf->store_backend, "redis");
+    TB_CHECK_STR(cf->store_url, "redis://10.0.0.1:6379/2");
+    TB_CHECK_STR(cf->store_namespace, "tb-prod");
+
+    TB_CHECK_DBL(cf->spend_window_hours, 12, 1e-9);
+    TB_CHECK_INT(cf->cache_auto_breakpoint, 1);
+    TB_CHECK_INT(cf->cache_advice_min_requests, 5);
+
+    TB_CHECK_INT(cf->pacing_enabled, 0);
+    TB_CHECK_STR(cf->pacing_mode, "enforcing");
+    TB_CHECK_STR(cf->pacing_window, "5h");
+    TB_CHECK_STR(cf->pacing_curve, "business_hours");
+    TB_CHECK_DBL(cf->pacing_weekly_budget_usd, 250.5, 1e-9);
+    TB_CHECK_INT(cf->pacing_prefer_batch_lane_when_ahead, 0);
+    TB_CHECK_INT(cf->pacing_model_downshift.n, 2);
+
+    if (cf->pacing_model_downshift.n == 2) {
+        TB_CHECK_STR(cf->pacing_model_downshift.items[0].key,
+                     "claude-opus-4-6");
+        TB_CHECK_STR(cf->pacing_model_downshift.items[0].value,
+                     "claude-sonnet-4-6");
+        TB_CHECK_STR(cf->pacing_model_downshift.items[1].value,
+                     "claude-haiku-4-5");
+    }
+
+    TB_CHECK_INT(cf->sessions_track, 0);
+    TB_CHECK_INT(cf->sessions_runaway_turns, 50);
+    TB_CHECK_DBL(cf->sessions_runaway_spend_usd, 10, 1e-9);
+
+    TB_CHECK_INT(cf->observability_log_bodies, 1);
+    TB_CHECK_INT(cf->observability_event_buffer, 2000);
+
+    TB_CHECK_STR(cf->oauth_client_id, "my-client");
+    TB_CHECK_STR(cf->oauth_token_url, "https://auth.example/token");
+    TB_CHECK_INT(cf->oauth_scopes.n, 2);
+
+    if (cf->oauth_scopes.n == 2) {
+        TB_CHECK_STR(cf->oauth_scopes.items[0], "user:inference");
+        TB_CHECK_STR(cf->oauth_scopes.items[1], "org:read");
+    }
+
+    TB_CHECK_DBL(cf->oauth_refresh_interval_seconds, 30, 1e-9);
+
+    TB_CHECK_INT(cf->pricing_builtin, 0);
+    TB_CHECK_INT(cf->nprices, 2);
+
+    if (cf->nprices == 2) {
+        TB_CHECK_STR(cf->prices[0].pattern, "claude-opus-4-*");
+        TB_CHECK_DBL(cf->prices[0].input, 15, 1e-9);
+        TB_CHECK_DBL(cf->prices[0].cache_write, 18.75, 1e-9);
+        TB_CHECK_STR(cf->prices[1].pattern, "claude-haiku-4-5");
+        TB_CHECK_DBL(cf->prices[1].output, 5, 1e-9);
+        TB_CHECK_DBL(cf->prices[1].cache_read, 0, 1e-9);
+    }
+
+    TB_CHECK_INT(cf->naccounts, 2);
+
+    a = tb_config_account(cf, "acct-01");
+    TB_CHECK(a != NULL);
+
+    if (a) {
+        TB_CHECK_STR(a->name, "Main key");
+        TB_CHECK_INT(a->type, TB_ACCOUNT_ANTHROPIC_API);
+        TB_CHECK_STR(a->api_key, "sk-ant-test-0001");
+        TB_CHECK_STR(a->base_url, "");
+        TB_CHECK_STR(a->host, "api.anthropic.com");
+        TB_CHECK_INT(a->port, 443);
+        TB_CHECK_INT(a->tls, 1);
+        TB_CHECK_STR(a->path_prefix, "");
+        TB_CHECK_DBL(a->priority, 2.5, 1e-9);
+        TB_CHECK_DBL(a->cost_tier, .8, 1e-9);
+        TB_CHECK_INT(a->models.n, 2);
+        TB_CHECK_INT(a->max_concurrency, 4);
+        TB_CHECK_DBL(a->spend_cap_usd, 100, 1e-9);
+        TB_CHECK_INT(a->enabled, 1);
+        TB_CHECK_INT(a->headers.n, 2);
+
+        if (a->headers.n == 2) {
+            TB_CHECK_STR(a->headers.items[1].key, "X-Team");
+            TB_CHECK_STR(a->headers.items[1].value, "infra");
+        }
+
+        TB_CHECK_INT(a->observable_limits, 0);
+        TB_CHECK_DBL(a->assumed_headroom, .25, 1e-9);
+        TB_CHECK_INT(a->line, 88);
+    }
+
+    a = tb_config_account(cf, "vtx");
+    TB_CHECK(a != NULL);
+
+    if (a) {
+        TB_CHECK_INT(a->type, TB_ACCOUNT_VERTEX);
+        TB_CHECK(a->api_key == NULL);
+        TB_CHECK_INT(a->enabled, 0);
+        TB_CHECK_STR(a->host, "europe-west4-aiplatform.googleapis.com");
+        TB_CHECK_STR(a->options.project, "my-project");
+        TB_CHECK_STR(a->options.access_token, "ya29.x");
+        TB_CHECK_STR(a->options.expiry_path, "/run/expiry");
+        TB_CHECK_INT(a->options.expiry_skew_seconds, 90);
+        TB_CHECK_INT(a->options.model_map.n, 1);
+        TB_CHECK_INT(a->models.n, 1);
+
+        if (a->models.n == 1) {
+            TB_CHECK_STR(a->models.items[0], "*");
+        }
+    }
+
+    TB_CHECK_INT(cf->nkeys, 2);
+
+    if (cf->nkeys == 2) {
+        k = &cf->keys[0];
+        TB_CHECK_STR(k->name, "ops");
+        TB_CHECK_INT(k->admin, 1);
+        TB_CHECK_INT(k->rpm, TB_UNSET);
+        TB_CHECK_INT(k->priority, TB_PRIORITY_INTERACTIVE);
+        TB_CHECK_INT(k->pool.n, 0);
+
+        k = &cf->keys[1];
+        TB_CHECK_STR(k->key, "bir_tenant_0123456789");
+        TB_CHECK_INT(k->admin, 0);
+        TB_CHECK_INT(k->pool.n, 2);
+        TB_CHECK_INT(k->rpm, 60);
+        TB_CHECK_DBL(k->spend_cap_usd, 5, 1e-9);
+        TB_CHECK_INT(k->priority, TB_PRIORITY_BATCH);
+        TB_CHECK_DBL(k->max_wait_seconds, 0, 1e-9);
+        TB_CHECK_DBL(k->session_cap_usd, 1.5, 1e-9);
+        TB_CHECK_INT(k->session_max_turns, 40);
+    }
+
+    tb_config_free(cf);
+}
+
+
+static const char  *example_yaml =
+    "server:\n"
+    "  host: 127.0.0.1\n"
+    "  port: 8787\n"
+    "routing:\n"
+    "  strategy: sticky_headroom\n"
+    "  weights: {affinity: 0.4, headroom: 0.4, priority: 0.1, load: 0.15, "
+    "errors: 0.2, cost: 0.1}\n"
+    "  affinity_ttl_seconds: 1800\n"
+    "retry: {max_attempts: 3, max_accounts: 3, deadline_seconds: 120}\n"
+    "queue: {max_size: 128, default_max_wait_seconds: 60}\n"
+    "store: {backend: sqlite, path: tokenbiryani.db}\n"
+    "pricing: builtin\n"
+    "accounts:\n"
+    "  - id: acct-01\n"
+    "    type: anthropic_api\n"
+    "    api_key: ${ANTHROPIC_API_KEY}\n"
+    "  - id: acct-bedrock\n"
+    "    type: bedrock\n"
+    "    cost_tier: 1.2\n"
+    "    options:\n"
+    "      region: us-east-1\n"
+    "      model_map:\n"
+    "        claude-sonnet-4-6: us.anthropic.claude-sonnet-4-6-v1:0\n"
+    "keys:\n"
+    "  - key: bir_example_admin_key_0123456789abcdef\n"
+    "    name: default\n"
+    "    admin: true\n"
+    "  - key: ${TENANT_KEY:-bir_tenant}\n"
+    "    name: tenant-1\n"
+    "    pool: [acct-01]\n"
+    "    rpm: 60\n"
+    "    spend_cap_usd: 5\n";
+
+
+TB_TEST(test_reference_example)
+{
+    tb_config_t              *cf;
+    const tb_account_conf_t  *a;
+
+    cf = load(example_yaml);
+    TB_CHECK(cf != NULL);
+    TB_CHECK_STR(err, "");
+
+    if (cf == NULL) {
+        return;
+    }
+
+    TB_CHECK_STR(cf->store_backend, "sqlite");
+    TB_CHECK_INT(cf->pricing_builtin, 1);
+    TB_CHECK_INT(cf->routing_strategy_line, 5);
+    TB_CHECK_INT(cf->naccounts, 2);
+    TB_CHECK_INT(cf->nkeys, 2);
+
+    a = tb_config_account(cf, "acct-bedrock");
+    TB_CHECK(a != NULL);
+
+    if (a) {
+        TB_CHECK_INT(a->type, TB_ACCOUNT_BEDROCK);
+        TB_CHECK_DBL(a->cost_tier, 1.2, 1e-9);
+        TB_CHECK_STR(a->host, "bedrock-runtime.us-east-1.amazonaws.com");
+        TB_CHECK_INT(a->port, 443);
+        TB_CHECK_INT(a->options.model_map.n, 1);
+
+        if (a->options.model_map.n == 1) {
+            TB_CHECK_STR(a->options.model_map.items[0].value,
+                         "us.anthropic.claude-sonnet-4-6-v1:0");
+        }
+    }
+
+    if (cf->nkeys == 2) {
+        TB_CHECK_STR(cf->keys[1].key, "bir_tenant");
+        TB_CHECK_INT(cf->keys[1].rpm, 60);
+        TB_CHECK_INT(cf->keys[0].admin, 1);
+    }
+
+    /* host and port are present: both are reported as ignored */
+    TB_CHECK_INT(cf->warnings.n, 2);
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_env_interpolation)
+{
+    tb_config_t  *cf;
+
+    cf = load("store:\n"
+              "  namespace: ${A}\n"
+              "  path: \"${A}-x-${B:-y}-${NOPE:-z}\"\n"
+              "  url: ${NOPE:-redis://h:1/0}\n"
+              "  secret_key_path: ${EMPTY:-fallback}\n"
+              "oauth:\n"
+              "  client_id: ${NOPE:-}\n"
+              "  token_url: 'cost: $5 and $ {A} and $'\n"
+              "server:\n"
+              "  request_timeout_seconds: ${PORT}\n");
+    TB_CHECK(cf != NULL);
+    TB_CHECK_STR(err, "");
+
+    if (cf) {
+        TB_CHECK_STR(cf->store_namespace, "alpha");
+        TB_CHECK_STR(cf->store_path, "alpha-x-beta-z");
+        TB_CHECK_STR(cf->store_url, "redis://h:1/0");
+        /* set but empty is set: the default is only for unset */
+        TB_CHECK_STR(cf->store_secret_key_path, "");
+        TB_CHECK_STR(cf->oauth_client_id, "");
+        TB_CHECK_STR(cf->oauth_token_url, "cost: $5 and $ {A} and $");
+        TB_CHECK_DBL(cf->server_request_timeout_seconds, 9000, 1e-9);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_env_nullable_number)
+{
+    tb_config_t  *cf;
+
+    cf = load("pacing:\n  weekly_budget_usd: ${NOPE:-}\n"
+              "retry:\n  max_attempts: ${NOPE:-7}\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_DBL(cf->pacing_weekly_budget_usd, TB_UNSET, 1e-9);
+        TB_CHECK_INT(cf->retry_max_attempts, 7);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_env_unset_is_an_error)
+{
+    EXPECT_ERROR("store:\n  path: x\n  namespace: pre-${MISSING_VAR}\n",
+                 "test.yaml:3: ");
+    TB_CHECK_CONTAINS(err, "MISSING_VAR");
+    TB_CHECK_CONTAINS(err, "store.namespace");
+
+    EXPECT_ERROR("store:\n  path: ${A}${B\n", "test.yaml:2: ");
+    TB_CHECK_CONTAINS(err, "unterminated");
+
+    EXPECT_ERROR("store:\n  path: ${not valid}\n", "not a valid variable");
+}
+
+
+TB_TEST(test_unknown_key_in_section)
+{
+    EXPECT_ERROR("server:\n  request_timeout_seconds: 5\n"
+                 "routing:\n  strateggy: headroom\n",
+                 "test.yaml:4: routing: unknown key \"strateggy\"");
+    TB_CHECK_CONTAINS(err, "known: strategy, weights, affinity_ttl_seconds");
+
+    EXPECT_ERROR("routing:\n  weights:\n    affinty: 1\n",
+                 "test.yaml:3: routing.weights: unknown key \"affinty\"");
+
+    EXPECT_ERROR(ACCOUNT_OK "    api_kye: x\n",
+                 "test.yaml:4: accounts[0]: unknown key \"api_kye\"");
+
+    EXPECT_ERROR(ACCOUNT_OK "    options:\n      regoin: x\n",
+                 "test.yaml:5: accounts[0].options: unknown key \"regoin\"");
+
+    EXPECT_ERROR("pricing:\n  m1: {input: 1, outptu: 2}\n",
+                 "test.yaml:2: pricing.m1: unknown key \"outptu\"");
+}
+
+
+TB_TEST(test_unknown_top_level_section)
+{
+    EXPECT_ERROR("server: {}\n\nrouter:\n  strategy: x\n",
+                 "test.yaml:3: unknown top-level section \"router\"");
+    TB_CHECK_CONTAINS(err, "known: server, routing");
+}
+
+
+TB_TEST(test_wrong_types)
+{
+    EXPECT_ERROR("retry:\n\n\n\n\n\n  max_attempts: three\n",
+                 "test.yaml:7: retry.max_attempts: expected an integer, "
+                 "got \"three\"");
+
+    EXPECT_ERROR("retry:\n  max_attempts: 1.5\n", "expected an integer");
+    EXPECT_ERROR("retry:\n  max_attempts: 0x10\n", "expected an integer");
+    EXPECT_ERROR("retry:\n  max_attempts: 010\n", "expected an integer");
+    EXPECT_ERROR("retry:\n  max_attempts: 99999999999999999999\n",
+                 "out of range");
+
+    EXPECT_ERROR("batch:\n  enabled: maybe\n",
+                 "test.yaml:2: batch.enabled: expected true or false, "
+                 "got \"maybe\"");
+
+    EXPECT_ERROR(ACCOUNT_OK "    models: claude-sonnet-4-6\n",
+                 "accounts[0].models: expected a list of strings, "
+                 "got a string");
+
+    EXPECT_ERROR("routing:\n  - strategy\n",
+                 "test.yaml:2: routing: expected a mapping, got a list");
+
+    EXPECT_ERROR("retry:\n  max_attempts: {a: 1}\n",
+                 "retry.max_attempts: expected an integer, got a mapping");
+
+    EXPECT_ERROR("store:\n  path: [a, b]\n",
+                 "store.path: expected a string, got a list");
+
+    EXPECT_ERROR("retry:\n  max_attempts:\n",
+                 "retry.max_attempts: expected an integer, got nothing");
+
+    EXPECT_ERROR("routing:\n  affinity_ttl_seconds: .inf\n",
+                 "expected a number");
+    EXPECT_ERROR("routing:\n  affinity_ttl_seconds: nan\n",
+                 "expected a number");
+    EXPECT_ERROR("routing:\n  affinity_ttl_seconds: 1e999\n",
+                 "expected a number");
+
+    EXPECT_ERROR(ACCOUNT_OK "    models: [a, [b]]\n",
+                 "accounts[0].models[1]: expected a string, got a list");
+
+    EXPECT_ERROR("accounts:\n  id: a1\n",
+                 "accounts: expected a list of accounts, got a mapping");
+
+    EXPECT_ERROR("store:\n  backend: postgres\n",
+                 "store.backend: expected one of memory, sqlite, redis, "
+                 "got \"postgres\"");
+
+    EXPECT_ERROR("routing:\n  output_estimate: p95\n",
+                 "expected one of adaptive, max_tokens");
+}
+
+
+TB_TEST(test_numbers_and_booleans)
+{
+    tb_config_t  *cf;
+
+    cf = load("retry:\n  max_attempts: +4\n  backoff_base_seconds: .5\n"
+              "  backoff_max_seconds: 1e1\n  deadline_seconds: \"30\"\n"
+              "batch:\n  enabled: ON\n"
+              "cache:\n  auto_breakpoint: Yes\n"
+              "pacing:\n  enabled: NO\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->retry_max_attempts, 4);
+        TB_CHECK_DBL(cf->retry_backoff_base_seconds, .5, 1e-9);
+        TB_CHECK_DBL(cf->retry_backoff_max_seconds, 10, 1e-9);
+        TB_CHECK_DBL(cf->retry_deadline_seconds, 30, 1e-9);
+        TB_CHECK_INT(cf->batch_enabled, 1);
+        TB_CHECK_INT(cf->cache_auto_breakpoint, 1);
+        TB_CHECK_INT(cf->pacing_enabled, 0);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_ranges)
+{
+    EXPECT_ERROR("retry:\n  max_attempts: 0\n",
+                 "retry.max_attempts: must be at least 1, got 0");
+    EXPECT_ERROR("retry:\n  max_accounts: -2\n", "must be at least 1");
+    EXPECT_ERROR("retry:\n  deadline_seconds: -1\n",
+                 "retry.deadline_seconds: must be at least 0");
+    EXPECT_ERROR("queue:\n  max_size: -1\n", "queue.max_size");
+    EXPECT_ERROR("routing:\n  output_estimate_quantile: 0.3\n",
+                 "must be between 0.5 and 1, got 0.3");
+    EXPECT_ERROR("routing:\n  output_estimate_quantile: 1.01\n",
+                 "must be between 0.5 and 1");
+    EXPECT_ERROR(ACCOUNT_OK "    cost_tier: 0\n",
+                 "accounts[0].cost_tier: must be greater than 0");
+    EXPECT_ERROR(ACCOUNT_OK "    assumed_headroom: 2\n",
+                 "accounts[0].assumed_headroom: must be between 0 and 1");
+    EXPECT_ERROR(ACCOUNT_OK "    max_concurrency: 0\n", "must be at least 1");
+    EXPECT_ERROR(ACCOUNT_OK "    spend_cap_usd: -5\n", "must be at least 0");
+    EXPECT_ERROR(ACCOUNT_OK "keys:\n  - key: k\n    rpm: 0\n",
+                 "keys[0].rpm: must be at least 1");
+    EXPECT_ERROR("server:\n  port: 70000\n", "server.port");
+}
+
+
+TB_TEST(test_nullable_values)
+{
+    tb_config_t  *cf;
+
+    cf = load(ACCOUNT_OK "    spend_cap_usd: null\n"
+              "keys:\n  - key: k1\n    rpm: ~\n    spend_cap_usd:\n"
+              "    max_wait_seconds: NULL\n    session_max_turns: 3\n"
+              "sessions:\n  runaway_spend_usd: 2.5\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_DBL(cf->accounts[0].spend_cap_usd, TB_UNSET, 1e-9);
+        TB_CHECK_INT(cf->keys[0].rpm, TB_UNSET);
+        TB_CHECK_DBL(cf->keys[0].spend_cap_usd, TB_UNSET, 1e-9);
+        TB_CHECK_DBL(cf->keys[0].max_wait_seconds, TB_UNSET, 1e-9);
+        TB_CHECK_DBL(cf->keys[0].session_cap_usd, TB_UNSET, 1e-9);
+        TB_CHECK_INT(cf->keys[0].session_max_turns, 3);
+        TB_CHECK_DBL(cf->sessions_runaway_spend_usd, 2.5, 1e-9);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_duplicate_account_id)
+{
+    EXPECT_ERROR("accounts:\n"
+                 "  - id: a1\n    api_key: x\n"
+                 "  - id: b2\n    api_key: y\n"
+                 "  - id: a1\n    api_key: z\n",
+                 "test.yaml:6: account id \"a1\" is used twice "
+                 "(lines 2 and 6)");
+}
+
+
+TB_TEST(test_account_id_rules)
+{
+    EXPECT_ERROR("accounts:\n  - api_key: x\n",
+                 "test.yaml:2: accounts[0]: id is required");
+    EXPECT_ERROR("accounts:\n  - id: -bad\n    api_key: x\n",
+                 "id \"-bad\" is not valid");
+    EXPECT_ERROR("accounts:\n  - id: has space\n    api_key: x\n",
+                 "is not valid");
+    EXPECT_ERROR("accounts:\n  - id: a0123456789012345678901234567890123456789"
+                 "0123456789012345678901234\n    api_key: x\n",
+                 "is not valid");
+    EXPECT_ERROR("accounts:\n  - just-a-string\n",
+                 "accounts[0]: expected a mapping with at least an id, "
+                 "got a string");
+}
+
+
+TB_TEST(test_anthropic_api_needs_api_key)
+{
+    EXPECT_ERROR("accounts:\n  - id: main\n    type: anthropic_api\n",
+                 "test.yaml:2: account main: type anthropic_api needs "
+                 "api_key");
+
+    /* the default type is anthropic_api too, and "" is not a key */
+    EXPECT_ERROR("accounts:\n  - id: main\n    api_key: ${EMPTY}\n",
+                 "account main: type anthropic_api needs api_key");
+}
+
+
+TB_TEST(test_pool_names_unknown_account)
+{
+    EXPECT_ERROR("keys:\n"
+                 "  - key: k0\n    name: ops\n"
+                 "  - key: k1\n    name: tenant\n    pool: [a1, acct-9]\n"
+                 ACCOUNT_OK,
+                 "test.yaml:4: keys[1] (name tenant): pool names unknown "
+                 "account acct-9");
+
+    EXPECT_ERROR("keys:\n  - key: k1\n    pool: [x]\n",
+                 "keys[0] (name default): pool names unknown account x");
+}
+
+
+TB_TEST(test_keys_rules)
+{
+    tb_config_t  *cf;
+
+    EXPECT_ERROR("keys:\n  - name: nokey\n",
+                 "test.yaml:2: keys[0] (name nokey): key is required");
+    EXPECT_ERROR("keys:\n  - key: ''\n", "key is required");
+    EXPECT_ERROR("keys:\n  - key: k1\n  - key: k2\n",
+                 "test.yaml:3: keys[1]: name \"default\" is already used by "
+                 "keys[0] at line 2");
+    EXPECT_ERROR("keys:\n  - key: k1\n    priority: urgent\n",
+                 "keys[0].priority: expected one of interactive, batch");
+
+    cf = load("keys:\n  - key: k1\n    priority: background\n    name: a\n"
+              "  - key: k2\n    priority: batch\n    name: b\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->keys[0].priority, TB_PRIORITY_INTERACTIVE);
+        TB_CHECK_INT(cf->keys[1].priority, TB_PRIORITY_BATCH);
+        TB_CHECK_INT(cf->keys[1].line, 5);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_credentials_never_in_messages)
+{
+    static const char  *secret = "bir_super_secret_value_42";
+
+    EXPECT_ERROR("keys:\n"
+                 "  - key: bir_super_secret_value_42\n    name: first\n"
+                 "  - key: bir_super_secret_value_42\n    name: second\n",
+                 "test.yaml:4: keys[1] (name second) repeats the key of "
+                 "keys[0] (name first) at line 2");
+    TB_CHECK(strstr(err, secret) == NULL);
+
+    /* nor an api_key, whatever goes wrong next to it */
+    EXPECT_ERROR("accounts:\n  - id: a1\n    api_key: sk-very-secret\n"
+                 "    base_url: ftp://sk-very-secret@host\n",
+                 "accounts[0].base_url");
+    TB_CHECK(strstr(err, "sk-very-secret") == NULL);
+
+    EXPECT_ERROR("accounts:\n  - id: a1\n    api_key: sk-very-secret\n"
+                 "    base_url: https://u:sk-very-secret@host/\n",
+                 "credentials in the URL");
+    TB_CHECK(strstr(err, "sk-very-secret") == NULL);
+
+    EXPECT_ERROR("accounts:\n  - id: a1\n    api_key: sk-very-secret\n"
+                 "    headers: {X-Token: \"sk-very-secret\\r\\nX-Evil: 1\"}\n",
+                 "control character");
+    TB_CHECK(strstr(err, "sk-very-secret") == NULL);
+}
+
+
+TB_TEST(test_base_url_parsing)
+{
+    tb_config_t              *cf;
+    const tb_account_conf_t  *a;
+
+    cf = load("accounts:\n"
+              "  - id: plain\n    api_key: k\n"
+              "    base_url: http://mock.local:8080\n"
+              "  - id: tls\n    api_key: k\n"
+              "    base_url: HTTPS://proxy.example.com\n"
+              "  - id: v6\n    api_key: k\n"
+              "    base_url: http://[::1]:9000/\n"
+              "  - id: prefix\n    api_key: k\n"
+              "    base_url: https://gw.example.com:8443/anthropic/v1/\n"
+              "  - id: bare6\n    api_key: k\n"
+              "    base_url: https://[2001:db8::1]\n");
+    TB_CHECK(cf != NULL);
+    TB_CHECK_STR(err, "");
+
+    if (cf == NULL) {
+        return;
+    }
+
+    a = tb_config_account(cf, "plain");
+    TB_CHECK(a != NULL);
+
+    if (a) {
+        TB_CHECK_STR(a->base_url, "http://mock.local:8080");
+        TB_CHECK_INT(a->tls, 0);
+        TB_CHECK_STR(a->host, "mock.local");
+        TB_CHECK_INT(a->port, 8080);
+        TB_CHECK_STR(a->path_prefix, "");
+    }
+
+    a = tb_config_account(cf, "tls");
+
+    if (a) {
+        TB_CHECK_INT(a->tls, 1);
+        TB_CHECK_STR(a->host, "proxy.example.com");
+        TB_CHECK_INT(a->port, 443);
+    }
+
+    a = tb_config_account(cf, "v6");
+
+    if (a) {
+        TB_CHECK_INT(a->tls, 0);
+        TB_CHECK_STR(a->host, "::1");
+        TB_CHECK_INT(a->port, 9000);
+        TB_CHECK_STR(a->path_prefix, "");
+    }
+
+    a = tb_config_account(cf, "prefix");
+
+    if (a) {
+        TB_CHECK_STR(a->host, "gw.example.com");
+        TB_CHECK_INT(a->port, 8443);
+        TB_CHECK_STR(a->path_prefix, "/anthropic/v1");
+    }
+
+    a = tb_config_account(cf, "bare6");
+
+    if (a) {
+        TB_CHECK_STR(a->host, "2001:db8::1");
+        TB_CHECK_INT(a->port, 443);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_base_url_errors)
+{
+#define URL_ACCOUNT  "accounts:\n  - id: a1\n    api_key: k\n    base_url: "
+
+    EXPECT_ERROR(URL_ACCOUNT "ftp://host\n",
+                 "test.yaml:4: accounts[0].base_url: the URL must start with "
+                 "http:// or https://");
+    EXPECT_ERROR(URL_ACCOUNT "api.anthropic.com\n", "must start with http");
+    EXPECT_ERROR(URL_ACCOUNT "https://host/v1?beta=true\n",
+                 "query string or fragment");
+    EXPECT_ERROR(URL_ACCOUNT "https://host/#frag\n",
+                 "query string or fragment");
+    EXPECT_ERROR(URL_ACCOUNT "https://host:0\n", "invalid port");
+    EXPECT_ERROR(URL_ACCOUNT "https://host:65536\n", "invalid port");
+    EXPECT_ERROR(URL_ACCOUNT "'https://host:'\n", "invalid port");
+    EXPECT_ERROR(URL_ACCOUNT "https://host:80a\n", "invalid port");
+    EXPECT_ERROR(URL_ACCOUNT "https://\n", "no host");
+    EXPECT_ERROR(URL_ACCOUNT "https://::1/\n", "in brackets");
+    EXPECT_ERROR(URL_ACCOUNT "https://[::1/\n", "closing");
+    EXPECT_ERROR(URL_ACCOUNT "https://[zz::1]/\n", "invalid IPv6");
+    EXPECT_ERROR(URL_ACCOUNT "https://[::1]x/\n", "after the IPv6");
+    EXPECT_ERROR(URL_ACCOUNT "\"https://ho st/\"\n", "space");
+    EXPECT_ERROR(URL_ACCOUNT "https://ho%st/\n", "host name");
+
+#undef URL_ACCOUNT
+}
+
+
+TB_TEST(test_default_base_urls)
+{
+    tb_config_t              *cf;
+    const tb_account_conf_t  *a;
+
+    cf = load("accounts:\n"
+              "  - id: br\n    type: bedrock\n"
+              "  - id: br-eu\n    type: bedrock\n"
+              "    options: {region: '${REGION}'}\n"
+              "  - id: vx\n    type: vertex\n"
+              "  - id: vx-global\n    type: vertex\n"
+              "    options: {region: global}\n"
+              "  - id: oa\n    type: oauth\n");
+    TB_CHECK(cf != NULL);
+    TB_CHECK_STR(err, "");
+
+    if (cf == NULL) {
+        return;
+    }
+
+    a = tb_config_account(cf, "br");
+    TB_CHECK(a != NULL && strcmp(a->host,
+                                 "bedrock-runtime.us-east-1.amazonaws.com")
+                          == 0);
+
+    a = tb_config_account(cf, "br-eu");
+    TB_CHECK(a != NULL && strcmp(a->host,
+                                 "bedrock-runtime.eu-west-1.amazonaws.com")
+                          == 0);
+
+    a = tb_config_account(cf, "vx");
+    TB_CHECK(a != NULL && strcmp(a->host,
+                                 "us-central1-aiplatform.googleapis.com")
+                          == 0);
+
+    a = tb_config_account(cf, "vx-global");
+    TB_CHECK(a != NULL && strcmp(a->host, "aiplatform.googleapis.com") == 0);
+
+    a = tb_config_account(cf, "oa");
+    TB_CHECK(a != NULL);
+
+    if (a) {
+        TB_CHECK_STR(a->host, "api.anthropic.com");
+        TB_CHECK_INT(a->tls, 1);
+        TB_CHECK_INT(a->port, 443);
+        TB_CHECK_STR(a->base_url, "");
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("accounts:\n  - id: b\n    type: bedrock\n"
+                 "    options: {region: \"evil.com/x\"}\n",
+                 "options.region \"evil.com/x\" is not a valid region");
+}
+
+
+TB_TEST(test_account_type_alias_and_names)
+{
+    tb_config_t  *cf;
+
+    cf = load("accounts:\n  - id: a\n    type: anthropic\n    api_key: k\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->accounts[0].type, TB_ACCOUNT_ANTHROPIC_API);
+        TB_CHECK_STR(tb_account_type_name(cf->accounts[0].type),
+                     "anthropic_api");
+    }
+
+    tb_config_free(cf);
+
+    TB_CHECK_STR(tb_account_type_name(TB_ACCOUNT_BEDROCK), "bedrock");
+    TB_CHECK_STR(tb_account_type_name(TB_ACCOUNT_VERTEX), "vertex");
+    TB_CHECK_STR(tb_account_type_name(TB_ACCOUNT_OAUTH), "oauth");
+
+    EXPECT_ERROR("accounts:\n  - id: a\n    type: openai\n",
+                 "accounts[0].type: expected one of anthropic_api, bedrock, "
+                 "vertex, oauth");
+}
+
+
+TB_TEST(test_oauth_forces_unobservable)
+{
+    tb_config_t  *cf;
+
+    cf = load("accounts:\n  - id: sub\n    type: oauth\n"
+              "    observable_limits: true\n"
+              "  - id: api\n    api_key: k\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->accounts[0].type, TB_ACCOUNT_OAUTH);
+        TB_CHECK_INT(cf->accounts[0].observable_limits, 0);
+        TB_CHECK_INT(cf->accounts[1].observable_limits, 1);
+    }
+
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_pricing)
+{
+    tb_config_t  *cf;
+
+    cf = load("pricing: builtin\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->pricing_builtin, 1);
+        TB_CHECK_INT(cf->nprices, 0);
+    }
+
+    tb_config_free(cf);
+
+    cf = load("pricing:\n"
+              "  claude-z-*: {input: 3, output: 15}\n"
+              "  builtin: true\n"
+              "  claude-a: {cache_read: 0.3}\n"
+              "  claude-empty:\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->pricing_builtin, 1);
+        TB_CHECK_INT(cf->nprices, 3);
+
+        if (cf->nprices == 3) {
+            /* file order, not sorted */
+            TB_CHECK_STR(cf->prices[0].pattern, "claude-z-*");
+            TB_CHECK_DBL(cf->prices[0].output, 15, 1e-9);
+            TB_CHECK_STR(cf->prices[1].pattern, "claude-a");
+            TB_CHECK_DBL(cf->prices[1].cache_read, .3, 1e-9);
+            TB_CHECK_DBL(cf->prices[1].input, 0, 1e-9);
+            TB_CHECK_STR(cf->prices[2].pattern, "claude-empty");
+        }
+    }
+
+    tb_config_free(cf);
+
+    cf = load("pricing:\n  builtin: false\n  m: {input: 1}\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->pricing_builtin, 0);
+        TB_CHECK_INT(cf->nprices, 1);
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("pricing: bultin\n",
+                 "test.yaml:1: pricing: \"bultin\" is not valid");
+    EXPECT_ERROR("pricing:\n  m: {input: -1}\n",
+                 "pricing.m.input: must be at least 0");
+    EXPECT_ERROR("pricing:\n  a*b: {input: 1}\n", "pricing.a*b: expected a "
+                 "model id");
+    EXPECT_ERROR("pricing: [builtin]\n", "pricing: expected builtin or a "
+                 "mapping");
+    EXPECT_ERROR("pricing:\n  m: 3\n", "pricing.m: expected a mapping");
+}
+
+
+TB_TEST(test_yaml_syntax_error_has_line)
+{
+    EXPECT_ERROR("server:\n  host: a\nrouting:\n  strategy: x: y\n",
+                 "test.yaml:4: YAML syntax error: mapping values are not "
+                 "allowed in this context");
+
+    EXPECT_ERROR("routing:\n  weights: {affinity: 1\n", "YAML syntax error");
+
+    EXPECT_ERROR("accounts:\n  - *nowhere\n",
+                 "test.yaml:2: YAML syntax error: found undefined alias");
+}
+
+
+TB_TEST(test_document_rules)
+{
+    EXPECT_ERROR("server: {}\n---\nrouting: {}\n",
+                 "test.yaml:2: a second YAML document");
+    EXPECT_ERROR("- a\n- b\n", "test.yaml:1: the document root: expected a "
+                 "mapping");
+    EXPECT_ERROR("just text\n", "the document root: expected a mapping");
+    EXPECT_ERROR("store:\n  path: \"a\\0b\"\n", "NUL byte");
+}
+
+
+TB_TEST(test_duplicate_yaml_keys)
+{
+    EXPECT_ERROR("retry:\n  max_attempts: 2\n  deadline_seconds: 1\n"
+                 "  max_attempts: 4\n",
+                 "test.yaml:4: retry: key \"max_attempts\" is given twice "
+                 "(lines 2 and 4)");
+    EXPECT_ERROR("retry: {}\nretry: {}\n",
+                 "test.yaml:2: key \"retry\" is given twice");
+}
+
+
+TB_TEST(test_anchors_and_merge_keys)
+{
+    tb_config_t  *cf;
+
+    cf = load("x-common: &common\n"
+              "  type: bedrock\n"
+              "  cost_tier: 2\n"
+              "  models: &models [claude-sonnet-*]\n"
+              "accounts:\n"
+              "  - <<: *common\n    id: b1\n"
+              "  - <<: *common\n    id: b2\n    cost_tier: 3\n");
+    /* an unknown top-level key, even one used only for anchors */
+    TB_CHECK(cf == NULL);
+    TB_CHECK_CONTAINS(err, "unknown top-level section \"x-common\"");
+    tb_config_free(cf);
+
+    cf = load("accounts:\n"
+              "  - &first\n    id: b1\n    type: bedrock\n    cost_tier: 2\n"
+              "    models: [claude-sonnet-*]\n"
+              "  - <<: *first\n    id: b2\n    cost_tier: 3\n"
+              "  - <<: [{max_concurrency: 2}, *first]\n    id: b3\n");
+    TB_CHECK(cf != NULL);
+    TB_CHECK_STR(err, "");
+
+    if (cf && cf->naccounts == 3) {
+        TB_CHECK_STR(cf->accounts[1].id, "b2");
+        TB_CHECK_INT(cf->accounts[1].type, TB_ACCOUNT_BEDROCK);
+        TB_CHECK_DBL(cf->accounts[1].cost_tier, 3, 1e-9);
+        TB_CHECK_INT(cf->accounts[1].models.n, 1);
+        TB_CHECK_STR(cf->accounts[2].id, "b3");
+        TB_CHECK_INT(cf->accounts[2].max_concurrency, 2);
+        TB_CHECK_DBL(cf->accounts[2].cost_tier, 2, 1e-9);
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("retry: &r\n  max_attempts: 2\n  <<: *r\n", "merge");
+}
+
+
+TB_TEST(test_alias_bomb_is_refused)
+{
+    char    *yaml, *p, *def;
+    size_t   i, n;
+
+    /* more nodes than allowed */
+    n = 100005;
+    yaml = malloc(n * 4 + 64);
+    TB_CHECK(yaml != NULL);
+
+    if (yaml == NULL) {
+        return;
+    }
+
+    p = yaml;
+    p += sprintf(p, "oauth:\n  scopes: [");
+
+    for (i = 0; i < n; i++) {
+        p += sprintf(p, "a,");
+    }
+
+    sprintf(p, "a]\n");
+
+    EXPECT_ERROR(yaml, "more than 100000 nodes");
+    free(yaml);
+
+    /*
+     * Few nodes, but each level merges the previous one eight times:
+     * 8^10 keys if nothing stopped it.
+     */
+    yaml = malloc(8192);
+    def = malloc(8192);
+    TB_CHECK(yaml != NULL && def != NULL);
+
+    if (yaml == NULL || def == NULL) {
+        free(yaml);
+        free(def);
+        return;
+    }
+
+    strcpy(def, "&a0 {k0: 1, k1: 2}");
+
+    for (i = 1; i <= 10; i++) {
+        p = yaml + sprintf(yaml, "&a%zu {<<: [%s", i, def);
+
+        for (n = 0; n < 7; n++) {
+            p += sprintf(p, ", *a%zu", i - 1);
+        }
+
+        sprintf(p, "]}");
+        strcpy(def, yaml);
+    }
+
+    sprintf(yaml, "server:\n  <<: [%s, *a10]\n", def);
+
+    EXPECT_ERROR(yaml, "test.yaml:2: server: too many keys");
+
+    /* the same with empty mappings: no keys, but as much work */
+    strcpy(def, "&a0 {}");
+
+    for (i = 1; i <= 10; i++) {
+        p = yaml + sprintf(yaml, "&a%zu {<<: [%s", i, def);
+
+        for (n = 0; n < 7; n++) {
+            p += sprintf(p, ", *a%zu", i - 1);
+        }
+
+        sprintf(p, "]}");
+        strcpy(def, yaml);
+    }
+
+    sprintf(yaml, "server:\n  <<: [%s, *a10]\n", def);
+
+    EXPECT_ERROR(yaml, "too much data");
+
+    free(def);
+    free(yaml);
+}
+
+
+TB_TEST(test_server_warnings)
+{
+    tb_config_t  *cf;
+
+    cf = load("server:\n  host: 0.0.0.0\n  port: ${PORT}\n"
+              "  allow_remote: true\n  hot_reload_seconds: 0\n"
+              "  request_timeout_seconds: 30\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf == NULL) {
+        return;
+    }
+
+    TB_CHECK_INT(cf->warnings.n, 4);
+
+    if (cf->warnings.n == 4) {
+        TB_CHECK_CONTAINS(cf->warnings.items[0],
+                          "test.yaml:2: server.host is ignored: "
+                          "nginx.conf's listen directive owns the address");
+        TB_CHECK_CONTAINS(cf->warnings.items[1],
+                          "test.yaml:3: server.port is ignored: "
+                          "nginx.conf's listen directive");
+        TB_CHECK_CONTAINS(cf->warnings.items[2],
+                          "server.allow_remote is ignored");
+        TB_CHECK_CONTAINS(cf->warnings.items[3],
+                          "server.hot_reload_seconds is ignored");
+    }
+
+    /* still parsed, for whoever wants to report them */
+    TB_CHECK_STR(cf->server_host, "0.0.0.0");
+    TB_CHECK_INT(cf->server_port, 9000);
+    TB_CHECK_INT(cf->server_allow_remote, 1);
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("server:\n  port: eighty\n", "server.port: expected an "
+                 "integer");
+}
+
+
+TB_TEST(test_headers)
+{
+    tb_config_t  *cf;
+
+#define HDR_ACCOUNT  "accounts:\n  - id: a1\n    api_key: k\n    headers:\n"
+
+    cf = load(HDR_ACCOUNT "      anthropic-beta: x\n"
+              "      X-Trace: \"a\\tb\"\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->accounts[0].headers.n, 2);
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR(HDR_ACCOUNT "      Authorization: Bearer x\n",
+                 "test.yaml:5: accounts[0].headers: header \"Authorization\" "
+                 "cannot be set here: it carries the account's credential");
+    EXPECT_ERROR(HDR_ACCOUNT "      x-api-key: x\n", "use api_key");
+    EXPECT_ERROR(HDR_ACCOUNT "      Host: x\n", "header \"Host\" cannot be "
+                 "set here");
+    EXPECT_ERROR(HDR_ACCOUNT "      Content-Length: 5\n", "cannot be set");
+    EXPECT_ERROR(HDR_ACCOUNT "      Transfer-Encoding: chunked\n",
+                 "cannot be set");
+    EXPECT_ERROR(HDR_ACCOUNT "      Connection: close\n", "cannot be set");
+    EXPECT_ERROR(HDR_ACCOUNT "      \"Bad Name\": x\n",
+                 "\"Bad Name\" is not a valid header name");
+    EXPECT_ERROR(HDR_ACCOUNT "      X-A: 1\n      x-a: 2\n", "given twice");
+    EXPECT_ERROR(HDR_ACCOUNT "      X-A: [1]\n",
+                 "accounts[0].headers.X-A: expected a string, got a list");
+    EXPECT_ERROR("accounts:\n  - id: a1\n    api_key: k\n    headers: [a]\n",
+                 "accounts[0].headers: expected a mapping of names to "
+                 "strings, got a list");
+
+#undef HDR_ACCOUNT
+}
+
+
+TB_TEST(test_strategy)
+{
+    tb_config_t  *cf;
+    int           i, found;
+
+    cf = load("\nrouting:\n\n  strategy: my_plugin_strategy\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_STR(cf->routing_strategy, "my_plugin_strategy");
+        TB_CHECK_INT(cf->routing_strategy_line, 4);
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("routing:\n  strategy: \"\"\n",
+                 "routing.strategy: must not be empty");
+
+    found = 0;
+
+    for (i = 0; tb_builtin_strategies[i] != NULL; i++) {
+        found += strcmp(tb_builtin_strategies[i], "sticky_headroom") == 0
+                 || strcmp(tb_builtin_strategies[i], "round_robin") == 0;
+    }
+
+    TB_CHECK_INT(i, 6);
+    TB_CHECK_INT(found, 2);
+}
+
+
+TB_TEST(test_load_file)
+{
+    int           fd;
+    char          path[] = "/tmp/tb_config_test_XXXXXX";
+    tb_config_t  *cf;
+
+    cf = tb_config_load_file("/nonexistent/tokenbiryani.yaml", test_getenv,
+                             err, sizeof(err));
+    TB_CHECK(cf == NULL);
+    TB_CHECK_CONTAINS(err, "cannot open /nonexistent/tokenbiryani.yaml: "
+                      "No such file or directory");
+
+    fd = mkstemp(path);
+    TB_CHECK(fd != -1);
+
+    if (fd == -1) {
+        return;
+    }
+
+    TB_CHECK((size_t) write(fd, example_yaml, strlen(example_yaml))
+             == strlen(example_yaml));
+    close(fd);
+
+    cf = tb_config_load_file(path, test_getenv, err, sizeof(err));
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->naccounts, 2);
+        TB_CHECK_CONTAINS(cf->warnings.items[0], path);
+    }
+
+    tb_config_free(cf);
+
+    /* the file's name prefixes the message */
+    fd = open(path, O_WRONLY | O_TRUNC);
+
+    if (fd != -1) {
+        TB_CHECK(write(fd, "retry:\n  max_attempts: x\n", 25) == 25);
+        close(fd);
+    }
+
+    cf = tb_config_load_file(path, test_getenv, err, sizeof(err));
+    TB_CHECK(cf == NULL);
+    TB_CHECK(strncmp(err, path, strlen(path)) == 0);
+    TB_CHECK_CONTAINS(err, ":2: retry.max_attempts");
+
+    unlink(path);
+
+    cf = tb_config_load_file("/tmp", test_getenv, err, sizeof(err));
+    TB_CHECK(cf == NULL);
+    TB_CHECK_CONTAINS(err, "/tmp");
+}
+
+
+TB_TEST(test_real_getenv_and_small_errbuf)
+{
+    char          small[16];
+    const char   *yaml;
+    tb_config_t  *cf;
+
+    setenv("TB_CONFIG_TEST_NS", "from-env", 1);
+
+    yaml = "store:\n  namespace: ${TB_CONFIG_TEST_NS}\n";
+    cf = tb_config_load_buffer("t.yaml", yaml, strlen(yaml), NULL, NULL, 0);
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_STR(cf->store_namespace, "from-env");
+    }
+
+    tb_config_free(cf);
+
+    /* a short buffer truncates, NUL-terminated */
+    cf = tb_config_load_buffer("t.yaml", "nope: 1\n", 8, NULL, small,
+                               sizeof(small));
+    TB_CHECK(cf == NULL);
+    TB_CHECK(strlen(small) == sizeof(small) - 1);
+
+    cf = tb_config_load_buffer(NULL, NULL, 0, NULL, NULL, 0);
+    TB_CHECK(cf != NULL);
+    tb_config_free(cf);
+}
+
+
+TB_TEST(test_lists_and_maps)
+{
+    tb_config_t  *cf;
+
+    cf = load(ACCOUNT_OK "    models: []\n"
+              "    options:\n      model_map: {a: b, c: \"${A}\"}\n"
+              "keys:\n  - key: k\n    models:\n      - claude-*\n"
+              "      - 'x'\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->accounts[0].models.n, 0);
+        TB_CHECK_INT(cf->accounts[0].options.model_map.n, 2);
+        TB_CHECK_STR(cf->accounts[0].options.model_map.items[1].value,
+                     "alpha");
+        TB_CHECK_INT(cf->keys[0].models.n, 2);
+        TB_CHECK_STR(cf->keys[0].models.items[1], "x");
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("pacing:\n  model_downshift: [a]\n",
+                 "pacing.model_downshift: expected a mapping");
+    EXPECT_ERROR("pacing:\n  model_downshift: {a: }\n",
+                 "pacing.model_downshift.a: expected a string, got nothing");
+    EXPECT_ERROR("oauth:\n  scopes: [a, ~]\n",
+                 "oauth.scopes[1]: expected a string, got nothing");
+    EXPECT_ERROR("oauth:\n  scopes: {a: b}\n",
+                 "oauth.scopes: expected a list of strings, got a mapping");
+}
+
+
+int
+main(void)
+{
+    TB_RUN(test_defaults_empty_file);
+    TB_RUN(test_defaults_comments_only);
+    TB_RUN(test_defaults_function);
+    TB_RUN(test_null_sections_mean_defaults);
+    TB_RUN(test_full_file);
+    TB_RUN(test_reference_example);
+    TB_RUN(test_env_interpolation);
+    TB_RUN(test_env_nullable_number);
+    TB_RUN(test_env_unset_is_an_error);
+    TB_RUN(test_unknown_key_in_section);
+    TB_RUN(test_unknown_top_level_section);
+    TB_RUN(test_wrong_types);
+    TB_RUN(test_numbers_and_booleans);
+    TB_RUN(test_ranges);
+    TB_RUN(test_nullable_values);
+    TB_RUN(test_duplicate_account_id);
+    TB_RUN(test_account_id_rules);
+    TB_RUN(test_anthropic_api_needs_api_key);
+    TB_RUN(test_pool_names_unknown_account);
+    TB_RUN(test_keys_rules);
+    TB_RUN(test_credentials_never_in_messages);
+    TB_RUN(test_base_url_parsing);
+    TB_RUN(test_base_url_errors);
+    TB_RUN(test_default_base_urls);
+    TB_RUN(test_account_type_alias_and_names);
+    TB_RUN(test_oauth_forces_unobservable);
+    TB_RUN(test_pricing);
+    TB_RUN(test_yaml_syntax_error_has_line);
+    TB_RUN(test_document_rules);
+    TB_RUN(test_duplicate_yaml_keys);
+    TB_RUN(test_anchors_and_merge_keys);
+    TB_RUN(test_alias_bomb_is_refused);
+    TB_RUN(test_server_warnings);
+    TB_RUN(test_headers);
+    TB_RUN(test_strategy);
+    TB_RUN(test_load_file);
+    TB_RUN(test_real_getenv_and_small_errbuf);
+    TB_RUN(test_lists_and_maps);
+
+    return tb_test_done();
+}

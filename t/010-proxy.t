@@ -1,0 +1,214 @@
+# The proxy: what reaches the upstream, what reaches the client.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Yaml = <<'_EOY_';
+>>> tb.yaml
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+  - id: a3
+    api_key: sk-a3
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT3}
+    headers:
+      anthropic-beta: from-the-account
+keys:
+  - key: tenant-key
+    name: tenant
+  - key: admin-key
+    name: admin
+    admin: true
+_EOY_
+
+our %Account = ('sk-a1' => 'a1', 'sk-a2' => 'a2', 'sk-a3' => 'a3');
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: a JSON response reaches the client byte for byte
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- more_headers
+x-api-key: tenant-key
+content-type: application/json
+--- error_code: 200
+--- response_headers_like
+x-tokenbiryani-request-id: tbr_[0-9a-f]{24}
+x-tokenbiryani-account: a[123]
+content-type: application/json
+--- check
+my $log = mock_log();
+is(scalar @$log, 1, 'one upstream request');
+is($log->[0]{status}, 200, 'the mock answered 200');
+is(sha256_hex($resp->{body}), $log->[0]{resp_sha256},
+   'the client got exactly the bytes the mock sent');
+is(length $resp->{body}, $log->[0]{resp_len}, '... same length');
+is($resp->{headers}{'x-tokenbiryani-account'},
+   $::Account{ $log->[0]{credential} },
+   'x-tokenbiryani-account names the account whose credential went upstream');
+is(json_decode($resp->{body})->{type}, 'message', 'a Message');
+
+
+
+=== TEST 2: a stream reaches the client byte for byte, with the account header
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body()
+--- more_headers
+Authorization: Bearer tenant-key
+--- error_code: 200
+--- response_headers_like
+content-type: text/event-stream.*
+x-tokenbiryani-account: a[123]
+x-tokenbiryani-request-id: tbr_[0-9a-f]{24}
+--- check
+my $log = mock_log();
+is(scalar @$log, 1, 'one upstream request');
+is(sha256_hex($resp->{body}), $log->[0]{resp_sha256}, 'stream identical');
+is(count_events($resp->{body}, 'message_start'), 1, 'one message_start');
+is(count_events($resp->{body}, 'message_stop'), 1, 'one message_stop');
+ok(count_events($resp->{body}, 'content_block_delta') >= 3, 'the deltas');
+is($resp->{headers}{'x-tokenbiryani-account'},
+   $::Account{ $log->[0]{credential} }, 'account header on a stream');
+
+
+
+=== TEST 3: the account's credential goes upstream, never the client's key or our headers
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages?beta=true\n" . msg_body()
+--- more_headers
+x-api-key: tenant-key
+Authorization: Bearer tenant-key
+X-TokenBiryani-Session: conversation-1
+X-TokenBiryani-Priority: batch
+X-TokenBiryani-Max-Wait: 5
+anthropic-beta: client-beta-1,client-beta-2
+X-Client-Thing: kept
+Accept-Encoding: gzip
+--- error_code: 200
+--- check
+my $e = mock_log()->[0];
+like($e->{credential}, qr/^sk-a[123]$/, 'an account credential upstream');
+is($e->{auth_header_count}, 1, 'exactly one credential header upstream');
+is($e->{path}, '/v1/messages?beta=true', 'path and query string verbatim');
+my @ours = grep { /^x-tokenbiryani-/ } keys %{ $e->{headers} };
+is("@ours", '', 'no x-tokenbiryani-* header upstream');
+unlike(join(' ', values %{ $e->{headers} }), qr/tenant-key/,
+       'the client key appears in no upstream header');
+is($e->{headers}{'x-client-thing'}, 'kept', 'other headers pass through');
+is($e->{headers}{'anthropic-version'}, '2023-06-01',
+   'anthropic-version added when the client sent none');
+ok(!exists $e->{headers}{'accept-encoding'},
+   'accept-encoding dropped: the stream must stay readable');
+my $want = $e->{credential} eq 'sk-a3' ? 'from-the-account'
+                                        : 'client-beta-1,client-beta-2';
+is($e->{headers}{'anthropic-beta'}, $want,
+   "anthropic-beta: the account's own header wins, else the client's");
+is($e->{body_sha256}, sha256_hex($block->request =~ s/^[^\n]*\n//r),
+   'the body went upstream byte for byte');
+
+
+
+=== TEST 4: the client's anthropic-version is kept
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- more_headers
+x-api-key: tenant-key
+anthropic-version: 2023-01-01
+--- error_code: 200
+--- check
+is(mock_log()->[0]{headers}{'anthropic-version'}, '2023-01-01', 'kept');
+
+
+
+=== TEST 5: count_tokens and models
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["POST /v1/messages/count_tokens\n" . msg_body(),
+ "GET /v1/models",
+ "GET /v1/models/claude-opus-4-6",
+ "GET /v1/models/claude-nope"]
+--- more_headers eval
+["x-api-key: tenant-key", "x-api-key: tenant-key", "x-api-key: tenant-key",
+ "x-api-key: tenant-key"]
+--- error_code eval
+[200, 200, 200, 404]
+--- response_body_like eval
+['^\{"input_tokens":\d+\}$', '"has_more":false', '"id":"claude-opus-4-6"',
+ 'not_found_error']
+--- check
+my $log = mock_log();
+is_deeply([map { $_->{path} } @$log],
+          ['/v1/messages/count_tokens', '/v1/models', '/v1/models/claude-opus-4-6',
+           '/v1/models/claude-nope'], 'each went upstream once');
+is($log->[1]{method}, 'GET', 'GET stays GET');
+ok(!exists $log->[1]{headers}{'content-length'}, 'no body length on a GET');
+is($responses[3]{headers}{'x-tokenbiryani-account'},
+   $::Account{ $log->[3]{credential} }, 'an upstream 404 names its account');
+
+
+
+=== TEST 6: paths the gateway does not serve, and wrong methods
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["GET /v1/messages", "POST /v1/complete\n{}", "DELETE /v1/models"]
+--- more_headers eval
+["x-api-key: tenant-key", "x-api-key: tenant-key", "x-api-key: tenant-key"]
+--- error_code eval
+[405, 404, 405]
+--- response_body_like eval
+['^\{"type":"error","error":\{"type":"invalid_request_error","message":"/v1/messages expects POST, not GET"\},"request_id":"tbr_[0-9a-f]{24}"\}$',
+ '"type":"not_found_error"',
+ '"type":"invalid_request_error"']
+--- check
+is(scalar @{ mock_log() }, 0, 'nothing went upstream');
+is($_->{headers}{'content-type'}, 'application/json', 'JSON errors') for @responses;
+like($_->{headers}{'x-tokenbiryani-request-id'}, qr/^tbr_/, 'request id on errors')
+    for @responses;
+
+
+
+=== TEST 7: limit headers reach admin keys only
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . msg_body()]
+--- more_headers eval
+["x-api-key: tenant-key", "x-api-key: admin-key"]
+--- error_code eval
+[200, 200]
+--- check
+my @rl = grep { /^anthropic-ratelimit-/ } keys %{ $responses[0]{headers} };
+is("@rl", '', 'a tenant sees none of the pool limits');
+ok(!exists $responses[0]{headers}{'anthropic-organization-id'},
+   '... nor the organization');
+ok(exists $responses[0]{headers}{'request-id'}, "the upstream's request-id passes");
+is(scalar(grep { /^anthropic-ratelimit-/ } keys %{ $responses[1]{headers} }), 9,
+   'an admin key sees the nine limit headers');

@@ -1,0 +1,362 @@
+# Silent failover before the commit point; the truth after it.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+# nothing listens here: connecting fails at once
+$ENV{TEST_NGINX_DEAD_PORT} ||= 19109;
+
+our $Yaml = <<'_EOY_';
+>>> tb.yaml
+server:
+  request_timeout_seconds: 1
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+  - id: a3
+    api_key: sk-a3
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT3}
+_EOY_
+
+our $YamlDead = <<'_EOY_';
+>>> tb.yaml
+accounts:
+  - id: dead
+    api_key: sk-dead
+    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
+  - id: live
+    api_key: sk-live
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+_EOY_
+
+our $YamlAllDead = <<'_EOY_';
+>>> tb.yaml
+accounts:
+  - id: dead1
+    api_key: sk-dead1
+    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
+  - id: dead2
+    api_key: sk-dead2
+    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
+_EOY_
+
+# the k-th attempt of a request gets the k-th step, whatever its account
+sub script { "x-mock-script: $_[0]\nx-mock-script-id: " . ($_[1] // 's1') }
+
+sub attempts_ok {
+    my ($n, $what) = @_;
+    my $log = mock_log();
+    is(scalar @$log, $n, "$what: $n upstream attempts");
+    my %seen = map { $_->{credential} => 1 } @$log;
+    is(scalar keys %seen, $n, "$what: each on another account");
+    $log;
+}
+
+{
+    no strict 'refs';
+    for my $pkg (qw(TB::Nginx Test::Base::Filter)) {
+        *{"${pkg}::$_"} = \&{$_} for qw(script attempts_ok);
+    }
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: 429, then 529, then 200: the client only sees the 200
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- more_headers eval
+script('429,529,ok')
+--- error_code: 200
+--- error_log
+gave status 429 on attempt 1, retrying on another account
+gave status 529 on attempt 2, retrying on another account
+--- check
+my $log = attempts_ok(3, '429,529,ok');
+is_deeply([map { $_->{status} } @$log], [429, 529, 200], 'as scripted');
+is(sha256_hex($resp->{body}), $log->[2]{resp_sha256}, 'the 200 passed verbatim');
+is($resp->{headers}{'x-tokenbiryani-account'},
+   { 'sk-a1' => 'a1', 'sk-a2' => 'a2', 'sk-a3' => 'a3' }->{ $log->[2]{credential} },
+   'the account that answered');
+
+
+
+=== TEST 2: the same on a stream: exactly one message_start reaches the client
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body()
+--- more_headers eval
+script('429,529,ok')
+--- error_code: 200
+--- check
+my $log = attempts_ok(3, 'stream 429,529,ok');
+is(count_events($resp->{body}, 'message_start'), 1, 'one message_start');
+is(count_events($resp->{body}, 'error'), 0, 'no error event');
+is(sha256_hex($resp->{body}), $log->[2]{resp_sha256}, 'the third stream, verbatim');
+
+
+
+=== TEST 3: a stream that errors before its first delta is retried invisibly
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body()
+--- more_headers eval
+script('preerr,ok')
+--- error_code: 200
+--- error_log
+gave stream error overloaded_error on attempt 1, retrying on another account
+--- check
+my $log = attempts_ok(2, 'preerr,ok');
+is(count_events($resp->{body}, 'message_start'), 1, 'one message_start');
+is(count_events($resp->{body}, 'error'), 0, 'the dead attempt left no trace');
+is(sha256_hex($resp->{body}), $log->[1]{resp_sha256}, 'the good stream, verbatim');
+
+
+
+=== TEST 4: 500, 502, 503 and 504 are retried, JSON and streams alike
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body(),
+ "POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body()]
+--- more_headers eval
+[script('500,ok', 'a'), script('502,ok', 'b'), script('503,ok', 'c'),
+ script('504,ok', 'd')]
+--- error_code eval
+[200, 200, 200, 200]
+--- check
+my $log = mock_log();
+is(scalar @$log, 8, 'two attempts each');
+is_deeply([map { $_->{status} } @$log], [500, 200, 502, 200, 503, 200, 504, 200],
+          'each failure followed by a success');
+is(count_events($responses[1]{body}, 'message_start'), 1, 'one message_start');
+
+
+
+=== TEST 5: a connection reset and a hung upstream are retried
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body()]
+--- more_headers eval
+[script('reset,ok', 'r'), script('hang,ok', 'h')]
+--- error_code eval
+[200, 200]
+--- timeout: 5
+--- error_log
+connection failed on attempt 1, retrying on another account
+timed out on attempt 1, retrying on another account
+--- check
+my $log = mock_log();
+is(scalar(grep { $_->{script_id} eq 'r' } @$log), 2, 'reset: two attempts');
+is(scalar(grep { $_->{script_id} eq 'h' } @$log), 2, 'hang: two attempts');
+is(count_events($responses[1]{body}, 'message_start'), 1, 'one message_start');
+
+
+
+=== TEST 6: an account that refuses connections is skipped
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::YamlDead
+--- request eval
+["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . msg_body()]
+--- more_headers eval
+["", ""]
+--- error_code eval
+[200, 200]
+--- error_log
+account "dead" connection failed on attempt 1, retrying on another account
+--- check
+is_deeply(credentials_of(mock_log()), ['sk-live', 'sk-live'], 'served by live');
+is($_->{headers}{'x-tokenbiryani-account'}, 'live', 'named') for @responses;
+
+
+
+=== TEST 7: when every attempt fails, the last upstream response goes out verbatim
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- more_headers eval
+script('429:7,529,429:9')
+--- error_code: 429
+--- response_headers
+retry-after: 9
+content-type: application/json
+--- error_log
+the last one: passing it to the client
+--- check
+my $log = attempts_ok(3, 'three failures');
+is(sha256_hex($resp->{body}), $log->[2]{resp_sha256}, 'the third 429 body, verbatim');
+is(json_decode($resp->{body})->{error}{type}, 'rate_limit_error', 'an API error');
+is($resp->{headers}{'x-tokenbiryani-account'},
+   { 'sk-a1' => 'a1', 'sk-a2' => 'a2', 'sk-a3' => 'a3' }->{ $log->[2]{credential} },
+   'named after the last account');
+
+
+
+=== TEST 8: a streaming request whose attempts all fail gets a plain HTTP error
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body()
+--- more_headers eval
+script('529,529,529')
+--- error_code: 529
+--- response_headers_like
+content-type: application/json
+--- check
+attempts_ok(3, 'three 529');
+is(json_decode($resp->{body})->{error}{type}, 'overloaded_error', 'JSON, not SSE');
+
+
+
+=== TEST 9: retry.max_attempts bounds the attempts
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval
+$::Yaml =~ s/^server:\n/retry:\n  max_attempts: 2\nserver:\n/mr
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- more_headers eval
+script('500,500,ok')
+--- error_code: 500
+--- check
+attempts_ok(2, 'max_attempts 2');
+
+
+
+=== TEST 10: a 400 is sent upstream once and returned verbatim
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body()]
+--- more_headers eval
+[script('400,ok', 'x'), script('400,ok', 'y')]
+--- error_code eval
+[400, 400]
+--- check
+my $log = mock_log();
+is(scalar @$log, 2, 'one attempt each, never amplified');
+is(sha256_hex($responses[$_]{body}), $log->[$_]{resp_sha256}, "400 #$_ verbatim")
+    for 0, 1;
+
+
+
+=== TEST 11: after the first delta a broken stream ends with one error event
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body()
+--- more_headers eval
+script('midfail,ok')
+--- error_code: 200
+--- error_log
+broke after the commit point
+--- check
+my $log = mock_log();
+is(scalar @$log, 1, 'never retried after the commit point');
+my $ev = sse_events($resp->{body});
+is(count_events($resp->{body}, 'message_start'), 1, 'one message_start');
+ok(count_events($resp->{body}, 'content_block_delta') >= 1, 'the delta that came');
+is(count_events($resp->{body}, 'error'), 1, 'exactly one error event');
+is($ev->[-1][0], 'error', '... and it is the last event');
+my $err = json_decode($ev->[-1][1]);
+is($err->{type}, 'error', 'Anthropic-shaped');
+is($err->{error}{type}, 'api_error', 'api_error');
+ok(!$resp->{error}, 'the chunked response was ended properly')
+    or diag($resp->{error});
+
+
+
+=== TEST 12: an error event the upstream sends after the commit point is not doubled
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body()
+--- more_headers eval
+script('midfail-error,ok')
+--- error_code: 200
+--- no_error_log
+broke after the commit point
+--- check
+is(scalar @{ mock_log() }, 1, 'one attempt');
+is(count_events($resp->{body}, 'error'), 1, "exactly one error event, the upstream's");
+is(sha256_hex($resp->{body}), mock_log()->[0]{resp_sha256}, 'verbatim');
+
+
+
+=== TEST 13: a 300 KB body, spooled to disk, is re-sent intact on every attempt
+--- http_config eval: $::HttpConfig
+--- config eval
+"client_body_buffer_size 16k;\n" . $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . big_body(300_000)
+--- more_headers eval
+script('500,502,ok')
+--- error_code: 200
+--- check
+my $log = attempts_ok(3, '300 KB body');
+my $sent = $block->request =~ s/^[^\n]*\n//r;
+ok(length($sent) >= 300_000, 'the body is 300 KB');
+is($_->{body_len}, length $sent, 'attempt got all of it') for @$log;
+is($_->{body_sha256}, sha256_hex($sent), 'attempt got it intact') for @$log;
+
+
+
+=== TEST 14: no account reachable: an Anthropic-shaped 502
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::YamlAllDead
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- error_code: 502
+--- response_headers_like
+content-type: application/json
+x-tokenbiryani-request-id: tbr_[0-9a-f]{24}
+--- response_body_like: ^\{"type":"error","error":\{"type":"api_error","message":"no upstream account could be reached after 2 attempts \(last: connection failed\)"\},"request_id":"tbr_[0-9a-f]{24}"\}$
+--- error_log
+no attempts left
+
+
+
+=== TEST 15: every attempt timing out: an Anthropic-shaped 504
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval
+$::Yaml =~ s/^server:\n/retry:\n  max_attempts: 2\nserver:\n/mr
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- more_headers eval
+script('hang,hang')
+--- timeout: 6
+--- error_code: 504
+--- response_body_like: ^\{"type":"error","error":\{"type":"timeout_error","message":"the upstream did not answer in time after 2 attempts"\}
+--- check
+my $log = attempts_ok(2, 'two hangs');
+is_deeply([map { $_->{step} } @$log], ['hang', 'hang'], 'both hung');

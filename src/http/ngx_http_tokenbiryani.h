@@ -38,6 +38,8 @@ typedef struct {
     ngx_queue_t                    queue;
     ngx_connection_t              *connection;
     void                          *account;
+    socklen_t                      socklen;
+    ngx_sockaddr_t                 sockaddr;   /* the peer it talks to */
 } ngx_http_tokenbiryani_keepalive_t;
 
 

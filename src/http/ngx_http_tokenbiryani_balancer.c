@@ -365,8 +365,8 @@ ngx_http_tokenbiryani_cached_connection(ngx_peer_connection_t *pc,
         item = ngx_queue_data(q, ngx_http_tokenbiryani_keepalive_t, queue);
         c = item->connection;
 
-        if (ngx_memn2cmp((u_char *) c->sockaddr, (u_char *) pc->sockaddr,
-                         c->socklen, pc->socklen)
+        if (ngx_memn2cmp((u_char *) &item->sockaddr, (u_char *) pc->sockaddr,
+                         item->socklen, pc->socklen)
             != 0)
         {
             continue;
@@ -439,6 +439,9 @@ ngx_http_tokenbiryani_keep_connection(ngx_peer_connection_t *pc,
     ngx_queue_insert_head(&a->cache, q);
 
     item->connection = c;
+    item->socklen = pc->socklen;
+    ngx_memcpy(&item->sockaddr, pc->sockaddr, pc->socklen);
+
     pc->connection = NULL;
 
     c->read->delayed = 0;

@@ -238,6 +238,19 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
         return NGX_OK;
     }
 
+    if (a->tls
+        && (ngx_inet_addr((u_char *) ac->host, ngx_strlen(ac->host))
+                != INADDR_NONE
+            || ngx_strchr(ac->host, ':')))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %V:%ui: account \"%s\": an https "
+                           "base_url must name a host, not an IP address: "
+                           "the certificate is verified against the name",
+                           &tmcf->config_file, (ngx_uint_t) ac->line, ac->id);
+        return NGX_ERROR;
+    }
+
     /* resolved once, like proxy_pass with a literal host */
 
     ngx_memzero(&u, sizeof(ngx_url_t));

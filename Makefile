@@ -60,6 +60,7 @@ unit: deps $(UNIT_BINS)
 	done; exit $$fail
 
 test: build unit
+	@/usr/bin/python3 t/mock/selftest.py
 	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) prove -r -j1 t/
 
 run: build

@@ -1,0 +1,211 @@
+# Errors the gateway itself produces: always Anthropic-shaped JSON with the
+# right status and a request id, never an nginx page, never sent upstream.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Yaml = <<'_EOY_';
+>>> tb.yaml
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+  - id: opus-only
+    api_key: sk-a3
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT3}
+    models: ["claude-opus-*"]
+keys:
+  - key: tenant-key
+    name: tenant
+  - key: pinned-key
+    name: pinned
+    pool: [a2]
+  - key: haiku-key
+    name: haiku
+    models: ["claude-haiku-4-5"]
+_EOY_
+
+our $Shape = qr/^\{"type":"error","error":\{"type":"[a-z_]+","message":"[^"]*(?:\\"[^"]*)*"\},"request_id":"tbr_[0-9a-f]{24}"\}$/;
+
+sub json_error_ok {
+    my ($r, $status, $type, $msg_re) = @_;
+    is($r->{status}, $status, "status $status");
+    is($r->{headers}{'content-type'}, 'application/json', 'JSON');
+    like($r->{body}, $::Shape, 'Anthropic error shape with our request id');
+    my $e = eval { json_decode($r->{body}) } || {};
+    is($e->{error}{type}, $type, "type $type");
+    like($e->{error}{message} // '', $msg_re, 'message') if $msg_re;
+    is($e->{request_id}, $r->{headers}{'x-tokenbiryani-request-id'},
+       'the body names the request id the header carries');
+}
+
+{
+    no strict 'refs';
+    *{"TB::Nginx::json_error_ok"} = \&json_error_ok;
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: malformed JSON never reaches an upstream
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["POST /v1/messages\n{\"model\":\"m\",", "POST /v1/messages\n[1,2]",
+ "POST /v1/messages\n{\"max_tokens\":5}", "POST /v1/messages\n{\"model\":5}",
+ "POST /v1/messages\n{\"model\":\"m\",\"stream\":\"yes\"}",
+ "POST /v1/messages/count_tokens\nnot json"]
+--- more_headers eval
+[("x-api-key: tenant-key") x 6]
+--- error_code eval
+[(400) x 6]
+--- check
+json_error_ok($responses[0], 400, 'invalid_request_error',
+              qr/^request body is not valid JSON: .* at byte \d+$/);
+json_error_ok($responses[1], 400, 'invalid_request_error', qr/must be a JSON object/);
+json_error_ok($responses[2], 400, 'invalid_request_error', qr/^model: field required$/);
+json_error_ok($responses[3], 400, 'invalid_request_error', qr/^model: expected a string$/);
+json_error_ok($responses[4], 400, 'invalid_request_error', qr/^stream: /);
+json_error_ok($responses[5], 400, 'invalid_request_error', qr/not valid JSON/);
+is(scalar @{ mock_log() }, 0, 'nothing went upstream');
+
+
+
+=== TEST 2: a body over client_max_body_size: 413 request_too_large, as JSON
+--- http_config eval: $::HttpConfig
+--- config eval
+$::Locations =~ s/(\{ tokenbiryani_pass;)/{ client_max_body_size 4k; tokenbiryani_pass;/r
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . big_body(10_000)
+--- more_headers
+x-api-key: tenant-key
+--- error_code: 413
+--- check
+json_error_ok($resp, 413, 'request_too_large', qr/client_max_body_size 4096 bytes/);
+is(scalar @{ mock_log() }, 0, 'nothing went upstream');
+
+
+
+=== TEST 3: the same for a chunked body, found too large while reading it
+--- http_config eval: $::HttpConfig
+--- config eval
+$::Locations =~ s/(\{ tokenbiryani_pass;)/{ client_max_body_size 4k; tokenbiryani_pass;/r
+--- user_files eval: $::Yaml
+--- check
+my $body = big_body(10_000);
+my $chunked = join('', map { sprintf("%x\r\n%s\r\n", length $_, $_) }
+                       unpack('(a1000)*', $body)) . "0\r\n\r\n";
+my $r = http_request(method => 'POST', path => '/v1/messages', raw =>
+    "POST /v1/messages HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+    . "x-api-key: tenant-key\r\nTransfer-Encoding: chunked\r\n\r\n$chunked");
+json_error_ok($r, 413, 'request_too_large');
+
+
+
+=== TEST 4: keys: missing, unknown, and a malformed Authorization header
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+[("POST /v1/messages\n" . msg_body()) x 4]
+--- more_headers eval
+["", "x-api-key: nope", "Authorization: Basic dGVuYW50LWtleQ==",
+ "Authorization: Bearer tenant-key"]
+--- error_code eval
+[401, 401, 401, 200]
+--- check
+json_error_ok($responses[0], 401, 'authentication_error', qr/missing credentials/);
+json_error_ok($responses[1], 401, 'authentication_error', qr/^invalid key$/);
+json_error_ok($responses[2], 401, 'authentication_error', qr/missing credentials/);
+is(scalar @{ mock_log() }, 1, 'only the authenticated request went upstream');
+
+
+
+=== TEST 5: a key's model scope: 403 permission_error
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["POST /v1/messages\n" . msg_body(model => 'claude-sonnet-4-6'),
+ "POST /v1/messages\n" . msg_body(model => 'claude-haiku-4-5')]
+--- more_headers eval
+["x-api-key: haiku-key", "x-api-key: haiku-key"]
+--- error_code eval
+[403, 200]
+--- check
+json_error_ok($responses[0], 403, 'permission_error',
+              qr/^key "haiku" may not use model "claude-sonnet-4-6"$/);
+is(scalar @{ mock_log() }, 1, 'the refused one never went upstream');
+
+
+
+=== TEST 6: a key's pool restricts the accounts it reaches
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+[("POST /v1/messages\n" . msg_body()) x 6]
+--- more_headers eval
+[("x-api-key: pinned-key") x 6]
+--- error_code eval
+[(200) x 6]
+--- check
+is_deeply(credentials_of(mock_log()), [('sk-a2') x 6], 'always a2');
+
+
+
+=== TEST 7: an account's model allowlist
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+[("POST /v1/messages\n" . msg_body(model => 'claude-haiku-4-5')) x 6,
+ "POST /v1/messages\n" . msg_body(model => 'claude-opus-4-6')]
+--- more_headers eval
+[("x-api-key: tenant-key") x 7]
+--- error_code eval
+[(200) x 7]
+--- check
+my $log = mock_log();
+ok(!grep({ $_->{credential} eq 'sk-a3' } @$log[0 .. 5]), 'haiku never on opus-only');
+
+
+
+=== TEST 8: no account can serve the model: 503 overloaded_error, at once
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval
+$::Yaml =~ s/(  - id: a[12]\n)/$1    models: ["claude-opus-*"]\n/gr
+--- request eval
+"POST /v1/messages\n" . msg_body(model => 'claude-haiku-4-5')
+--- more_headers
+x-api-key: tenant-key
+--- error_code: 503
+--- check
+json_error_ok($resp, 503, 'overloaded_error', qr/model "claude-haiku-4-5"/);
+is(scalar @{ mock_log() }, 0, 'nothing went upstream');
+
+
+
+=== TEST 9: a streaming request refused before any byte: a plain JSON error, not SSE
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body(model => 'claude-sonnet-4-6')
+--- more_headers
+x-api-key: haiku-key
+--- error_code: 403
+--- response_headers
+content-type: application/json

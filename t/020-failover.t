@@ -173,6 +173,27 @@ is(count_events($responses[1]{body}, 'message_start'), 1, 'one message_start');
 
 
 
+=== TEST 5b: a stream that sends headers but no delta in time is retried
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+"POST /v1/messages\n" . stream_body()
+--- more_headers eval
+script('slow-prelude:1500,ok')
+--- error_code: 200
+--- timeout: 6
+--- error_log
+timed out on attempt 1, retrying on another account
+--- check
+# the mock logs the abandoned attempt once its sleep is over
+poll_until(5, sub { @{ mock_log() } >= 2 });
+my $log = attempts_ok(2, 'slow prelude');
+is(count_events($resp->{body}, 'message_start'), 1, 'one message_start');
+is(sha256_hex($resp->{body}), $log->[1]{resp_sha256}, 'the second stream, verbatim');
+
+
+
 === TEST 6: an account that refuses connections is skipped
 --- http_config eval: $::HttpConfig
 --- config eval: $::Locations

@@ -65,7 +65,9 @@ typedef struct {
     /* per worker (copied at fork): idle upstream connections, TLS session */
     ngx_queue_t                    cache;
     ngx_queue_t                    free;
+#if (NGX_HTTP_SSL)
     ngx_ssl_session_t             *ssl_session;
+#endif
 } ngx_http_tokenbiryani_account_t;
 
 
@@ -151,6 +153,7 @@ typedef struct {
     unsigned                       stream_done:1;
     unsigned                       error_after_commit:1;
     unsigned                       inflight:1;    /* counted on account */
+    unsigned                       retry_logged:1;
     unsigned                       own_error:1;   /* body is ours */
     unsigned                       rewrite_body:1;
 } ngx_http_tokenbiryani_ctx_t;

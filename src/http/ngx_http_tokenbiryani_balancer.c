@@ -172,7 +172,9 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
 
     failed = (state & NGX_PEER_FAILED) ? 1 : 0;
 
-    if (failed && pc->cached && ctx->status.code == 0) {
+    if (failed && pc->cached && ctx->status.code == 0
+        && !(c && (c->read->timedout || c->write->timedout)))
+    {
 
         /*
          * An idle connection the upstream had already closed: not the
@@ -207,21 +209,23 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
         return;
     }
 
-    if (ctx->status.code == 0) {
+    more = ngx_http_tokenbiryani_more_attempts(r, ctx);
 
-        /* no response at all: connect error, reset, timeout, TLS failure */
+    if (ctx->retry_logged) {
+        /* the response itself was the failure, already said so */
+        ctx->retry_logged = 0;
 
+    } else {
         if (c && (c->read->timedout || c->write->timedout)) {
             ngx_str_set(&ctx->last_error, "timed out");
 
-        } else {
+        } else if (ctx->status.code == 0) {
             ngx_str_set(&ctx->last_error, "connection failed");
+
+        } else {
+            ngx_str_set(&ctx->last_error, "broke off");
         }
-    }
 
-    more = ngx_http_tokenbiryani_more_attempts(r, ctx);
-
-    if (ctx->status.code == 0) {
         ngx_log_error(NGX_LOG_WARN, pc->log, 0,
                       "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
                       "%s", (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,

@@ -917,6 +917,8 @@ ngx_http_tokenbiryani_retry(ngx_http_request_t *r,
                       (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
                       &ctx->account->id, why, ctx->attempts);
 
+        ctx->retry_logged = 1;
+
         return NGX_HTTP_UPSTREAM_INVALID_HEADER;
     }
 
@@ -928,6 +930,7 @@ ngx_http_tokenbiryani_retry(ngx_http_request_t *r,
 
     if (ctx->status.code == 0) {
         /* nothing valid to pass on */
+        ctx->retry_logged = 1;
         return NGX_HTTP_UPSTREAM_INVALID_HEADER;
     }
 

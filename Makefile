@@ -27,7 +27,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libcjson-dev libyaml-dev libhiredis-dev \
               libtest-base-perl perl python3 openssl curl procps
 
-.PHONY: all deps build unit test run stop clean
+.PHONY: all deps build unit test test-asan run stop clean
 
 all: build
 
@@ -62,6 +62,32 @@ unit: deps $(UNIT_BINS)
 test: build unit
 	@/usr/bin/python3 t/mock/selftest.py
 	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) prove -r -j1 t/
+
+# The same suites against an AddressSanitizer + UBSan build of the module,
+# loaded into Debian's nginx with the sanitizer runtimes preloaded.
+ASAN_FLAGS  = -fsanitize=address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
+ASAN_LIBS   = $(shell gcc -print-file-name=libasan.so) \
+              $(shell gcc -print-file-name=libubsan.so)
+
+test-asan: deps
+	@EXTRA_CFLAGS="$(ASAN_FLAGS)" EXTRA_LDFLAGS="-fsanitize=address,undefined" \
+	    src/tools/build-module.sh $(TOP) $(BUILD)/asan
+	@mkdir -p $(BUILD)/asan/unit
+	@fail=0; for t in $(UNIT_SRCS); do \
+	    b=$(BUILD)/asan/unit/$$(basename $$t .c); \
+	    $(CC) $(UNIT_CFLAGS) $(ASAN_FLAGS) -o $$b $$t $(CORE_SRCS) $(UNIT_LIBS) \
+	        || exit 1; \
+	    out=$$($$b) || fail=1; echo "$$out" | grep -E '^not ok'; \
+	    echo "$$(basename $$b) (asan): $$(echo "$$out" | grep -c '^ok') passed"; \
+	done; exit $$fail
+	@# nginx frees its pools at exit, not every malloc: leak reports would be
+	@# noise, so only memory errors and undefined behaviour are fatal
+	@cd $(TOP) && LD_PRELOAD="$(ASAN_LIBS)" \
+	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    TEST_NGINX_LOAD_MODULES=$(BUILD)/asan/ngx_http_tokenbiryani_module.so \
+	    prove -r -j1 t/
 
 run: build
 	@src/tools/run.sh start $(TOP) $(MODULE) $(RUNDIR)

@@ -212,3 +212,44 @@ ok(!exists $responses[0]{headers}{'anthropic-organization-id'},
 ok(exists $responses[0]{headers}{'request-id'}, "the upstream's request-id passes");
 is(scalar(grep { /^anthropic-ratelimit-/ } keys %{ $responses[1]{headers} }), 9,
    'an admin key sees the nine limit headers');
+
+
+
+=== TEST 8: a chunked request body goes upstream with its length
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- check
+my $body = msg_body(text => 'x' x 5000);
+my $chunked = join('', map { sprintf("%x\r\n%s\r\n", length $_, $_) }
+                       unpack('(a700)*', $body)) . "0\r\n\r\n";
+my $r = http_request(raw => "POST /v1/messages HTTP/1.1\r\nHost: localhost\r\n"
+    . "Connection: close\r\nx-api-key: tenant-key\r\n"
+    . "Transfer-Encoding: chunked\r\n\r\n$chunked");
+is($r->{status}, 200, 'served');
+my $e = mock_log()->[0];
+is($e->{headers}{'content-length'}, length $body, 'Content-Length upstream');
+ok(!exists $e->{headers}{'transfer-encoding'}, 'no chunked upstream');
+is($e->{body_sha256}, sha256_hex($body), 'the body, de-chunked, byte for byte');
+
+
+
+=== TEST 9: a client that goes away mid-stream releases its attempt
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- check
+my $got = http_request_abort(method => 'POST', path => '/v1/messages',
+    body => stream_body(), after => 200,
+    headers => { 'x-api-key' => 'admin-key', 'x-mock-event-delay-ms' => 300 });
+ok(length $got > 0, 'the client read the beginning of the stream');
+my $inflight = sub {
+    my $r = http_request(method => 'GET', path => '/admin/status',
+                         headers => { 'x-api-key' => 'admin-key' });
+    my $n = 0;
+    $n += $_->{inflight} for @{ json_decode($r->{body})->{accounts} };
+    $n;
+};
+ok(poll_until(5, sub { $inflight->() == 0 }), 'inflight back to 0 across the pool');
+ok(poll_until(5, sub { my $l = mock_log(); @$l && $l->[0]{client_aborted} }),
+   'the upstream saw the gateway hang up too');

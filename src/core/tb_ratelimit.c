@@ -389,7 +389,7 @@ tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec)
 
         p = c + 1;
 
-        if (last - p != 26 || p[0] != ' ' || tb_digits(p + 1, last, 2, &d)
+        if (last - p != 25 || p[0] != ' ' || tb_digits(p + 1, last, 2, &d)
             || p[3] != ' ' || (mo = tb_month(p + 4)) < 0 || p[7] != ' '
             || tb_digits(p + 8, last, 4, &y) || p[12] != ' '
             || tb_digits(p + 13, last, 2, &h) || p[15] != ':'

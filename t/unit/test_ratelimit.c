@@ -1,0 +1,391 @@
+/*
+ * Unit tests: rate-limit header parsing, dates, the mirror update, virtual
+ * keys and model scopes.
+ */
+
+#include <stdlib.h>
+
+#include "tb_test.h"
+#include "tb_ratelimit.h"
+#include "tb_account.h"
+#include "tb_keys.h"
+
+
+#define S(s)  (const unsigned char *) (s), sizeof(s) - 1
+
+/* 2026-11-29T20:40:59Z */
+#define T0    1795984859000LL
+
+
+TB_TEST(rfc3339_utc)
+{
+    int64_t  ms;
+
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T20:40:59Z"), &ms), 0);
+    TB_CHECK_INT(ms, T0);
+
+    TB_CHECK_INT(tb_parse_rfc3339(S("1970-01-01T00:00:00Z"), &ms), 0);
+    TB_CHECK_INT(ms, 0);
+
+    TB_CHECK_INT(tb_parse_rfc3339(S(" 2026-11-29t20:40:59z "), &ms), 0);
+    TB_CHECK_INT(ms, T0);
+}
+
+
+TB_TEST(rfc3339_fraction_and_offset)
+{
+    int64_t  ms;
+
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T20:40:59.5Z"), &ms), 0);
+    TB_CHECK_INT(ms, T0 + 500);
+
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T20:40:59.123456Z"), &ms), 0);
+    TB_CHECK_INT(ms, T0 + 123);
+
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T22:40:59+02:00"), &ms), 0);
+    TB_CHECK_INT(ms, T0);
+
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T18:10:59-02:30"), &ms), 0);
+    TB_CHECK_INT(ms, T0);
+}
+
+
+TB_TEST(rfc3339_leap_years)
+{
+    int64_t  ms;
+
+    TB_CHECK_INT(tb_parse_rfc3339(S("2024-02-29T00:00:00Z"), &ms), 0);
+    TB_CHECK_INT(ms, 1709164800000LL);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2025-02-29T00:00:00Z"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2000-02-29T00:00:00Z"), &ms), 0);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2100-02-29T00:00:00Z"), &ms), -1);
+}
+
+
+TB_TEST(rfc3339_garbage)
+{
+    int64_t  ms;
+
+    TB_CHECK_INT(tb_parse_rfc3339(S(""), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("soon"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T20:40:59"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-13-29T20:40:59Z"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T24:40:59Z"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T20:40:59.Z"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T20:40:59+2:00"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("2026-11-29T20:40:59Zjunk"), &ms), -1);
+    TB_CHECK_INT(tb_parse_rfc3339(S("1795984859"), &ms), -1);
+}
+
+
+TB_TEST(http_dates)
+{
+    int64_t  s;
+
+    TB_CHECK_INT(tb_parse_http_date(S("Sun, 06 Nov 1994 08:49:37 GMT"), &s), 0);
+    TB_CHECK_INT(s, 784111777);
+    TB_CHECK_INT(tb_parse_http_date(S("Sunday, 06-Nov-94 08:49:37 GMT"), &s),
+                 0);
+    TB_CHECK_INT(s, 784111777);
+    TB_CHECK_INT(tb_parse_http_date(S("Sun Nov  6 08:49:37 1994"), &s), 0);
+    TB_CHECK_INT(s, 784111777);
+    TB_CHECK_INT(tb_parse_http_date(S("Sun, 06 Nov 1994 08:49:37 UTC"), &s),
+                 -1);
+    TB_CHECK_INT(tb_parse_http_date(S("Sun, 06 Nov 1994"), &s), -1);
+    TB_CHECK_INT(tb_parse_http_date(S("Sun, 31 Feb 1994 08:49:37 GMT"), &s),
+                 -1);
+}
+
+
+TB_TEST(retry_after)
+{
+    int64_t  d;
+
+    TB_CHECK_INT(tb_parse_retry_after(S("45"), T0, &d), 0);
+    TB_CHECK_INT(d, 45000);
+    TB_CHECK_INT(tb_parse_retry_after(S(" 0 "), T0, &d), 0);
+    TB_CHECK_INT(d, 0);
+    TB_CHECK_INT(tb_parse_retry_after(S("1.25"), T0, &d), 0);
+    TB_CHECK_INT(d, 1250);
+
+    /* an HTTP date 30 s after now */
+    TB_CHECK_INT(tb_parse_retry_after(S("Sun, 29 Nov 2026 20:41:29 GMT"), T0,
+                                      &d), 0);
+    TB_CHECK_INT(d, 30000);
+
+    /* a date in the past means now */
+    TB_CHECK_INT(tb_parse_retry_after(S("Sun, 06 Nov 1994 08:49:37 GMT"), T0,
+                                      &d), 0);
+    TB_CHECK_INT(d, 0);
+
+    TB_CHECK_INT(tb_parse_retry_after(S("-5"), T0, &d), -1);
+    TB_CHECK_INT(tb_parse_retry_after(S("5s"), T0, &d), -1);
+    TB_CHECK_INT(tb_parse_retry_after(S(""), T0, &d), -1);
+    TB_CHECK_INT(tb_parse_retry_after(S("99999999999999999999"), T0, &d), -1);
+}
+
+
+TB_TEST(int64_parse)
+{
+    int64_t  v;
+
+    TB_CHECK_INT(tb_parse_int64(S("4000"), &v), 0);
+    TB_CHECK_INT(v, 4000);
+    TB_CHECK_INT(tb_parse_int64(S(" 12 "), &v), 0);
+    TB_CHECK_INT(v, 12);
+    TB_CHECK_INT(tb_parse_int64(S("9223372036854775807"), &v), 0);
+    TB_CHECK_INT(v, INT64_MAX);
+    TB_CHECK_INT(tb_parse_int64(S("9223372036854775808"), &v), -1);
+    TB_CHECK_INT(tb_parse_int64(S("12a"), &v), -1);
+    TB_CHECK_INT(tb_parse_int64(S(""), &v), -1);
+    TB_CHECK_INT(tb_parse_int64(S("-"), &v), -1);
+}
+
+
+TB_TEST(format_round_trip)
+{
+    int64_t  ms;
+    char     buf[32];
+
+    tb_format_rfc3339(T0 + 999, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "2026-11-29T20:40:59Z");
+    TB_CHECK_INT(tb_parse_rfc3339((unsigned char *) buf, strlen(buf), &ms), 0);
+    TB_CHECK_INT(ms, T0);
+
+    tb_format_rfc3339(0, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "1970-01-01T00:00:00Z");
+
+    tb_format_rfc3339(T0, buf, 5);
+    TB_CHECK_STR(buf, "2026");
+}
+
+
+TB_TEST(observe_nine_headers)
+{
+    tb_mirror_t  m;
+    tb_rl_obs_t  o;
+
+    tb_mirror_init(&m);
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].limit, -1);
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].remaining, -1);
+
+    tb_rl_obs_init(&o);
+
+    TB_CHECK_INT(tb_rl_obs_header(&o, S("anthropic-ratelimit-requests-limit"),
+                                  S("4000"), T0), 1);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-requests-remaining"),
+                     S("3999"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-requests-reset"),
+                     S("2026-11-29T20:41:00Z"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-limit"),
+                     S("2000000"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-remaining"),
+                     S("1994000"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-reset"),
+                     S("2026-11-29T20:41:01Z"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-output-tokens-limit"),
+                     S("400000"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-output-tokens-remaining"),
+                     S("399000"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-output-tokens-reset"),
+                     S("2026-11-29T20:41:02Z"), T0);
+    tb_rl_obs_header(&o, S("anthropic-organization-id"), S("org-1 "), T0);
+    tb_rl_obs_header(&o, S("retry-after"), S("12"), T0);
+
+    /* read but not mirrored */
+    TB_CHECK_INT(tb_rl_obs_header(&o,
+                 S("anthropic-ratelimit-unified-5h-utilization"), S("0.4"), T0),
+                 1);
+    TB_CHECK_INT(tb_rl_obs_header(&o, S("content-type"), S("x"), T0), 0);
+
+    tb_mirror_apply(&m, &o, T0);
+
+    TB_CHECK_INT(m.w[TB_WIN_REQUESTS].limit, 4000);
+    TB_CHECK_INT(m.w[TB_WIN_REQUESTS].remaining, 3999);
+    TB_CHECK_INT(m.w[TB_WIN_REQUESTS].reset_ms, T0 + 1000);
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].limit, 2000000);
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].remaining, 1994000);
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].reset_ms, T0 + 2000);
+    TB_CHECK_INT(m.w[TB_WIN_OUTPUT].limit, 400000);
+    TB_CHECK_INT(m.w[TB_WIN_OUTPUT].remaining, 399000);
+    TB_CHECK_INT(m.w[TB_WIN_OUTPUT].reset_ms, T0 + 3000);
+    TB_CHECK_INT(m.w[TB_WIN_OUTPUT].observed_ms, T0);
+    TB_CHECK_STR(m.org, "org-1");
+    TB_CHECK_INT(m.retry_after_ms, T0 + 12000);
+    TB_CHECK_INT(m.observed_ms, T0);
+}
+
+
+TB_TEST(observe_partial_and_bad_values)
+{
+    tb_mirror_t  m;
+    tb_rl_obs_t  o;
+
+    tb_mirror_init(&m);
+
+    tb_rl_obs_init(&o);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-limit"),
+                     S("1000"), T0);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-remaining"),
+                     S("900"), T0);
+    tb_mirror_apply(&m, &o, T0);
+
+    /* a later response with a garbage remaining and no limit */
+    tb_rl_obs_init(&o);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-remaining"),
+                     S("lots"), T0 + 5);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-reset"),
+                     S("not a date"), T0 + 5);
+    tb_rl_obs_header(&o, S("anthropic-ratelimit-requests-remaining"),
+                     S("-3"), T0 + 5);
+    tb_rl_obs_header(&o, S("retry-after"), S("soon"), T0 + 5);
+    tb_mirror_apply(&m, &o, T0 + 5);
+
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].limit, 1000);
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].remaining, 900);
+    TB_CHECK_INT(m.w[TB_WIN_INPUT].observed_ms, T0);
+    TB_CHECK_INT(m.w[TB_WIN_REQUESTS].remaining, -1);
+    TB_CHECK_INT(m.retry_after_ms, 0);
+    TB_CHECK_INT(m.observed_ms, T0 + 5);
+}
+
+
+TB_TEST(organization_truncated)
+{
+    tb_rl_obs_t  o;
+    char         big[200];
+
+    memset(big, 'x', sizeof(big));
+    tb_rl_obs_init(&o);
+    tb_rl_obs_header(&o, S("anthropic-organization-id"),
+                     (unsigned char *) big, sizeof(big), T0);
+    TB_CHECK_INT(strlen(o.org), TB_ORG_MAX - 1);
+}
+
+
+TB_TEST(keys_lookup)
+{
+    tb_config_t    cf;
+    tb_key_conf_t  keys[3];
+    tb_keytab_t    t;
+    char           label[9];
+
+    memset(&cf, 0, sizeof(cf));
+    memset(keys, 0, sizeof(keys));
+
+    keys[0].key = "bir_alpha";
+    keys[0].name = "alpha";
+    keys[1].key = "bir_beta";
+    keys[1].name = "beta";
+    keys[2].key = "bir_gamma";
+    keys[2].name = "gamma";
+
+    cf.keys = keys;
+    cf.nkeys = 3;
+
+    TB_CHECK_INT(tb_keytab_build(&t, &cf), 0);
+    TB_CHECK(tb_keytab_lookup(&t, S("bir_beta")) == &keys[1]);
+    TB_CHECK(tb_keytab_lookup(&t, S("bir_gamma")) == &keys[2]);
+    TB_CHECK(tb_keytab_lookup(&t, S("bir_bet")) == NULL);
+    TB_CHECK(tb_keytab_lookup(&t, S("bir_beta ")) == NULL);
+    TB_CHECK(tb_keytab_lookup(&t, S("")) == NULL);
+
+    tb_key_label((unsigned char *) "bir_beta", 8, label);
+    TB_CHECK_INT(strlen(label), 8);
+    TB_CHECK(strstr("bir_beta", label) == NULL);
+
+    tb_keytab_free(&t);
+    TB_CHECK(t.ents == NULL);
+
+    cf.nkeys = 0;
+    TB_CHECK_INT(tb_keytab_build(&t, &cf), 0);
+    TB_CHECK(tb_keytab_lookup(&t, S("bir_beta")) == NULL);
+    tb_keytab_free(&t);
+}
+
+
+TB_TEST(sha256_known_answer)
+{
+    size_t         i;
+    char           hex[65];
+    unsigned char  d[TB_DIGEST_LEN];
+
+    tb_sha256("abc", 3, d);
+
+    for (i = 0; i < TB_DIGEST_LEN; i++) {
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    }
+
+    TB_CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223"
+                      "b00361a396177a9cb410ff61f20015ad");
+}
+
+
+TB_TEST(model_scopes)
+{
+    char  *pats[] = { "claude-sonnet-4-6", "claude-opus-*", "*" };
+
+    TB_CHECK(tb_models_match(pats, 2, "claude-sonnet-4-6", 17));
+    TB_CHECK(!tb_models_match(pats, 2, "claude-sonnet-4-5", 17));
+    TB_CHECK(!tb_models_match(pats, 2, "claude-sonnet-4-6-x", 19));
+    TB_CHECK(tb_models_match(pats, 2, "claude-opus-4-6", 15));
+    TB_CHECK(tb_models_match(pats, 2, "claude-opus-", 12));
+    TB_CHECK(!tb_models_match(pats, 2, "claude-opu", 10));
+    TB_CHECK(tb_models_match(pats + 2, 1, "anything", 8));
+    TB_CHECK(tb_models_match(pats + 2, 1, "", 0));
+    TB_CHECK(!tb_models_match(pats, 0, "claude-sonnet-4-6", 17));
+}
+
+
+TB_TEST(account_states)
+{
+    int64_t             until;
+    tb_account_state_t  a;
+    unsigned char       fp[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+
+    memset(&a, 0, sizeof(a));
+    tb_account_state_init(&a, "acct-01", fp);
+    TB_CHECK_STR(a.id, "acct-01");
+    TB_CHECK_INT(a.gen, 1);
+    TB_CHECK_INT(a.mirror.w[TB_WIN_OUTPUT].limit, -1);
+
+    TB_CHECK_INT(tb_account_state(&a, 1, T0, &until), TB_STATE_READY);
+    TB_CHECK_INT(tb_account_state(&a, 0, T0, &until), TB_STATE_DISABLED);
+
+    a.cooling_until_ms = T0 + 27000;
+    TB_CHECK_INT(tb_account_state(&a, 1, T0, &until), TB_STATE_COOLING);
+    TB_CHECK_INT(until, T0 + 27000);
+    TB_CHECK_INT(tb_account_state(&a, 1, T0 + 27000, &until), TB_STATE_READY);
+
+    a.disabled = 1;
+    TB_CHECK_INT(tb_account_state(&a, 1, T0, &until), TB_STATE_DISABLED);
+    TB_CHECK_STR(tb_state_name(TB_STATE_COOLING), "cooling");
+
+    tb_account_state_init(&a, "acct-01", fp);
+    TB_CHECK_INT(a.gen, 2);
+    TB_CHECK_INT(a.disabled, 0);
+}
+
+
+int
+main(void)
+{
+    TB_RUN(rfc3339_utc);
+    TB_RUN(rfc3339_fraction_and_offset);
+    TB_RUN(rfc3339_leap_years);
+    TB_RUN(rfc3339_garbage);
+    TB_RUN(http_dates);
+    TB_RUN(retry_after);
+    TB_RUN(int64_parse);
+    TB_RUN(format_round_trip);
+    TB_RUN(observe_nine_headers);
+    TB_RUN(observe_partial_and_bad_values);
+    TB_RUN(organization_truncated);
+    TB_RUN(keys_lookup);
+    TB_RUN(sha256_known_answer);
+    TB_RUN(model_scopes);
+    TB_RUN(account_states);
+
+    return tb_test_done();
+}

@@ -253,3 +253,21 @@ my $inflight = sub {
 ok(poll_until(5, sub { $inflight->() == 0 }), 'inflight back to 0 across the pool');
 ok(poll_until(5, sub { my $l = mock_log(); @$l && $l->[0]{client_aborted} }),
    'the upstream saw the gateway hang up too');
+
+
+
+=== TEST 10: HEAD gets the headers and no body, without waiting for one
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- request eval
+["HEAD /v1/models", "GET /v1/models"]
+--- more_headers eval
+["x-api-key: tenant-key", "x-api-key: tenant-key"]
+--- timeout: 3
+--- error_code eval
+# the mock does not take HEAD: its 405 comes back, without the body it sent
+[405, 200]
+--- check
+is($responses[0]{body}, '', 'no body');
+is($responses[1]{status}, 200, 'the next request is served');

@@ -974,7 +974,22 @@ ngx_http_tokenbiryani_filter_init_upstream(void *data)
 
     ngx_memzero(&ctx->chunked, sizeof(ngx_http_chunked_t));
 
-    if (u->headers_in.chunked) {
+    if (r->method == NGX_HTTP_HEAD
+        || u->headers_in.status_n == NGX_HTTP_NO_CONTENT
+        || u->headers_in.status_n == NGX_HTTP_NOT_MODIFIED)
+    {
+        /*
+         * No body follows, whatever the length headers say.  An upstream
+         * that sends one anyway would leave it on the connection: a HEAD's
+         * connection is not reused.
+         */
+        u->length = 0;
+        u->keepalive = r->method != NGX_HTTP_HEAD
+                       && !u->headers_in.connection_close
+                       && u->buffer.pos == u->buffer.last;
+        ctx->stream_done = 1;
+
+    } else if (u->headers_in.chunked) {
         /* the end is the last chunk; EOF before it is a broken stream */
         u->length = -1;
 
@@ -1152,7 +1167,12 @@ ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     u = r->upstream;
 
-    if (!u->header_sent || !ctx->is_sse || ctx->stream_done
+    /*
+     * A stream is complete at its last chunk or, when it is delimited by
+     * the connection's close, at message_stop.
+     */
+
+    if (!u->header_sent || !ctx->is_sse || ctx->stream_done || ctx->sse.stop
         || ctx->error_after_commit || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
         || r->connection->error)
     {

@@ -51,6 +51,39 @@ tb_account_state(const tb_account_state_t *a, int enabled, int64_t now_ms,
 }
 
 
+double
+tb_account_error_rate(const tb_account_state_t *a)
+{
+    unsigned  n, failed;
+    uint64_t  bits;
+
+    n = a->noutcomes < TB_OUTCOMES ? a->noutcomes : TB_OUTCOMES;
+
+    if (n == 0) {
+        return 0;
+    }
+
+    bits = a->outcomes & ((n == 64) ? ~0ULL : ((1ULL << n) - 1));
+
+    for (failed = 0; bits; bits &= bits - 1) {
+        failed++;
+    }
+
+    return (double) failed / n;
+}
+
+
+void
+tb_account_outcome(tb_account_state_t *a, int failed)
+{
+    a->outcomes = (a->outcomes << 1) | (failed ? 1 : 0);
+
+    if (a->noutcomes < TB_OUTCOMES) {
+        a->noutcomes++;
+    }
+}
+
+
 const char *
 tb_state_name(tb_state_e state)
 {

@@ -18,6 +18,7 @@
 
 #define TB_ID_MAX             64
 #define TB_REASON_MAX         96
+#define TB_OUTCOMES           50      /* recent outcomes for the error rate */
 
 
 typedef enum {
@@ -36,6 +37,18 @@ typedef struct {
 
     tb_mirror_t               mirror;
 
+    /* leased and not yet settled, per window (requests, input, output) */
+    int64_t                   reserved[TB_NWINDOWS];
+    int64_t                   leases;         /* leases held */
+
+    /* the highest reservation seen next to what the mirror had left */
+    int64_t                   peak_reserved[TB_NWINDOWS];
+    int64_t                   peak_available[TB_NWINDOWS];
+
+    /* the last TB_OUTCOMES outcomes, bit 1 = failure, newest in bit 0 */
+    uint64_t                  outcomes;
+    uint32_t                  noutcomes;
+
     /* state, written under the zone lock */
     uint32_t                  disabled;       /* 0, or why (see reason) */
     char                      disabled_reason[TB_REASON_MAX];
@@ -47,6 +60,12 @@ typedef struct {
     uint64_t                  failures_total;
     int64_t                   last_status;
     int64_t                   last_used_ms;
+
+    /* affinity outcomes of decisions that chose or had this owner */
+    uint64_t                  affinity_honored;
+    uint64_t                  affinity_broken;      /* owner lost the score */
+    uint64_t                  affinity_forced;      /* owner filtered out */
+    uint64_t                  sessions_placed;      /* new sessions here */
 } tb_account_state_t;
 
 
@@ -61,6 +80,12 @@ tb_state_e tb_account_state(const tb_account_state_t *a, int enabled,
     int64_t now_ms, int64_t *until_ms);
 
 const char *tb_state_name(tb_state_e state);
+
+/* failure fraction over the recent outcomes, 0 with none */
+double tb_account_error_rate(const tb_account_state_t *a);
+
+/* records one outcome (failed or not) */
+void tb_account_outcome(tb_account_state_t *a, int failed);
 
 /*
  * Model scopes: 1 when name matches one of the patterns (an exact id, or a

@@ -1,0 +1,176 @@
+/*
+ * The adaptive output estimate.
+ */
+
+#include <string.h>
+
+#include "tb_estimator.h"
+
+
+size_t
+tb_est_size(uint32_t window)
+{
+    return sizeof(tb_est_t) + 2 * window * sizeof(uint32_t) + window;
+}
+
+
+void
+tb_est_init(tb_est_t *e, const char *model, size_t len, uint64_t model_hash,
+    uint32_t window, double q)
+{
+    memset(e, 0, tb_est_size(window));
+
+    if (len > TB_EST_MODEL_MAX) {
+        len = TB_EST_MODEL_MAX;
+    }
+
+    memcpy(e->model, model, len);
+    e->model[len] = '\0';
+    e->model_hash = model_hash;
+    e->window = window ? window : 1;
+    e->q = q;
+}
+
+
+/* the first index whose value is >= v */
+static uint32_t
+tb_est_lower_bound(const uint32_t *a, uint32_t n, uint32_t v)
+{
+    uint32_t  lo, hi, mid;
+
+    lo = 0;
+    hi = n;
+
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+
+        if (a[mid] < v) {
+            lo = mid + 1;
+
+        } else {
+            hi = mid;
+        }
+    }
+
+    return lo;
+}
+
+
+uint32_t
+tb_est_nearest_rank(const uint32_t *sorted, uint32_t n, double q)
+{
+    double    pos;
+    uint32_t  i;
+
+    if (n == 0) {
+        return 0;
+    }
+
+    pos = q * (double) (n - 1);
+    i = (uint32_t) (pos + 0.5);
+
+    return sorted[i < n ? i : n - 1];
+}
+
+
+void
+tb_est_observe(tb_est_t *e, int64_t leased, int64_t actual)
+{
+    uint8_t   *under, old;
+    uint32_t  *ring, *sorted, v, i;
+
+    if (actual <= 0) {
+        return;
+    }
+
+    ring = e->data;
+    sorted = e->data + e->window;
+    under = (uint8_t *) (e->data + 2 * e->window);
+
+    v = actual > (int64_t) UINT32_MAX ? UINT32_MAX : (uint32_t) actual;
+
+    if (e->n == e->window) {
+        /* the oldest sample leaves the sorted copy too */
+        i = tb_est_lower_bound(sorted, e->n, ring[e->head]);
+        memmove(&sorted[i], &sorted[i + 1],
+                (e->n - i - 1) * sizeof(uint32_t));
+        e->n--;
+    }
+
+    ring[e->head] = v;
+    e->head = (e->head + 1) % e->window;
+
+    i = tb_est_lower_bound(sorted, e->n, v);
+    memmove(&sorted[i + 1], &sorted[i], (e->n - i) * sizeof(uint32_t));
+    sorted[i] = v;
+    e->n++;
+
+    /* was the lease beaten? */
+
+    if (e->nunder == e->window) {
+        old = under[e->under_head];
+        e->undershoots -= old;
+
+    } else {
+        e->nunder++;
+    }
+
+    under[e->under_head] = (actual > leased) ? 1 : 0;
+    e->undershoots += under[e->under_head];
+    e->under_head = (e->under_head + 1) % e->window;
+
+    e->quantile = tb_est_nearest_rank(sorted, e->n, e->q);
+    e->median = tb_est_nearest_rank(sorted, e->n, 0.5);
+    e->max = sorted[e->n - 1];
+}
+
+
+double
+tb_est_undershoot_rate(const tb_est_t *e, int64_t min_samples)
+{
+    if (e->nunder == 0 || (int64_t) e->nunder < min_samples) {
+        return -1;
+    }
+
+    return (double) e->undershoots / (double) e->nunder;
+}
+
+
+int
+tb_est_predicting(const tb_est_t *e, const tb_config_t *cf)
+{
+    double  rate;
+
+    if (e == NULL || !cf->output_estimate_adaptive
+        || (int64_t) e->n < cf->output_estimate_min_samples)
+    {
+        return 0;
+    }
+
+    rate = tb_est_undershoot_rate(e, cf->output_estimate_min_samples);
+
+    return rate < 0 || rate <= cf->output_estimate_max_undershoot;
+}
+
+
+int64_t
+tb_est_lease(const tb_est_t *e, const tb_config_t *cf, int64_t max_tokens)
+{
+    int64_t  v;
+
+    if (max_tokens < 1) {
+        max_tokens = 1;
+    }
+
+    if (!tb_est_predicting(e, cf)) {
+        return max_tokens;
+    }
+
+    v = e->quantile;
+
+    if (v < cf->output_estimate_floor) {
+        v = cf->output_estimate_floor;
+    }
+
+    return v < max_tokens ? v : max_tokens;
+}

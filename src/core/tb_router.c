@@ -1,0 +1,639 @@
+/*
+ * The router: mirror arithmetic, filters, scores, strategies, leases.
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+#include "tb_router.h"
+#include "tb_hash.h"
+
+
+const char *tb_term_names[TB_TERMS] = {
+    "affinity", "headroom", "priority", "load", "errors", "cost"
+};
+
+
+/*
+ * The six strategies: per-term multipliers of routing.weights.  Affinity
+ * against headroom is what keeps a conversation on the account that holds
+ * its prompt cache.
+ */
+
+const tb_strategy_t  tb_builtin_strategy_table[] = {
+
+    { "sticky_headroom",
+      "affinity first, then the most headroom (default)",
+      { 1, 1, 1, 1, 1, 1 }, 0, NULL, { NULL }, NULL },
+
+    { "headroom",
+      "the most headroom, affinity off (cache-blind)",
+      { 0, 1, 1, 1, 1, 1 }, 0, NULL, { NULL }, NULL },
+
+    { "cost_tiered",
+      "drain the cheapest tier first, spill upward",
+      { .5, .25, 1, 1, 1, 8 }, 0, NULL, { NULL }, NULL },
+
+    { "priority",
+      "strict ordered failover by account priority",
+      { .25, .25, 8, 1, 1, 1 }, 0, NULL, { NULL }, NULL },
+
+    { "least_loaded",
+      "the fewest requests in flight (cache-blind)",
+      { 0, .2, 1, 8, 1, 1 }, 0, NULL, { NULL }, NULL },
+
+    { "round_robin",
+      "rotation, ignoring every signal (cache-blind)",
+      { 0, 0, 0, 0, 0, 0 }, 1, NULL, { "rotation", NULL }, NULL },
+
+    { NULL, NULL, { 0 }, 0, NULL, { NULL }, NULL }
+};
+
+
+const tb_strategy_t *
+tb_strategy_builtin(const char *name)
+{
+    const tb_strategy_t  *s;
+
+    for (s = tb_builtin_strategy_table; s->name; s++) {
+        if (strcmp(s->name, name) == 0) {
+            return s;
+        }
+    }
+
+    return NULL;
+}
+
+
+int64_t
+tb_window_level(const tb_window_t *w, int64_t now)
+{
+    int64_t  level, elapsed, span;
+
+    if (w->remaining < 0) {
+        return TB_UNKNOWN;
+    }
+
+    if (w->limit < 0 || w->remaining >= w->limit) {
+        /* no limit seen, nothing to refill toward */
+        return w->remaining;
+    }
+
+    if (w->reset_ms && now >= w->reset_ms) {
+        return w->limit;
+    }
+
+    elapsed = now - w->observed_ms;
+
+    if (elapsed <= 0) {
+        return w->remaining;
+    }
+
+    if (w->reset_ms > w->observed_ms) {
+        span = w->reset_ms - w->observed_ms;
+
+    } else {
+        /* no usable reset: a bucket refilling its limit per minute */
+        span = 60000 * (w->limit - w->remaining) / w->limit;
+
+        if (span <= 0) {
+            return w->limit;
+        }
+    }
+
+    if (elapsed >= span) {
+        return w->limit;
+    }
+
+    level = w->remaining + (w->limit - w->remaining) * elapsed / span;
+
+    return level < w->limit ? level : w->limit;
+}
+
+
+int64_t
+tb_window_available(const tb_account_state_t *st, int win, int64_t now)
+{
+    int64_t  level;
+
+    level = tb_window_level(&st->mirror.w[win], now);
+
+    if (level == TB_UNKNOWN) {
+        return TB_UNKNOWN;
+    }
+
+    level -= st->reserved[win];
+
+    return level > 0 ? level : 0;
+}
+
+
+double
+tb_headroom(const tb_account_conf_t *conf, const tb_account_state_t *st,
+    int64_t now)
+{
+    int      w;
+    double   h, f;
+    int64_t  avail, limit;
+
+    if (conf && !conf->observable_limits) {
+        return conf->assumed_headroom;
+    }
+
+    h = 1.0;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        limit = st->mirror.w[w].limit;
+        avail = tb_window_available(st, w, now);
+
+        if (limit <= 0 || avail == TB_UNKNOWN) {
+            continue;
+        }
+
+        f = (double) avail / (double) limit;
+
+        if (f > 1.0) {
+            f = 1.0;
+        }
+
+        if (f < h) {
+            h = f;
+        }
+    }
+
+    return h;
+}
+
+
+int
+tb_fits(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
+{
+    int      w;
+    int64_t  avail;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        avail = tb_window_available(st, w, now);
+
+        if (avail != TB_UNKNOWN && avail < need->n[w]) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+int64_t
+tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
+{
+    int                 w;
+    int64_t             want, at, latest, span;
+    const tb_window_t  *win;
+
+    latest = now;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        win = &st->mirror.w[w];
+
+        if (tb_window_level(win, now) == TB_UNKNOWN
+            || tb_window_available(st, w, now) >= need->n[w])
+        {
+            continue;
+        }
+
+        want = need->n[w] + st->reserved[w];
+
+        if (win->limit < 0 || want > win->limit) {
+            /* only leases coming back can make room: not knowable */
+            return 0;
+        }
+
+        if (win->reset_ms > win->observed_ms) {
+            span = win->reset_ms - win->observed_ms;
+
+        } else {
+            span = 60000 * (win->limit - win->remaining) / win->limit;
+        }
+
+        if (win->limit > win->remaining && span > 0) {
+            at = win->observed_ms
+                 + (want - win->remaining) * span
+                   / (win->limit - win->remaining);
+
+            /* the integer division rounds down: one more millisecond */
+            at++;
+
+        } else {
+            at = win->reset_ms ? win->reset_ms : 0;
+        }
+
+        if (at == 0) {
+            return 0;
+        }
+
+        if (at > latest) {
+            latest = at;
+        }
+    }
+
+    return latest;
+}
+
+
+int
+tb_exceeds_limits(const tb_account_state_t *st, const tb_need_t *need)
+{
+    const tb_window_t  *w;
+
+    w = &st->mirror.w[TB_WIN_INPUT];
+
+    if (w->limit >= 0 && need->n[TB_WIN_INPUT] > w->limit) {
+        return 1;
+    }
+
+    /* admission uses the caller's ceiling, whatever the lease predicts */
+
+    w = &st->mirror.w[TB_WIN_OUTPUT];
+
+    if (w->limit >= 0 && need->max_tokens > w->limit) {
+        return 1;
+    }
+
+    w = &st->mirror.w[TB_WIN_REQUESTS];
+
+    return w->limit >= 0 && need->n[TB_WIN_REQUESTS] > w->limit;
+}
+
+
+static tb_verdict_e
+tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
+    tb_cand_out_t *o)
+{
+    const tb_account_state_t  *st;
+    const tb_account_conf_t   *conf;
+
+    st = c->st;
+    conf = c->conf;
+
+    if (!c->in_pool) {
+        return TB_V_POOL;
+    }
+
+    if (c->tried) {
+        return TB_V_TRIED;
+    }
+
+    if (tb_exceeds_limits(st, &in->need)) {
+        return TB_V_EXCEEDS;
+    }
+
+    if (!c->supported || !conf->enabled || st->disabled) {
+        return TB_V_DISABLED;
+    }
+
+    if (st->cooling_until_ms > in->now) {
+        o->available_at = st->cooling_until_ms;
+        return TB_V_COOLING;
+    }
+
+    if (in->model
+        && !tb_models_match(conf->models.items, conf->models.n, in->model,
+                            in->model_len))
+    {
+        return TB_V_MODEL;
+    }
+
+    if (c->rejected) {
+        return TB_V_REJECTED;
+    }
+
+    if (st->inflight >= conf->max_concurrency) {
+        return TB_V_CONCURRENCY;
+    }
+
+    if (c->spend_capped) {
+        return TB_V_SPEND;
+    }
+
+    if (c->circuit) {
+        o->available_at = c->circuit_until;
+        return TB_V_CIRCUIT;
+    }
+
+    if (!tb_fits(st, &in->need, in->now)) {
+        o->available_at = tb_fits_at(st, &in->need, in->now);
+        return TB_V_HEADROOM;
+    }
+
+    return TB_V_ELIGIBLE;
+}
+
+
+static int
+tb_route_saturated(tb_verdict_e v)
+{
+    /* capacity that comes back by itself: worth waiting for */
+    return v == TB_V_COOLING || v == TB_V_CONCURRENCY || v == TB_V_SPEND
+           || v == TB_V_CIRCUIT || v == TB_V_HEADROOM;
+}
+
+
+void
+tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
+    tb_cand_out_t *out, tb_decision_t *d)
+{
+    int                   best;
+    size_t                i, t;
+    double                score, tmin, tmax, load, jitter, mult;
+    uint64_t              h;
+    tb_cand_out_t        *o;
+    const tb_strategy_t  *s;
+
+    s = in->strategy;
+
+    d->chosen = -1;
+    d->affinity = TB_AFF_NONE;
+    d->soonest = 0;
+    d->eligible = 0;
+    d->servable = 0;
+
+    tmin = 0;
+    tmax = 0;
+
+    for (i = 0; i < n; i++) {
+        o = &out[i];
+        memset(o, 0, sizeof(tb_cand_out_t));
+
+        o->headroom = tb_headroom(c[i].conf, c[i].st, in->now);
+        o->verdict = tb_route_filter(in, &c[i], o);
+
+        if (o->verdict != TB_V_ELIGIBLE) {
+            if (tb_route_saturated(o->verdict)) {
+                d->servable = 1;
+
+                if (o->available_at
+                    && (d->soonest == 0 || o->available_at < d->soonest))
+                {
+                    d->soonest = o->available_at;
+                }
+            }
+
+            continue;
+        }
+
+        /* the cost spread is taken over the eligible accounts only */
+
+        if (d->eligible == 0 || c[i].conf->cost_tier < tmin) {
+            tmin = c[i].conf->cost_tier;
+        }
+
+        if (d->eligible == 0 || c[i].conf->cost_tier > tmax) {
+            tmax = c[i].conf->cost_tier;
+        }
+
+        d->eligible++;
+    }
+
+    if (d->eligible == 0) {
+        goto affinity;
+    }
+
+    d->servable = 1;
+    best = -1;
+
+    for (i = 0; i < n; i++) {
+        o = &out[i];
+
+        if (o->verdict != TB_V_ELIGIBLE) {
+            continue;
+        }
+
+        if (s->terms) {
+            s->terms(s->data, in, &c[i], i, n, o->terms);
+
+            for (score = 0, t = 0; t < TB_TERMS; t++) {
+                score += o->terms[t];
+            }
+
+        } else if (s->rotate) {
+            /* the account after the cursor first, ignoring every signal */
+            o->terms[0] = -(double) ((i + n - in->cursor % n) % n);
+            score = o->terms[0];
+
+        } else {
+            load = (double) c[i].st->inflight
+                   / (double) (c[i].conf->max_concurrency
+                               ? c[i].conf->max_concurrency : 1);
+
+            o->terms[TB_T_AFFINITY] = ((int) i == in->owner) ? 1 : 0;
+            o->terms[TB_T_HEADROOM] = o->headroom;
+            o->terms[TB_T_PRIORITY] = c[i].conf->priority;
+            o->terms[TB_T_LOAD] = -(load < 1 ? load : 1);
+            o->terms[TB_T_ERRORS] = -tb_account_error_rate(c[i].st);
+            o->terms[TB_T_COST] = (tmax > tmin)
+                                  ? -(c[i].conf->cost_tier - tmin)
+                                    / (tmax - tmin)
+                                  : 0;
+
+            for (score = 0, t = 0; t < TB_TERMS; t++) {
+                mult = in->weights[t] * s->mult[t];
+                o->terms[t] *= mult;
+                score += o->terms[t];
+            }
+        }
+
+        /*
+         * Ties break on a hash of (session, account): stable for one
+         * conversation under replay, spread across conversations.
+         */
+
+        h = tb_hash_mix(in->session, c[i].id_hash);
+        jitter = (double) (h >> 11) * (1.0 / 9007199254740992.0) * 1e-6;
+
+        o->score = score + jitter;
+
+        if (best < 0 || o->score > out[best].score) {
+            best = (int) i;
+        }
+    }
+
+    d->chosen = best;
+    out[best].verdict = TB_V_CHOSEN;
+
+affinity:
+
+    if (in->owner < 0 || (size_t) in->owner >= n) {
+        d->affinity = TB_AFF_NONE;
+
+    } else if (out[in->owner].verdict == TB_V_CHOSEN) {
+        d->affinity = TB_AFF_HONORED;
+
+    } else if (out[in->owner].verdict == TB_V_ELIGIBLE) {
+        d->affinity = TB_AFF_BROKEN;
+
+    } else {
+        d->affinity = TB_AFF_FORCED;
+    }
+}
+
+
+size_t
+tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
+    int64_t now, char *buf, size_t size)
+{
+    int64_t      left;
+    const char  *why;
+
+    switch (v) {
+
+    case TB_V_CHOSEN:
+        return (size_t) snprintf(buf, size, "chosen");
+
+    case TB_V_ELIGIBLE:
+        return (size_t) snprintf(buf, size, "eligible");
+
+    case TB_V_POOL:
+        why = "outside this key's pool";
+        break;
+
+    case TB_V_TRIED:
+        why = "already attempted";
+        break;
+
+    case TB_V_EXCEEDS:
+        why = "request exceeds account limit";
+        break;
+
+    case TB_V_DISABLED:
+        if (!c->supported) {
+            why = "account type not supported by this build";
+
+        } else if (!c->conf->enabled) {
+            why = "disabled";
+
+        } else if (c->st->disabled_reason[0]) {
+            why = c->st->disabled_reason;
+
+        } else {
+            why = "disabled";
+        }
+
+        break;
+
+    case TB_V_COOLING:
+        left = o->available_at > now ? o->available_at - now : 0;
+
+        /* whole seconds, rounded as the reference does ("%.0f") */
+        return (size_t) snprintf(buf, size,
+                                 "filtered \xe2\x80\x94 cooling, %llds "
+                                 "remaining",
+                                 (long long) ((left + 500) / 1000));
+
+    case TB_V_MODEL:
+        why = "model not in account allowlist";
+        break;
+
+    case TB_V_REJECTED:
+        why = "model rejected by upstream";
+        break;
+
+    case TB_V_CONCURRENCY:
+        return (size_t) snprintf(buf, size,
+                                 "filtered \xe2\x80\x94 at max concurrency "
+                                 "(%lld)",
+                                 (long long) c->conf->max_concurrency);
+
+    case TB_V_SPEND:
+        why = "spend cap reached";
+        break;
+
+    case TB_V_CIRCUIT:
+        why = "circuit open";
+        break;
+
+    default: /* TB_V_HEADROOM */
+        why = "insufficient headroom";
+        break;
+    }
+
+    return (size_t) snprintf(buf, size, "filtered \xe2\x80\x94 %s", why);
+}
+
+
+const char *
+tb_affinity_name(tb_affinity_e a)
+{
+    static const char  *names[] = { "none", "honored", "broken",
+                                    "forced_break" };
+
+    return names[a];
+}
+
+
+int
+tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
+    const tb_need_t *need, int64_t now)
+{
+    int      w;
+    int64_t  level;
+
+    if (!tb_fits(st, need, now)
+        || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
+           >= conf->max_concurrency)
+    {
+        return 0;
+    }
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        st->reserved[w] += need->n[w];
+
+        level = tb_window_level(&st->mirror.w[w], now);
+
+        if (level != TB_UNKNOWN && st->reserved[w] > st->peak_reserved[w]) {
+            st->peak_reserved[w] = st->reserved[w];
+            st->peak_available[w] = level;
+        }
+    }
+
+    st->leases++;
+    __atomic_add_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
+
+    return 1;
+}
+
+
+void
+tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
+    const tb_usage_t *usage, int64_t headers_ms)
+{
+    int           w;
+    tb_window_t  *out;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        st->reserved[w] -= need->n[w];
+
+        if (st->reserved[w] < 0) {
+            st->reserved[w] = 0;
+        }
+    }
+
+    if (st->leases > 0) {
+        st->leases--;
+    }
+
+    __atomic_sub_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
+
+    if (usage == NULL || usage->output_tokens <= 0 || headers_ms == 0) {
+        return;
+    }
+
+    out = &st->mirror.w[TB_WIN_OUTPUT];
+
+    if (out->remaining >= 0 && out->observed_ms <= headers_ms) {
+        out->remaining -= usage->output_tokens;
+
+        if (out->remaining < 0) {
+            out->remaining = 0;
+        }
+    }
+}

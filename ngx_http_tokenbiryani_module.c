@@ -108,7 +108,7 @@ ngx_module_t  ngx_http_tokenbiryani_module = {
     NGX_HTTP_MODULE,                          /* module type */
     NULL,                                     /* init master */
     NULL,                                     /* init module */
-    NULL,                                     /* init process */
+    ngx_http_tokenbiryani_init_worker,        /* init process */
     NULL,                                     /* init thread */
     NULL,                                     /* exit thread */
     NULL,                                     /* exit process */

@@ -9,6 +9,11 @@
 static tb_account_state_t *ngx_http_tokenbiryani_shm_slot(
     ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
     ngx_http_tokenbiryani_account_t *a);
+static ngx_uint_t ngx_http_tokenbiryani_slot_index(
+    ngx_http_tokenbiryani_shm_t *sh, tb_account_state_t *slot);
+static ngx_int_t ngx_http_tokenbiryani_shm_ring(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_shm_t *sh,
+    ngx_slab_pool_t *shpool);
 
 
 ngx_int_t
@@ -45,6 +50,13 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         sh->magic = NGX_HTTP_TB_SHM_MAGIC;
         sh->created_ms = ngx_http_tokenbiryani_now_ms();
 
+        ngx_queue_init(&sh->leases);
+
+        ngx_rbtree_init(&sh->aff_tree, &sh->aff_sentinel,
+                        ngx_rbtree_insert_value);
+        ngx_queue_init(&sh->aff_lru);
+        sh->aff_epoch_ms = sh->created_ms;
+
         shpool->data = sh;
 
         len = sizeof(" in tokenbiryani zone \"\"") + shm_zone->shm.name.len;
@@ -71,6 +83,19 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     ngx_shmtx_lock(&shpool->mutex);
 
+    if (ngx_http_tokenbiryani_shm_ring(tmcf, sh, shpool) != NGX_OK) {
+        ngx_shmtx_unlock(&shpool->mutex);
+
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "tokenbiryani zone \"%V\" is too small for an "
+                      "inspector of %ui requests (%uz bytes each): make the "
+                      "zone larger or observability.event_buffer smaller",
+                      &shm_zone->shm.name,
+                      (ngx_uint_t) tmcf->tbcf->observability_event_buffer,
+                      sizeof(ngx_http_tokenbiryani_record_t));
+        return NGX_ERROR;
+    }
+
     sh->generation++;
 
     for (i = 0; i < sh->nslots; i++) {
@@ -93,6 +118,7 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
         slot->live = 1;
         a[i].sh = slot;
+        a[i].slot = ngx_http_tokenbiryani_slot_index(sh, slot);
     }
 
     ngx_shmtx_unlock(&shpool->mutex);
@@ -158,6 +184,65 @@ ngx_http_tokenbiryani_shm_slot(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
+static ngx_uint_t
+ngx_http_tokenbiryani_slot_index(ngx_http_tokenbiryani_shm_t *sh,
+    tb_account_state_t *slot)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < sh->nslots; i++) {
+        if (sh->slots[i] == slot) {
+            return i;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * The inspector's ring, sized by observability.event_buffer.  A reload
+ * that changes the size starts a new ring (the old history goes).
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_shm_ring(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool)
+{
+    size_t                           size;
+    ngx_uint_t                       n;
+    ngx_http_tokenbiryani_record_t  *ring;
+
+    n = (ngx_uint_t) tmcf->tbcf->observability_event_buffer;
+
+    if (sh->ring && sh->ring_size == n) {
+        return NGX_OK;
+    }
+
+    ring = NULL;
+
+    if (n) {
+        size = n * sizeof(ngx_http_tokenbiryani_record_t);
+
+        ring = ngx_slab_alloc_locked(shpool, size);
+        if (ring == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memzero(ring, size);
+    }
+
+    if (sh->ring) {
+        ngx_slab_free_locked(shpool, sh->ring);
+    }
+
+    sh->ring = ring;
+    sh->ring_size = n;
+
+    return NGX_OK;
+}
+
+
 void
 ngx_http_tokenbiryani_shm_observe(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_account_t *a, const tb_rl_obs_t *obs,
@@ -181,23 +266,33 @@ ngx_http_tokenbiryani_shm_rr_next(ngx_http_tokenbiryani_main_conf_t *tmcf)
 
 void
 ngx_http_tokenbiryani_shm_attempt_start(ngx_http_tokenbiryani_account_t *a,
-    int64_t now_ms)
+    ngx_uint_t leased, int64_t now_ms)
 {
-    __atomic_add_fetch(&a->sh->inflight, 1, __ATOMIC_RELAXED);
+    /* a lease counts itself in flight when it is taken */
+    if (!leased) {
+        __atomic_add_fetch(&a->sh->inflight, 1, __ATOMIC_RELAXED);
+    }
+
     __atomic_add_fetch(&a->sh->requests_total, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&a->sh->last_used_ms, now_ms, __ATOMIC_RELAXED);
 }
 
 
 void
-ngx_http_tokenbiryani_shm_attempt_end(ngx_http_tokenbiryani_account_t *a,
-    ngx_uint_t failed)
+ngx_http_tokenbiryani_shm_attempt_end(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased, ngx_uint_t failed)
 {
-    __atomic_sub_fetch(&a->sh->inflight, 1, __ATOMIC_RELAXED);
+    if (!leased) {
+        __atomic_sub_fetch(&a->sh->inflight, 1, __ATOMIC_RELAXED);
+    }
 
     if (failed) {
         __atomic_add_fetch(&a->sh->failures_total, 1, __ATOMIC_RELAXED);
     }
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    tb_account_outcome(a->sh, (int) failed);
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
 }
 
 

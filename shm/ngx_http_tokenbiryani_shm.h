@@ -9,9 +9,97 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_router.h"
+#include "tb_estimator.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC   0x74627a31      /* "tbz1" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a32      /* "tbz2" */
+
+#define NGX_HTTP_TB_LEASE_TTL          60000   /* ms without renewal */
+#define NGX_HTTP_TB_LEASE_RENEW        15000   /* ms between renewals */
+#define NGX_HTTP_TB_ESTIMATORS         64      /* estimators kept */
+#define NGX_HTTP_TB_INSPECT_CANDS      32      /* candidates per record */
+#define NGX_HTTP_TB_INSPECT_ATTEMPTS   8
+
+
+/* one held reservation */
+struct ngx_http_tokenbiryani_lease_s {
+    ngx_queue_t                    queue;
+    uint64_t                       id;
+    ngx_uint_t                     slot;          /* index in slots */
+    tb_need_t                      need;
+    int64_t                        expires_ms;
+    ngx_pid_t                      pid;
+};
+
+
+/* one session's owner: 64 bytes, the slab's 64-byte class exactly */
+typedef struct {
+    ngx_rbtree_node_t              node;          /* key: the session */
+    ngx_queue_t                    lru;
+    uint32_t                       slot;
+    uint32_t                       expires;       /* s since the epoch */
+} ngx_http_tokenbiryani_affinity_t;
+
+
+typedef struct {
+    uint32_t                       slot;
+    uint8_t                        verdict;
+    int64_t                        available_at;
+    float                          score;
+    float                          headroom;
+    float                          terms[TB_TERMS];
+} ngx_http_tokenbiryani_inspect_cand_t;
+
+
+typedef struct {
+    uint32_t                       slot;
+    int16_t                        status;        /* 0: no response */
+    uint8_t                        kind;          /* why it failed */
+    uint32_t                       latency_ms;
+} ngx_http_tokenbiryani_inspect_attempt_t;
+
+
+/* attempt kinds */
+#define NGX_HTTP_TB_KIND_OK            0
+#define NGX_HTTP_TB_KIND_STATUS        1
+#define NGX_HTTP_TB_KIND_STREAM_ERROR  2
+#define NGX_HTTP_TB_KIND_TIMEOUT       3
+#define NGX_HTTP_TB_KIND_CONNECT       4
+#define NGX_HTTP_TB_KIND_BROKEN        5
+#define NGX_HTTP_TB_KIND_INVALID       6
+
+
+typedef struct {
+    uint64_t                       seq;           /* 0: empty */
+    u_char                         id[NGX_HTTP_TB_REQUEST_ID_LEN];
+    char                           key[TB_ID_MAX + 1];
+    char                           model[TB_MODEL_MAX + 1];
+    char                           strategy[32];
+    uint64_t                       session;
+    int64_t                        started_ms;
+    int64_t                        latency_ms;
+    int64_t                        ttft_ms;       /* -1: not a stream */
+    int64_t                        queued_ms;
+    int64_t                        soonest;
+    tb_usage_t                     usage;
+    tb_need_t                      need;
+    int16_t                        status;
+    uint8_t                        kind;          /* NGX_HTTP_TB_MESSAGES */
+    uint8_t                        streamed;
+    uint8_t                        priority;
+    uint8_t                        session_source;
+    uint8_t                        affinity;
+    uint8_t                        nattempts;
+    uint8_t                        ncands;
+    int32_t                        chosen;        /* slot, -1 */
+    uint32_t                       candidates;    /* in the pool */
+    uint32_t                       verdicts[TB_V_HEADROOM + 1];
+    ngx_http_tokenbiryani_inspect_attempt_t
+                                   attempts[NGX_HTTP_TB_INSPECT_ATTEMPTS];
+    ngx_http_tokenbiryani_inspect_cand_t
+                                   cands[NGX_HTTP_TB_INSPECT_CANDS];
+} ngx_http_tokenbiryani_record_t;
 
 
 struct ngx_http_tokenbiryani_shm_s {
@@ -23,6 +111,33 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nslots;        /* account slots made */
     ngx_uint_t                     slots_size;
     tb_account_state_t           **slots;
+
+    /* leases held, and the ones taken back from dead workers */
+    ngx_queue_t                    leases;
+    uint64_t                       lease_seq;
+    uint64_t                       leases_reclaimed;
+
+    /* session -> owner */
+    ngx_rbtree_t                   aff_tree;
+    ngx_rbtree_node_t              aff_sentinel;
+    ngx_queue_t                    aff_lru;
+    int64_t                        aff_epoch_ms;
+    uint64_t                       aff_entries;
+    uint64_t                       aff_evicted;
+
+    /* the output estimators, one per model */
+    ngx_uint_t                     nmodels;
+    tb_est_t                      *models[NGX_HTTP_TB_ESTIMATORS];
+    uint64_t                       models_clock;
+
+    /* the request inspector */
+    ngx_http_tokenbiryani_record_t *ring;
+    ngx_uint_t                     ring_size;
+    uint64_t                       ring_seq;
+
+    /* decisions and what they did to affinity */
+    uint64_t                       decisions;
+    uint64_t                       affinity[4];   /* by tb_affinity_e */
 };
 
 
@@ -37,14 +152,64 @@ ngx_uint_t ngx_http_tokenbiryani_shm_rr_next(
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
 void ngx_http_tokenbiryani_shm_attempt_start(
-    ngx_http_tokenbiryani_account_t *a, int64_t now_ms);
+    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased, int64_t now_ms);
 void ngx_http_tokenbiryani_shm_attempt_end(
-    ngx_http_tokenbiryani_account_t *a, ngx_uint_t failed);
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased,
+    ngx_uint_t failed);
 
 /* a consistent copy of a slot, for reports */
 void ngx_http_tokenbiryani_shm_snapshot(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_account_t *a, tb_account_state_t *copy);
+
+
+/* leases (shm/ngx_http_tokenbiryani_lease.c) */
+ngx_http_tokenbiryani_lease_t *ngx_http_tokenbiryani_lease_take(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_account_t *a, const tb_need_t *need,
+    int64_t now, uint64_t *id);
+void ngx_http_tokenbiryani_lease_give_back(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_lease_t *lease, uint64_t id,
+    const tb_usage_t *usage, int64_t headers_ms);
+void ngx_http_tokenbiryani_lease_renew(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_queue_t *held,
+    int64_t now);
+ngx_uint_t ngx_http_tokenbiryani_lease_reclaim(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
+
+
+/* affinity (shm/ngx_http_tokenbiryani_affinity.c) */
+ngx_int_t ngx_http_tokenbiryani_affinity_get(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session, int64_t now);
+void ngx_http_tokenbiryani_affinity_set(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session,
+    ngx_uint_t slot, int64_t now);
+
+
+/* estimators (shm/ngx_http_tokenbiryani_estimator.c) */
+int64_t ngx_http_tokenbiryani_estimate_output(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *model, size_t len,
+    int64_t max_tokens);
+void ngx_http_tokenbiryani_estimator_observe(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *model, size_t len,
+    int64_t leased, int64_t actual);
+ngx_uint_t ngx_http_tokenbiryani_estimator_snapshot(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, tb_est_t **copies,
+    ngx_uint_t max, ngx_pool_t *pool);
+
+
+/* the inspector (shm/ngx_http_tokenbiryani_inspect.c) */
+void ngx_http_tokenbiryani_inspect_add(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_record_t *rec);
+ngx_uint_t ngx_http_tokenbiryani_inspect_list(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_record_t *out, ngx_uint_t max);
+ngx_int_t ngx_http_tokenbiryani_inspect_find(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, u_char *id,
+    ngx_http_tokenbiryani_record_t *out);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_SHM_H_INCLUDED_ */

@@ -33,6 +33,7 @@ accounts:
   - id: dead
     api_key: sk-dead
     base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
+    priority: 1            # the first choice, every time
   - id: live
     api_key: sk-live
     base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}

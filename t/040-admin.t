@@ -21,15 +21,21 @@ accounts:
     name: first
     api_key: sk-a1
     base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+    priority: 1            # preferred: the tests read its mirror
+    max_concurrency: 64
   - id: a2
     api_key: sk-a2
     base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+    max_concurrency: 64
 keys:
   - key: tenant-key
     name: tenant
   - key: admin-key
     name: admin
     admin: true
+  - key: a2-key
+    name: a2-only
+    pool: [a2]
 _EOY_
 
 sub status {
@@ -84,9 +90,14 @@ is($want->{requests}{limit}, 50, 'the mock sent its limit');
 
 my $st = status();
 my $a1 = account($st, 'a1');
+my $used = json_decode($r->{body})->{usage}{output_tokens};
 for my $w (qw(requests input_tokens output_tokens)) {
     is($a1->{limits}{$w}{limit}, $want->{$w}{limit}, "$w limit mirrored");
-    is($a1->{limits}{$w}{remaining}, $want->{$w}{remaining}, "$w remaining mirrored");
+    # the headers go out before the output exists: the gateway takes what
+    # the response reported using off the output window itself
+    is($a1->{limits}{$w}{remaining},
+       $want->{$w}{remaining} - ($w eq 'output_tokens' ? $used : 0),
+       "$w remaining mirrored");
     is($a1->{limits}{$w}{reset_at}, $want->{$w}{reset}, "$w reset mirrored");
     ok(defined $a1->{limits}{$w}{reset_in} && $a1->{limits}{$w}{reset_in} >= 0
        && $a1->{limits}{$w}{reset_in} < 120, "$w reset_in in seconds");
@@ -180,9 +191,9 @@ is(account($after, 'a1')->{requests_total}, account($before, 'a1')->{requests_to
 is(account($after, 'a2')->{requests_total}, 0, 'a2 has a new credential: a new account');
 is(account($after, 'a2')->{limits}{requests}{limit}, undef, '... whose limits are unknown');
 is(account($after, 'a3')->{requests_total}, 0, 'a3 is new');
-send_msg() for 1 .. 3;
-my %creds = map { $_->{credential} => 1 } @{ mock_log() };
-ok($creds{'sk-a2-rotated'}, 'the rotated credential is used after the reload');
+is(send_msg('x-api-key' => 'a2-key')->{status}, 200, 'a2 serves');
+is(mock_log()->[-1]{credential}, 'sk-a2-rotated',
+   'with its new credential');
 
 
 

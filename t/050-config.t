@@ -171,7 +171,7 @@ GET /healthz
 
 === TEST 11: locations without tokenbiryani_config or tokenbiryani_zone
 --- http_config
-    tokenbiryani_zone tb 1m;
+    tokenbiryani_zone tb 8m;
 --- config eval: $::Locations
 --- must_die
 --- error_log

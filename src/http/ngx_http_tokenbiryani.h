@@ -15,6 +15,8 @@
 #include "tb_keys.h"
 #include "tb_ratelimit.h"
 #include "tb_account.h"
+#include "tb_router.h"
+#include "tb_session.h"
 
 
 #define NGX_HTTP_TOKENBIRYANI_VERSION  "0.1.0"
@@ -32,6 +34,7 @@
 
 
 typedef struct ngx_http_tokenbiryani_shm_s  ngx_http_tokenbiryani_shm_t;
+typedef struct ngx_http_tokenbiryani_lease_s  ngx_http_tokenbiryani_lease_t;
 
 
 typedef struct {
@@ -61,6 +64,8 @@ typedef struct {
 
     unsigned char                  fingerprint[8];
     tb_account_state_t            *sh;             /* slot in the zone */
+    ngx_uint_t                     slot;           /* its index there */
+    uint64_t                       id_hash;
 
     /* per worker (copied at fork): idle upstream connections, TLS session */
     ngx_queue_t                    cache;
@@ -94,6 +99,9 @@ typedef struct {
     ngx_http_upstream_srv_conf_t  *upstream;
     ngx_array_t                    servers;   /* ngx_http_core_srv_conf_t * */
 
+    const tb_strategy_t           *strategy;
+    double                         weights[TB_TERMS];
+
     ngx_uint_t                     used;      /* any location uses us */
 } ngx_http_tokenbiryani_main_conf_t;
 
@@ -102,6 +110,15 @@ typedef struct {
     ngx_uint_t                     type;      /* NGX_HTTP_TB_PASS, ... */
     ngx_http_upstream_conf_t       upstream;
 } ngx_http_tokenbiryani_loc_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                     account;   /* index in the pool */
+    ngx_int_t                      status;    /* 0: no response */
+    ngx_uint_t                     kind;      /* NGX_HTTP_TB_KIND_* */
+    int64_t                        start_ms;
+    int64_t                        latency_ms;
+} ngx_http_tokenbiryani_try_t;
 
 
 typedef struct {
@@ -114,6 +131,33 @@ typedef struct {
 
     tb_body_t                      body;
     ngx_str_t                      path;      /* upstream URI */
+
+    /* routing */
+    uint64_t                       session;
+    tb_session_source_e            session_source;
+    ngx_int_t                      owner;     /* slot of the owner, -1 */
+    tb_need_t                      need;
+    tb_cand_t                     *cands;     /* one per account */
+    tb_cand_out_t                 *outs;
+    tb_decision_t                  decision;  /* the last one made */
+    tb_affinity_e                  affinity;  /* of the first decision */
+    ngx_uint_t                     decisions;
+    int64_t                        started_ms;
+    int64_t                        ttft_ms;
+    ngx_http_tokenbiryani_account_t  *next;   /* decided, leased, unsent */
+
+    /* the lease of the current attempt */
+    ngx_http_tokenbiryani_lease_t *lease;
+    uint64_t                       lease_id;
+    ngx_queue_t                    held;      /* in the worker's list */
+    int64_t                        headers_ms;
+
+    /* what the attempts did, for the inspector */
+    ngx_http_tokenbiryani_try_t    tries[8];
+
+    tb_usage_t                     usage;
+    u_char                        *json;      /* a JSON response, for usage */
+    size_t                         json_len;
 
     /* attempts */
     ngx_uint_t                     attempts;
@@ -156,6 +200,8 @@ typedef struct {
     unsigned                       retry_logged:1;
     unsigned                       own_error:1;   /* body is ours */
     unsigned                       rewrite_body:1;
+    unsigned                       json_overflow:1;
+    unsigned                       settled:1;
 } ngx_http_tokenbiryani_ctx_t;
 
 
@@ -180,6 +226,18 @@ ngx_uint_t ngx_http_tokenbiryani_eligible_left(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 ngx_uint_t ngx_http_tokenbiryani_account_sets(
     ngx_http_tokenbiryani_account_t *a, ngx_str_t *name);
+
+/* routing glue (src/http/ngx_http_tokenbiryani_router.c) */
+ngx_int_t ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
+ngx_http_tokenbiryani_account_t *ngx_http_tokenbiryani_route(
+    ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
+void ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t success);
+void ngx_http_tokenbiryani_request_done(void *data);
+ngx_int_t ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_tokenbiryani_pool_slot(ngx_http_request_t *r,
+    ngx_uint_t slot);
 
 /* filters and errors (src/http/ngx_http_tokenbiryani_filter.c) */
 ngx_int_t ngx_http_tokenbiryani_filter_init(ngx_conf_t *cf);

@@ -18,6 +18,9 @@ static ngx_int_t ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc,
     void *data, ngx_uint_t state);
+static void ngx_http_tokenbiryani_note_attempt(
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_connection_t *c,
+    ngx_uint_t failed);
 static ngx_uint_t ngx_http_tokenbiryani_eligible(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a);
 static ngx_uint_t ngx_http_tokenbiryani_model_allowed(
@@ -92,15 +95,24 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
 {
     ngx_http_request_t *r = data;
 
+    int64_t                           now;
     ngx_addr_t                       *addr;
     ngx_http_upstream_t              *u;
+    __typeof__(((ngx_http_tokenbiryani_ctx_t *) 0)->tries[0])  *t;
     ngx_http_tokenbiryani_ctx_t      *ctx;
     ngx_http_tokenbiryani_account_t  *a;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     u = r->upstream;
 
-    a = ngx_http_tokenbiryani_pick(r, ctx);
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
+        /* the first attempt was decided (and leased) before connecting */
+        a = ctx->next ? ctx->next : ngx_http_tokenbiryani_route(r, ctx);
+        ctx->next = NULL;
+
+    } else {
+        a = ngx_http_tokenbiryani_pick(r, ctx);
+    }
 
     if (a == NULL) {
         /* nginx answers 502, which the filter turns into an API error */
@@ -119,9 +131,19 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
 
     ngx_http_tokenbiryani_reset_attempt(r, ctx);
 
-    ngx_http_tokenbiryani_shm_attempt_start(a,
-                                            ngx_http_tokenbiryani_now_ms());
+    now = ngx_http_tokenbiryani_now_ms();
+
+    ngx_http_tokenbiryani_shm_attempt_start(a, ctx->lease != NULL, now);
     ctx->inflight = 1;
+
+    if (ctx->attempts <= 8) {
+        t = &ctx->tries[ctx->attempts - 1];
+        t->account = a->index;
+        t->start_ms = now;
+        t->status = 0;
+        t->kind = NGX_HTTP_TB_KIND_OK;
+        t->latency_ms = 0;
+    }
 
     addr = &a->addrs[(ctx->attempts - 1) % a->naddrs];
 
@@ -161,16 +183,21 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_request_t *r = data;
 
-    ngx_uint_t                        failed, more;
-    ngx_connection_t                 *c;
-    ngx_http_tokenbiryani_ctx_t      *ctx;
-    ngx_http_tokenbiryani_account_t  *a;
+    ngx_uint_t                          failed, more, leased, ok;
+    ngx_connection_t                   *c;
+    ngx_http_tokenbiryani_ctx_t        *ctx;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     a = ctx->account;
     c = pc->connection;
 
     failed = (state & NGX_PEER_FAILED) ? 1 : 0;
+    leased = (ctx->lease != NULL);
+
+    ngx_http_tokenbiryani_note_attempt(ctx, c, failed);
 
     if (failed && pc->cached && ctx->status.code == 0
         && !(c && (c->read->timedout || c->write->timedout)))
@@ -183,7 +210,8 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
          */
 
         if (ctx->inflight) {
-            ngx_http_tokenbiryani_shm_attempt_end(a, 0);
+            ngx_http_tokenbiryani_route_settle(r, ctx, 0);
+            ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased, 0);
             ctx->inflight = 0;
         }
 
@@ -195,7 +223,12 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
     }
 
     if (ctx->inflight) {
-        ngx_http_tokenbiryani_shm_attempt_end(a, failed
+        ok = !failed && ctx->committed
+             && ctx->status.code >= 200 && ctx->status.code < 300;
+
+        ngx_http_tokenbiryani_route_settle(r, ctx, ok);
+        ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased,
+                                        failed
                                         || ctx->status.code >= 500
                                         || ctx->status.code == 429);
         ctx->inflight = 0;
@@ -236,6 +269,44 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
     }
 
     pc->tries = more ? 1 : 0;
+}
+
+
+/* what the attempt came to, for the inspector */
+
+static void
+ngx_http_tokenbiryani_note_attempt(ngx_http_tokenbiryani_ctx_t *ctx,
+    ngx_connection_t *c, ngx_uint_t failed)
+{
+    ngx_uint_t  kind;
+
+    if (ctx->attempts == 0 || ctx->attempts > 8) {
+        return;
+    }
+
+    if (c && (c->read->timedout || c->write->timedout)) {
+        kind = NGX_HTTP_TB_KIND_TIMEOUT;
+
+    } else if (ctx->status.code == 0) {
+        kind = failed ? NGX_HTTP_TB_KIND_CONNECT : NGX_HTTP_TB_KIND_OK;
+
+    } else if (ctx->is_sse && ctx->sse.error && !ctx->committed) {
+        kind = NGX_HTTP_TB_KIND_STREAM_ERROR;
+
+    } else if (ctx->status.code >= 400) {
+        kind = NGX_HTTP_TB_KIND_STATUS;
+
+    } else if (failed) {
+        kind = NGX_HTTP_TB_KIND_BROKEN;
+
+    } else {
+        kind = NGX_HTTP_TB_KIND_OK;
+    }
+
+    ctx->tries[ctx->attempts - 1].status = ctx->status.code;
+    ctx->tries[ctx->attempts - 1].kind = kind;
+    ctx->tries[ctx->attempts - 1].latency_ms = ngx_http_tokenbiryani_now_ms()
+                                    - ctx->tries[ctx->attempts - 1].start_ms;
 }
 
 

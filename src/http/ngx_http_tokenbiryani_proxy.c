@@ -18,6 +18,8 @@
 static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
+static ngx_int_t ngx_http_tokenbiryani_refuse(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_start_upstream(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_create_request(ngx_http_request_t *r);
@@ -36,6 +38,8 @@ static ngx_int_t ngx_http_tokenbiryani_input_filter(void *data,
     ssize_t bytes);
 static void ngx_http_tokenbiryani_feed_sse(ngx_http_tokenbiryani_ctx_t *ctx,
     u_char *p, u_char *last);
+static void ngx_http_tokenbiryani_keep_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last);
 static void ngx_http_tokenbiryani_abort_request(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r,
     ngx_int_t rc);
@@ -141,6 +145,7 @@ static void
 ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
 {
     ngx_str_t                           body;
+    ngx_pool_cleanup_t                 *cln;
     ngx_http_tokenbiryani_ctx_t        *ctx;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     char                                err[256];
@@ -151,6 +156,11 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
         ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
         return;
     }
+
+    ctx->started_ms = ngx_http_tokenbiryani_now_ms();
+
+    body.len = 0;
+    body.data = (u_char *) "";
 
     if (ctx->kind != NGX_HTTP_TB_MODELS) {
 
@@ -197,14 +207,36 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    if (!ngx_http_tokenbiryani_eligible_left(r, ctx)) {
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_route_prepare(r, ctx, &body) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    /* from here on the request leaves a record, and no lease behind */
+    cln->handler = ngx_http_tokenbiryani_request_done;
+    cln->data = ctx;
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
+        ctx->next = ngx_http_tokenbiryani_route(r, ctx);
+
+        if (ctx->next == NULL) {
+            ngx_http_finalize_request(r,
+                                      ngx_http_tokenbiryani_refuse(r, ctx));
+            return;
+        }
+
+    } else if (!ngx_http_tokenbiryani_eligible_left(r, ctx)) {
         ngx_http_finalize_request(r,
             ngx_http_tokenbiryani_send_error(r,
                 NGX_HTTP_SERVICE_UNAVAILABLE, "overloaded_error",
                 "no account in this pool can serve this request: every "
-                "account is disabled, outside this key's pool or does not "
-                "support model \"%s\"",
-                ctx->body.has_model ? ctx->body.model : "-"));
+                "account is disabled or outside this key's pool"));
         return;
     }
 
@@ -212,6 +244,62 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
+}
+
+
+/*
+ * No account can take the request now.  When none ever could (the model,
+ * the key's pool, every account disabled, a request larger than every
+ * window), that is final; otherwise the pool is saturated and the client
+ * learns when capacity should come back.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_refuse(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    int64_t           wait;
+    ngx_table_elt_t  *h;
+
+    if (!ctx->decision.servable) {
+        return ngx_http_tokenbiryani_send_error(r,
+                   NGX_HTTP_SERVICE_UNAVAILABLE, "overloaded_error",
+                   "no account in this pool can serve this request: it "
+                   "exceeds every account's rate limit, or no account "
+                   "supports model \"%s\" for this key, or every account "
+                   "is disabled", ctx->body.model);
+    }
+
+    wait = 1;
+
+    if (ctx->decision.soonest) {
+        wait = (ctx->decision.soonest - ngx_http_tokenbiryani_now_ms()
+                + 999) / 1000;
+        wait = ngx_max(wait, 1);
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h != NULL) {
+        h->hash = 1;
+        ngx_str_set(&h->key, "retry-after");
+        h->value.data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+
+        if (h->value.data == NULL) {
+            h->hash = 0;
+
+        } else {
+            h->value.len = ngx_sprintf(h->value.data, "%L", wait)
+                           - h->value.data;
+        }
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
+    }
+
+    return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+               "rate_limit_error",
+               "every account that can serve this request is at capacity; "
+               "retry in %Ls", wait);
 }
 
 
@@ -261,7 +349,10 @@ ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r, ngx_str_t *body)
         b = cl->buf;
 
         if (!b->in_file) {
-            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            if (b->pos != b->last) {
+                p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            }
+
             continue;
         }
 
@@ -719,12 +810,18 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_retry(r, ctx, "an invalid header");
     }
 
-    /* every response, errors included, teaches the mirror something */
+    /*
+     * Every Messages response, errors included, teaches the mirror
+     * something.  count_tokens and models have limits of their own.
+     */
 
-    ngx_http_tokenbiryani_shm_observe(
-        ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),
-        ctx->account, &ctx->obs, ctx->status.code,
-        ngx_http_tokenbiryani_now_ms());
+    ctx->headers_ms = ngx_http_tokenbiryani_now_ms();
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
+        ngx_http_tokenbiryani_shm_observe(
+            ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),
+            ctx->account, &ctx->obs, ctx->status.code, ctx->headers_ms);
+    }
 
     if (u->headers_in.chunked) {
         u->headers_in.content_length_n = -1;
@@ -888,6 +985,10 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
     ctx->committed = 1;
     ctx->answered = ctx->account;
 
+    if (ctx->is_sse) {
+        ctx->ttft_ms = ngx_http_tokenbiryani_now_ms() - ctx->started_ms;
+    }
+
     /* what the peek fed the parser is not fed again by the input filter */
     ctx->sse_skip = ctx->sse_fed;
 
@@ -1028,6 +1129,9 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
 
         if (ctx->is_sse) {
             ngx_http_tokenbiryani_feed_sse(ctx, start, start + bytes);
+
+        } else {
+            ngx_http_tokenbiryani_keep_json(r, ctx, start, start + bytes);
         }
 
         if (u->length == 0) {
@@ -1083,6 +1187,9 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
 
             if (ctx->is_sse) {
                 ngx_http_tokenbiryani_feed_sse(ctx, b->pos, b->last);
+
+            } else {
+                ngx_http_tokenbiryani_keep_json(r, ctx, b->pos, b->last);
             }
 
             continue;
@@ -1146,6 +1253,54 @@ ngx_http_tokenbiryani_feed_sse(ngx_http_tokenbiryani_ctx_t *ctx, u_char *p,
 }
 
 
+/*
+ * A JSON Message ends with its usage: keep the body (up to 1 MB; larger
+ * ones settle on the estimate) to read it when the response is complete.
+ */
+
+static void
+ngx_http_tokenbiryani_keep_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last)
+{
+    u_char  *buf;
+    size_t   n, size;
+
+    n = last - p;
+
+    if (n == 0 || ctx->json_overflow || ctx->kind != NGX_HTTP_TB_MESSAGES
+        || r->upstream->headers_in.status_n != NGX_HTTP_OK)
+    {
+        return;
+    }
+
+    if (ctx->json_len + n > 1024 * 1024) {
+        ctx->json_overflow = 1;
+        return;
+    }
+
+    size = ctx->json ? ngx_align(ctx->json_len, 4096) : 0;
+
+    if (ctx->json == NULL || ctx->json_len + n > size) {
+        size = ngx_align(ctx->json_len + n, 4096) * 2;
+
+        buf = ngx_pnalloc(r->pool, size);
+        if (buf == NULL) {
+            ctx->json_overflow = 1;
+            return;
+        }
+
+        if (ctx->json_len) {
+            ngx_memcpy(buf, ctx->json, ctx->json_len);
+        }
+
+        ctx->json = buf;
+    }
+
+    ngx_memcpy(ctx->json + ctx->json_len, p, n);
+    ctx->json_len += n;
+}
+
+
 static void
 ngx_http_tokenbiryani_abort_request(ngx_http_request_t *r)
 {
@@ -1166,6 +1321,16 @@ ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     u = r->upstream;
+
+    /* what the response said it used, before the lease is settled */
+
+    if (ctx->committed && ctx->is_sse) {
+        ctx->usage = ctx->sse.usage;
+
+    } else if (ctx->committed && ctx->json && !ctx->json_overflow) {
+        (void) tb_usage_merge(&ctx->usage, ctx->json, ctx->json_len,
+                              "usage");
+    }
 
     /*
      * A stream is complete at its last chunk or, when it is delimited by

@@ -4,6 +4,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_hash.h"
 
 
 static void ngx_http_tokenbiryani_config_cleanup(void *data);
@@ -19,7 +20,6 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
     size_t               i;
-    const char         **s;
     tb_config_t         *tbcf;
     ngx_pool_cleanup_t  *cln;
     char                 err[TB_CONFIG_ERRLEN];
@@ -47,13 +47,9 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
                            tmcf->config_file.data, tbcf->warnings.items[i]);
     }
 
-    for (s = tb_builtin_strategies; *s; s++) {
-        if (ngx_strcmp(*s, tbcf->routing_strategy) == 0) {
-            break;
-        }
-    }
+    tmcf->strategy = tb_strategy_builtin(tbcf->routing_strategy);
 
-    if (*s == NULL) {
+    if (tmcf->strategy == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "tokenbiryani: %s:%ui: routing.strategy: unknown "
                            "strategy \"%s\" (known: sticky_headroom, "
@@ -63,6 +59,13 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
                            tbcf->routing_strategy);
         return NGX_ERROR;
     }
+
+    tmcf->weights[TB_T_AFFINITY] = tbcf->w_affinity;
+    tmcf->weights[TB_T_HEADROOM] = tbcf->w_headroom;
+    tmcf->weights[TB_T_PRIORITY] = tbcf->w_priority;
+    tmcf->weights[TB_T_LOAD] = tbcf->w_load;
+    tmcf->weights[TB_T_ERRORS] = tbcf->w_errors;
+    tmcf->weights[TB_T_COST] = tbcf->w_cost;
 
     if (tb_keytab_build(&tmcf->keytab, tbcf) != 0) {
         return NGX_ERROR;
@@ -125,6 +128,7 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     a->conf = ac;
     a->id.data = (u_char *) ac->id;
     a->id.len = ngx_strlen(ac->id);
+    a->id_hash = tb_hash64(0, a->id.data, a->id.len);
     a->tls = ac->tls;
 
     /* only Anthropic API keys are proxied by this build */
@@ -296,6 +300,9 @@ ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
     }
 
     ctx->request = r;
+    ctx->owner = -1;
+    ctx->ttft_ms = -1;
+    tb_usage_init(&ctx->usage);
 
     /* 96 random bits: unique enough to find one request in the logs */
 

@@ -1322,7 +1322,6 @@ class Mock:
             else:
                 cs.b["requests"].level -= 1
                 cs.b["input"].level -= counted
-                cs.b["output"].level -= out
                 cs.admitted += 1
                 exp = now + ttl
                 for k in insert:
@@ -1330,7 +1329,10 @@ class Mock:
                 if len(cs.cache) > 4096:
                     for k in [k for k, e in cs.cache.items() if e <= now]:
                         del cs.cache[k]
+                # as with the real API, the headers go out before the
+                # output exists: output-tokens-remaining does not count it
                 rl = st._rate_headers_locked(cs, now)
+                cs.b["output"].level -= out
 
         if wait > 0:
             entry["refused"] = True

@@ -13,7 +13,7 @@ our @EXPORT = qw($HttpConfig $Locations msg_body stream_body sse_events
 
 # $TEST_NGINX_* is expanded by the harness; ${VAR} by the module itself.
 our $HttpConfig = <<'_EOC_';
-    tokenbiryani_zone   tb 1m;
+    tokenbiryani_zone   tb 8m;
     tokenbiryani_config $TEST_NGINX_HTML_DIR/tb.yaml;
 _EOC_
 

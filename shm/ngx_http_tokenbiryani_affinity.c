@@ -1,0 +1,155 @@
+/*
+ * Session affinity: which account holds a conversation's prompt cache.
+ * An rbtree keyed by the 64-bit session key, with an LRU queue: entries
+ * expire after routing.affinity_ttl_seconds without a success, and when
+ * the zone is full the least recently used ones make room.  One entry is
+ * 64 bytes, the slab allocator's 64-byte class exactly.
+ */
+
+
+#include "ngx_http_tokenbiryani_shm.h"
+
+
+static ngx_http_tokenbiryani_affinity_t *ngx_http_tokenbiryani_affinity_find(
+    ngx_http_tokenbiryani_shm_t *sh, uint64_t session);
+static void ngx_http_tokenbiryani_affinity_delete(
+    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
+    ngx_http_tokenbiryani_affinity_t *e);
+
+
+static uint32_t
+ngx_http_tokenbiryani_affinity_clock(ngx_http_tokenbiryani_shm_t *sh,
+    int64_t now)
+{
+    return (uint32_t) ((now - sh->aff_epoch_ms) / 1000);
+}
+
+
+/* the owner's slot index, or -1 */
+
+ngx_int_t
+ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    uint64_t session, int64_t now)
+{
+    ngx_int_t                          slot;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_affinity_t  *e;
+
+    sh = tmcf->sh;
+    slot = -1;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    e = ngx_http_tokenbiryani_affinity_find(sh, session);
+
+    if (e) {
+        if (e->expires > ngx_http_tokenbiryani_affinity_clock(sh, now)) {
+            slot = e->slot;
+
+        } else {
+            ngx_http_tokenbiryani_affinity_delete(sh, tmcf->shpool, e);
+        }
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return slot;
+}
+
+
+void
+ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    uint64_t session, ngx_uint_t slot, int64_t now)
+{
+    ngx_uint_t                         i;
+    ngx_queue_t                       *q;
+    ngx_slab_pool_t                   *shpool;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_affinity_t  *e;
+
+    sh = tmcf->sh;
+    shpool = tmcf->shpool;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    e = ngx_http_tokenbiryani_affinity_find(sh, session);
+
+    if (e == NULL) {
+
+        /* a full zone gives up its least recently used sessions */
+
+        for (i = 0; i < 8; i++) {
+            e = ngx_slab_alloc_locked(shpool,
+                                      sizeof(ngx_http_tokenbiryani_affinity_t));
+            if (e || ngx_queue_empty(&sh->aff_lru)) {
+                break;
+            }
+
+            q = ngx_queue_last(&sh->aff_lru);
+            ngx_http_tokenbiryani_affinity_delete(sh, shpool,
+                ngx_queue_data(q, ngx_http_tokenbiryani_affinity_t, lru));
+            sh->aff_evicted++;
+        }
+
+        if (e == NULL) {
+            ngx_shmtx_unlock(&shpool->mutex);
+            return;
+        }
+
+        e->node.key = (ngx_rbtree_key_t) session;
+        ngx_rbtree_insert(&sh->aff_tree, &e->node);
+        sh->aff_entries++;
+
+    } else {
+        ngx_queue_remove(&e->lru);
+    }
+
+    ngx_queue_insert_head(&sh->aff_lru, &e->lru);
+
+    e->slot = (uint32_t) slot;
+    e->expires = ngx_http_tokenbiryani_affinity_clock(sh, now)
+                 + (uint32_t) tmcf->tbcf->affinity_ttl_seconds;
+
+    ngx_shmtx_unlock(&shpool->mutex);
+}
+
+
+static ngx_http_tokenbiryani_affinity_t *
+ngx_http_tokenbiryani_affinity_find(ngx_http_tokenbiryani_shm_t *sh,
+    uint64_t session)
+{
+    ngx_rbtree_key_t    key;
+    ngx_rbtree_node_t  *node, *sentinel;
+
+    key = (ngx_rbtree_key_t) session;
+    node = sh->aff_tree.root;
+    sentinel = sh->aff_tree.sentinel;
+
+    while (node != sentinel) {
+
+        if (key < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (key > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        return (ngx_http_tokenbiryani_affinity_t *) node;
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_tokenbiryani_affinity_delete(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_affinity_t *e)
+{
+    ngx_queue_remove(&e->lru);
+    ngx_rbtree_delete(&sh->aff_tree, &e->node);
+    ngx_slab_free_locked(shpool, e);
+    sh->aff_entries--;
+}

@@ -1,0 +1,89 @@
+/*
+ * The request inspector: a ring of the last observability.event_buffer
+ * requests in the zone, written once per request when it ends.  Records
+ * hold ids, counts and hashes - never prompt text, never a credential.
+ */
+
+
+#include "ngx_http_tokenbiryani_shm.h"
+
+
+void
+ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_record_t *rec)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = tmcf->sh;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    if (sh->ring_size) {
+        rec->seq = ++sh->ring_seq;
+        ngx_memcpy(&sh->ring[(rec->seq - 1) % sh->ring_size], rec,
+                   sizeof(ngx_http_tokenbiryani_record_t));
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+}
+
+
+/* the newest first, at most max */
+
+ngx_uint_t
+ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_record_t *out, ngx_uint_t max)
+{
+    uint64_t                      seq;
+    ngx_uint_t                    n;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = tmcf->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (seq = sh->ring_seq;
+         seq > 0 && n < max && n < sh->ring_size;
+         seq--)
+    {
+        ngx_memcpy(&out[n++], &sh->ring[(seq - 1) % sh->ring_size],
+                   sizeof(ngx_http_tokenbiryani_record_t));
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return n;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_inspect_find(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    u_char *id, ngx_http_tokenbiryani_record_t *out)
+{
+    ngx_int_t                        rc;
+    ngx_uint_t                       i;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_record_t  *rec;
+
+    sh = tmcf->sh;
+    rc = NGX_DECLINED;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (i = 0; i < sh->ring_size; i++) {
+        rec = &sh->ring[i];
+
+        if (rec->seq
+            && ngx_memcmp(rec->id, id, NGX_HTTP_TB_REQUEST_ID_LEN) == 0)
+        {
+            ngx_memcpy(out, rec, sizeof(ngx_http_tokenbiryani_record_t));
+            rc = NGX_OK;
+            break;
+        }
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return rc;
+}

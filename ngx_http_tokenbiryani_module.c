@@ -61,6 +61,13 @@ static ngx_command_t  ngx_http_tokenbiryani_commands[] = {
       0,
       NULL },
 
+    { ngx_string("tokenbiryani_lease_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_tokenbiryani_main_conf_t, lease_timeout),
+      NULL },
+
     { ngx_string("tokenbiryani_pass"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_tokenbiryani_location,
@@ -152,6 +159,7 @@ ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf)
 
     tmcf->keepalive = NGX_CONF_UNSET_UINT;
     tmcf->keepalive_timeout = NGX_CONF_UNSET_MSEC;
+    tmcf->lease_timeout = NGX_CONF_UNSET_MSEC;
 
     if (ngx_array_init(&tmcf->accounts, cf->pool, 4,
                        sizeof(ngx_http_tokenbiryani_account_t))
@@ -182,6 +190,14 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(tmcf->keepalive, 32);
     ngx_conf_init_msec_value(tmcf->keepalive_timeout, 60000);
+    ngx_conf_init_msec_value(tmcf->lease_timeout, 60000);
+
+    if (tmcf->lease_timeout < 1000) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"tokenbiryani_lease_timeout\" must be at "
+                           "least 1s");
+        return NGX_CONF_ERROR;
+    }
     tmcf->keepalive_requests = 1000;
 
     if (tmcf->trusted_certificate.data == NULL) {

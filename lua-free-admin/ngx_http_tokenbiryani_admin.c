@@ -13,6 +13,17 @@
 
 
 static ngx_int_t ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_admin_request(ngx_http_request_t *r,
+    u_char *id, size_t len);
+static ngx_int_t ngx_http_tokenbiryani_admin_estimation(
+    ngx_http_request_t *r);
+static cJSON *ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_record_t *rec, ngx_uint_t full);
+static const char *ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r,
+    int64_t slot);
+static void ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
+    const int64_t *v);
 static cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
 static cJSON *ngx_http_tokenbiryani_window_json(tb_window_t *w, int64_t now);
@@ -53,6 +64,33 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_admin_status(r);
     }
 
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                   "invalid_request_error",
+                   "%V expects GET, not %V", uri, &r->method_name);
+    }
+
+    if (uri->len == sizeof("/admin/requests") - 1
+        && ngx_strncmp(uri->data, "/admin/requests", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_requests(r);
+    }
+
+    if (uri->len > sizeof("/admin/requests/") - 1
+        && ngx_strncmp(uri->data, "/admin/requests/",
+                       sizeof("/admin/requests/") - 1) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_request(r,
+                   uri->data + sizeof("/admin/requests/") - 1,
+                   uri->len - (sizeof("/admin/requests/") - 1));
+    }
+
+    if (uri->len == sizeof("/admin/estimation") - 1
+        && ngx_strncmp(uri->data, "/admin/estimation", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_estimation(r);
+    }
+
     return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                "not_found_error", "no admin endpoint at %V", uri);
 }
@@ -87,10 +125,38 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     cJSON_AddNumberToObject(obj, "uptime_seconds",
                             (double) (now - tmcf->sh->created_ms) / 1000);
 
-    /* selection is round robin until the scoring router is in place */
-    cJSON_AddStringToObject(root, "strategy", "round_robin");
-    cJSON_AddStringToObject(root, "configured_strategy",
-                            tmcf->tbcf->routing_strategy);
+    cJSON_AddStringToObject(root, "strategy", tmcf->strategy->name);
+
+    obj = cJSON_AddObjectToObject(root, "affinity");
+    if (obj == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddNumberToObject(obj, "sessions", (double) tmcf->sh->aff_entries);
+    cJSON_AddNumberToObject(obj, "bytes_per_entry",
+                            (double) sizeof(ngx_http_tokenbiryani_affinity_t));
+    cJSON_AddNumberToObject(obj, "evicted", (double) tmcf->sh->aff_evicted);
+    cJSON_AddNumberToObject(obj, "ttl_seconds",
+                            tmcf->tbcf->affinity_ttl_seconds);
+    cJSON_AddNumberToObject(obj, "decisions", (double) tmcf->sh->decisions);
+    cJSON_AddNumberToObject(obj, "no_owner",
+                            (double) tmcf->sh->affinity[TB_AFF_NONE]);
+    cJSON_AddNumberToObject(obj, "honored",
+                            (double) tmcf->sh->affinity[TB_AFF_HONORED]);
+    cJSON_AddNumberToObject(obj, "broken",
+                            (double) tmcf->sh->affinity[TB_AFF_BROKEN]);
+    cJSON_AddNumberToObject(obj, "forced_breaks",
+                            (double) tmcf->sh->affinity[TB_AFF_FORCED]);
+
+    obj = cJSON_AddObjectToObject(root, "leases");
+    if (obj == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddNumberToObject(obj, "held",
+                            (double) ngx_http_tokenbiryani_lease_count(tmcf));
+    cJSON_AddNumberToObject(obj, "taken_back",
+                            (double) tmcf->sh->leases_reclaimed);
 
     arr = cJSON_AddArrayToObject(root, "accounts");
     if (arr == NULL) {
@@ -213,6 +279,31 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
         cJSON_AddNullToObject(limits, "observed_ago");
     }
 
+    cJSON_AddNumberToObject(acct, "headroom",
+                            tb_headroom(a->conf, &s, now));
+    ngx_http_tokenbiryani_add_windows(acct, "reserved", s.reserved);
+    cJSON_AddNumberToObject(acct, "leases", (double) s.leases);
+
+    w = cJSON_AddObjectToObject(acct, "peak");
+    if (w == NULL) {
+        goto failed;
+    }
+
+    ngx_http_tokenbiryani_add_windows(w, "reserved", s.peak_reserved);
+    ngx_http_tokenbiryani_add_windows(w, "available", s.peak_available);
+
+    cJSON_AddNumberToObject(acct, "error_rate", tb_account_error_rate(&s));
+
+    w = cJSON_AddObjectToObject(acct, "affinity");
+    if (w == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddNumberToObject(w, "honored", (double) s.affinity_honored);
+    cJSON_AddNumberToObject(w, "broken", (double) s.affinity_broken);
+    cJSON_AddNumberToObject(w, "forced_breaks", (double) s.affinity_forced);
+    cJSON_AddNumberToObject(w, "sessions_placed", (double) s.sessions_placed);
+
     cJSON_AddNumberToObject(acct, "requests_total",
                             (double) s.requests_total);
     cJSON_AddNumberToObject(acct, "failures_total",
@@ -273,6 +364,441 @@ ngx_http_tokenbiryani_window_json(tb_window_t *win, int64_t now)
     }
 
     return w;
+}
+
+
+static void
+ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
+    const int64_t *v)
+{
+    cJSON  *w;
+
+    w = cJSON_AddObjectToObject(obj, name);
+    if (w == NULL) {
+        return;
+    }
+
+    cJSON_AddNumberToObject(w, "requests", (double) v[TB_WIN_REQUESTS]);
+    cJSON_AddNumberToObject(w, "input_tokens", (double) v[TB_WIN_INPUT]);
+    cJSON_AddNumberToObject(w, "output_tokens", (double) v[TB_WIN_OUTPUT]);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
+{
+    ngx_int_t                           limit;
+    ngx_str_t                           value;
+    ngx_uint_t                          i, n;
+    cJSON                              *root, *arr, *item;
+    ngx_http_tokenbiryani_record_t     *recs;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    limit = 50;
+
+    if (ngx_http_arg(r, (u_char *) "limit", 5, &value) == NGX_OK) {
+        limit = ngx_atoi(value.data, value.len);
+
+        if (limit == NGX_ERROR || limit < 1) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error",
+                       "limit: expected a positive integer");
+        }
+    }
+
+    limit = ngx_min((ngx_uint_t) limit, tmcf->sh->ring_size);
+
+    recs = ngx_palloc(r->pool,
+                      (limit + 1) * sizeof(ngx_http_tokenbiryani_record_t));
+    if (recs == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    n = ngx_http_tokenbiryani_inspect_list(tmcf, recs, (ngx_uint_t) limit);
+
+    root = cJSON_CreateObject();
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    arr = cJSON_AddArrayToObject(root, "requests");
+    if (arr == NULL) {
+        cJSON_Delete(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        item = ngx_http_tokenbiryani_record_json(r, &recs[i], 0);
+        if (item == NULL) {
+            cJSON_Delete(root);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        cJSON_AddItemToArray(arr, item);
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_admin_request(ngx_http_request_t *r, u_char *id,
+    size_t len)
+{
+    cJSON                              *root;
+    ngx_http_tokenbiryani_record_t     *rec;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    rec = ngx_palloc(r->pool, sizeof(ngx_http_tokenbiryani_record_t));
+    if (rec == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (len != NGX_HTTP_TB_REQUEST_ID_LEN
+        || ngx_http_tokenbiryani_inspect_find(tmcf, id, rec) != NGX_OK)
+    {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                   "not_found_error",
+                   "no request %*s in the inspector (it keeps the last %ui)",
+                   ngx_min(len, 64), id, tmcf->sh->ring_size);
+    }
+
+    root = ngx_http_tokenbiryani_record_json(r, rec, 1);
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+}
+
+
+static const char *
+ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r, int64_t slot)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (slot < 0 || (ngx_uint_t) slot >= tmcf->sh->nslots) {
+        return NULL;
+    }
+
+    return tmcf->sh->slots[slot]->id;
+}
+
+
+static const char *
+ngx_http_tokenbiryani_kind_name(ngx_uint_t kind)
+{
+    static const char  *names[] = { "ok", "status", "stream_error",
+                                    "timeout", "connect", "broken",
+                                    "invalid" };
+
+    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "unknown";
+}
+
+
+static cJSON *
+ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_record_t *rec, ngx_uint_t full)
+{
+    char                                  buf[160];
+    double                                v;
+    size_t                                t;
+    ngx_int_t                             idx;
+    ngx_uint_t                            i;
+    tb_cand_t                             c;
+    const char                           *id, *const *names;
+    cJSON                                *obj, *d, *arr, *item, *terms;
+    tb_cand_out_t                         o;
+    ngx_http_tokenbiryani_account_t      *a;
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
+    ngx_http_tokenbiryani_inspect_cand_t *ic;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+
+    obj = cJSON_CreateObject();
+    if (obj == NULL) {
+        return NULL;
+    }
+
+    ngx_http_tokenbiryani_add_str(obj, "request_id", rec->id,
+                                  NGX_HTTP_TB_REQUEST_ID_LEN);
+
+    tb_format_rfc3339(rec->started_ms, buf, sizeof(buf));
+    cJSON_AddStringToObject(obj, "started_at", buf);
+    cJSON_AddStringToObject(obj, "key", rec->key);
+    cJSON_AddStringToObject(obj, "model", rec->model);
+
+    (void) ngx_snprintf((u_char *) buf, sizeof(buf), "%s:%016xL%Z",
+                        rec->session_source == TB_SESSION_HEADER ? "hdr"
+                                                                 : "fp",
+                        rec->session);
+    cJSON_AddStringToObject(obj, "session", buf);
+
+    cJSON_AddBoolToObject(obj, "streamed", rec->streamed);
+    cJSON_AddNumberToObject(obj, "status", rec->status);
+
+    id = ngx_http_tokenbiryani_slot_id(r, rec->chosen);
+
+    if (id) {
+        cJSON_AddStringToObject(obj, "account", id);
+
+    } else {
+        cJSON_AddNullToObject(obj, "account");
+    }
+
+    cJSON_AddNumberToObject(obj, "latency_ms", (double) rec->latency_ms);
+
+    if (rec->ttft_ms >= 0) {
+        cJSON_AddNumberToObject(obj, "ttft_ms", (double) rec->ttft_ms);
+
+    } else {
+        cJSON_AddNullToObject(obj, "ttft_ms");
+    }
+
+    cJSON_AddNumberToObject(obj, "queued_ms", (double) rec->queued_ms);
+    cJSON_AddStringToObject(obj, "affinity",
+                            tb_affinity_name((tb_affinity_e) rec->affinity));
+
+    d = cJSON_AddObjectToObject(obj, "usage");
+    if (d == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddNumberToObject(d, "input_tokens", (double) rec->usage.input_tokens);
+    cJSON_AddNumberToObject(d, "output_tokens",
+                            (double) rec->usage.output_tokens);
+    cJSON_AddNumberToObject(d, "cache_creation_input_tokens",
+                            (double) rec->usage.cache_creation_input_tokens);
+    cJSON_AddNumberToObject(d, "cache_read_input_tokens",
+                            (double) rec->usage.cache_read_input_tokens);
+
+    arr = cJSON_AddArrayToObject(obj, "attempts");
+    if (arr == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < rec->nattempts; i++) {
+        item = cJSON_CreateObject();
+        if (item == NULL) {
+            goto failed;
+        }
+
+        id = ngx_http_tokenbiryani_slot_id(r, rec->attempts[i].slot);
+        cJSON_AddStringToObject(item, "account", id ? id : "?");
+
+        if (rec->attempts[i].status) {
+            cJSON_AddNumberToObject(item, "status", rec->attempts[i].status);
+
+        } else {
+            cJSON_AddNullToObject(item, "status");
+        }
+
+        cJSON_AddStringToObject(item, "kind",
+                        ngx_http_tokenbiryani_kind_name(rec->attempts[i].kind));
+        cJSON_AddNumberToObject(item, "latency_ms",
+                                rec->attempts[i].latency_ms);
+        cJSON_AddItemToArray(arr, item);
+    }
+
+    if (!full) {
+        return obj;
+    }
+
+    ngx_http_tokenbiryani_add_windows(obj, "lease", rec->need.n);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(obj, "lease"), "max_tokens",
+                            (double) rec->need.max_tokens);
+
+    d = cJSON_AddObjectToObject(obj, "decision");
+    if (d == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddStringToObject(d, "strategy", rec->strategy);
+
+    id = NULL;
+
+    for (i = 0; i < rec->ncands; i++) {
+        if (rec->cands[i].verdict == TB_V_CHOSEN) {
+            id = ngx_http_tokenbiryani_slot_id(r, rec->cands[i].slot);
+        }
+    }
+
+    if (id) {
+        cJSON_AddStringToObject(d, "chosen", id);
+
+    } else {
+        cJSON_AddNullToObject(d, "chosen");
+    }
+
+    cJSON_AddStringToObject(d, "affinity",
+                            tb_affinity_name((tb_affinity_e) rec->affinity));
+
+    if (rec->soonest > rec->decided_ms) {
+        cJSON_AddNumberToObject(d, "soonest_available_in",
+                        (double) (rec->soonest - rec->decided_ms) / 1000);
+
+    } else {
+        cJSON_AddNullToObject(d, "soonest_available_in");
+    }
+
+    cJSON_AddNumberToObject(d, "accounts", rec->candidates);
+
+    names = tmcf->strategy->terms || tmcf->strategy->rotate
+            ? tmcf->strategy->term_names : tb_term_names;
+
+    arr = cJSON_AddArrayToObject(d, "candidates");
+    if (arr == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < rec->ncands; i++) {
+        ic = &rec->cands[i];
+
+        item = cJSON_CreateObject();
+        if (item == NULL) {
+            goto failed;
+        }
+
+        id = ngx_http_tokenbiryani_slot_id(r, ic->slot);
+        cJSON_AddStringToObject(item, "account", id ? id : "?");
+
+        /* the verdict in words, with the account as it is configured now */
+
+        ngx_memzero(&c, sizeof(tb_cand_t));
+        ngx_memzero(&o, sizeof(tb_cand_out_t));
+
+        idx = ngx_http_tokenbiryani_pool_slot(r, ic->slot);
+
+        c.supported = 1;
+        c.st = tmcf->sh->slots[ic->slot];
+
+        if (idx >= 0) {
+            c.conf = a[idx].conf;
+            c.supported = a[idx].supported;
+        }
+
+        o.available_at = ic->available_at;
+
+        if (c.conf || (ic->verdict != TB_V_DISABLED
+                       && ic->verdict != TB_V_CONCURRENCY))
+        {
+            tb_verdict_str((tb_verdict_e) ic->verdict, &o, &c,
+                           rec->decided_ms, buf, sizeof(buf));
+
+        } else {
+            ngx_cpystrn((u_char *) buf, (u_char *) "filtered",
+                        sizeof(buf));
+        }
+
+        cJSON_AddStringToObject(item, "verdict", buf);
+
+        if (ic->verdict == TB_V_CHOSEN || ic->verdict == TB_V_ELIGIBLE) {
+            v = (double) (int64_t) (ic->score * 10000 + (ic->score < 0
+                                                         ? -0.5 : 0.5));
+            cJSON_AddNumberToObject(item, "score", v / 10000);
+
+            terms = cJSON_AddObjectToObject(item, "terms");
+            if (terms == NULL) {
+                goto failed;
+            }
+
+            for (t = 0; t < TB_TERMS && names[t]; t++) {
+                v = (double) (int64_t) (ic->terms[t] * 10000
+                                        + (ic->terms[t] < 0 ? -0.5 : 0.5));
+                cJSON_AddNumberToObject(terms, names[t], v / 10000);
+            }
+        }
+
+        if (ic->available_at > rec->decided_ms) {
+            cJSON_AddNumberToObject(item, "available_in",
+                        (double) (ic->available_at - rec->decided_ms) / 1000);
+        }
+
+        cJSON_AddItemToArray(arr, item);
+    }
+
+    return obj;
+
+failed:
+
+    cJSON_Delete(obj);
+
+    return NULL;
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
+{
+    double                              rate;
+    ngx_uint_t                          i, n;
+    tb_est_t                           *copies[NGX_HTTP_TB_ESTIMATORS];
+    cJSON                              *root, *models, *m;
+    tb_config_t                        *cf;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    cf = tmcf->tbcf;
+
+    n = ngx_http_tokenbiryani_estimator_snapshot(tmcf, copies,
+                                                 NGX_HTTP_TB_ESTIMATORS,
+                                                 r->pool);
+
+    root = cJSON_CreateObject();
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cJSON_AddStringToObject(root, "mode", cf->output_estimate_adaptive
+                                          ? "adaptive" : "max_tokens");
+    cJSON_AddNumberToObject(root, "quantile", cf->output_estimate_quantile);
+    cJSON_AddNumberToObject(root, "min_samples",
+                            (double) cf->output_estimate_min_samples);
+    cJSON_AddNumberToObject(root, "window",
+                            (double) cf->output_estimate_window);
+    cJSON_AddNumberToObject(root, "floor",
+                            (double) cf->output_estimate_floor);
+    cJSON_AddNumberToObject(root, "max_undershoot",
+                            cf->output_estimate_max_undershoot);
+
+    models = cJSON_AddObjectToObject(root, "models");
+    if (models == NULL) {
+        cJSON_Delete(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        m = cJSON_AddObjectToObject(models, copies[i]->model);
+        if (m == NULL) {
+            cJSON_Delete(root);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        cJSON_AddNumberToObject(m, "samples", copies[i]->n);
+        cJSON_AddBoolToObject(m, "predicting",
+                              tb_est_predicting(copies[i], cf));
+        cJSON_AddNumberToObject(m, "median", copies[i]->median);
+        cJSON_AddNumberToObject(m, "p95", copies[i]->quantile);
+        cJSON_AddNumberToObject(m, "max", copies[i]->max);
+
+        rate = tb_est_undershoot_rate(copies[i], 1);
+
+        if (rate >= 0) {
+            cJSON_AddNumberToObject(m, "undershoot_rate", rate);
+
+        } else {
+            cJSON_AddNullToObject(m, "undershoot_rate");
+        }
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
 }
 
 

@@ -50,7 +50,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
     lease->id = ++sh->lease_seq;
     lease->slot = a->slot;
     lease->need = *need;
-    lease->expires_ms = now + NGX_HTTP_TB_LEASE_TTL;
+    lease->expires_ms = now + tmcf->lease_timeout;
     lease->pid = ngx_pid;
 
     ngx_queue_insert_tail(&sh->leases, &lease->queue);
@@ -123,7 +123,7 @@ ngx_http_tokenbiryani_lease_renew(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ctx = ngx_queue_data(q, ngx_http_tokenbiryani_ctx_t, held);
 
         if (ctx->lease && ctx->lease->id == ctx->lease_id) {
-            ctx->lease->expires_ms = now + NGX_HTTP_TB_LEASE_TTL;
+            ctx->lease->expires_ms = now + tmcf->lease_timeout;
         }
     }
 
@@ -165,6 +165,29 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
         ngx_http_tokenbiryani_lease_drop(sh, tmcf->shpool, lease, NULL, 0);
         sh->leases_reclaimed++;
+        n++;
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return n;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_lease_count(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_uint_t    n;
+    ngx_queue_t  *q;
+
+    n = 0;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (q = ngx_queue_head(&tmcf->sh->leases);
+         q != ngx_queue_sentinel(&tmcf->sh->leases);
+         q = ngx_queue_next(q))
+    {
         n++;
     }
 

@@ -15,8 +15,6 @@
 
 #define NGX_HTTP_TB_SHM_MAGIC          0x74627a32      /* "tbz2" */
 
-#define NGX_HTTP_TB_LEASE_TTL          60000   /* ms without renewal */
-#define NGX_HTTP_TB_LEASE_RENEW        15000   /* ms between renewals */
 #define NGX_HTTP_TB_ESTIMATORS         64      /* estimators kept */
 #define NGX_HTTP_TB_INSPECT_CANDS      32      /* candidates per record */
 #define NGX_HTTP_TB_INSPECT_ATTEMPTS   8
@@ -78,6 +76,7 @@ typedef struct {
     char                           strategy[32];
     uint64_t                       session;
     int64_t                        started_ms;
+    int64_t                        decided_ms;    /* the last decision */
     int64_t                        latency_ms;
     int64_t                        ttft_ms;       /* -1: not a stream */
     int64_t                        queued_ms;
@@ -178,6 +177,8 @@ void ngx_http_tokenbiryani_lease_renew(
     int64_t now);
 ngx_uint_t ngx_http_tokenbiryani_lease_reclaim(
     ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
+ngx_uint_t ngx_http_tokenbiryani_lease_count(
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
 
 
 /* affinity (shm/ngx_http_tokenbiryani_affinity.c) */

@@ -265,6 +265,14 @@ tb_exceeds_limits(const tb_account_state_t *st, const tb_need_t *need)
 }
 
 
+int
+tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st)
+{
+    return (conf == NULL || conf->observable_limits)
+           && st->mirror.observed_ms == 0 && st->leases > 0;
+}
+
+
 static tb_verdict_e
 tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     tb_cand_out_t *o)
@@ -318,6 +326,10 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     if (c->circuit) {
         o->available_at = c->circuit_until;
         return TB_V_CIRCUIT;
+    }
+
+    if (tb_probing(conf, st)) {
+        return TB_V_HEADROOM;
     }
 
     if (!tb_fits(st, &in->need, in->now)) {
@@ -577,7 +589,7 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
     int      w;
     int64_t  level;
 
-    if (!tb_fits(st, need, now)
+    if (tb_probing(conf, st) || !tb_fits(st, need, now)
         || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
            >= conf->max_concurrency)
     {

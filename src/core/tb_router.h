@@ -169,6 +169,13 @@ int64_t tb_fits_at(const tb_account_state_t *st, const tb_need_t *need,
 /* 1 when the request is larger than a known window's whole limit */
 int tb_exceeds_limits(const tb_account_state_t *st, const tb_need_t *need);
 
+/*
+ * An account whose limits were never observed reads as full, but only for
+ * one request at a time: the rest wait for its first response's headers
+ * instead of stampeding a window nobody has seen.
+ */
+int tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st);
+
 
 /* filters, scores and picks; out[] has n entries */
 void tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,

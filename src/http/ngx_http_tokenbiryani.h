@@ -91,6 +91,8 @@ typedef struct {
     ngx_msec_t                     keepalive_timeout;
     ngx_uint_t                     keepalive_requests;
 
+    ngx_msec_t                     lease_timeout;
+
     ngx_str_t                      trusted_certificate;
 #if (NGX_HTTP_SSL)
     ngx_ssl_t                     *ssl;
@@ -140,7 +142,9 @@ typedef struct {
     tb_cand_t                     *cands;     /* one per account */
     tb_cand_out_t                 *outs;
     tb_decision_t                  decision;  /* the last one made */
-    tb_affinity_e                  affinity;  /* of the first decision */
+    int64_t                        decided_ms;
+    tb_affinity_e                  affinity;  /* what it did to the cache */
+    int                            owner_index;  /* in the pool, -1 */
     ngx_uint_t                     decisions;
     int64_t                        started_ms;
     int64_t                        ttft_ms;

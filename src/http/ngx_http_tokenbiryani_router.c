@@ -17,6 +17,8 @@
 
 
 static void ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev);
+static void ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
 static void ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 
@@ -102,12 +104,10 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     tb_cand_t                          *c;
     tb_route_in_t                       in;
     const tb_key_conf_t                *kc;
-    ngx_http_tokenbiryani_shm_t        *sh;
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    sh = tmcf->sh;
     a = tmcf->accounts.elts;
     n = tmcf->accounts.nelts;
     kc = ctx->key;
@@ -156,6 +156,7 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         in.now = ngx_http_tokenbiryani_now_ms();
 
         tb_route(&in, ctx->cands, n, ctx->outs, &ctx->decision);
+        ctx->decided_ms = in.now;
 
         if (ctx->decision.chosen < 0) {
             break;
@@ -173,28 +174,9 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     }
 
     if (ctx->decisions++ == 0) {
+        /* the owner's fate is decided by the first choice (see settle) */
         ctx->affinity = ctx->decision.affinity;
-
-        __atomic_add_fetch(&sh->decisions, 1, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&sh->affinity[ctx->affinity], 1,
-                           __ATOMIC_RELAXED);
-
-        if (in.owner >= 0) {
-            switch (ctx->affinity) {
-            case TB_AFF_HONORED:
-                __atomic_add_fetch(&a[in.owner].sh->affinity_honored, 1,
-                                   __ATOMIC_RELAXED);
-                break;
-            case TB_AFF_BROKEN:
-                __atomic_add_fetch(&a[in.owner].sh->affinity_broken, 1,
-                                   __ATOMIC_RELAXED);
-                break;
-            default:
-                __atomic_add_fetch(&a[in.owner].sh->affinity_forced, 1,
-                                   __ATOMIC_RELAXED);
-                break;
-            }
-        }
+        ctx->owner_index = in.owner;
     }
 
     if (ctx->lease == NULL) {
@@ -248,9 +230,64 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
                                            ctx->account->slot, now);
     }
 
-    if (ctx->affinity == TB_AFF_NONE) {
+    ngx_http_tokenbiryani_count_affinity(r, ctx);
+}
+
+
+/*
+ * What the request did to its conversation's cache, counted once, when it
+ * is answered: kept on the owner (honored), moved because the owner could
+ * not serve - filtered out, or chosen and failed (a forced break) - or
+ * moved although the owner could have served (broken).
+ */
+
+static void
+ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    tb_account_state_t                 *owner;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+
+    if (ctx->owner_index < 0) {
+        ctx->affinity = TB_AFF_NONE;
         __atomic_add_fetch(&ctx->account->sh->sessions_placed, 1,
                            __ATOMIC_RELAXED);
+
+    } else if (ctx->account == &a[ctx->owner_index]) {
+        ctx->affinity = TB_AFF_HONORED;
+
+    } else if (ctx->affinity == TB_AFF_HONORED) {
+        /* the owner was chosen and failed */
+        ctx->affinity = TB_AFF_FORCED;
+    }
+
+    __atomic_add_fetch(&tmcf->sh->decisions, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&tmcf->sh->affinity[ctx->affinity], 1,
+                       __ATOMIC_RELAXED);
+
+    if (ctx->owner_index < 0) {
+        return;
+    }
+
+    owner = a[ctx->owner_index].sh;
+
+    switch (ctx->affinity) {
+
+    case TB_AFF_HONORED:
+        __atomic_add_fetch(&owner->affinity_honored, 1, __ATOMIC_RELAXED);
+        break;
+
+    case TB_AFF_BROKEN:
+        __atomic_add_fetch(&owner->affinity_broken, 1, __ATOMIC_RELAXED);
+        break;
+
+    default:
+        __atomic_add_fetch(&owner->affinity_forced, 1, __ATOMIC_RELAXED);
+        break;
     }
 }
 
@@ -317,6 +354,7 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     rec->session = ctx->session;
     rec->session_source = (uint8_t) ctx->session_source;
     rec->started_ms = ctx->started_ms;
+    rec->decided_ms = ctx->decided_ms;
     rec->latency_ms = now - ctx->started_ms;
     rec->ttft_ms = ctx->ttft_ms;
     rec->usage = ctx->usage;
@@ -437,7 +475,8 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
     /* it must not keep a worker that is shutting down alive */
     ngx_http_tokenbiryani_timer.cancelable = 1;
 
-    ngx_add_timer(&ngx_http_tokenbiryani_timer, NGX_HTTP_TB_LEASE_RENEW);
+    /* renewed four times per timeout: a live worker never loses one */
+    ngx_add_timer(&ngx_http_tokenbiryani_timer, tmcf->lease_timeout / 4);
 
     return NGX_OK;
 }
@@ -456,6 +495,6 @@ ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev)
     (void) ngx_http_tokenbiryani_lease_reclaim(tmcf, now);
 
     if (!ngx_exiting) {
-        ngx_add_timer(ev, NGX_HTTP_TB_LEASE_RENEW);
+        ngx_add_timer(ev, tmcf->lease_timeout / 4);
     }
 }

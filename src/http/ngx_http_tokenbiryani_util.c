@@ -301,6 +301,7 @@ ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
 
     ctx->request = r;
     ctx->owner = -1;
+    ctx->owner_index = -1;
     ctx->ttft_ms = -1;
     tb_usage_init(&ctx->usage);
 

@@ -199,6 +199,14 @@ class Config:
                 new["credentials"] = {}
             self.data = new      # copy-on-write: readers need no lock
 
+    def remember(self):
+        """What /_mock/reset goes back to: the configuration at start."""
+        self.initial = self.data
+
+    def restore(self):
+        with self.lock:
+            self.data = getattr(self, "initial", self.data)
+
     def top(self, key):
         return self.data.get(key, BUILTIN_TOP[key])
 
@@ -890,6 +898,7 @@ class Mock:
                             pass
                 return reply(200, st.get_log(since))
             if p == "/_mock/reset" and req.method == "POST":
+                self.config.restore()
                 st.reset_all()
                 return reply(200, {"ok": True})
             if p == "/_mock/config" and req.method == "POST":
@@ -1673,6 +1682,7 @@ def main(argv=None):
             log_err("cannot load config %s: %s" % (a.config, e))
             return 2
 
+    config.remember()
     state = State(config, a.log)
     mock = Mock(state)
 

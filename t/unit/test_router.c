@@ -70,6 +70,7 @@ observe(tb_account_state_t *a, int w, int64_t limit, int64_t remaining,
     a->mirror.w[w].remaining = remaining;
     a->mirror.w[w].reset_ms = reset;
     a->mirror.w[w].observed_ms = at;
+    a->mirror.observed_ms = at;
 }
 
 
@@ -623,6 +624,36 @@ TB_TEST(leases_are_all_or_nothing)
 }
 
 
+TB_TEST(unseen_limits_admit_one_probe_at_a_time)
+{
+    tb_need_t      need;
+    tb_decision_t  d;
+    tb_route_in_t  in;
+
+    setup();
+
+    memset(&need, 0, sizeof(need));
+    need.n[TB_WIN_REQUESTS] = 1;
+
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &need, T0));
+
+    in = input("sticky_headroom", 0, 1);
+    decide(&in, &d);
+    TB_CHECK_INT(out[0].verdict, TB_V_HEADROOM);
+    TB_CHECK_INT(d.affinity, TB_AFF_FORCED);
+
+    /* the first response's headers end the probe */
+    st[0].mirror.observed_ms = T0;
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
+
+    /* an account that never reports limits is not held to it */
+    conf[1].observable_limits = 0;
+    TB_CHECK(tb_lease_reserve(&st[1], &conf[1], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[1], &conf[1], &need, T0));
+}
+
+
 TB_TEST(release_reconciles_output_once_headers_are_old)
 {
     tb_need_t   need;
@@ -970,6 +1001,7 @@ main(void)
     TB_RUN(least_loaded_and_error_rate);
     TB_RUN(servable_and_soonest);
     TB_RUN(leases_are_all_or_nothing);
+    TB_RUN(unseen_limits_admit_one_probe_at_a_time);
     TB_RUN(release_reconciles_output_once_headers_are_old);
     TB_RUN(peak_reservation_never_exceeds_the_mirror);
     TB_RUN(estimator_needs_twenty_samples);

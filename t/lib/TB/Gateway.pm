@@ -9,7 +9,7 @@ use Exporter 'import';
 use JSON::PP ();
 
 our @EXPORT = qw($HttpConfig $Locations msg_body stream_body sse_events
-                 count_events credentials_of big_body);
+                 count_events credentials_of big_body turn_body);
 
 # $TEST_NGINX_* is expanded by the harness; ${VAR} by the module itself.
 our $HttpConfig = <<'_EOC_';
@@ -37,6 +37,31 @@ sub msg_body {
 }
 
 sub stream_body { msg_body(@_, stream => 1) }
+
+# turn $t (from 1) of conversation $conv, as an agent client sends it: the
+# same system prompt and tools every turn, the history growing, and the
+# cache_control breakpoint moved to the newest message
+sub turn_body {
+    my ($conv, $t, %o) = @_;
+    my @msgs = ({ role => 'user', content => [{ type => 'text',
+                  text => "Task $conv: " . ('describe the repository. ' x 20) }] });
+    for my $i (1 .. $t - 1) {
+        push @msgs, { role => 'assistant', content => "answer $i of $conv" },
+                    { role => 'user', content => [{ type => 'text', text => "go on ($i)" }] };
+    }
+    $msgs[-1]{content}[-1]{cache_control} = { type => 'ephemeral' };
+    my %b = (model => $o{model} // 'claude-sonnet-4-6',
+             max_tokens => $o{max_tokens} // 512,
+             system => [{ type => 'text', text => $o{system}
+                          // ('You are a careful engineer. ' x 200),
+                          cache_control => { type => 'ephemeral' } }],
+             tools => [map { +{ name => $_, description => "the $_ tool",
+                                input_schema => { type => 'object' } } }
+                       qw(bash edit read)],
+             messages => \@msgs);
+    $b{stream} = JSON::PP::true if $o{stream};
+    $JSON->encode(\%b);
+}
 
 # a body of about $size bytes, valid JSON
 sub big_body {

@@ -40,6 +40,7 @@ typedef struct {
     /* leased and not yet settled, per window (requests, input, output) */
     int64_t                   reserved[TB_NWINDOWS];
     int64_t                   leases;         /* leases held */
+    int64_t                   probe_ms;       /* first lease, unobserved */
 
     /* the highest reservation seen next to what the mirror had left */
     int64_t                   peak_reserved[TB_NWINDOWS];

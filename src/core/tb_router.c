@@ -266,10 +266,12 @@ tb_exceeds_limits(const tb_account_state_t *st, const tb_need_t *need)
 
 
 int
-tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st)
+tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st,
+    int64_t now)
 {
     return (conf == NULL || conf->observable_limits)
-           && st->mirror.observed_ms == 0 && st->leases > 0;
+           && st->mirror.observed_ms == 0 && st->leases > 0
+           && now - st->probe_ms < TB_PROBE_MS;
 }
 
 
@@ -328,7 +330,8 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_CIRCUIT;
     }
 
-    if (tb_probing(conf, st)) {
+    if (tb_probing(conf, st, in->now)) {
+        o->available_at = st->probe_ms + TB_PROBE_MS;
         return TB_V_HEADROOM;
     }
 
@@ -589,7 +592,7 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
     int      w;
     int64_t  level;
 
-    if (tb_probing(conf, st) || !tb_fits(st, need, now)
+    if (tb_probing(conf, st, now) || !tb_fits(st, need, now)
         || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
            >= conf->max_concurrency)
     {
@@ -605,6 +608,10 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
             st->peak_reserved[w] = st->reserved[w];
             st->peak_available[w] = level;
         }
+    }
+
+    if (st->mirror.observed_ms == 0 && st->leases == 0) {
+        st->probe_ms = now;
     }
 
     st->leases++;

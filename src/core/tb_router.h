@@ -170,11 +170,16 @@ int64_t tb_fits_at(const tb_account_state_t *st, const tb_need_t *need,
 int tb_exceeds_limits(const tb_account_state_t *st, const tb_need_t *need);
 
 /*
- * An account whose limits were never observed reads as full, but only for
- * one request at a time: the rest wait for its first response's headers
- * instead of stampeding a window nobody has seen.
+ * An account whose limits were never observed reads as full, but for one
+ * request at a time at first: the rest wait for its first response's
+ * headers instead of stampeding a window nobody has seen.  A first
+ * response that takes longer than TB_PROBE_MS (a long request that is not
+ * streamed) does not hold the account back any longer than that.
  */
-int tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st);
+#define TB_PROBE_MS           2000
+
+int tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st,
+    int64_t now);
 
 
 /* filters, scores and picks; out[] has n entries */

@@ -643,6 +643,11 @@ TB_TEST(unseen_limits_admit_one_probe_at_a_time)
     TB_CHECK_INT(out[0].verdict, TB_V_HEADROOM);
     TB_CHECK_INT(d.affinity, TB_AFF_FORCED);
 
+    /* a first response slower than TB_PROBE_MS holds nobody back */
+    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &need,
+                               T0 + TB_PROBE_MS - 1));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0 + TB_PROBE_MS));
+
     /* the first response's headers end the probe */
     st[0].mirror.observed_ms = T0;
     TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));

@@ -10,6 +10,8 @@
 TOP        := $(abspath .)
 BUILD      := $(TOP)/build
 MODULE     := $(BUILD)/ngx_http_tokenbiryani_module.so
+PLUGIN_DIR := $(TOP)/src/plugins/example_strategy
+PLUGIN     := $(BUILD)/ngx_http_tokenbiryani_example_strategy_module.so
 RUNDIR     := $(TOP)/.run
 
 CC         ?= cc
@@ -45,7 +47,7 @@ deps:
 	fi
 
 build: deps
-	@src/tools/build-module.sh $(TOP) $(BUILD)
+	@src/tools/build-module.sh $(TOP) $(BUILD) $(PLUGIN_DIR)
 	@ls -l $(MODULE) | awk '{print "built", $$NF, "(" $$5 " bytes)"}'
 
 $(BUILD)/unit/%: t/unit/%.c $(CORE_SRCS) $(wildcard src/core/*.h) t/unit/tb_test.h
@@ -61,7 +63,8 @@ unit: deps $(UNIT_BINS)
 
 test: build unit
 	@/usr/bin/python3 t/mock/selftest.py
-	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) prove -r -j1 t/
+	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) \
+	    TEST_NGINX_PLUGIN=$(PLUGIN) prove -r -j1 t/
 
 # The same suites against an AddressSanitizer + UBSan build of the module,
 # loaded into Debian's nginx with the sanitizer runtimes preloaded.
@@ -72,7 +75,7 @@ ASAN_LIBS   = $(shell gcc -print-file-name=libasan.so) \
 
 test-asan: deps
 	@EXTRA_CFLAGS="$(ASAN_FLAGS)" EXTRA_LDFLAGS="-fsanitize=address,undefined" \
-	    src/tools/build-module.sh $(TOP) $(BUILD)/asan
+	    src/tools/build-module.sh $(TOP) $(BUILD)/asan $(PLUGIN_DIR)
 	@mkdir -p $(BUILD)/asan/unit
 	@fail=0; for t in $(UNIT_SRCS); do \
 	    b=$(BUILD)/asan/unit/$$(basename $$t .c); \
@@ -87,6 +90,7 @@ test-asan: deps
 	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    TEST_NGINX_LOAD_MODULES=$(BUILD)/asan/ngx_http_tokenbiryani_module.so \
+	    TEST_NGINX_PLUGIN=$(BUILD)/asan/ngx_http_tokenbiryani_example_strategy_module.so \
 	    prove -r -j1 t/
 
 run: build

@@ -9,6 +9,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_strategy.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -175,7 +176,60 @@ ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    if (ngx_array_init(&tmcf->plugins, cf->pool, 2,
+                       sizeof(tb_strategy_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
     return tmcf;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_register_strategy(ngx_conf_t *cf,
+    const tb_strategy_t *strategy)
+{
+    ngx_uint_t                          i;
+    const tb_strategy_t               **s;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_conf_get_module_main_conf(cf,
+                                              ngx_http_tokenbiryani_module);
+
+    if (strategy->name == NULL || strategy->name[0] == '\0') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: a strategy needs a name");
+        return NGX_ERROR;
+    }
+
+    if (tb_strategy_builtin(strategy->name)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: strategy \"%s\" is built in and "
+                           "cannot be replaced", strategy->name);
+        return NGX_ERROR;
+    }
+
+    s = tmcf->plugins.elts;
+
+    for (i = 0; i < tmcf->plugins.nelts; i++) {
+        if (ngx_strcmp(s[i]->name, strategy->name) == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "tokenbiryani: strategy \"%s\" is registered "
+                               "twice", strategy->name);
+            return NGX_ERROR;
+        }
+    }
+
+    s = ngx_array_push(&tmcf->plugins);
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    *s = strategy;
+
+    return NGX_OK;
 }
 
 

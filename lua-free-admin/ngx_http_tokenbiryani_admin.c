@@ -18,6 +18,8 @@ static ngx_int_t ngx_http_tokenbiryani_admin_request(ngx_http_request_t *r,
     u_char *id, size_t len);
 static ngx_int_t ngx_http_tokenbiryani_admin_estimation(
     ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_admin_strategies(
+    ngx_http_request_t *r);
 static cJSON *ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_record_t *rec, ngx_uint_t full);
 static const char *ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r,
@@ -83,6 +85,12 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_admin_request(r,
                    uri->data + sizeof("/admin/requests/") - 1,
                    uri->len - (sizeof("/admin/requests/") - 1));
+    }
+
+    if (uri->len == sizeof("/admin/strategies") - 1
+        && ngx_strncmp(uri->data, "/admin/strategies", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_strategies(r);
     }
 
     if (uri->len == sizeof("/admin/estimation") - 1
@@ -796,6 +804,85 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
         } else {
             cJSON_AddNullToObject(m, "undershoot_rate");
         }
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+}
+
+
+static cJSON *
+ngx_http_tokenbiryani_strategy_json(const tb_strategy_t *st,
+    ngx_uint_t plugin, ngx_uint_t current)
+{
+    size_t  t;
+    cJSON  *obj, *m;
+
+    obj = cJSON_CreateObject();
+    if (obj == NULL) {
+        return NULL;
+    }
+
+    cJSON_AddStringToObject(obj, "name", st->name);
+    cJSON_AddStringToObject(obj, "description",
+                            st->description ? st->description : "");
+    cJSON_AddBoolToObject(obj, "plugin", plugin);
+    cJSON_AddBoolToObject(obj, "current", current);
+
+    if (st->terms || st->rotate) {
+        m = cJSON_AddArrayToObject(obj, "terms");
+
+        for (t = 0; m && t < TB_TERMS && st->term_names[t]; t++) {
+            cJSON_AddItemToArray(m, cJSON_CreateString(st->term_names[t]));
+        }
+
+    } else {
+        m = cJSON_AddObjectToObject(obj, "multipliers");
+
+        for (t = 0; m && t < TB_TERMS; t++) {
+            cJSON_AddNumberToObject(m, tb_term_names[t], st->mult[t]);
+        }
+    }
+
+    return obj;
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
+{
+    ngx_uint_t                          i;
+    cJSON                              *root, *arr, *item;
+    const tb_strategy_t                *st, **plugins;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    root = cJSON_CreateObject();
+    arr = root ? cJSON_AddArrayToObject(root, "strategies") : NULL;
+
+    if (arr == NULL) {
+        cJSON_Delete(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (st = tb_builtin_strategy_table; st->name; st++) {
+        item = ngx_http_tokenbiryani_strategy_json(st, 0,
+                                                   st == tmcf->strategy);
+        cJSON_AddItemToArray(arr, item);
+    }
+
+    plugins = tmcf->plugins.elts;
+
+    for (i = 0; i < tmcf->plugins.nelts; i++) {
+        item = ngx_http_tokenbiryani_strategy_json(plugins[i], 1,
+                                                 plugins[i] == tmcf->strategy);
+        cJSON_AddItemToArray(arr, item);
+    }
+
+    item = cJSON_AddObjectToObject(root, "weights");
+
+    for (i = 0; item && i < TB_TERMS; i++) {
+        cJSON_AddNumberToObject(item, tb_term_names[i], tmcf->weights[i]);
     }
 
     return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);

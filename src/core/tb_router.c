@@ -424,7 +424,7 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
         }
 
         if (s->terms) {
-            s->terms(s->data, in, &c[i], i, n, o->terms);
+            s->terms(s->data, in, c, out, i, n, o->terms);
 
             for (score = 0, t = 0; t < TB_TERMS; t++) {
                 score += o->terms[t];

@@ -122,12 +122,16 @@ struct tb_strategy_s {
     unsigned                  rotate:1;        /* round robin */
 
     /*
-     * A strategy may compute its own terms instead (a plugin's): it fills
-     * terms[] (names in term_names, NULL-terminated when fewer than
-     * TB_TERMS) and the score is their sum.
+     * A strategy may compute its own terms instead (a plugin's): for the
+     * eligible candidate c[index] of the count in c[], it fills terms[]
+     * (names in term_names, NULL-terminated when fewer than TB_TERMS) and
+     * the score is their sum.  out[] has every candidate's verdict, so a
+     * term can be normalised over the eligible ones.
      */
+
     void                    (*terms)(void *data, const tb_route_in_t *in,
-                                     const tb_cand_t *c, size_t index,
+                                     const tb_cand_t *c,
+                                     const tb_cand_out_t *out, size_t index,
                                      size_t count, double *terms);
     const char               *term_names[TB_TERMS];
     void                     *data;

@@ -102,6 +102,7 @@ typedef struct {
     ngx_array_t                    servers;   /* ngx_http_core_srv_conf_t * */
 
     const tb_strategy_t           *strategy;
+    ngx_array_t                    plugins;   /* tb_strategy_t * */
     double                         weights[TB_TERMS];
 
     ngx_uint_t                     used;      /* any location uses us */
@@ -263,6 +264,8 @@ ngx_int_t ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t need_admin);
 ngx_int_t ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
+const tb_strategy_t *ngx_http_tokenbiryani_find_strategy(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name);
 
 /* admin API and health (lua-free-admin/) */
 ngx_int_t ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r);

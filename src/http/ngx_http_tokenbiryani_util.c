@@ -19,10 +19,13 @@ ngx_int_t
 ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    size_t               i;
-    tb_config_t         *tbcf;
-    ngx_pool_cleanup_t  *cln;
-    char                 err[TB_CONFIG_ERRLEN];
+    u_char               *p, *last;
+    size_t                i;
+    tb_config_t          *tbcf;
+    ngx_pool_cleanup_t   *cln;
+    const tb_strategy_t  *st, **plugins;
+    char                  err[TB_CONFIG_ERRLEN];
+    u_char                names[512];
 
     cln = ngx_pool_cleanup_add(cf->pool, 0);
     if (cln == NULL) {
@@ -47,16 +50,31 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
                            tmcf->config_file.data, tbcf->warnings.items[i]);
     }
 
-    tmcf->strategy = tb_strategy_builtin(tbcf->routing_strategy);
+    tmcf->strategy = ngx_http_tokenbiryani_find_strategy(tmcf,
+                                                 tbcf->routing_strategy);
 
     if (tmcf->strategy == NULL) {
+        p = names;
+        last = names + sizeof(names);
+
+        for (st = tb_builtin_strategy_table; st->name; st++) {
+            p = ngx_slprintf(p, last, "%s%s", p == names ? "" : ", ",
+                             st->name);
+        }
+
+        plugins = tmcf->plugins.elts;
+
+        for (i = 0; i < tmcf->plugins.nelts; i++) {
+            p = ngx_slprintf(p, last, ", %s", plugins[i]->name);
+        }
+
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "tokenbiryani: %s:%ui: routing.strategy: unknown "
-                           "strategy \"%s\" (known: sticky_headroom, "
-                           "headroom, cost_tiered, priority, least_loaded, "
-                           "round_robin)", tmcf->config_file.data,
+                           "strategy \"%s\" (known: %*s)",
+                           tmcf->config_file.data,
                            (ngx_uint_t) tbcf->routing_strategy_line,
-                           tbcf->routing_strategy);
+                           tbcf->routing_strategy, (size_t) (p - names),
+                           names);
         return NGX_ERROR;
     }
 
@@ -80,6 +98,31 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     }
 
     return NGX_OK;
+}
+
+
+const tb_strategy_t *
+ngx_http_tokenbiryani_find_strategy(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const char *name)
+{
+    ngx_uint_t            i;
+    const tb_strategy_t  *st, **plugins;
+
+    st = tb_strategy_builtin(name);
+
+    if (st) {
+        return st;
+    }
+
+    plugins = tmcf->plugins.elts;
+
+    for (i = 0; i < tmcf->plugins.nelts; i++) {
+        if (ngx_strcmp(plugins[i]->name, name) == 0) {
+            return plugins[i];
+        }
+    }
+
+    return NULL;
 }
 
 

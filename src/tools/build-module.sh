@@ -5,12 +5,15 @@
 # compatible with /usr/sbin/nginx and NGX_HTTP_SSL stays compiled in
 # (--with-compat alone would silently drop it).
 #
-# Usage: build-module.sh MODULE_DIR BUILD_DIR     (absolute paths)
+# Usage: build-module.sh MODULE_DIR BUILD_DIR [MORE_MODULE_DIRS...]
+#        (absolute paths; every module lands in BUILD_DIR)
 # Env:   EXTRA_CFLAGS, EXTRA_LDFLAGS (e.g. for the sanitizer build)
 set -euo pipefail
 
 MOD_DIR=$1
 BUILD_DIR=$2
+shift 2
+MORE=("$@")
 EXTRA_CFLAGS=${EXTRA_CFLAGS:-}
 EXTRA_LDFLAGS=${EXTRA_LDFLAGS:-}
 SRC=/usr/share/nginx/src
@@ -18,7 +21,7 @@ SRC=/usr/share/nginx/src
 mkdir -p "$BUILD_DIR"
 
 stamp="$BUILD_DIR/.configured"
-want="$(cat "$MOD_DIR/config") $EXTRA_CFLAGS $EXTRA_LDFLAGS $(nginx -v 2>&1)"
+want="$(cat "$MOD_DIR/config") ${MORE[*]} $EXTRA_CFLAGS $EXTRA_LDFLAGS $(nginx -v 2>&1)"
 
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     (
@@ -29,6 +32,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
             --with-ld-opt="$(dpkg-buildflags --get LDFLAGS) -fPIC $EXTRA_LDFLAGS" \
             "${NGX_CONF_FLAGS[@]}" \
             --add-dynamic-module="$MOD_DIR" \
+            ${MORE[@]/#/--add-dynamic-module=} \
             --builddir="$BUILD_DIR" >"$BUILD_DIR/configure.log" 2>&1
     ) || { tail -30 "$BUILD_DIR/configure.log"; exit 1; }
     printf '%s' "$want" >"$stamp"

@@ -29,7 +29,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libcjson-dev libyaml-dev libhiredis-dev \
               libtest-base-perl perl python3 openssl curl procps
 
-.PHONY: all deps build unit test test-asan run stop clean
+.PHONY: all deps build unit test test-asan bench-core run stop clean
 
 all: build
 
@@ -92,6 +92,27 @@ test-asan: deps
 	    TEST_NGINX_LOAD_MODULES=$(BUILD)/asan/ngx_http_tokenbiryani_module.so \
 	    TEST_NGINX_PLUGIN=$(BUILD)/asan/ngx_http_tokenbiryani_example_strategy_module.so \
 	    prove -r -j1 t/
+
+# src/core alone: instructions per route decision (callgrind counts them
+# the same on a busy machine) and time per operation
+bench-core: deps
+	@command -v valgrind >/dev/null || $(MAKE) deps DEB_PKGS=valgrind
+	@mkdir -p $(BUILD)/bench
+	@$(CC) -std=c99 -D_GNU_SOURCE -O2 -g -Isrc/core -o $(BUILD)/bench/bench_core \
+	    t/bench/bench_core.c $(CORE_SRCS) $(UNIT_LIBS)
+	@echo "| operation | time | throughput |"
+	@echo "|---|---|---|"
+	@$(BUILD)/bench/bench_core report
+	@echo
+	@echo "| route decision | instructions (callgrind) |"
+	@echo "|---|---|"
+	@for n in 16 1000; do \
+	    calls=$$([ $$n = 16 ] && echo 2000 || echo 100); \
+	    ir=$$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+	        --toggle-collect=tb_route $(BUILD)/bench/bench_core decide $$calls $$n \
+	        2>&1 | sed -n 's/.*Collected : //p'); \
+	    echo "| $$n accounts | $$((ir / calls)) |"; \
+	done
 
 run: build
 	@src/tools/run.sh start $(TOP) $(MODULE) $(RUNDIR)

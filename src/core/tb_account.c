@@ -54,33 +54,25 @@ tb_account_state(const tb_account_state_t *a, int enabled, int64_t now_ms,
 double
 tb_account_error_rate(const tb_account_state_t *a)
 {
-    unsigned  n, failed;
-    uint64_t  bits;
-
-    n = a->noutcomes < TB_OUTCOMES ? a->noutcomes : TB_OUTCOMES;
-
-    if (n == 0) {
-        return 0;
-    }
-
-    bits = a->outcomes & ((n == 64) ? ~0ULL : ((1ULL << n) - 1));
-
-    for (failed = 0; bits; bits &= bits - 1) {
-        failed++;
-    }
-
-    return (double) failed / n;
+    return a->noutcomes ? (double) a->nfailures / (double) a->noutcomes : 0;
 }
 
 
 void
 tb_account_outcome(tb_account_state_t *a, int failed)
 {
-    a->outcomes = (a->outcomes << 1) | (failed ? 1 : 0);
+    /* the oldest outcome leaves the window as the new one enters */
 
-    if (a->noutcomes < TB_OUTCOMES) {
+    if (a->noutcomes == TB_OUTCOMES) {
+        a->nfailures -= (uint32_t) ((a->outcomes >> (TB_OUTCOMES - 1)) & 1);
+
+    } else {
         a->noutcomes++;
     }
+
+    a->outcomes = ((a->outcomes << 1) | (failed ? 1 : 0))
+                  & ((1ULL << TB_OUTCOMES) - 1);
+    a->nfailures += failed ? 1 : 0;
 }
 
 
@@ -103,6 +95,11 @@ tb_models_match(char *const *patterns, size_t n, const char *name,
 
     for (i = 0; i < n; i++) {
         p = patterns[i];
+
+        if (p[0] == '*' && p[1] == '\0') {
+            return 1;                       /* the default: everything */
+        }
+
         plen = strlen(p);
 
         if (plen && p[plen - 1] == '*') {

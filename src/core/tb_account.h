@@ -49,6 +49,7 @@ typedef struct {
     /* the last TB_OUTCOMES outcomes, bit 1 = failure, newest in bit 0 */
     uint64_t                  outcomes;
     uint32_t                  noutcomes;
+    uint32_t                  nfailures;      /* 1s among them */
 
     /* state, written under the zone lock */
     uint32_t                  disabled;       /* 0, or why (see reason) */

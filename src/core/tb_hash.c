@@ -90,13 +90,6 @@ tb_hash64(uint64_t seed, const void *data, size_t n)
 }
 
 
-uint64_t
-tb_hash_mix(uint64_t a, uint64_t b)
-{
-    return tb_mum(a ^ TB_K0, b ^ TB_K3);
-}
-
-
 void
 tb_hash_init(tb_hash_t *st, uint64_t seed)
 {

@@ -27,7 +27,20 @@ uint64_t tb_hash_final(const tb_hash_t *st);
 
 uint64_t tb_hash64(uint64_t seed, const void *p, size_t n);
 
-/* combines two hashes (order matters) */
-uint64_t tb_hash_mix(uint64_t a, uint64_t b);
+/* combines two hashes (order matters): a 64x64->128-bit multiply, folded */
+static inline uint64_t
+tb_hash_mix(uint64_t a, uint64_t b)
+{
+#if defined(__SIZEOF_INT128__)
+    __uint128_t  r;
+
+    r = (__uint128_t) (a ^ 0xa0761d6478bd642fULL)
+        * (b ^ 0x589965cc75374cc3ULL);
+
+    return (uint64_t) r ^ (uint64_t) (r >> 64);
+#else
+    return tb_hash64(a, &b, sizeof(b));
+#endif
+}
 
 #endif /* TB_HASH_H */

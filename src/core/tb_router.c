@@ -65,8 +65,8 @@ tb_strategy_builtin(const char *name)
 }
 
 
-int64_t
-tb_window_level(const tb_window_t *w, int64_t now)
+static inline int64_t
+tb_level(const tb_window_t *w, int64_t now)
 {
     int64_t  level, elapsed, span;
 
@@ -108,6 +108,13 @@ tb_window_level(const tb_window_t *w, int64_t now)
     level = w->remaining + (w->limit - w->remaining) * elapsed / span;
 
     return level < w->limit ? level : w->limit;
+}
+
+
+int64_t
+tb_window_level(const tb_window_t *w, int64_t now)
+{
+    return tb_level(w, now);
 }
 
 
@@ -275,12 +282,22 @@ tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st,
 }
 
 
+/*
+ * The filters.  Every window is read once, for the three things that need
+ * it (a request larger than the window, whether it fits now, the
+ * headroom): this is the decision's inner loop.
+ */
+
 static tb_verdict_e
 tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     tb_cand_out_t *o)
 {
-    const tb_account_state_t  *st;
+    int                        w, fits, exceeds;
+    double                     h, f;
+    int64_t                    avail, want;
+    const tb_window_t         *win;
     const tb_account_conf_t   *conf;
+    const tb_account_state_t  *st;
 
     st = c->st;
     conf = c->conf;
@@ -293,7 +310,41 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_TRIED;
     }
 
-    if (tb_exceeds_limits(st, &in->need)) {
+    fits = 1;
+    exceeds = 0;
+    h = 1.0;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        win = &st->mirror.w[w];
+
+        if (win->remaining < 0) {
+            continue;                       /* never seen: reads as full */
+        }
+
+        /* admission takes the caller's ceiling, whatever the lease says */
+        want = (w == TB_WIN_OUTPUT) ? in->need.max_tokens : in->need.n[w];
+
+        if (win->limit >= 0 && want > win->limit) {
+            exceeds = 1;
+        }
+
+        avail = tb_level(win, in->now) - st->reserved[w];
+
+        if (avail < in->need.n[w]) {
+            fits = 0;
+            avail = avail > 0 ? avail : 0;
+        }
+
+        if (win->limit > 0) {
+            f = (double) avail / (double) win->limit;
+            h = f < h ? f : h;
+        }
+    }
+
+    o->headroom = conf->observable_limits ? (h < 1.0 ? h : 1.0)
+                                          : conf->assumed_headroom;
+
+    if (exceeds) {
         return TB_V_EXCEEDS;
     }
 
@@ -307,6 +358,8 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     }
 
     if (in->model
+        && !(conf->models.n == 1 && conf->models.items[0][0] == '*'
+             && conf->models.items[0][1] == '\0')
         && !tb_models_match(conf->models.items, conf->models.n, in->model,
                             in->model_len))
     {
@@ -330,13 +383,13 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_CIRCUIT;
     }
 
-    if (tb_probing(conf, st, in->now)) {
-        o->available_at = st->probe_ms + TB_PROBE_MS;
+    if (!fits) {
+        o->available_at = tb_fits_at(st, &in->need, in->now);
         return TB_V_HEADROOM;
     }
 
-    if (!tb_fits(st, &in->need, in->now)) {
-        o->available_at = tb_fits_at(st, &in->need, in->now);
+    if (tb_probing(conf, st, in->now)) {
+        o->available_at = st->probe_ms + TB_PROBE_MS;
         return TB_V_HEADROOM;
     }
 
@@ -357,12 +410,15 @@ void
 tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
     tb_cand_out_t *out, tb_decision_t *d)
 {
-    int                   best;
-    size_t                i, t;
-    double                score, tmin, tmax, load, jitter, mult;
-    uint64_t              h;
-    tb_cand_out_t        *o;
-    const tb_strategy_t  *s;
+    int                        best;
+    size_t                     i, t;
+    double                     score, tmin, tmax, load, jitter;
+    double                     wm[TB_TERMS];
+    uint64_t                   h;
+    tb_cand_out_t             *o;
+    const tb_strategy_t       *s;
+    const tb_account_conf_t   *conf;
+    const tb_account_state_t  *st;
 
     s = in->strategy;
 
@@ -377,9 +433,10 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
 
     for (i = 0; i < n; i++) {
         o = &out[i];
-        memset(o, 0, sizeof(tb_cand_out_t));
+        o->available_at = 0;
+        o->headroom = 0;
+        o->score = 0;
 
-        o->headroom = tb_headroom(c[i].conf, c[i].st, in->now);
         o->verdict = tb_route_filter(in, &c[i], o);
 
         if (o->verdict != TB_V_ELIGIBLE) {
@@ -416,12 +473,19 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
     d->servable = 1;
     best = -1;
 
+    for (t = 0; t < TB_TERMS; t++) {
+        wm[t] = in->weights[t] * s->mult[t];
+    }
+
     for (i = 0; i < n; i++) {
         o = &out[i];
 
         if (o->verdict != TB_V_ELIGIBLE) {
             continue;
         }
+
+        st = c[i].st;
+        conf = c[i].conf;
 
         if (s->terms) {
             s->terms(s->data, in, c, out, i, n, o->terms);
@@ -436,25 +500,25 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
             score = o->terms[0];
 
         } else {
-            load = (double) c[i].st->inflight
-                   / (double) (c[i].conf->max_concurrency
-                               ? c[i].conf->max_concurrency : 1);
+            load = (double) st->inflight
+                   / (double) (conf->max_concurrency
+                               ? conf->max_concurrency : 1);
 
-            o->terms[TB_T_AFFINITY] = ((int) i == in->owner) ? 1 : 0;
-            o->terms[TB_T_HEADROOM] = o->headroom;
-            o->terms[TB_T_PRIORITY] = c[i].conf->priority;
-            o->terms[TB_T_LOAD] = -(load < 1 ? load : 1);
-            o->terms[TB_T_ERRORS] = -tb_account_error_rate(c[i].st);
+            o->terms[TB_T_AFFINITY] = ((int) i == in->owner) ? wm[0] : 0;
+            o->terms[TB_T_HEADROOM] = wm[1] * o->headroom;
+            o->terms[TB_T_PRIORITY] = wm[2] * conf->priority;
+            o->terms[TB_T_LOAD] = -wm[3] * (load < 1 ? load : 1);
+            o->terms[TB_T_ERRORS] = st->noutcomes
+                                    ? -wm[4] * (double) st->nfailures
+                                      / (double) st->noutcomes
+                                    : 0;
             o->terms[TB_T_COST] = (tmax > tmin)
-                                  ? -(c[i].conf->cost_tier - tmin)
+                                  ? -wm[5] * (conf->cost_tier - tmin)
                                     / (tmax - tmin)
                                   : 0;
 
-            for (score = 0, t = 0; t < TB_TERMS; t++) {
-                mult = in->weights[t] * s->mult[t];
-                o->terms[t] *= mult;
-                score += o->terms[t];
-            }
+            score = o->terms[0] + o->terms[1] + o->terms[2] + o->terms[3]
+                    + o->terms[4] + o->terms[5];
         }
 
         /*

@@ -539,6 +539,19 @@ TB_TEST(least_loaded_and_error_rate)
     }
 
     TB_CHECK_DBL(tb_account_error_rate(&st[0]), 0.5, 1e-12);
+
+    /* only the last 50 count: 50 successes wash 50 failures out */
+    for (i = 0; i < 50; i++) {
+        tb_account_outcome(&st[1], 1);
+    }
+
+    for (i = 0; i < 49; i++) {
+        tb_account_outcome(&st[1], 0);
+    }
+
+    TB_CHECK_DBL(tb_account_error_rate(&st[1]), 1.0 / 50, 1e-12);
+    tb_account_outcome(&st[1], 0);
+    TB_CHECK_DBL(tb_account_error_rate(&st[1]), 0.0, 1e-12);
 }
 
 

@@ -61,8 +61,6 @@ void
 ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_main_conf_t *tmcf,
     uint64_t session, ngx_uint_t slot, int64_t now)
 {
-    ngx_uint_t                         i;
-    ngx_queue_t                       *q;
     ngx_slab_pool_t                   *shpool;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_affinity_t  *e;
@@ -75,22 +73,8 @@ ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_main_conf_t *tmcf,
     e = ngx_http_tokenbiryani_affinity_find(sh, session);
 
     if (e == NULL) {
-
-        /* a full zone gives up its least recently used sessions */
-
-        for (i = 0; i < 8; i++) {
-            e = ngx_slab_alloc_locked(shpool,
-                                      sizeof(ngx_http_tokenbiryani_affinity_t));
-            if (e || ngx_queue_empty(&sh->aff_lru)) {
-                break;
-            }
-
-            q = ngx_queue_last(&sh->aff_lru);
-            ngx_http_tokenbiryani_affinity_delete(sh, shpool,
-                ngx_queue_data(q, ngx_http_tokenbiryani_affinity_t, lru));
-            sh->aff_evicted++;
-        }
-
+        e = ngx_http_tokenbiryani_alloc_locked(tmcf,
+                                     sizeof(ngx_http_tokenbiryani_affinity_t));
         if (e == NULL) {
             ngx_shmtx_unlock(&shpool->mutex);
             return;
@@ -152,4 +136,37 @@ ngx_http_tokenbiryani_affinity_delete(ngx_http_tokenbiryani_shm_t *sh,
     ngx_rbtree_delete(&sh->aff_tree, &e->node);
     ngx_slab_free_locked(shpool, e);
     sh->aff_entries--;
+}
+
+
+/*
+ * Sessions are the zone's expendable memory: when an allocation fails, the
+ * least recently used ones make room (leases, which are not expendable,
+ * included).  Under the lock.
+ */
+
+void *
+ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    size_t size)
+{
+    void                          *p;
+    ngx_uint_t                     i;
+    ngx_queue_t                   *q;
+    ngx_http_tokenbiryani_shm_t   *sh;
+
+    sh = tmcf->sh;
+
+    for (i = 0; i < 64; i++) {
+        p = ngx_slab_alloc_locked(tmcf->shpool, size);
+        if (p || ngx_queue_empty(&sh->aff_lru)) {
+            return p;
+        }
+
+        q = ngx_queue_last(&sh->aff_lru);
+        ngx_http_tokenbiryani_affinity_delete(sh, tmcf->shpool,
+            ngx_queue_data(q, ngx_http_tokenbiryani_affinity_t, lru));
+        sh->aff_evicted++;
+    }
+
+    return NULL;
 }

@@ -104,7 +104,7 @@ ngx_http_tokenbiryani_estimator_observe(
             sh->models[lru] = sh->models[--sh->nmodels];
         }
 
-        e = ngx_slab_alloc_locked(shpool, tb_est_size(window));
+        e = ngx_http_tokenbiryani_alloc_locked(tmcf, tb_est_size(window));
         if (e == NULL) {
             ngx_shmtx_unlock(&shpool->mutex);
             return;

@@ -34,7 +34,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     ngx_shmtx_lock(&shpool->mutex);
 
-    lease = ngx_slab_alloc_locked(shpool,
+    lease = ngx_http_tokenbiryani_alloc_locked(tmcf,
                                   sizeof(ngx_http_tokenbiryani_lease_t));
     if (lease == NULL) {
         ngx_shmtx_unlock(&shpool->mutex);

@@ -182,6 +182,8 @@ ngx_uint_t ngx_http_tokenbiryani_lease_count(
 
 
 /* affinity (shm/ngx_http_tokenbiryani_affinity.c) */
+void *ngx_http_tokenbiryani_alloc_locked(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, size_t size);
 ngx_int_t ngx_http_tokenbiryani_affinity_get(
     ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session, int64_t now);
 void ngx_http_tokenbiryani_affinity_set(

@@ -316,3 +316,54 @@ my %n;
 $n{ post(msg_body(text => "u$_"))->{headers}{'x-tokenbiryani-account'} }++ for 1 .. 12;
 ok(!$n{a4}, 'new sessions go where capacity is known to be')
     or diag(explain(\%n));
+
+
+
+=== TEST 12: a full zone gives up its least recently used sessions
+--- http_config eval
+$::HttpConfig =~ s/tb 8m/tb 256k/r
+--- config eval: $::Locations
+--- user_files eval
+$::Yaml =~ s/^routing:\n/observability:\n  event_buffer: 0\nrouting:\n/mr
+--- timeout: 60
+--- check
+# windows large enough that only the zone's memory is scarce here
+mock_config({ defaults => { requests_limit => 1000000, input_limit => 1e9,
+                            output_limit => 1e9 } });
+# one at a time first: accounts whose limits are unknown take one request
+# at a time until their first answer
+post(msg_body(text => 'x'), 'X-TokenBiryani-Session' => "warm-$_") for 1 .. 8;
+my $n = 0;
+my $sessions = 0;
+# until the zone has had to evict: a few thousand 64-byte entries
+while ($sessions < 8000) {
+    my @reqs = map { +{ method => 'POST', path => '/v1/messages',
+        body => msg_body(text => 'x'),
+        headers => { 'x-api-key' => 'admin-key',
+                     'X-TokenBiryani-Session' => 'session-' . ($sessions + $_) } } } 1 .. 50;
+    # 50 at a time: within the pool's concurrency (4 x 16)
+    my @res = @{ http_requests_concurrent(\@reqs) };
+    $n += grep { $_->{status} == 200 } @res;
+    $sessions += 50;
+    last if admin('/admin/status')->{affinity}{evicted} > 0;
+}
+my $st = admin('/admin/status');
+ok($st->{affinity}{evicted} > 0, "evictions after $sessions sessions");
+is($n, $sessions, 'every request served while evicting');
+ok($st->{affinity}{sessions} < $sessions, "$st->{affinity}{sessions} sessions kept");
+is(post(msg_body(text => 'x'), 'X-TokenBiryani-Session' => 'one more')->{status},
+   200, 'and still serving');
+
+
+
+=== TEST 13: an owner expires after routing.affinity_ttl_seconds without a success
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval
+$::Yaml =~ s/^routing:\n/routing:\n  affinity_ttl_seconds: 1\n/mr
+--- check
+my $r1 = post(turn_body('ttl', 1));
+is(record(post(turn_body('ttl', 2)))->{affinity}, 'honored', 'owned within the TTL');
+# the TTL is the event here: nothing to wait on but the clock
+select(undef, undef, undef, 2.2);
+is(record(post(turn_body('ttl', 3)))->{affinity}, 'none', 'forgotten after it');

@@ -20,6 +20,10 @@ static ngx_int_t ngx_http_tokenbiryani_admin_estimation(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_admin_strategies(
     ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_admin_account(ngx_http_request_t *r,
+    u_char *p, size_t len);
+static cJSON *ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r,
+    int64_t now);
 static cJSON *ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_record_t *rec, ngx_uint_t full);
 static const char *ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r,
@@ -64,6 +68,15 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         }
 
         return ngx_http_tokenbiryani_admin_status(r);
+    }
+
+    if (uri->len > sizeof("/admin/accounts/") - 1
+        && ngx_strncmp(uri->data, "/admin/accounts/",
+                       sizeof("/admin/accounts/") - 1) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_account(r,
+                   uri->data + sizeof("/admin/accounts/") - 1,
+                   uri->len - (sizeof("/admin/accounts/") - 1));
     }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -166,6 +179,13 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     cJSON_AddNumberToObject(obj, "taken_back",
                             (double) tmcf->sh->leases_reclaimed);
 
+    obj = ngx_http_tokenbiryani_queue_json(r, now);
+    if (obj == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddItemToObject(root, "queue", obj);
+
     arr = cJSON_AddArrayToObject(root, "accounts");
     if (arr == NULL) {
         goto failed;
@@ -210,16 +230,26 @@ static cJSON *
 ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state)
 {
-    int64_t              until;
-    cJSON               *acct, *limits, *w;
-    tb_account_state_t   s;
+    int64_t                             until;
+    ngx_uint_t                          i;
+    const char                         *reason;
+    cJSON                              *acct, *limits, *w, *m;
+    tb_breaker_state_e                  bs;
+    tb_account_state_t                  s;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     ngx_http_tokenbiryani_shm_snapshot(
         ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),
         a, &s);
 
-    *state = tb_account_state(&s, a->conf->enabled && a->supported, now,
-                              &until);
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    *state = tb_account_state(&s, a->conf->enabled && a->supported,
+                              &tmcf->breaker, now, &until, &reason);
+
+    if (!a->supported) {
+        reason = "account type not supported by this build";
+    }
 
     acct = cJSON_CreateObject();
     if (acct == NULL) {
@@ -234,22 +264,71 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     cJSON_AddBoolToObject(acct, "enabled", a->conf->enabled);
     cJSON_AddStringToObject(acct, "state", tb_state_name(*state));
 
-    if (!a->supported) {
-        cJSON_AddStringToObject(acct, "disabled_reason",
-                                "account type not supported by this build");
+    if (*state == TB_STATE_READY) {
+        cJSON_AddNullToObject(acct, "reason");
 
-    } else if (!a->conf->enabled) {
-        cJSON_AddStringToObject(acct, "disabled_reason", "disabled in config");
+    } else {
+        cJSON_AddStringToObject(acct, "reason", reason);
+    }
 
-    } else if (s.disabled) {
-        cJSON_AddStringToObject(acct, "disabled_reason", s.disabled_reason);
+    if (until > now) {
+        cJSON_AddNumberToObject(acct, "until_in",
+                                (double) (until - now) / 1000);
+
+    } else {
+        cJSON_AddNullToObject(acct, "until_in");
+    }
+
+    if (*state == TB_STATE_DISABLED) {
+        cJSON_AddStringToObject(acct, "disabled_reason", reason);
 
     } else {
         cJSON_AddNullToObject(acct, "disabled_reason");
     }
 
     cJSON_AddNumberToObject(acct, "cooling_for",
-                            until > now ? (double) (until - now) / 1000 : 0);
+                            *state == TB_STATE_COOLING && until > now
+                            ? (double) (until - now) / 1000 : 0);
+
+    w = cJSON_AddObjectToObject(acct, "breaker");
+    if (w == NULL) {
+        goto failed;
+    }
+
+    bs = tb_breaker_state(&s.breaker, &tmcf->breaker, now);
+    cJSON_AddStringToObject(w, "state", tb_breaker_state_name(bs));
+    cJSON_AddNumberToObject(w, "failures", (double) s.breaker.failures);
+    cJSON_AddBoolToObject(w, "probe_in_flight", s.breaker.probe != 0);
+    cJSON_AddNumberToObject(w, "opened_total", (double) s.breaker.opened_total);
+
+    if (bs == TB_BREAKER_OPEN) {
+        cJSON_AddNumberToObject(w, "half_open_in",
+                (double) (tb_breaker_half_open_at(&s.breaker, &tmcf->breaker,
+                                                  now) - now) / 1000);
+    } else {
+        cJSON_AddNullToObject(w, "half_open_in");
+    }
+
+    m = cJSON_AddArrayToObject(acct, "rejected_models");
+    if (m == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < s.nrejected && i < TB_REJECTED_MAX; i++) {
+        cJSON_AddItemToArray(m, cJSON_CreateString(s.rejected[i].name));
+    }
+
+    m = cJSON_AddObjectToObject(acct, "outcomes");
+    if (m == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < TB_NKINDS; i++) {
+        if (s.kinds[i]) {
+            cJSON_AddNumberToObject(m, tb_rules[i].name, (double) s.kinds[i]);
+        }
+    }
+
     cJSON_AddNumberToObject(acct, "inflight", (double) s.inflight);
 
     if (s.mirror.org[0]) {
@@ -502,11 +581,7 @@ ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r, int64_t slot)
 static const char *
 ngx_http_tokenbiryani_kind_name(ngx_uint_t kind)
 {
-    static const char  *names[] = { "ok", "status", "stream_error",
-                                    "timeout", "connect", "broken",
-                                    "invalid" };
-
-    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "unknown";
+    return kind < TB_NKINDS ? tb_rules[kind].name : "cancelled";
 }
 
 
@@ -571,6 +646,26 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     }
 
     cJSON_AddNumberToObject(obj, "queued_ms", (double) rec->queued_ms);
+    cJSON_AddStringToObject(obj, "priority",
+                            rec->priority ? "batch" : "interactive");
+    cJSON_AddNumberToObject(obj, "worker", (double) rec->pid);
+
+    if (rec->queued) {
+        d = cJSON_AddObjectToObject(obj, "queue");
+        if (d == NULL) {
+            goto failed;
+        }
+
+        cJSON_AddNumberToObject(d, "waits", (double) rec->queued);
+        cJSON_AddNumberToObject(d, "waited_ms", (double) rec->queued_ms);
+
+        if (rec->woken_ms >= 0) {
+            cJSON_AddNumberToObject(d, "woken_ms", (double) rec->woken_ms);
+
+        } else {
+            cJSON_AddNullToObject(d, "woken_ms");
+        }
+    }
     cJSON_AddStringToObject(obj, "affinity",
                             tb_affinity_name((tb_affinity_e) rec->affinity));
 
@@ -895,6 +990,7 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
     int64_t                             now, until;
     ngx_str_t                           json;
     ngx_uint_t                          i, ready;
+    const char                         *reason;
     tb_state_e                          state;
     ngx_http_tokenbiryani_ctx_t        *ctx;
     ngx_http_tokenbiryani_account_t    *a;
@@ -919,7 +1015,7 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 
     for (i = 0; i < tmcf->accounts.nelts; i++) {
         state = tb_account_state(a[i].sh, a[i].conf->enabled && a[i].supported,
-                                 now, &until);
+                                 &tmcf->breaker, now, &until, &reason);
 
         if (state == TB_STATE_READY) {
             ready++;
@@ -943,6 +1039,180 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 
     return ngx_http_tokenbiryani_send_json(r,
                ready ? NGX_HTTP_OK : NGX_HTTP_SERVICE_UNAVAILABLE, &json);
+}
+
+
+/*
+ * POST /admin/accounts/{id}/enable: every state cleared (disabled,
+ * cooling, exhausted, the breaker, the models refused); .../disable: the
+ * account takes nothing until enabled.  Both answer with the account.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_admin_account(ngx_http_request_t *r, u_char *p,
+    size_t len)
+{
+    size_t                              n;
+    int64_t                             now;
+    u_char                             *slash;
+    ngx_uint_t                          i, enable;
+    tb_state_e                          state;
+    cJSON                              *acct;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    slash = ngx_strlchr(p, p + len, '/');
+
+    if (slash == NULL) {
+        n = len;
+        enable = 2;
+
+    } else {
+        n = slash - p;
+
+        if ((size_t) (p + len - slash) == sizeof("/enable") - 1
+            && ngx_strncmp(slash, "/enable", sizeof("/enable") - 1) == 0)
+        {
+            enable = 1;
+
+        } else if ((size_t) (p + len - slash) == sizeof("/disable") - 1
+                   && ngx_strncmp(slash, "/disable",
+                                  sizeof("/disable") - 1) == 0)
+        {
+            enable = 0;
+
+        } else {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                       "not_found_error", "no admin endpoint at %V", &r->uri);
+        }
+    }
+
+    a = tmcf->accounts.elts;
+
+    for (i = 0; i < tmcf->accounts.nelts; i++) {
+        if (a[i].id.len == n && ngx_strncmp(a[i].id.data, p, n) == 0) {
+            break;
+        }
+    }
+
+    if (i == tmcf->accounts.nelts) {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                   "not_found_error", "no account \"%*s\"",
+                   ngx_min(n, 64), p);
+    }
+
+    a = &a[i];
+
+    if (enable == 2) {
+        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                       "invalid_request_error",
+                       "%V expects GET, not %V", &r->uri, &r->method_name);
+        }
+
+    } else {
+        if (r->method != NGX_HTTP_POST) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                       "invalid_request_error",
+                       "%V expects POST, not %V", &r->uri, &r->method_name);
+        }
+
+        now = ngx_http_tokenbiryani_now_ms();
+
+        ngx_http_tokenbiryani_shm_set_enabled(tmcf, a, enable, now);
+
+        ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                      "tokenbiryani: account \"%V\" %s by an operator",
+                      &a->id, enable ? "enabled, its state cleared"
+                                     : "disabled");
+    }
+
+    acct = ngx_http_tokenbiryani_account_json(r, a,
+                                              ngx_http_tokenbiryani_now_ms(),
+                                              &state);
+    if (acct == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, acct);
+}
+
+
+/* the queue: depth by class, counters, and who waits */
+
+static cJSON *
+ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
+{
+    char                                id[NGX_HTTP_TB_REQUEST_ID_LEN + 1];
+    ngx_uint_t                          c, n[2];
+    ngx_queue_t                        *q;
+    cJSON                              *obj, *arr, *item;
+    ngx_http_tokenbiryani_shm_t        *sh;
+    ngx_http_tokenbiryani_waiter_t     *w;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    sh = tmcf->sh;
+
+    obj = cJSON_CreateObject();
+    if (obj == NULL) {
+        return NULL;
+    }
+
+    arr = cJSON_AddArrayToObject(obj, "waiting");
+    if (arr == NULL) {
+        cJSON_Delete(obj);
+        return NULL;
+    }
+
+    n[0] = 0;
+    n[1] = 0;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (c = 0; c < 2; c++) {
+        for (q = ngx_queue_head(&sh->waiting[c]);
+             q != ngx_queue_sentinel(&sh->waiting[c]);
+             q = ngx_queue_next(q))
+        {
+            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+            n[c]++;
+
+            item = cJSON_CreateObject();
+            if (item == NULL) {
+                continue;
+            }
+
+            ngx_memcpy(id, w->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+            id[NGX_HTTP_TB_REQUEST_ID_LEN] = '\0';
+
+            cJSON_AddStringToObject(item, "request_id", id);
+            cJSON_AddStringToObject(item, "priority",
+                                    c ? "batch" : "interactive");
+            cJSON_AddNumberToObject(item, "waited_ms",
+                                    (double) (now - w->enqueued_ms));
+            cJSON_AddNumberToObject(item, "worker", (double) w->pid);
+            cJSON_AddItemToArray(arr, item);
+        }
+    }
+
+    cJSON_AddNumberToObject(obj, "depth", (double) sh->nwaiting);
+    cJSON_AddNumberToObject(obj, "interactive", (double) n[0]);
+    cJSON_AddNumberToObject(obj, "batch", (double) n[1]);
+    cJSON_AddNumberToObject(obj, "max_size",
+                            (double) tmcf->tbcf->queue_max_size);
+    cJSON_AddNumberToObject(obj, "queued_total", (double) sh->queued_total);
+    cJSON_AddNumberToObject(obj, "served", (double) sh->queue_served);
+    cJSON_AddNumberToObject(obj, "timed_out", (double) sh->queue_timeouts);
+    cJSON_AddNumberToObject(obj, "refused_full", (double) sh->queue_full);
+    cJSON_AddNumberToObject(obj, "client_left", (double) sh->queue_left);
+    cJSON_AddNumberToObject(obj, "dropped_stale", (double) sh->queue_stale);
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return obj;
 }
 
 

@@ -23,8 +23,9 @@ static void ngx_http_tokenbiryani_lease_drop(
 ngx_http_tokenbiryani_lease_t *
 ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_account_t *a, const tb_need_t *need, int64_t now,
-    uint64_t *id)
+    uint64_t *id, ngx_uint_t *probed)
 {
+    int                             took;
     ngx_slab_pool_t                *shpool;
     ngx_http_tokenbiryani_shm_t    *sh;
     ngx_http_tokenbiryani_lease_t  *lease;
@@ -41,7 +42,8 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return NULL;
     }
 
-    if (!tb_lease_reserve(a->sh, a->conf, need, now)) {
+    if (!tb_lease_reserve(a->sh, a->conf, &tmcf->breaker, need, now, &took))
+    {
         ngx_slab_free_locked(shpool, lease);
         ngx_shmtx_unlock(&shpool->mutex);
         return NULL;
@@ -52,12 +54,14 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
     lease->need = *need;
     lease->expires_ms = now + tmcf->lease_timeout;
     lease->pid = ngx_pid;
+    lease->probed = took;
 
     ngx_queue_insert_tail(&sh->leases, &lease->queue);
 
     ngx_shmtx_unlock(&shpool->mutex);
 
     *id = lease->id;
+    *probed = took;
 
     return lease;
 }
@@ -71,16 +75,24 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
 void
 ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_lease_t *lease, uint64_t id,
-    const tb_usage_t *usage, int64_t headers_ms)
+    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t probe_back)
 {
     ngx_shmtx_lock(&tmcf->shpool->mutex);
 
     if (lease->id == id) {
+        if (probe_back && lease->probed && lease->slot < tmcf->sh->nslots) {
+            /* the probe was never sent: the next request probes */
+            tmcf->sh->slots[lease->slot]->breaker.probe = 0;
+        }
+
         ngx_http_tokenbiryani_lease_drop(tmcf->sh, tmcf->shpool, lease,
                                          usage, headers_ms);
     }
 
     ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    ngx_http_tokenbiryani_capacity_changed(tmcf,
+                                           ngx_http_tokenbiryani_now_ms());
 }
 
 
@@ -163,12 +175,21 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_main_conf_t *tmcf,
                                                : "?",
                       lease->pid);
 
+        if (lease->probed && lease->slot < sh->nslots) {
+            /* a probe that will never report: the next request probes */
+            sh->slots[lease->slot]->breaker.probe = 0;
+        }
+
         ngx_http_tokenbiryani_lease_drop(sh, tmcf->shpool, lease, NULL, 0);
         sh->leases_reclaimed++;
         n++;
     }
 
     ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    if (n) {
+        ngx_http_tokenbiryani_capacity_changed(tmcf, now);
+    }
 
     return n;
 }

@@ -51,6 +51,9 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         sh->created_ms = ngx_http_tokenbiryani_now_ms();
 
         ngx_queue_init(&sh->leases);
+        ngx_queue_init(&sh->waiting[0]);
+        ngx_queue_init(&sh->waiting[1]);
+        ngx_queue_init(&sh->rpm);
 
         ngx_rbtree_init(&sh->aff_tree, &sh->aff_sentinel,
                         ngx_rbtree_insert_value);
@@ -254,6 +257,9 @@ ngx_http_tokenbiryani_shm_observe(ngx_http_tokenbiryani_main_conf_t *tmcf,
     a->sh->last_status = status;
 
     ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    /* a window seen again may hold more than was thought */
+    ngx_http_tokenbiryani_capacity_changed(tmcf, now_ms);
 }
 
 
@@ -278,21 +284,68 @@ ngx_http_tokenbiryani_shm_attempt_start(ngx_http_tokenbiryani_account_t *a,
 }
 
 
-void
+/*
+ * An attempt is over: the outcome's account action and the breaker, under
+ * the lock.  Returns 1 when the breaker opened.
+ */
+
+ngx_uint_t
 ngx_http_tokenbiryani_shm_attempt_end(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased, ngx_uint_t failed)
+    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased,
+    const tb_outcome_t *o, uint64_t model_hash, const char *model,
+    size_t model_len, ngx_uint_t probed, int64_t now)
 {
+    int  opened;
+
     if (!leased) {
         __atomic_sub_fetch(&a->sh->inflight, 1, __ATOMIC_RELAXED);
     }
 
-    if (failed) {
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    if (o == NULL) {
+        /* cancelled, or not the account's doing: neither way */
+        opened = tb_breaker_record(&a->sh->breaker, &tmcf->breaker,
+                                   TB_OUT_NEUTRAL, (int) probed, now);
+
+    } else {
+        opened = tb_account_apply(a->sh, o, &tmcf->breaker, model_hash,
+                                  model, model_len, (int) probed, now);
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    if (o && o->kind != TB_KIND_OK) {
         __atomic_add_fetch(&a->sh->failures_total, 1, __ATOMIC_RELAXED);
     }
 
+    /* a breaker closed, a probe slot given back */
+    ngx_http_tokenbiryani_capacity_changed(tmcf, now);
+
+    return (ngx_uint_t) opened;
+}
+
+
+void
+ngx_http_tokenbiryani_shm_set_enabled(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_account_t *a, ngx_uint_t enable, int64_t now)
+{
     ngx_shmtx_lock(&tmcf->shpool->mutex);
-    tb_account_outcome(a->sh, (int) failed);
+
+    if (enable) {
+        tb_account_clear(a->sh);
+
+    } else {
+        a->sh->disabled = 1;
+        a->sh->disabled_ms = now;
+        ngx_cpystrn((u_char *) a->sh->disabled_reason,
+                    (u_char *) "disabled by an operator",
+                    sizeof(a->sh->disabled_reason));
+    }
+
     ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    ngx_http_tokenbiryani_capacity_changed(tmcf, now);
 }
 
 

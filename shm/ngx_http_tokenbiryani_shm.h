@@ -13,7 +13,7 @@
 #include "tb_estimator.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a32      /* "tbz2" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a33      /* "tbz3" */
 
 #define NGX_HTTP_TB_ESTIMATORS         64      /* estimators kept */
 #define NGX_HTTP_TB_INSPECT_CANDS      32      /* candidates per record */
@@ -28,7 +28,31 @@ struct ngx_http_tokenbiryani_lease_s {
     tb_need_t                      need;
     int64_t                        expires_ms;
     ngx_pid_t                      pid;
+    ngx_uint_t                     probed;        /* holds the breaker's */
 };
+
+
+/* a request waiting for capacity, in the queue every worker sees */
+struct ngx_http_tokenbiryani_waiter_s {
+    ngx_queue_t                    queue;         /* in sh->waiting[cls] */
+    uint64_t                       id;            /* 0: gone */
+    ngx_pid_t                      pid;           /* the worker holding it */
+    ngx_uint_t                     cls;           /* 0 interactive, 1 batch */
+    uint64_t                       blocked_gen;   /* tried and failed at */
+    int64_t                        retry_at;      /* ... until then, 0 */
+    int64_t                        enqueued_ms;
+    int64_t                        renewed_ms;    /* by its worker's tick */
+    u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
+};
+
+
+/* a key's admissions over the last minute: one time per rpm slot */
+typedef struct {
+    ngx_queue_t                    queue;
+    uint64_t                       key;           /* hash of its name */
+    ngx_uint_t                     size;          /* the key's rpm */
+    int64_t                        times[1];
+} ngx_http_tokenbiryani_rpm_t;
 
 
 /* one session's owner: 64 bytes, the slab's 64-byte class exactly */
@@ -53,19 +77,12 @@ typedef struct {
 typedef struct {
     uint32_t                       slot;
     int16_t                        status;        /* 0: no response */
-    uint8_t                        kind;          /* why it failed */
+    uint8_t                        kind;          /* tb_kind_e, or
+                                                     TB_NKINDS: cancelled */
     uint32_t                       latency_ms;
 } ngx_http_tokenbiryani_inspect_attempt_t;
 
 
-/* attempt kinds */
-#define NGX_HTTP_TB_KIND_OK            0
-#define NGX_HTTP_TB_KIND_STATUS        1
-#define NGX_HTTP_TB_KIND_STREAM_ERROR  2
-#define NGX_HTTP_TB_KIND_TIMEOUT       3
-#define NGX_HTTP_TB_KIND_CONNECT       4
-#define NGX_HTTP_TB_KIND_BROKEN        5
-#define NGX_HTTP_TB_KIND_INVALID       6
 
 
 typedef struct {
@@ -93,7 +110,10 @@ typedef struct {
     uint8_t                        ncands;
     int32_t                        chosen;        /* slot, -1 */
     uint32_t                       candidates;    /* in the pool */
-    uint32_t                       verdicts[TB_V_HEADROOM + 1];
+    uint32_t                       verdicts[TB_NVERDICTS];
+    int64_t                        woken_ms;      /* capacity to grant */
+    uint32_t                       queued;        /* times it waited */
+    ngx_pid_t                      pid;           /* the worker */
     ngx_http_tokenbiryani_inspect_attempt_t
                                    attempts[NGX_HTTP_TB_INSPECT_ATTEMPTS];
     ngx_http_tokenbiryani_inspect_cand_t
@@ -137,6 +157,27 @@ struct ngx_http_tokenbiryani_shm_s {
     /* decisions and what they did to affinity */
     uint64_t                       decisions;
     uint64_t                       affinity[4];   /* by tb_affinity_e */
+
+    /*
+     * The queue: interactive, then batch, FIFO in each.  Capacity that
+     * comes back (a lease given back, a response's headers, an operator)
+     * bumps the generation; a waiter that failed at this generation
+     * cannot use what is there and does not hold the ones behind it.
+     */
+    ngx_queue_t                    waiting[2];
+    ngx_uint_t                     nwaiting;
+    uint64_t                       waiter_seq;
+    uint64_t                       cap_gen;
+    int64_t                        cap_gen_ms;
+    uint64_t                       queued_total;
+    uint64_t                       queue_served;
+    uint64_t                       queue_timeouts;
+    uint64_t                       queue_full;
+    uint64_t                       queue_left;    /* clients gone */
+    uint64_t                       queue_stale;   /* of dead workers */
+
+    /* keys' rpm windows */
+    ngx_queue_t                    rpm;
 };
 
 
@@ -152,10 +193,16 @@ ngx_uint_t ngx_http_tokenbiryani_shm_rr_next(
 
 void ngx_http_tokenbiryani_shm_attempt_start(
     ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased, int64_t now_ms);
-void ngx_http_tokenbiryani_shm_attempt_end(
+ngx_uint_t ngx_http_tokenbiryani_shm_attempt_end(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased,
-    ngx_uint_t failed);
+    const tb_outcome_t *o, uint64_t model_hash, const char *model,
+    size_t model_len, ngx_uint_t probed, int64_t now);
+
+/* an operator's enable (clears every state) or disable */
+void ngx_http_tokenbiryani_shm_set_enabled(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_account_t *a, ngx_uint_t enable, int64_t now);
 
 /* a consistent copy of a slot, for reports */
 void ngx_http_tokenbiryani_shm_snapshot(
@@ -167,11 +214,11 @@ void ngx_http_tokenbiryani_shm_snapshot(
 ngx_http_tokenbiryani_lease_t *ngx_http_tokenbiryani_lease_take(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_account_t *a, const tb_need_t *need,
-    int64_t now, uint64_t *id);
+    int64_t now, uint64_t *id, ngx_uint_t *probed);
 void ngx_http_tokenbiryani_lease_give_back(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_lease_t *lease, uint64_t id,
-    const tb_usage_t *usage, int64_t headers_ms);
+    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t probe_back);
 void ngx_http_tokenbiryani_lease_renew(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_queue_t *held,
     int64_t now);
@@ -179,6 +226,37 @@ ngx_uint_t ngx_http_tokenbiryani_lease_reclaim(
     ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
 ngx_uint_t ngx_http_tokenbiryani_lease_count(
     ngx_http_tokenbiryani_main_conf_t *tmcf);
+
+
+/* the queue (shm/ngx_http_tokenbiryani_queue.c) */
+#define NGX_HTTP_TB_QUEUE_OK           0
+#define NGX_HTTP_TB_QUEUE_FULL         1
+#define NGX_HTTP_TB_QUEUE_NOMEM        2
+
+ngx_uint_t ngx_http_tokenbiryani_queue_add(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_ctx_t *ctx,
+    int64_t now, ngx_uint_t *depth);
+void ngx_http_tokenbiryani_queue_remove(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t served, int64_t now);
+ngx_uint_t ngx_http_tokenbiryani_queue_clear_ahead(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t cls, int64_t now);
+void ngx_http_tokenbiryani_queue_blocked(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, uint64_t gen, int64_t retry_at);
+ngx_uint_t ngx_http_tokenbiryani_queue_scan(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now, uint64_t *ids,
+    ngx_uint_t max);
+void ngx_http_tokenbiryani_capacity_changed(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
+uint64_t ngx_http_tokenbiryani_capacity_gen(
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+ngx_int_t ngx_http_tokenbiryani_rpm_take(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t key, ngx_uint_t rpm,
+    int64_t now, int64_t *retry_ms);
+void ngx_http_tokenbiryani_rpm_give_back(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t key, ngx_int_t slot,
+    int64_t taken);
 
 
 /* affinity (shm/ngx_http_tokenbiryani_affinity.c) */

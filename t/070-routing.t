@@ -241,7 +241,7 @@ is($list->[2]{request_id}, $r[1]{headers}{'x-tokenbiryani-request-id'}, '...');
 my $rec = record($f);
 is(scalar @{ $rec->{attempts} }, 2, 'two attempts');
 is($rec->{attempts}[0]{status}, 429, 'a 429');
-is($rec->{attempts}[0]{kind}, 'status', 'of kind status');
+is($rec->{attempts}[0]{kind}, 'rate_limit', 'of class rate_limit');
 is($rec->{attempts}[1]{status}, 200, 'then a 200');
 is($rec->{account}, $f->{headers}{'x-tokenbiryani-account'}, 'the account');
 my %v = map { $_->{account} => $_->{verdict} } @{ $rec->{decision}{candidates} };

@@ -69,6 +69,7 @@ run_tests();
 __DATA__
 
 === TEST 1: 200 overlapping streams across two workers never over-admit
+# (X-TokenBiryani-Max-Wait: 0: what does not fit now is refused, not queued)
 --- http_config eval
 "log_format tbpid '\$pid';\n" . $::HttpConfig
 --- config eval
@@ -87,6 +88,7 @@ for my $i (1 .. 4) {
 my @reqs = map { +{ method => 'POST', path => '/v1/messages', timeout => 25,
                     body => stream_body(text => "conversation $_"),
                     headers => { 'x-api-key' => 'admin-key',
+                                 'x-tokenbiryani-max-wait' => 0,
                                  'x-mock-event-delay-ms' => 25 } } } 1 .. 200;
 my @res = @{ http_requests_concurrent(\@reqs) };
 
@@ -134,6 +136,7 @@ for my $a (@{ $st->{accounts} }) {
 my @reqs = map { +{ method => 'POST', path => '/v1/messages', timeout => 15,
                     body => stream_body(text => "cold $_"),
                     headers => { 'x-api-key' => 'pin-a1',
+                                 'x-tokenbiryani-max-wait' => 0,
                                  'x-mock-event-delay-ms' => 20 } } } 1 .. 100;
 my @res = @{ http_requests_concurrent(\@reqs) };
 my @ok = grep { ($_->{status} // 0) == 200 } @res;

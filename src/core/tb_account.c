@@ -2,6 +2,7 @@
  * Account state.
  */
 
+#include <stdio.h>
 #include <string.h>
 
 #include "tb_account.h"
@@ -33,21 +34,167 @@ tb_account_state_init(tb_account_state_t *a, const char *id,
 
 
 tb_state_e
-tb_account_state(const tb_account_state_t *a, int enabled, int64_t now_ms,
-    int64_t *until_ms)
+tb_account_state(const tb_account_state_t *a, int enabled,
+    const tb_breaker_conf_t *bc, int64_t now_ms, int64_t *until_ms,
+    const char **reason)
 {
-    *until_ms = 0;
+    int64_t  at;
 
-    if (!enabled || a->disabled) {
+    *until_ms = 0;
+    *reason = "";
+
+    if (!enabled) {
+        *reason = "disabled in config";
         return TB_STATE_DISABLED;
     }
 
-    if (a->cooling_until_ms > now_ms) {
-        *until_ms = a->cooling_until_ms;
+    if (a->disabled) {
+        *reason = a->disabled_reason[0] ? a->disabled_reason : "disabled";
+        return TB_STATE_DISABLED;
+    }
+
+    if (a->exhausted_until_ms > now_ms) {
+        *until_ms = a->exhausted_until_ms;
+        *reason = a->exhausted_reason;
+        return TB_STATE_EXHAUSTED;
+    }
+
+    at = tb_breaker_half_open_at(&a->breaker, bc, now_ms);
+
+    if (a->cooling_until_ms > now_ms || at) {
+        if (a->cooling_until_ms >= at) {
+            *until_ms = a->cooling_until_ms;
+            *reason = a->cooling_reason;
+
+        } else {
+            *until_ms = at;
+            *reason = "circuit open";
+        }
+
         return TB_STATE_COOLING;
     }
 
     return TB_STATE_READY;
+}
+
+
+int
+tb_account_rejects(const tb_account_state_t *a, uint64_t model_hash)
+{
+    uint32_t  i;
+
+    for (i = 0; i < a->nrejected && i < TB_REJECTED_MAX; i++) {
+        if (a->rejected[i].hash == model_hash) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+void
+tb_account_reject(tb_account_state_t *a, uint64_t model_hash,
+    const char *model, size_t len)
+{
+    uint32_t  i;
+
+    if (tb_account_rejects(a, model_hash)) {
+        return;
+    }
+
+    if (a->nrejected == TB_REJECTED_MAX) {
+        memmove(&a->rejected[0], &a->rejected[1],
+                (TB_REJECTED_MAX - 1) * sizeof(a->rejected[0]));
+        a->nrejected--;
+    }
+
+    i = a->nrejected++;
+
+    if (len >= TB_REJECTED_NAME) {
+        len = TB_REJECTED_NAME - 1;
+    }
+
+    a->rejected[i].hash = model_hash;
+    memcpy(a->rejected[i].name, model, len);
+    a->rejected[i].name[len] = '\0';
+}
+
+
+int
+tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
+    const tb_breaker_conf_t *bc, uint64_t model_hash, const char *model,
+    size_t model_len, int probed, int64_t now_ms)
+{
+    const tb_rule_t  *r;
+
+    r = o->rule;
+
+    a->kinds[o->kind]++;
+
+    switch (r->account) {
+
+    case TB_ACC_COOLDOWN:
+    case TB_ACC_SHORT_COOLDOWN:
+        if (o->until_ms > a->cooling_until_ms) {
+            a->cooling_until_ms = o->until_ms;
+            snprintf(a->cooling_reason, sizeof(a->cooling_reason), "%s",
+                     o->reason);
+        }
+
+        break;
+
+    case TB_ACC_EXHAUST:
+        if (o->until_ms > a->exhausted_until_ms) {
+            a->exhausted_until_ms = o->until_ms;
+            snprintf(a->exhausted_reason, sizeof(a->exhausted_reason), "%s",
+                     o->reason);
+        }
+
+        break;
+
+    case TB_ACC_DISABLE:
+        if (!a->disabled) {
+            a->disabled = 1;
+            a->disabled_ms = now_ms;
+            snprintf(a->disabled_reason, sizeof(a->disabled_reason), "%s",
+                     o->reason);
+        }
+
+        break;
+
+    case TB_ACC_MODEL:
+        if (model) {
+            tb_account_reject(a, model_hash, model, model_len);
+        }
+
+        break;
+
+    default:
+        break;
+    }
+
+    if (r->breaker != TB_OUT_NEUTRAL) {
+        tb_account_outcome(a, r->breaker == TB_OUT_FAILURE);
+    }
+
+    return tb_breaker_record(&a->breaker, bc, r->breaker, probed, now_ms);
+}
+
+
+void
+tb_account_clear(tb_account_state_t *a)
+{
+    a->disabled = 0;
+    a->disabled_reason[0] = '\0';
+    a->disabled_ms = 0;
+    a->cooling_until_ms = 0;
+    a->cooling_reason[0] = '\0';
+    a->exhausted_until_ms = 0;
+    a->exhausted_reason[0] = '\0';
+    a->nrejected = 0;
+    memset(a->rejected, 0, sizeof(a->rejected));
+    tb_breaker_reset(&a->breaker);
 }
 
 

@@ -14,11 +14,14 @@
 #include <stdint.h>
 
 #include "tb_ratelimit.h"
+#include "tb_failure.h"
 
 
 #define TB_ID_MAX             64
 #define TB_REASON_MAX         96
 #define TB_OUTCOMES           50      /* recent outcomes for the error rate */
+#define TB_REJECTED_MAX       8       /* models refused upstream, kept */
+#define TB_REJECTED_NAME      48
 
 
 typedef enum {
@@ -54,7 +57,22 @@ typedef struct {
     /* state, written under the zone lock */
     uint32_t                  disabled;       /* 0, or why (see reason) */
     char                      disabled_reason[TB_REASON_MAX];
+    int64_t                   disabled_ms;
     int64_t                   cooling_until_ms;
+    char                      cooling_reason[TB_REASON_MAX];
+    int64_t                   exhausted_until_ms;
+    char                      exhausted_reason[TB_REASON_MAX];
+    tb_breaker_t              breaker;
+
+    /* models this account's upstream refused (403), newest last */
+    struct {
+        uint64_t              hash;
+        char                  name[TB_REJECTED_NAME];
+    }                         rejected[TB_REJECTED_MAX];
+    uint32_t                  nrejected;
+
+    /* outcomes by kind of the taxonomy (tb_kind_e) */
+    uint64_t                  kinds[TB_NKINDS];
 
     /* atomic */
     int64_t                   inflight;
@@ -75,11 +93,31 @@ void tb_account_state_init(tb_account_state_t *a, const char *id,
     const unsigned char fingerprint[8]);
 
 /*
- * The account's state at now; *until_ms gets when it ends for cooling
- * (0 when not applicable).  "enabled" is the configuration's flag.
+ * The account's state at now, *until_ms when it ends by itself (0: it
+ * does not) and *reason why.  "enabled" is the configuration's flag.  An
+ * open breaker reads as cooling until it half-opens.
  */
 tb_state_e tb_account_state(const tb_account_state_t *a, int enabled,
-    int64_t now_ms, int64_t *until_ms);
+    const tb_breaker_conf_t *bc, int64_t now_ms, int64_t *until_ms,
+    const char **reason);
+
+/* 1 when the upstream refused this model on this account */
+int tb_account_rejects(const tb_account_state_t *a, uint64_t model_hash);
+
+/* remembers a refused model (the oldest one goes when full) */
+void tb_account_reject(tb_account_state_t *a, uint64_t model_hash,
+    const char *model, size_t len);
+
+/*
+ * Applies an attempt's outcome: the account action of its class and the
+ * breaker.  Returns 1 when the breaker opened.  Under the zone lock.
+ */
+int tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
+    const tb_breaker_conf_t *bc, uint64_t model_hash, const char *model,
+    size_t model_len, int probed, int64_t now_ms);
+
+/* an operator's re-enable: every state and the breaker cleared */
+void tb_account_clear(tb_account_state_t *a);
 
 const char *tb_state_name(tb_state_e state);
 

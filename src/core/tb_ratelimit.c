@@ -188,6 +188,31 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
 }
 
 
+int64_t
+tb_rl_obs_blocked_until(const tb_rl_obs_t *obs)
+{
+    int       w;
+    int64_t   until;
+    unsigned  rem, reset;
+
+    until = 0;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        rem = 1u << (w * TB_RL_NFIELDS + TB_RL_REMAINING);
+        reset = 1u << (w * TB_RL_NFIELDS + TB_RL_RESET);
+
+        if ((obs->has & rem) && (obs->has & reset)
+            && obs->v[w][TB_RL_REMAINING] == 0
+            && obs->v[w][TB_RL_RESET] > until)
+        {
+            until = obs->v[w][TB_RL_RESET];
+        }
+    }
+
+    return until;
+}
+
+
 /* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant) */
 
 static int64_t

@@ -79,6 +79,9 @@ int tb_rl_is_ratelimit_header(const unsigned char *name, size_t len);
 
 void tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms);
 
+/* the latest reset of the windows a response says are empty; 0: none */
+int64_t tb_rl_obs_blocked_until(const tb_rl_obs_t *obs);
+
 
 /* "2026-11-29T20:40:59Z", "...59.123+02:00" → epoch ms; 0 or -1 */
 int tb_parse_rfc3339(const unsigned char *p, size_t len, int64_t *ms);

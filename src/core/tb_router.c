@@ -352,11 +352,6 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_DISABLED;
     }
 
-    if (st->cooling_until_ms > in->now) {
-        o->available_at = st->cooling_until_ms;
-        return TB_V_COOLING;
-    }
-
     if (in->model
         && !(conf->models.n == 1 && conf->models.items[0][0] == '*'
              && conf->models.items[0][1] == '\0')
@@ -366,8 +361,20 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_MODEL;
     }
 
-    if (c->rejected) {
+    if (st->nrejected && tb_account_rejects(st, in->model_hash)) {
         return TB_V_REJECTED;
+    }
+
+    /* from here on: capacity that comes back by itself */
+
+    if (st->exhausted_until_ms > in->now) {
+        o->available_at = st->exhausted_until_ms;
+        return TB_V_EXHAUSTED;
+    }
+
+    if (st->cooling_until_ms > in->now) {
+        o->available_at = st->cooling_until_ms;
+        return TB_V_COOLING;
     }
 
     if (st->inflight >= conf->max_concurrency) {
@@ -378,8 +385,12 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_SPEND;
     }
 
-    if (c->circuit) {
-        o->available_at = c->circuit_until;
+    if (st->breaker.open
+        && !tb_breaker_allows(&st->breaker, &in->breaker, in->now))
+    {
+        /* open: until it half-opens; half-open with its probe out: 0 */
+        o->available_at = tb_breaker_half_open_at(&st->breaker,
+                                                  &in->breaker, in->now);
         return TB_V_CIRCUIT;
     }
 
@@ -402,7 +413,7 @@ tb_route_saturated(tb_verdict_e v)
 {
     /* capacity that comes back by itself: worth waiting for */
     return v == TB_V_COOLING || v == TB_V_CONCURRENCY || v == TB_V_SPEND
-           || v == TB_V_CIRCUIT || v == TB_V_HEADROOM;
+           || v == TB_V_CIRCUIT || v == TB_V_HEADROOM || v == TB_V_EXHAUSTED;
 }
 
 
@@ -427,6 +438,7 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
     d->soonest = 0;
     d->eligible = 0;
     d->servable = 0;
+    d->by_event = 0;
 
     tmin = 0;
     tmax = 0;
@@ -442,6 +454,19 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
         if (o->verdict != TB_V_ELIGIBLE) {
             if (tb_route_saturated(o->verdict)) {
                 d->servable = 1;
+
+                /*
+                 * Concurrency, headroom with leases outstanding, a probe
+                 * out: the time is not knowable, a lease ending brings it.
+                 */
+                if (o->verdict == TB_V_CONCURRENCY
+                    || o->verdict == TB_V_SPEND
+                    || ((o->verdict == TB_V_HEADROOM
+                         || o->verdict == TB_V_CIRCUIT)
+                        && (o->available_at == 0 || c[i].st->leases > 0)))
+                {
+                    d->by_event = 1;
+                }
 
                 if (o->available_at
                     && (d->soonest == 0 || o->available_at < d->soonest))
@@ -627,8 +652,27 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
         break;
 
     case TB_V_CIRCUIT:
-        why = "circuit open";
-        break;
+        if (o->available_at == 0) {
+            why = "circuit half-open, its probe in flight";
+            break;
+        }
+
+        left = o->available_at > now ? o->available_at - now : 0;
+
+        return (size_t) snprintf(buf, size,
+                                 "filtered \xe2\x80\x94 circuit open, %llds "
+                                 "remaining",
+                                 (long long) ((left + 500) / 1000));
+
+    case TB_V_EXHAUSTED:
+        left = o->available_at > now ? o->available_at - now : 0;
+
+        return (size_t) snprintf(buf, size,
+                                 "filtered \xe2\x80\x94 exhausted (%s), "
+                                 "%llds remaining",
+                                 c->st->exhausted_reason[0]
+                                 ? c->st->exhausted_reason : "spend",
+                                 (long long) ((left + 500) / 1000));
 
     default: /* TB_V_HEADROOM */
         why = "insufficient headroom";
@@ -651,12 +695,18 @@ tb_affinity_name(tb_affinity_e a)
 
 int
 tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
-    const tb_need_t *need, int64_t now)
+    const tb_breaker_conf_t *bc, const tb_need_t *need, int64_t now,
+    int *probed)
 {
     int      w;
     int64_t  level;
 
-    if (tb_probing(conf, st, now) || !tb_fits(st, need, now)
+    *probed = 0;
+
+    if (st->disabled || st->cooling_until_ms > now
+        || st->exhausted_until_ms > now
+        || (st->breaker.open && !tb_breaker_allows(&st->breaker, bc, now))
+        || tb_probing(conf, st, now) || !tb_fits(st, need, now)
         || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
            >= conf->max_concurrency)
     {
@@ -676,6 +726,12 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
 
     if (st->mirror.observed_ms == 0 && st->leases == 0) {
         st->probe_ms = now;
+    }
+
+    if (st->breaker.open) {
+        /* half-open: this request is the probe */
+        tb_breaker_take(&st->breaker, bc, now);
+        *probed = 1;
     }
 
     st->leases++;

@@ -17,6 +17,7 @@
 #include "tb_config.h"
 #include "tb_account.h"
 #include "tb_json.h"
+#include "tb_failure.h"
 
 
 #define TB_UNKNOWN            INT64_MAX      /* a window never observed */
@@ -34,7 +35,12 @@ enum {
 extern const char *tb_term_names[TB_TERMS];
 
 
-/* the filters, in the order they are applied */
+/*
+ * The filters.  They are applied in this order: first what no waiting
+ * changes (the pool, the model, the limits, a disabled account), then
+ * what comes back by itself, so that an account that could never serve
+ * the request never makes it wait.
+ */
 typedef enum {
     TB_V_ELIGIBLE = 0,
     TB_V_CHOSEN,
@@ -48,7 +54,9 @@ typedef enum {
     TB_V_CONCURRENCY,       /* at max concurrency (N) */
     TB_V_SPEND,             /* spend cap reached */
     TB_V_CIRCUIT,           /* circuit open */
-    TB_V_HEADROOM           /* insufficient headroom */
+    TB_V_HEADROOM,          /* insufficient headroom */
+    TB_V_EXHAUSTED,         /* exhausted (why), Ns remaining */
+    TB_NVERDICTS
 } tb_verdict_e;
 
 
@@ -74,12 +82,9 @@ typedef struct {
     const tb_account_conf_t  *conf;
     const tb_account_state_t *st;
     uint64_t                  id_hash;         /* tb_hash64 of the id */
-    int64_t                   circuit_until;   /* breaker open until */
     unsigned                  supported:1;     /* a type this build sends */
     unsigned                  in_pool:1;
     unsigned                  tried:1;
-    unsigned                  rejected:1;      /* model refused upstream */
-    unsigned                  circuit:1;       /* breaker open */
     unsigned                  spend_capped:1;
 } tb_cand_t;
 
@@ -98,6 +103,8 @@ typedef struct {
     double                    weights[TB_TERMS];
     const char               *model;
     size_t                    model_len;
+    uint64_t                  model_hash;      /* tb_hash64(0, model) */
+    tb_breaker_conf_t         breaker;
     tb_need_t                 need;
     uint64_t                  session;         /* 0: no session key */
     int                       owner;           /* candidate index, or -1 */
@@ -112,6 +119,8 @@ typedef struct {
     int64_t                   soonest;         /* ms; 0: nothing will */
     unsigned                  eligible;
     unsigned                  servable:1;      /* some account could ever */
+    unsigned                  by_event:1;      /* capacity may come back
+                                                  sooner, as leases end */
 } tb_decision_t;
 
 
@@ -198,12 +207,16 @@ const char *tb_affinity_name(tb_affinity_e a);
 
 
 /*
- * Leases: under the caller's lock, re-checks that the need still fits and
- * the account is below max_concurrency, then reserves all of it at once.
- * Returns 1 when reserved, 0 when it no longer fits (nothing changed).
+ * Leases: under the caller's lock, re-checks that the account can still
+ * take the request now (not disabled, cooling or exhausted meanwhile, the
+ * breaker lets it through, the need fits, below max_concurrency), then
+ * reserves all of it at once, and takes a half-open breaker's probe slot
+ * (*probed = 1).  Returns 1 when reserved, 0 when it cannot (nothing
+ * changed).
  */
 int tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
-    const tb_need_t *need, int64_t now);
+    const tb_breaker_conf_t *bc, const tb_need_t *need, int64_t now,
+    int *probed);
 
 /*
  * Gives a lease back, exactly once per reserve.  With the attempt's actual

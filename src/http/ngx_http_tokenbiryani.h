@@ -17,6 +17,7 @@
 #include "tb_account.h"
 #include "tb_router.h"
 #include "tb_session.h"
+#include "tb_failure.h"
 
 
 #define NGX_HTTP_TOKENBIRYANI_VERSION  "0.1.0"
@@ -24,6 +25,18 @@
 #define NGX_HTTP_TB_PASS               1
 #define NGX_HTTP_TB_ADMIN              2
 #define NGX_HTTP_TB_HEALTHZ            3
+
+/* what the request's wait event does when it fires */
+#define NGX_HTTP_TB_WAIT_NONE          0
+#define NGX_HTTP_TB_WAIT_DISPATCH      1     /* a backoff ended */
+#define NGX_HTTP_TB_WAIT_FAIL          2     /* send the error prepared */
+#define NGX_HTTP_TB_WAIT_EXPIRE        3     /* the queue's budget ran out */
+#define NGX_HTTP_TB_WAIT_START         4     /* an attempt is leased */
+
+/* what a dispatch came to */
+#define NGX_HTTP_TB_GO                 0     /* ctx->next leased */
+#define NGX_HTTP_TB_WAIT               1     /* queued, or backing off */
+#define NGX_HTTP_TB_FAIL               2     /* ctx->err_* set */
 
 /* what a /v1 request is */
 #define NGX_HTTP_TB_MESSAGES           1
@@ -35,6 +48,7 @@
 
 typedef struct ngx_http_tokenbiryani_shm_s  ngx_http_tokenbiryani_shm_t;
 typedef struct ngx_http_tokenbiryani_lease_s  ngx_http_tokenbiryani_lease_t;
+typedef struct ngx_http_tokenbiryani_waiter_s  ngx_http_tokenbiryani_waiter_t;
 
 
 typedef struct {
@@ -104,6 +118,7 @@ typedef struct {
     const tb_strategy_t           *strategy;
     ngx_array_t                    plugins;   /* tb_strategy_t * */
     double                         weights[TB_TERMS];
+    tb_breaker_conf_t              breaker;
 
     ngx_uint_t                     used;      /* any location uses us */
 } ngx_http_tokenbiryani_main_conf_t;
@@ -118,7 +133,7 @@ typedef struct {
 typedef struct {
     ngx_uint_t                     account;   /* index in the pool */
     ngx_int_t                      status;    /* 0: no response */
-    ngx_uint_t                     kind;      /* NGX_HTTP_TB_KIND_* */
+    ngx_uint_t                     kind;      /* tb_kind_e */
     int64_t                        start_ms;
     int64_t                        latency_ms;
 } ngx_http_tokenbiryani_try_t;
@@ -190,6 +205,32 @@ typedef struct {
     u_char                        *sse_line;
     u_char                        *sse_data;
 
+    /* failures, retries and the queue */
+    tb_outcome_t                   outcome;       /* of the last attempt */
+    ngx_event_t                    wait;          /* backoff, budget, resume */
+    ngx_uint_t                     action;        /* NGX_HTTP_TB_WAIT_* */
+    ngx_queue_t                    wq;            /* the worker's waiters */
+    ngx_http_tokenbiryani_waiter_t *waiter;
+    uint64_t                       waiter_id;
+    ngx_uint_t                     priority;      /* 0 interactive, 1 batch */
+    ngx_uint_t                     excluded;      /* accounts ruled out */
+    ngx_uint_t                     queued;        /* times it waited */
+    int64_t                        deadline_ms;
+    int64_t                        wait_budget_ms;
+    int64_t                        waited_ms;     /* in the queue, in all */
+    int64_t                        wait_start_ms;
+    int64_t                        woken_ms;      /* capacity to grant */
+    int64_t                        attempt_ms;    /* this attempt began */
+    int64_t                        retry_after_ms;   /* upstream's, or -1 */
+    ngx_int_t                      retry_after;   /* ours, seconds; 0 */
+    ngx_int_t                      rpm_slot;      /* -1: none taken */
+    int64_t                        rpm_taken;
+    uint64_t                       model_hash;
+    ngx_http_upstream_conf_t      *uconf;         /* a stream's own */
+    u_char                        *errbody;       /* an error response */
+    size_t                         errbody_len;
+    ngx_http_chunked_t             err_chunked;
+
     /* gateway-made error, sent by the filter in place of nginx's page */
     ngx_int_t                      err_status;
     const char                    *err_type;
@@ -207,6 +248,12 @@ typedef struct {
     unsigned                       rewrite_body:1;
     unsigned                       json_overflow:1;
     unsigned                       settled:1;
+    unsigned                       outcome_set:1;
+    unsigned                       probed:1;      /* holds the probe slot */
+    unsigned                       pausing:1;     /* drop the upstream */
+    unsigned                       waiting:1;     /* in the local list */
+    unsigned                       stalled:1;     /* prelude went silent */
+    unsigned                       grace_commit:1;
 } ngx_http_tokenbiryani_ctx_t;
 
 
@@ -236,13 +283,43 @@ ngx_uint_t ngx_http_tokenbiryani_account_sets(
 ngx_int_t ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
 ngx_http_tokenbiryani_account_t *ngx_http_tokenbiryani_route(
-    ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
+    ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx,
+    ngx_uint_t lease);
 void ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t success);
 void ngx_http_tokenbiryani_request_done(void *data);
 ngx_int_t ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_tokenbiryani_pool_slot(ngx_http_request_t *r,
     ngx_uint_t slot);
+
+/* failures, retries, the queue (src/http/ngx_http_tokenbiryani_dispatch.c) */
+ngx_int_t ngx_http_tokenbiryani_admit(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+ngx_int_t ngx_http_tokenbiryani_dispatch(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+void ngx_http_tokenbiryani_attempt_over(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_peer_connection_t *pc,
+    ngx_uint_t failed);
+ngx_int_t ngx_http_tokenbiryani_pause(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_peer_connection_t *pc);
+void ngx_http_tokenbiryani_abandon(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+void ngx_http_tokenbiryani_queue_wake(void);
+void ngx_http_tokenbiryani_arm_dispatch(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+void ngx_http_tokenbiryani_arm_fail(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+ngx_msec_t ngx_http_tokenbiryani_prelude_timeout(ngx_http_request_t *r);
+ngx_int_t ngx_http_tokenbiryani_dispatch_init_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+ngx_int_t ngx_http_tokenbiryani_start_upstream(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+void ngx_http_tokenbiryani_log_admission(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
+    int64_t *remaining, const char *decision, const char *reason);
+void ngx_http_tokenbiryani_log_settlement(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
+    const char *next);
 
 /* filters and errors (src/http/ngx_http_tokenbiryani_filter.c) */
 ngx_int_t ngx_http_tokenbiryani_filter_init(ngx_conf_t *cf);

@@ -18,6 +18,10 @@ static ngx_int_t ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc,
     void *data, ngx_uint_t state);
+static void ngx_http_tokenbiryani_classify_transport(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_connection_t *c);
+static void ngx_http_tokenbiryani_describe(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
 static void ngx_http_tokenbiryani_note_attempt(
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_connection_t *c,
     ngx_uint_t failed);
@@ -106,8 +110,18 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
     u = r->upstream;
 
     if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
-        /* the first attempt was decided (and leased) before connecting */
-        a = ctx->next ? ctx->next : ngx_http_tokenbiryani_route(r, ctx);
+
+        /* every attempt is decided (and leased) before its connect */
+
+        if (ctx->pausing || ctx->next == NULL) {
+            if (!ctx->pausing) {
+                ngx_http_tokenbiryani_arm_dispatch(r, ctx);
+            }
+
+            return ngx_http_tokenbiryani_pause(r, ctx, pc);
+        }
+
+        a = ctx->next;
         ctx->next = NULL;
 
     } else {
@@ -135,13 +149,23 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
 
     ngx_http_tokenbiryani_shm_attempt_start(a, ctx->lease != NULL, now);
     ctx->inflight = 1;
+    ctx->attempt_ms = now;
+    ctx->outcome_set = 0;
+    ctx->stalled = 0;
+    ctx->retry_after_ms = -1;
+    ctx->errbody_len = 0;
+
+    if (ctx->uconf) {
+        /* a stream waits for its first bytes prelude_timeout at most */
+        ctx->uconf->read_timeout = ngx_http_tokenbiryani_prelude_timeout(r);
+    }
 
     if (ctx->attempts <= 8) {
         t = &ctx->tries[ctx->attempts - 1];
         t->account = a->index;
         t->start_ms = now;
         t->status = 0;
-        t->kind = NGX_HTTP_TB_KIND_OK;
+        t->kind = TB_NKINDS;
         t->latency_ms = 0;
     }
 
@@ -183,7 +207,7 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_request_t *r = data;
 
-    ngx_uint_t                          failed, more, leased, ok;
+    ngx_uint_t                          failed, more, leased, ok, messages;
     ngx_connection_t                   *c;
     ngx_http_tokenbiryani_ctx_t        *ctx;
     ngx_http_tokenbiryani_account_t    *a;
@@ -196,6 +220,7 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
 
     failed = (state & NGX_PEER_FAILED) ? 1 : 0;
     leased = (ctx->lease != NULL);
+    messages = (ctx->kind == NGX_HTTP_TB_MESSAGES);
 
     ngx_http_tokenbiryani_note_attempt(ctx, c, failed);
 
@@ -210,8 +235,11 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
          */
 
         if (ctx->inflight) {
+            (void) ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased, NULL,
+                                             0, NULL, 0, ctx->probed,
+                                             ngx_http_tokenbiryani_now_ms());
+            ctx->probed = 0;
             ngx_http_tokenbiryani_route_settle(r, ctx, 0);
-            ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased, 0);
             ctx->inflight = 0;
         }
 
@@ -219,26 +247,75 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
         ctx->attempts--;
         pc->tries = 1;
 
+        if (messages && !r->connection->error) {
+            switch (ngx_http_tokenbiryani_dispatch(r, ctx)) {
+            case NGX_HTTP_TB_GO:
+                break;
+            case NGX_HTTP_TB_FAIL:
+                ngx_http_tokenbiryani_arm_fail(r, ctx);
+                ctx->pausing = 1;
+                break;
+            default:
+                ctx->pausing = 1;
+                break;
+            }
+        }
+
         return;
     }
 
     if (ctx->inflight) {
+
+        if (messages && failed && !ctx->outcome_set) {
+            ngx_http_tokenbiryani_classify_transport(r, ctx, c);
+        }
+
+        if (ctx->outcome_set) {
+            ngx_http_tokenbiryani_describe(r, ctx);
+
+            if (ctx->attempts && ctx->attempts <= 8) {
+                ctx->tries[ctx->attempts - 1].kind = ctx->outcome.kind;
+            }
+        }
+
+        if (ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased,
+                                   messages && ctx->outcome_set
+                                   ? &ctx->outcome : NULL,
+                                   ctx->model_hash, ctx->body.model,
+                                   ctx->body.model_len, ctx->probed,
+                                   ngx_http_tokenbiryani_now_ms()))
+        {
+            ngx_log_error(NGX_LOG_WARN, pc->log, 0,
+                          "tokenbiryani: account \"%V\": circuit open after "
+                          "%L failures in a row", &a->id,
+                          (int64_t) tmcf->breaker.threshold);
+        }
+
+        ctx->probed = 0;
+
         ok = !failed && ctx->committed
-             && ctx->status.code >= 200 && ctx->status.code < 300;
+             && ctx->status.code >= 200 && ctx->status.code < 300
+             && (!messages
+                 || (ctx->outcome_set && ctx->outcome.kind == TB_KIND_OK));
 
         ngx_http_tokenbiryani_route_settle(r, ctx, ok);
-        ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased,
-                                        failed
-                                        || ctx->status.code >= 500
-                                        || ctx->status.code == 429);
         ctx->inflight = 0;
     }
 
     if (!failed) {
+        if (messages) {
+            ngx_http_tokenbiryani_log_settlement(r, ctx, a, "done");
+        }
+
         if (c && r->upstream->keepalive) {
             ngx_http_tokenbiryani_keep_connection(pc, r, a);
         }
 
+        return;
+    }
+
+    if (messages) {
+        ngx_http_tokenbiryani_attempt_over(r, ctx, pc, failed);
         return;
     }
 
@@ -272,39 +349,105 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
 }
 
 
+/* a failure without a response to classify: no connection, a timeout */
+
+static void
+ngx_http_tokenbiryani_classify_transport(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_connection_t *c)
+{
+    tb_response_t                       resp;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    ngx_memzero(&resp, sizeof(tb_response_t));
+
+    resp.timed_out = (c && (c->read->timedout || c->write->timedout));
+    resp.retry_after_ms = -1;
+    resp.now = ngx_http_tokenbiryani_now_ms();
+
+    /* a stream's silence before its first delta is a stall */
+    resp.stalled = resp.timed_out && ctx->body.stream && ctx->uconf
+                   && !ctx->committed;
+
+    tb_classify(&resp, tmcf->tbcf, &ctx->outcome);
+    ctx->outcome_set = 1;
+}
+
+
+/* the attempt in a few words, for the logs and the client's error */
+
+static void
+ngx_http_tokenbiryani_describe(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    u_char                             *p;
+    u_char                              buf[128];
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    switch (ctx->outcome.kind) {
+
+    case TB_KIND_STALL:
+        p = ngx_snprintf(buf, sizeof(buf), "sent nothing for %.1fs before "
+                         "its first content delta",
+                         tmcf->tbcf->retry_prelude_timeout_seconds);
+        break;
+
+    case TB_KIND_TIMEOUT:
+        p = ngx_snprintf(buf, sizeof(buf), "timed out");
+        break;
+
+    case TB_KIND_TRANSPORT:
+        p = ngx_snprintf(buf, sizeof(buf), "%s",
+                         ctx->status.code ? "broke off" : "connection failed");
+        break;
+
+    default:
+        if (ctx->is_sse && ctx->sse.error) {
+            p = ngx_snprintf(buf, sizeof(buf), "gave stream error %s",
+                             ctx->sse.error_type[0] ? ctx->sse.error_type
+                                                    : "(untyped)");
+        } else {
+            p = ngx_snprintf(buf, sizeof(buf), "gave status %ui",
+                             ctx->status.code);
+        }
+
+        break;
+    }
+
+    if (ctx->outcome.kind != TB_KIND_OK && ctx->outcome.kind != TB_KIND_CLIENT
+        && ctx->outcome.kind != TB_KIND_UNKNOWN)
+    {
+        p = ngx_snprintf(p, buf + sizeof(buf) - p, " (%s)",
+                         ctx->outcome.rule->name);
+    }
+
+    ctx->last_error.data = ngx_pnalloc(r->pool, p - buf);
+    if (ctx->last_error.data == NULL) {
+        ctx->last_error.len = 0;
+        return;
+    }
+
+    ngx_memcpy(ctx->last_error.data, buf, p - buf);
+    ctx->last_error.len = p - buf;
+}
+
+
 /* what the attempt came to, for the inspector */
 
 static void
 ngx_http_tokenbiryani_note_attempt(ngx_http_tokenbiryani_ctx_t *ctx,
     ngx_connection_t *c, ngx_uint_t failed)
 {
-    ngx_uint_t  kind;
-
     if (ctx->attempts == 0 || ctx->attempts > 8) {
         return;
     }
 
-    if (c && (c->read->timedout || c->write->timedout)) {
-        kind = NGX_HTTP_TB_KIND_TIMEOUT;
-
-    } else if (ctx->status.code == 0) {
-        kind = failed ? NGX_HTTP_TB_KIND_CONNECT : NGX_HTTP_TB_KIND_OK;
-
-    } else if (ctx->is_sse && ctx->sse.error && !ctx->committed) {
-        kind = NGX_HTTP_TB_KIND_STREAM_ERROR;
-
-    } else if (ctx->status.code >= 400) {
-        kind = NGX_HTTP_TB_KIND_STATUS;
-
-    } else if (failed) {
-        kind = NGX_HTTP_TB_KIND_BROKEN;
-
-    } else {
-        kind = NGX_HTTP_TB_KIND_OK;
-    }
-
+    /* the kind, a class of the taxonomy, once the attempt is classified */
+    ctx->tries[ctx->attempts - 1].kind = TB_NKINDS;
     ctx->tries[ctx->attempts - 1].status = ctx->status.code;
-    ctx->tries[ctx->attempts - 1].kind = kind;
     ctx->tries[ctx->attempts - 1].latency_ms = ngx_http_tokenbiryani_now_ms()
                                     - ctx->tries[ctx->attempts - 1].start_ms;
 }

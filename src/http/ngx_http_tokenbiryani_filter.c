@@ -31,6 +31,7 @@ static ngx_str_t  ngx_http_tb_request_id_header =
     ngx_string("x-tokenbiryani-request-id");
 static ngx_str_t  ngx_http_tb_account_header =
     ngx_string("x-tokenbiryani-account");
+static ngx_str_t  ngx_http_tb_retry_after = ngx_string("retry-after");
 
 
 ngx_int_t
@@ -87,6 +88,27 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
     if (ctx->answered) {
         if (ngx_http_tokenbiryani_add_header(r, &ngx_http_tb_account_header,
                                              &ctx->answered->id)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->retry_after > 0 && !ctx->committed
+        && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
+    {
+        /* the gateway's own error, when it knows when capacity returns */
+
+        value.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+        if (value.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        value.len = ngx_sprintf(value.data, "%i", ctx->retry_after)
+                    - value.data;
+
+        if (ngx_http_tokenbiryani_add_header(r, &ngx_http_tb_retry_after,
+                                             &value)
             != NGX_OK)
         {
             return NGX_ERROR;

@@ -18,9 +18,12 @@
 static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
-static ngx_int_t ngx_http_tokenbiryani_refuse(ngx_http_request_t *r,
+static ngx_int_t ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
-static ngx_int_t ngx_http_tokenbiryani_start_upstream(ngx_http_request_t *r,
+static void ngx_http_tokenbiryani_classify_response(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status,
+    const char *stream_error);
+static ngx_int_t ngx_http_tokenbiryani_decide(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_create_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_reinit_request(ngx_http_request_t *r);
@@ -32,7 +35,6 @@ static ngx_int_t ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_retry(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, const char *why);
-static ngx_uint_t ngx_http_tokenbiryani_retryable(ngx_uint_t status);
 static ngx_int_t ngx_http_tokenbiryani_filter_init_upstream(void *data);
 static ngx_int_t ngx_http_tokenbiryani_input_filter(void *data,
     ssize_t bytes);
@@ -40,6 +42,8 @@ static void ngx_http_tokenbiryani_feed_sse(ngx_http_tokenbiryani_ctx_t *ctx,
     u_char *p, u_char *last);
 static void ngx_http_tokenbiryani_keep_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last);
+static void ngx_http_tokenbiryani_broken_outcome(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_int_t rc);
 static void ngx_http_tokenbiryani_abort_request(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r,
     ngx_int_t rc);
@@ -223,11 +227,21 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
     cln->data = ctx;
 
     if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
-        ctx->next = ngx_http_tokenbiryani_route(r, ctx);
 
-        if (ctx->next == NULL) {
+        switch (ngx_http_tokenbiryani_admit(r, ctx)) {
+
+        case NGX_HTTP_TB_GO:
+            break;
+
+        case NGX_HTTP_TB_WAIT:
+            /* the queue or a backoff; the request is kept by its body */
+            return;
+
+        default:
+            ngx_http_tokenbiryani_abandon(r, ctx);
             ngx_http_finalize_request(r,
-                                      ngx_http_tokenbiryani_refuse(r, ctx));
+                ngx_http_tokenbiryani_send_error(r, ctx->err_status, NULL,
+                                                 NULL));
             return;
         }
 
@@ -248,58 +262,27 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
 
 
 /*
- * No account can take the request now.  When none ever could (the model,
- * the key's pool, every account disabled, a request larger than every
- * window), that is final; otherwise the pool is saturated and the client
- * learns when capacity should come back.
+ * The wait for a stream's first bytes, and between them until its first
+ * delta: retry.prelude_timeout_seconds (0: the request timeout), never
+ * longer than the request timeout.
  */
 
-static ngx_int_t
-ngx_http_tokenbiryani_refuse(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
+ngx_msec_t
+ngx_http_tokenbiryani_prelude_timeout(ngx_http_request_t *r)
 {
-    int64_t           wait;
-    ngx_table_elt_t  *h;
+    ngx_http_tokenbiryani_loc_conf_t   *tlcf;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
-    if (!ctx->decision.servable) {
-        return ngx_http_tokenbiryani_send_error(r,
-                   NGX_HTTP_SERVICE_UNAVAILABLE, "overloaded_error",
-                   "no account in this pool can serve this request: it "
-                   "exceeds every account's rate limit, or no account "
-                   "supports model \"%s\" for this key, or every account "
-                   "is disabled", ctx->body.model);
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    tlcf = ngx_http_get_module_loc_conf(r, ngx_http_tokenbiryani_module);
+
+    if (tmcf->tbcf->retry_prelude_timeout_seconds <= 0) {
+        return tlcf->upstream.read_timeout;
     }
 
-    wait = 1;
-
-    if (ctx->decision.soonest) {
-        wait = (ctx->decision.soonest - ngx_http_tokenbiryani_now_ms()
-                + 999) / 1000;
-        wait = ngx_max(wait, 1);
-    }
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h != NULL) {
-        h->hash = 1;
-        ngx_str_set(&h->key, "retry-after");
-        h->value.data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
-
-        if (h->value.data == NULL) {
-            h->hash = 0;
-
-        } else {
-            h->value.len = ngx_sprintf(h->value.data, "%L", wait)
-                           - h->value.data;
-        }
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
-    }
-
-    return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
-               "rate_limit_error",
-               "every account that can serve this request is at capacity; "
-               "retry in %Ls", wait);
+    return ngx_min(tlcf->upstream.read_timeout,
+                   (ngx_msec_t) ngx_max(1,
+                       tmcf->tbcf->retry_prelude_timeout_seconds * 1000));
 }
 
 
@@ -375,7 +358,7 @@ ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r, ngx_str_t *body)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_tokenbiryani_start_upstream(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
@@ -393,6 +376,30 @@ ngx_http_tokenbiryani_start_upstream(ngx_http_request_t *r,
     ngx_str_set(&u->schema, "http://");
     u->output.tag = (ngx_buf_tag_t) &ngx_http_tokenbiryani_module;
     u->conf = &tlcf->upstream;
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES && ctx->body.stream
+        && ngx_http_tokenbiryani_prelude_timeout(r)
+           != tlcf->upstream.read_timeout)
+    {
+        /*
+         * A stream waits prelude_timeout for its response to begin and
+         * between bytes until its first delta; then the request timeout.
+         */
+
+        if (ctx->uconf == NULL) {
+            ctx->uconf = ngx_palloc(r->pool,
+                                    sizeof(ngx_http_upstream_conf_t));
+            if (ctx->uconf == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(ctx->uconf, &tlcf->upstream,
+                       sizeof(ngx_http_upstream_conf_t));
+        }
+
+        ctx->uconf->read_timeout = ngx_http_tokenbiryani_prelude_timeout(r);
+        u->conf = ctx->uconf;
+    }
 
     u->create_request = ngx_http_tokenbiryani_create_request;
     u->reinit_request = ngx_http_tokenbiryani_reinit_request;
@@ -850,33 +857,59 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
 {
-    u_char                       *p;
-    off_t                         n;
-    ngx_buf_t                     tmp;
-    ngx_int_t                     rc;
-    ngx_uint_t                    status;
-    u_char                        why[64];
-    ngx_http_upstream_t          *u;
-    ngx_http_tokenbiryani_ctx_t  *ctx;
+    u_char                             *p;
+    off_t                               n;
+    int64_t                             now;
+    ngx_buf_t                           tmp;
+    ngx_int_t                           rc;
+    ngx_uint_t                          status;
+    u_char                              why[64];
+    ngx_http_upstream_t                *u;
+    ngx_http_tokenbiryani_ctx_t        *ctx;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     u = r->upstream;
     status = u->headers_in.status_n;
 
-    if (ngx_http_tokenbiryani_retryable(status)) {
-        p = ngx_snprintf(why, sizeof(why) - 1, "status %ui", status);
-        *p = '\0';
+    if (ctx->kind != NGX_HTTP_TB_MESSAGES) {
 
-        ctx->last_error.data = ngx_pnalloc(r->pool, p - why);
-        if (ctx->last_error.data) {
-            ctx->last_error.len = p - why;
-            ngx_memcpy(ctx->last_error.data, why, p - why);
+        /* count_tokens, models: another account on a 429 or a 5xx */
+
+        if (status == NGX_HTTP_TOO_MANY_REQUESTS || status >= 500) {
+            p = ngx_snprintf(why, sizeof(why) - 1, "status %ui", status);
+            *p = '\0';
+
+            ctx->last_error.data = ngx_pnalloc(r->pool, p - why);
+            if (ctx->last_error.data) {
+                ctx->last_error.len = p - why;
+                ngx_memcpy(ctx->last_error.data, why, p - why);
+            }
+
+            return ngx_http_tokenbiryani_retry(r, ctx, (char *) why);
         }
 
-        return ngx_http_tokenbiryani_retry(r, ctx, (char *) why);
+        return ngx_http_tokenbiryani_commit(r, ctx);
+    }
+
+    if (status >= 400) {
+
+        /* the error body tells a spend limit from a rate limit */
+
+        rc = ngx_http_tokenbiryani_error_body(r, ctx);
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
+
+        return ngx_http_tokenbiryani_decide(r, ctx);
     }
 
     if (status != NGX_HTTP_OK || !ctx->is_sse) {
+        ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
         return ngx_http_tokenbiryani_commit(r, ctx);
     }
 
@@ -936,38 +969,182 @@ ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
                       "tokenbiryani: account \"%V\" sent an invalid chunked "
                       "stream", &ctx->account->id);
 
-        ngx_str_set(&ctx->last_error, "invalid chunked stream");
-
         return ngx_http_tokenbiryani_retry(r, ctx, "an invalid stream");
     }
 
     ctx->peek_pos = tmp.pos;
 
     if (ctx->sse.delta) {
+        ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
         return ngx_http_tokenbiryani_commit(r, ctx);
     }
 
     if (ctx->sse.error) {
-        p = ngx_snprintf(why, sizeof(why) - 1, "stream error %s",
-                         ctx->sse.error_type[0] ? ctx->sse.error_type
-                                                : "(untyped)");
-        *p = '\0';
+        ngx_http_tokenbiryani_classify_response(r, ctx, status,
+                                                ctx->sse.error_type);
+        return ngx_http_tokenbiryani_decide(r, ctx);
+    }
 
-        ctx->last_error.data = ngx_pnalloc(r->pool, p - why);
-        if (ctx->last_error.data) {
-            ctx->last_error.len = p - why;
-            ngx_memcpy(ctx->last_error.data, why, p - why);
-        }
+    now = ngx_http_tokenbiryani_now_ms();
 
-        return ngx_http_tokenbiryani_retry(r, ctx, (char *) why);
+    if (now - ctx->attempt_ms
+        >= (int64_t) (tmcf->tbcf->retry_first_token_grace_seconds * 1000))
+    {
+        /*
+         * Slow but alive: past the grace period the stream is the
+         * client's at the first bytes that come, and is not retried.
+         */
+
+        ctx->grace_commit = 1;
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "tokenbiryani: %*s: no content delta from account "
+                      "\"%V\" after %Lms: committing the stream",
+                      (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
+                      &ctx->account->id, now - ctx->attempt_ms);
+
+        ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
+        return ngx_http_tokenbiryani_commit(r, ctx);
     }
 
     if (ctx->peek_eof || u->buffer.last == u->buffer.end) {
         /* a stream without content, or a prelude too big to hold */
+        ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
         return ngx_http_tokenbiryani_commit(r, ctx);
     }
 
+    if (ctx->uconf && u->peer.connection) {
+        /* silence is measured from the last bytes */
+        ngx_add_timer(u->peer.connection->read, ctx->uconf->read_timeout);
+    }
+
     return NGX_AGAIN;
+}
+
+
+/*
+ * An error response's body, whole or as much as the buffer holds, for the
+ * classifier: it is peeked, never consumed, so that a response returned to
+ * the client goes out as it came.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    off_t                 want, m;
+    size_t                n;
+    ngx_int_t             rc;
+    ngx_buf_t             tmp;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (!u->headers_in.chunked) {
+        ctx->errbody = ctx->body_start;
+        ctx->errbody_len = u->buffer.last - ctx->body_start;
+
+        if (u->headers_in.content_length_n < 0) {
+            /* delimited by the close: what came with the headers */
+            return NGX_OK;
+        }
+
+        want = ngx_min(u->headers_in.content_length_n,
+                       (off_t) (u->buffer.end - ctx->body_start));
+
+        if ((off_t) ctx->errbody_len < want) {
+            return NGX_AGAIN;
+        }
+
+        ctx->errbody_len = (size_t) want;
+
+        return NGX_OK;
+    }
+
+    if (ctx->errbody == NULL) {
+        ctx->errbody = ngx_pnalloc(r->pool, u->conf->buffer_size);
+        if (ctx->errbody == NULL) {
+            return NGX_ERROR;
+        }
+
+        ctx->errbody_len = 0;
+    }
+
+    ngx_memzero(&tmp, sizeof(ngx_buf_t));
+    tmp.pos = ctx->peek_pos;
+    tmp.last = u->buffer.last;
+
+    for ( ;; ) {
+        rc = ngx_http_parse_chunked(r, &tmp, &ctx->peek_chunked);
+
+        if (rc == NGX_OK) {
+            m = ngx_min((off_t) (tmp.last - tmp.pos), ctx->peek_chunked.size);
+            n = ngx_min((size_t) m, u->conf->buffer_size - ctx->errbody_len);
+
+            ngx_memcpy(ctx->errbody + ctx->errbody_len, tmp.pos, n);
+            ctx->errbody_len += n;
+
+            tmp.pos += (size_t) m;
+            ctx->peek_chunked.size -= m;
+            continue;
+        }
+
+        break;
+    }
+
+    ctx->peek_pos = tmp.pos;
+
+    if (rc == NGX_AGAIN && u->buffer.last < u->buffer.end
+        && ctx->errbody_len < u->conf->buffer_size)
+    {
+        return NGX_AGAIN;
+    }
+
+    /* the last chunk, a full buffer, or a broken encoding: classify */
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_classify_response(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status,
+    const char *stream_error)
+{
+    tb_response_t                       resp;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    ngx_memzero(&resp, sizeof(tb_response_t));
+
+    resp.status = (int) status;
+    resp.body = ctx->errbody_len ? ctx->errbody : NULL;
+    resp.body_len = ctx->errbody_len;
+    resp.stream_error = stream_error;
+    resp.retry_after_ms = ctx->obs.retry_after_ms;
+    resp.reset_ms = tb_rl_obs_blocked_until(&ctx->obs);
+    resp.now = ngx_http_tokenbiryani_now_ms();
+
+    ctx->retry_after_ms = ctx->obs.retry_after_ms;
+
+    tb_classify(&resp, tmcf->tbcf, &ctx->outcome);
+    ctx->outcome_set = 1;
+}
+
+
+/* a classified response: to the client, or on to the next attempt */
+
+static ngx_int_t
+ngx_http_tokenbiryani_decide(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    if (ctx->outcome.rule->request == TB_REQ_RETURN) {
+        return ngx_http_tokenbiryani_commit(r, ctx);
+    }
+
+    /* free_peer decides what comes next, with the outcome applied */
+    return NGX_HTTP_UPSTREAM_INVALID_HEADER;
 }
 
 
@@ -975,7 +1152,8 @@ static ngx_int_t
 ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    ngx_http_upstream_t  *u;
+    ngx_http_upstream_t               *u;
+    ngx_http_tokenbiryani_loc_conf_t  *tlcf;
 
     u = r->upstream;
 
@@ -983,6 +1161,12 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
     u->buffer.pos = ctx->body_start;
 
     ctx->committed = 1;
+
+    if (ctx->uconf) {
+        /* from here on the request timeout, between any two reads */
+        tlcf = ngx_http_get_module_loc_conf(r, ngx_http_tokenbiryani_module);
+        ctx->uconf->read_timeout = tlcf->upstream.read_timeout;
+    }
     ctx->answered = ctx->account;
 
     if (ctx->is_sse) {
@@ -1011,6 +1195,11 @@ static ngx_int_t
 ngx_http_tokenbiryani_retry(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, const char *why)
 {
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
+        /* a broken response: free_peer classifies it as a transport error */
+        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+    }
+
     if (ngx_http_tokenbiryani_more_attempts(r, ctx)) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "tokenbiryani: %*s: account \"%V\" gave %s on attempt "
@@ -1036,13 +1225,6 @@ ngx_http_tokenbiryani_retry(ngx_http_request_t *r,
     }
 
     return ngx_http_tokenbiryani_commit(r, ctx);
-}
-
-
-static ngx_uint_t
-ngx_http_tokenbiryani_retryable(ngx_uint_t status)
-{
-    return status == NGX_HTTP_TOO_MANY_REQUESTS || status >= 500;
 }
 
 
@@ -1301,6 +1483,42 @@ ngx_http_tokenbiryani_keep_json(ngx_http_request_t *r,
 }
 
 
+/*
+ * A response that was the client's and ended badly is the account's
+ * failure all the same: an error event of the upstream's own, or a body
+ * cut short.
+ */
+
+static void
+ngx_http_tokenbiryani_broken_outcome(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_int_t rc)
+{
+    tb_response_t                       resp;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    ngx_memzero(&resp, sizeof(tb_response_t));
+
+    if (ctx->is_sse && ctx->error_after_commit) {
+        resp.status = NGX_HTTP_OK;
+        resp.stream_error = ctx->sse.error_type;
+
+    } else if (!(ctx->stream_done || (ctx->is_sse && ctx->sse.stop))) {
+        resp.status = 0;
+        resp.timed_out = (rc == NGX_HTTP_GATEWAY_TIME_OUT);
+
+    } else {
+        return;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    resp.retry_after_ms = -1;
+    resp.now = ngx_http_tokenbiryani_now_ms();
+
+    tb_classify(&resp, tmcf->tbcf, &ctx->outcome);
+}
+
+
 static void
 ngx_http_tokenbiryani_abort_request(ngx_http_request_t *r)
 {
@@ -1330,6 +1548,13 @@ ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
     } else if (ctx->committed && ctx->json && !ctx->json_overflow) {
         (void) tb_usage_merge(&ctx->usage, ctx->json, ctx->json_len,
                               "usage");
+    }
+
+    if (ctx->committed && ctx->outcome_set
+        && ctx->outcome.kind == TB_KIND_OK
+        && rc != NGX_HTTP_CLIENT_CLOSED_REQUEST && !r->connection->error)
+    {
+        ngx_http_tokenbiryani_broken_outcome(r, ctx, rc);
     }
 
     /*

@@ -72,6 +72,8 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ctx->owner = ngx_http_tokenbiryani_affinity_get(tmcf, ctx->session,
                                              ngx_http_tokenbiryani_now_ms());
 
+    ctx->model_hash = tb_hash64(0, ctx->body.model, ctx->body.model_len);
+
     /* the need vector */
 
     input = tb_estimate_input(body->data, body->len, &ctx->body);
@@ -97,15 +99,19 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
 ngx_http_tokenbiryani_account_t *
 ngx_http_tokenbiryani_route(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t lease)
 {
+    ngx_uint_t                          probed;
     size_t                              j;
     ngx_uint_t                          i, n, tries;
     tb_cand_t                          *c;
     tb_route_in_t                       in;
     const tb_key_conf_t                *kc;
+    u_char                             *p;
+    int64_t                             rem[TB_NWINDOWS];
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    u_char                              reason[128];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     a = tmcf->accounts.elts;
@@ -118,6 +124,8 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     ngx_memcpy(in.weights, tmcf->weights, sizeof(in.weights));
     in.model = ctx->body.model;
     in.model_len = ctx->body.model_len;
+    in.model_hash = ctx->model_hash;
+    in.breaker = tmcf->breaker;
     in.need = ctx->need;
     in.session = ctx->session;
     in.owner = -1;
@@ -158,15 +166,34 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         tb_route(&in, ctx->cands, n, ctx->outs, &ctx->decision);
         ctx->decided_ms = in.now;
 
-        if (ctx->decision.chosen < 0) {
+        if (ctx->decision.chosen < 0 || !lease) {
             break;
         }
 
         i = (ngx_uint_t) ctx->decision.chosen;
 
+        for (j = 0; j < TB_NWINDOWS; j++) {
+            rem[j] = tb_window_available(a[i].sh, (int) j, in.now);
+        }
+
         ctx->lease = ngx_http_tokenbiryani_lease_take(tmcf, &a[i], &ctx->need,
-                                                      in.now, &ctx->lease_id);
+                                                      in.now, &ctx->lease_id,
+                                                      &probed);
+
+        p = ngx_snprintf(reason, sizeof(reason) - 1,
+                         "score %.3f, %ui eligible, affinity %s%s",
+                         ctx->outs[i].score, (ngx_uint_t) ctx->decision.eligible,
+                         tb_affinity_name(ctx->decision.affinity),
+                         probed ? ", half-open probe" : "");
+        *p = '\0';
+
+        ngx_http_tokenbiryani_log_admission(r, ctx, &a[i], rem,
+                              ctx->lease ? "admit" : "lost",
+                              ctx->lease ? (char *) reason
+                                         : "another worker took the capacity");
+
         if (ctx->lease) {
+            ctx->probed = probed;
             break;
         }
 
@@ -177,6 +204,10 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         /* the owner's fate is decided by the first choice (see settle) */
         ctx->affinity = ctx->decision.affinity;
         ctx->owner_index = in.owner;
+    }
+
+    if (!lease) {
+        return ctx->decision.chosen < 0 ? NULL : &a[ctx->decision.chosen];
     }
 
     if (ctx->lease == NULL) {
@@ -211,10 +242,14 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
 
     ngx_http_tokenbiryani_lease_give_back(tmcf, ctx->lease, ctx->lease_id,
                                           success ? &ctx->usage : NULL,
-                                          ctx->headers_ms);
+                                          ctx->headers_ms, ctx->probed);
 
     ngx_queue_remove(&ctx->held);
     ctx->lease = NULL;
+    ctx->probed = 0;
+
+    /* this worker's waiters need not wait for the next tick */
+    ngx_http_tokenbiryani_queue_wake();
 
     if (!success || ctx->account == NULL) {
         return;
@@ -303,6 +338,7 @@ ngx_http_tokenbiryani_request_done(void *data)
 
     r = ctx->request;
 
+    ngx_http_tokenbiryani_abandon(r, ctx);
     ngx_http_tokenbiryani_route_settle(r, ctx, 0);
 
     if (ctx->kind == NGX_HTTP_TB_MESSAGES && ctx->cands) {
@@ -365,6 +401,11 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     rec->affinity = (uint8_t) ctx->affinity;
     rec->soonest = ctx->decision.soonest;
     rec->chosen = -1;
+    rec->queued_ms = ctx->waited_ms;
+    rec->queued = (uint32_t) ctx->queued;
+    rec->woken_ms = ctx->queued ? ctx->woken_ms : -1;
+    rec->priority = (uint8_t) ctx->priority;
+    rec->pid = ngx_pid;
 
     if (ctx->answered) {
         rec->chosen = (int32_t) ctx->answered->slot;
@@ -466,6 +507,10 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
 
     if (tmcf == NULL || !tmcf->used) {
         return NGX_OK;
+    }
+
+    if (ngx_http_tokenbiryani_dispatch_init_worker(cycle, tmcf) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     ngx_http_tokenbiryani_timer.handler = ngx_http_tokenbiryani_lease_timer;

@@ -85,6 +85,10 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     tmcf->weights[TB_T_ERRORS] = tbcf->w_errors;
     tmcf->weights[TB_T_COST] = tbcf->w_cost;
 
+    tmcf->breaker.threshold = (uint32_t) tbcf->breaker_failure_threshold;
+    tmcf->breaker.cooldown_ms = (int64_t) (tbcf->breaker_cooldown_seconds
+                                           * 1000);
+
     if (tb_keytab_build(&tmcf->keytab, tbcf) != 0) {
         return NGX_ERROR;
     }
@@ -346,6 +350,9 @@ ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
     ctx->owner = -1;
     ctx->owner_index = -1;
     ctx->ttft_ms = -1;
+    ctx->rpm_slot = -1;
+    ctx->retry_after_ms = -1;
+    ctx->woken_ms = -1;
     tb_usage_init(&ctx->usage);
 
     /* 96 random bits: unique enough to find one request in the logs */

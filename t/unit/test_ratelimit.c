@@ -341,7 +341,9 @@ TB_TEST(model_scopes)
 TB_TEST(account_states)
 {
     int64_t             until;
+    const char         *why;
     tb_account_state_t  a;
+    tb_breaker_conf_t   bc = { 5, 30000 };
     unsigned char       fp[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
     memset(&a, 0, sizeof(a));
@@ -350,16 +352,16 @@ TB_TEST(account_states)
     TB_CHECK_INT(a.gen, 1);
     TB_CHECK_INT(a.mirror.w[TB_WIN_OUTPUT].limit, -1);
 
-    TB_CHECK_INT(tb_account_state(&a, 1, T0, &until), TB_STATE_READY);
-    TB_CHECK_INT(tb_account_state(&a, 0, T0, &until), TB_STATE_DISABLED);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0, &until, &why), TB_STATE_READY);
+    TB_CHECK_INT(tb_account_state(&a, 0, &bc, T0, &until, &why), TB_STATE_DISABLED);
 
     a.cooling_until_ms = T0 + 27000;
-    TB_CHECK_INT(tb_account_state(&a, 1, T0, &until), TB_STATE_COOLING);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0, &until, &why), TB_STATE_COOLING);
     TB_CHECK_INT(until, T0 + 27000);
-    TB_CHECK_INT(tb_account_state(&a, 1, T0 + 27000, &until), TB_STATE_READY);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 27000, &until, &why), TB_STATE_READY);
 
     a.disabled = 1;
-    TB_CHECK_INT(tb_account_state(&a, 1, T0, &until), TB_STATE_DISABLED);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0, &until, &why), TB_STATE_DISABLED);
     TB_CHECK_STR(tb_state_name(TB_STATE_COOLING), "cooling");
 
     tb_account_state_init(&a, "acct-01", fp);

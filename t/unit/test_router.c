@@ -24,6 +24,8 @@ static tb_account_state_t   st[NACCTS];
 static tb_cand_t            cand[NACCTS];
 static tb_cand_out_t        out[NACCTS];
 static char                *star[] = { "*" };
+static tb_breaker_conf_t    bc = { 5, 30000 };
+static int                  probed;
 
 
 static void
@@ -91,6 +93,8 @@ input(const char *strategy, int owner, uint64_t session)
     in.weights[TB_T_COST] = cf->w_cost;
     in.model = "claude-sonnet-4-6";
     in.model_len = strlen(in.model);
+    in.model_hash = tb_hash64(0, in.model, in.model_len);
+    in.breaker = bc;
     in.need.n[TB_WIN_REQUESTS] = 1;
     in.need.n[TB_WIN_INPUT] = 1000;
     in.need.n[TB_WIN_OUTPUT] = 500;
@@ -292,7 +296,7 @@ TB_TEST(every_verdict_string)
         static char  *opus[] = { "claude-opus-*" };
         conf[0].models.items = opus;
     }
-    cand[1].rejected = 1;
+    tb_account_reject(&st[1], in.model_hash, "claude-sonnet-4-6", 17);
     st[2].inflight = 16;
     cand[3].spend_capped = 1;
     decide(&in, &d);
@@ -304,13 +308,13 @@ TB_TEST(every_verdict_string)
     TB_CHECK_INT(d.chosen, -1);
 
     setup();
-    cand[0].circuit = 1;
-    cand[0].circuit_until = T0 + 30000;
+    st[0].breaker.open = 1;
+    st[0].breaker.opened_ms = T0;
     observe(&st[1], TB_WIN_INPUT, 100000, 10, T0 + 60000, T0);
     cand[2].supported = 0;
     decide(&in, &d);
 
-    verdict_is(0, T0, "filtered \xe2\x80\x94 circuit open");
+    verdict_is(0, T0, "filtered \xe2\x80\x94 circuit open, 30s remaining");
     TB_CHECK_INT(out[0].available_at, T0 + 30000);
     verdict_is(1, T0, "filtered \xe2\x80\x94 insufficient headroom");
     TB_CHECK(out[1].available_at > T0);
@@ -606,11 +610,11 @@ TB_TEST(leases_are_all_or_nothing)
     observe(&st[0], TB_WIN_INPUT, 1000, 1000, T0 + 60000, T0);
     observe(&st[0], TB_WIN_OUTPUT, 1000, 1000, T0 + 60000, T0);
 
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
 
     /* the input window has 200 left: no part of a third is taken */
-    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     TB_CHECK_INT(st[0].reserved[TB_WIN_REQUESTS], 2);
     TB_CHECK_INT(st[0].reserved[TB_WIN_INPUT], 800);
     TB_CHECK_INT(st[0].reserved[TB_WIN_OUTPUT], 200);
@@ -631,8 +635,8 @@ TB_TEST(leases_are_all_or_nothing)
 
     /* concurrency is part of the lease */
     conf[0].max_concurrency = 1;
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
-    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
+    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     tb_lease_release(&st[0], &need, NULL, 0);
 }
 
@@ -648,8 +652,8 @@ TB_TEST(unseen_limits_admit_one_probe_at_a_time)
     memset(&need, 0, sizeof(need));
     need.n[TB_WIN_REQUESTS] = 1;
 
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
-    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
+    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
 
     in = input("sticky_headroom", 0, 1);
     decide(&in, &d);
@@ -657,18 +661,18 @@ TB_TEST(unseen_limits_admit_one_probe_at_a_time)
     TB_CHECK_INT(d.affinity, TB_AFF_FORCED);
 
     /* a first response slower than TB_PROBE_MS holds nobody back */
-    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &need,
-                               T0 + TB_PROBE_MS - 1));
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0 + TB_PROBE_MS));
+    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &bc, &need,
+                               T0 + TB_PROBE_MS - 1, &probed));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0 + TB_PROBE_MS, &probed));
 
     /* the first response's headers end the probe */
     st[0].mirror.observed_ms = T0;
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
 
     /* an account that never reports limits is not held to it */
     conf[1].observable_limits = 0;
-    TB_CHECK(tb_lease_reserve(&st[1], &conf[1], &need, T0));
-    TB_CHECK(tb_lease_reserve(&st[1], &conf[1], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[1], &conf[1], &bc, &need, T0, &probed));
+    TB_CHECK(tb_lease_reserve(&st[1], &conf[1], &bc, &need, T0, &probed));
 }
 
 
@@ -683,7 +687,7 @@ TB_TEST(release_reconciles_output_once_headers_are_old)
     need.n[TB_WIN_OUTPUT] = 500;
 
     observe(&st[0], TB_WIN_OUTPUT, 10000, 9000, T0 + 60000, T0);
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
 
     tb_usage_init(&u);
     u.output_tokens = 1200;
@@ -693,7 +697,7 @@ TB_TEST(release_reconciles_output_once_headers_are_old)
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
 
     /* a newer observation already knows better */
-    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &need, T0));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     st[0].mirror.w[TB_WIN_OUTPUT].observed_ms = T0 + 10;
     tb_lease_release(&st[0], &need, &u, T0);
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
@@ -714,7 +718,7 @@ TB_TEST(peak_reservation_never_exceeds_the_mirror)
     observe(&st[0], TB_WIN_INPUT, 10000, 2000, T0 + 60000, T0);
 
     for (ok = 0, i = 0; i < 100; i++) {
-        ok += tb_lease_reserve(&st[0], &conf[0], &need, T0);
+        ok += tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed);
     }
 
     TB_CHECK_INT(ok, 6);

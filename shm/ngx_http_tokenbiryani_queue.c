@@ -1,0 +1,401 @@
+/*
+ * The queue every worker sees: requests that no account can take now wait
+ * here, interactive before batch, first come first served within a class.
+ *
+ * Nothing is handed over between workers: each worker's tick (10 ms while
+ * it has waiters, at once when it gave a lease back itself) walks the
+ * queue in order and lets its own waiters try for capacity, stopping at
+ * the first waiter of another worker that has not tried since capacity
+ * last changed.  A waiter that tried and failed at this capacity
+ * generation cannot use what is there, so it holds nobody back; when
+ * capacity changes, the order of the queue is the order of the tries.
+ * Capacity that comes back with time (a cooldown ending, a window
+ * refilling) is the waiter's retry_at, the soonest its last decision saw.
+ *
+ * The keys' rpm windows live here too.
+ */
+
+
+#include "ngx_http_tokenbiryani_shm.h"
+
+
+/* a waiter whose worker has not renewed it for this long is passed over */
+#define NGX_HTTP_TB_WAITER_STALE_MS   2000
+/* ... and dropped after this long: its worker is gone */
+#define NGX_HTTP_TB_WAITER_DEAD_MS    10000
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_waiter_blocked(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_http_tokenbiryani_waiter_t *w, int64_t now)
+{
+    if (w->pid != ngx_pid && now - w->renewed_ms > NGX_HTTP_TB_WAITER_STALE_MS)
+    {
+        return 1;
+    }
+
+    return w->blocked_gen == sh->cap_gen
+           && (w->retry_at == 0 || now < w->retry_at);
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_queue_add(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now, ngx_uint_t *depth)
+{
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_waiter_t  *w;
+
+    sh = tmcf->sh;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    *depth = sh->nwaiting;
+
+    if (sh->nwaiting >= (ngx_uint_t) tmcf->tbcf->queue_max_size) {
+        sh->queue_full++;
+        ngx_shmtx_unlock(&tmcf->shpool->mutex);
+        return NGX_HTTP_TB_QUEUE_FULL;
+    }
+
+    w = ngx_http_tokenbiryani_alloc_locked(tmcf,
+                                    sizeof(ngx_http_tokenbiryani_waiter_t));
+    if (w == NULL) {
+        ngx_shmtx_unlock(&tmcf->shpool->mutex);
+        return NGX_HTTP_TB_QUEUE_NOMEM;
+    }
+
+    w->id = ++sh->waiter_seq;
+    w->pid = ngx_pid;
+    w->cls = ctx->priority ? 1 : 0;
+    w->blocked_gen = 0;
+    w->retry_at = 0;
+    w->enqueued_ms = now;
+    w->renewed_ms = now;
+    ngx_memcpy(w->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+
+    ngx_queue_insert_tail(&sh->waiting[w->cls], &w->queue);
+    sh->nwaiting++;
+    sh->queued_total++;
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    ctx->waiter = w;
+    ctx->waiter_id = w->id;
+
+    return NGX_HTTP_TB_QUEUE_OK;
+}
+
+
+/* served: 1 granted, 0 timed out, 2 the client left */
+
+void
+ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t served, int64_t now)
+{
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_waiter_t  *w;
+
+    w = ctx->waiter;
+
+    if (w == NULL) {
+        return;
+    }
+
+    sh = tmcf->sh;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    /* another worker may have dropped it as stale: the id tells */
+
+    if (w->id == ctx->waiter_id) {
+        ngx_queue_remove(&w->queue);
+        sh->nwaiting--;
+
+        switch (served) {
+        case 1:
+            sh->queue_served++;
+            break;
+        case 0:
+            sh->queue_timeouts++;
+            break;
+        default:
+            sh->queue_left++;
+            break;
+        }
+
+        w->id = 0;
+        ngx_slab_free_locked(tmcf->shpool, w);
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    ctx->waiter = NULL;
+    ctx->waiter_id = 0;
+    ctx->waited_ms += now - ctx->wait_start_ms;
+}
+
+
+/*
+ * 1 when a new request of this class may try for capacity at once: no
+ * waiter of its class or a better one could use what is there.
+ */
+
+ngx_uint_t
+ngx_http_tokenbiryani_queue_clear_ahead(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t cls, int64_t now)
+{
+    ngx_uint_t                       c, clear;
+    ngx_queue_t                     *q;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_waiter_t  *w;
+
+    sh = tmcf->sh;
+
+    if (__atomic_load_n(&sh->nwaiting, __ATOMIC_RELAXED) == 0) {
+        return 1;
+    }
+
+    clear = 1;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (c = 0; c <= cls && clear; c++) {
+        for (q = ngx_queue_head(&sh->waiting[c]);
+             q != ngx_queue_sentinel(&sh->waiting[c]);
+             q = ngx_queue_next(q))
+        {
+            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+
+            if (!ngx_http_tokenbiryani_waiter_blocked(sh, w, now)) {
+                clear = 0;
+                break;
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return clear;
+}
+
+
+void
+ngx_http_tokenbiryani_queue_blocked(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, uint64_t gen, int64_t retry_at)
+{
+    ngx_http_tokenbiryani_waiter_t  *w;
+
+    w = ctx->waiter;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    if (w && w->id == ctx->waiter_id) {
+        w->blocked_gen = gen;
+        w->retry_at = retry_at;
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+}
+
+
+/*
+ * The ids of this worker's waiters that may try now, in queue order: up
+ * to the first waiter of another worker that may try itself.  Renews this
+ * worker's waiters and drops those of workers that are gone.
+ */
+
+ngx_uint_t
+ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    int64_t now, uint64_t *ids, ngx_uint_t max)
+{
+    ngx_uint_t                       c, n, stop;
+    ngx_queue_t                     *q, *next;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_waiter_t  *w;
+
+    sh = tmcf->sh;
+    n = 0;
+    stop = 0;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (c = 0; c < 2; c++) {
+        for (q = ngx_queue_head(&sh->waiting[c]);
+             q != ngx_queue_sentinel(&sh->waiting[c]);
+             q = next)
+        {
+            next = ngx_queue_next(q);
+            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+
+            if (w->pid == ngx_pid) {
+                w->renewed_ms = now;
+
+                if (!stop && n < max
+                    && !ngx_http_tokenbiryani_waiter_blocked(sh, w, now))
+                {
+                    ids[n++] = w->id;
+                }
+
+                continue;
+            }
+
+            if (now - w->renewed_ms > NGX_HTTP_TB_WAITER_DEAD_MS) {
+                ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                              "tokenbiryani: dropped the queued request "
+                              "%*s of worker %P, which stopped tending it",
+                              (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
+                              w->request_id, w->pid);
+
+                ngx_queue_remove(q);
+                sh->nwaiting--;
+                sh->queue_stale++;
+                w->id = 0;
+                ngx_slab_free_locked(tmcf->shpool, w);
+                continue;
+            }
+
+            if (!ngx_http_tokenbiryani_waiter_blocked(sh, w, now)) {
+                /* it goes first: nobody behind it may */
+                stop = 1;
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return n;
+}
+
+
+/* capacity came back somewhere: every waiter may try again */
+
+void
+ngx_http_tokenbiryani_capacity_changed(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    int64_t now)
+{
+    __atomic_add_fetch(&tmcf->sh->cap_gen, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&tmcf->sh->cap_gen_ms, now, __ATOMIC_RELAXED);
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    return __atomic_load_n(&tmcf->sh->cap_gen, __ATOMIC_SEQ_CST);
+}
+
+
+/*
+ * A key's rpm: the last `rpm` admissions' times.  A slot older than a
+ * minute is free.  Returns the slot taken, or -1 with *retry_ms until one
+ * frees, or NGX_ERROR when the zone has no room (the request is let
+ * through: a full zone must not lock a key out).
+ */
+
+ngx_int_t
+ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    uint64_t key, ngx_uint_t rpm, int64_t now, int64_t *retry_ms)
+{
+    ngx_int_t                     slot;
+    ngx_uint_t                    i;
+    int64_t                       oldest;
+    ngx_queue_t                  *q;
+    ngx_http_tokenbiryani_shm_t  *sh;
+    ngx_http_tokenbiryani_rpm_t  *w;
+
+    sh = tmcf->sh;
+    w = NULL;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (q = ngx_queue_head(&sh->rpm);
+         q != ngx_queue_sentinel(&sh->rpm);
+         q = ngx_queue_next(q))
+    {
+        w = ngx_queue_data(q, ngx_http_tokenbiryani_rpm_t, queue);
+
+        if (w->key == key) {
+            break;
+        }
+
+        w = NULL;
+    }
+
+    if (w && w->size != rpm) {
+        /* the key's rpm changed with a reload: a new window */
+        ngx_queue_remove(&w->queue);
+        ngx_slab_free_locked(tmcf->shpool, w);
+        w = NULL;
+    }
+
+    if (w == NULL) {
+        w = ngx_http_tokenbiryani_alloc_locked(tmcf,
+                  sizeof(ngx_http_tokenbiryani_rpm_t)
+                  + (rpm - 1) * sizeof(int64_t));
+        if (w == NULL) {
+            ngx_shmtx_unlock(&tmcf->shpool->mutex);
+            return NGX_ERROR;
+        }
+
+        w->key = key;
+        w->size = rpm;
+        ngx_memzero(w->times, rpm * sizeof(int64_t));
+        ngx_queue_insert_tail(&sh->rpm, &w->queue);
+    }
+
+    slot = -1;
+    oldest = 0;
+
+    for (i = 0; i < w->size; i++) {
+        if (w->times[i] <= now - 60000) {
+            slot = (ngx_int_t) i;
+            w->times[i] = now;
+            break;
+        }
+
+        if (oldest == 0 || w->times[i] < oldest) {
+            oldest = w->times[i];
+        }
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    if (slot < 0) {
+        *retry_ms = oldest + 60000 - now;
+    }
+
+    return slot;
+}
+
+
+/* a request refused before its first attempt: it was not admitted */
+
+void
+ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    uint64_t key, ngx_int_t slot, int64_t taken)
+{
+    ngx_queue_t                  *q;
+    ngx_http_tokenbiryani_shm_t  *sh;
+    ngx_http_tokenbiryani_rpm_t  *w;
+
+    sh = tmcf->sh;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (q = ngx_queue_head(&sh->rpm);
+         q != ngx_queue_sentinel(&sh->rpm);
+         q = ngx_queue_next(q))
+    {
+        w = ngx_queue_data(q, ngx_http_tokenbiryani_rpm_t, queue);
+
+        if (w->key == key && (ngx_uint_t) slot < w->size
+            && w->times[slot] == taken)
+        {
+            w->times[slot] = 0;
+            break;
+        }
+    }
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+}

@@ -306,10 +306,6 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_POOL;
     }
 
-    if (c->tried) {
-        return TB_V_TRIED;
-    }
-
     fits = 1;
     exceeds = 0;
     h = 1.0;
@@ -363,6 +359,12 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
 
     if (st->nrejected && tb_account_rejects(st, in->model_hash)) {
         return TB_V_REJECTED;
+    }
+
+    /* an account this request gave up on, for now */
+
+    if (c->tried) {
+        return TB_V_TRIED;
     }
 
     /* from here on: capacity that comes back by itself */

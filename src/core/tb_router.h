@@ -37,9 +37,10 @@ extern const char *tb_term_names[TB_TERMS];
 
 /*
  * The filters.  They are applied in this order: first what no waiting
- * changes (the pool, the model, the limits, a disabled account), then
- * what comes back by itself, so that an account that could never serve
- * the request never makes it wait.
+ * changes (the pool, the limits, a disabled account, the model), then an
+ * account this request already gave up on, then what comes back by itself
+ * (exhausted, cooling, concurrency, spend, the breaker, headroom), so that
+ * an account that could never serve the request never makes it wait.
  */
 typedef enum {
     TB_V_ELIGIBLE = 0,

@@ -38,6 +38,10 @@
 #define NGX_HTTP_TB_WAIT               1     /* queued, or backing off */
 #define NGX_HTTP_TB_FAIL               2     /* ctx->err_* set */
 
+/* ctx->tried[], per account */
+#define NGX_HTTP_TB_TRIED              0x01  /* left out of this decision */
+#define NGX_HTTP_TB_EXCLUDED           0x02  /* ever given up on (budget) */
+
 /* what a /v1 request is */
 #define NGX_HTTP_TB_MESSAGES           1
 #define NGX_HTTP_TB_COUNT_TOKENS       2
@@ -181,7 +185,7 @@ typedef struct {
 
     /* attempts */
     ngx_uint_t                     attempts;
-    uint8_t                       *tried;     /* one byte per account */
+    uint8_t                       *tried;     /* NGX_HTTP_TB_TRIED, ... */
     ngx_http_tokenbiryani_account_t  *account;   /* this attempt */
     ngx_http_tokenbiryani_account_t  *answered;  /* sent the response */
     ngx_int_t                      last_status;  /* previous attempt */
@@ -219,6 +223,7 @@ typedef struct {
     int64_t                        wait_budget_ms;
     int64_t                        waited_ms;     /* in the queue, in all */
     int64_t                        wait_start_ms;
+    int64_t                        wait_until_ms; /* the budget's end */
     int64_t                        woken_ms;      /* capacity to grant */
     int64_t                        attempt_ms;    /* this attempt began */
     int64_t                        retry_after_ms;   /* upstream's, or -1 */

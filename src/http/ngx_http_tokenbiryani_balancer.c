@@ -140,7 +140,7 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
     }
 
     ctx->account = a;
-    ctx->tried[a->index] = 1;
+    ctx->tried[a->index] |= NGX_HTTP_TB_TRIED;
     ctx->attempts++;
 
     ngx_http_tokenbiryani_reset_attempt(r, ctx);
@@ -225,7 +225,9 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
     ngx_http_tokenbiryani_note_attempt(ctx, c, failed);
 
     if (failed && pc->cached && ctx->status.code == 0
-        && !(c && (c->read->timedout || c->write->timedout)))
+        && !(c && (c->read->timedout || c->write->timedout))
+        && (r->upstream->state == NULL
+            || r->upstream->state->bytes_received == 0))
     {
 
         /*
@@ -243,7 +245,7 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
             ctx->inflight = 0;
         }
 
-        ctx->tried[a->index] = 0;
+        ctx->tried[a->index] &= ~NGX_HTTP_TB_TRIED;
         ctx->attempts--;
         pc->tries = 1;
 
@@ -514,7 +516,7 @@ ngx_http_tokenbiryani_eligible(ngx_http_request_t *r,
     const tb_key_conf_t  *kc;
 
     if (!a->supported || !a->conf->enabled || a->sh->disabled
-        || ctx->tried[a->index])
+        || (ctx->tried[a->index] & NGX_HTTP_TB_TRIED))
     {
         return 0;
     }

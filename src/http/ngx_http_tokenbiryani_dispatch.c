@@ -281,29 +281,37 @@ ngx_http_tokenbiryani_dispatch(ngx_http_request_t *r,
 
     a = ngx_http_tokenbiryani_route(r, ctx, 1);
 
+    if (a == NULL && !ctx->decision.servable) {
+
+        /*
+         * Only accounts this request gave up on are left: within the
+         * budget they get another chance, when they can take it again -
+         * a 429'd account after its cooldown, through the queue.
+         */
+
+        n = tmcf->accounts.nelts;
+        tried = 0;
+
+        for (i = 0; i < n; i++) {
+            if (ctx->outs[i].verdict == TB_V_TRIED) {
+                ctx->tried[i] &= ~NGX_HTTP_TB_TRIED;
+                tried++;
+            }
+        }
+
+        if (tried) {
+            a = ngx_http_tokenbiryani_route(r, ctx, 1);
+        }
+    }
+
     if (a) {
         ctx->next = a;
         return NGX_HTTP_TB_GO;
     }
 
     if (!ctx->decision.servable) {
-        n = tmcf->accounts.nelts;
-        tried = 0;
-
-        for (i = 0; i < n; i++) {
-            if (ctx->outs[i].verdict == TB_V_TRIED) {
-                tried++;
-            }
-        }
-
         ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "refuse",
-                                            tried ? "every account tried"
-                                                  : "no account can serve");
-
-        if (tried) {
-            return ngx_http_tokenbiryani_fail_final(r, ctx,
-                                   "every account that can serve it failed");
-        }
+                                            "no account can serve");
 
         return ngx_http_tokenbiryani_fail_admission(r, ctx);
     }
@@ -331,11 +339,20 @@ ngx_http_tokenbiryani_budget_spent(ngx_http_request_t *r,
         ngx_http_tokenbiryani_set_retry_after(ctx,
                              ngx_http_tokenbiryani_soonest(r, ctx, now), now);
 
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_GATEWAY_TIME_OUT,
-            "timeout_error",
-            "no account answered within the request's deadline of %.0fs "
-            "(%ui attempt%s)", cf->retry_deadline_seconds, ctx->attempts,
-            ctx->attempts == 1 ? "" : "s");
+        if (ctx->attempts) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_GATEWAY_TIME_OUT,
+                "timeout_error",
+                "no account answered within the request's deadline of "
+                "%.0fs (%ui attempt%s)", cf->retry_deadline_seconds,
+                ctx->attempts, ctx->attempts == 1 ? "" : "s");
+
+        } else {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_GATEWAY_TIME_OUT,
+                "timeout_error",
+                "no capacity became available within the request's "
+                "deadline of %.0fs", cf->retry_deadline_seconds);
+        }
+
         return 1;
     }
 
@@ -546,7 +563,9 @@ ngx_http_tokenbiryani_enqueue(ngx_http_request_t *r,
     soonest = ctx->decision.soonest;
     left = ctx->wait_budget_ms - ctx->waited_ms;
 
-    ngx_http_tokenbiryani_set_retry_after(ctx, soonest, now);
+    /* capacity held by requests in flight comes back at no known time */
+    ngx_http_tokenbiryani_set_retry_after(ctx, soonest ? soonest : now + 1000,
+                                          now);
 
     if (left <= 0 || tmcf->tbcf->queue_max_size == 0) {
 
@@ -604,6 +623,9 @@ ngx_http_tokenbiryani_enqueue(ngx_http_request_t *r,
     if (ctx->deadline_ms && ctx->deadline_ms < until) {
         until = ctx->deadline_ms;
     }
+
+    /* which bound the timer is for: timers and the clock may differ by 1ms */
+    ctx->wait_until_ms = until;
 
     ngx_http_tokenbiryani_arm(r, ctx, NGX_HTTP_TB_WAIT_EXPIRE, until - now);
 
@@ -697,11 +719,16 @@ ngx_http_tokenbiryani_attempt_over(ngx_http_request_t *r,
     rule = ctx->outcome.rule;
 
     if (rule->request == TB_REQ_RETRY_OTHER) {
-        ctx->excluded++;
+        /* max_accounts counts the distinct accounts given up on */
+
+        if (!(ctx->tried[a->index] & NGX_HTTP_TB_EXCLUDED)) {
+            ctx->tried[a->index] |= NGX_HTTP_TB_EXCLUDED;
+            ctx->excluded++;
+        }
 
     } else {
         /* the same account may take it again, when it can */
-        ctx->tried[a->index] = 0;
+        ctx->tried[a->index] &= ~NGX_HTTP_TB_TRIED;
     }
 
     pc->tries = 1;
@@ -822,7 +849,7 @@ ngx_http_tokenbiryani_pause(ngx_http_request_t *r,
 static void
 ngx_http_tokenbiryani_wait_handler(ngx_event_t *ev)
 {
-    int64_t                       now;
+    int64_t                       now, soonest;
     ngx_uint_t                    action;
     ngx_connection_t             *c;
     ngx_http_request_t           *r;
@@ -853,13 +880,15 @@ ngx_http_tokenbiryani_wait_handler(ngx_event_t *ev)
         break;
 
     case NGX_HTTP_TB_WAIT_EXPIRE:
-        now = ngx_http_tokenbiryani_now_ms();
+        now = ngx_max(ngx_http_tokenbiryani_now_ms(), ctx->wait_until_ms);
 
         ngx_http_tokenbiryani_unqueue(r, ctx, 0, now);
 
         if (!ngx_http_tokenbiryani_budget_spent(r, ctx, now)) {
+            soonest = ngx_http_tokenbiryani_soonest(r, ctx, now);
+
             ngx_http_tokenbiryani_set_retry_after(ctx,
-                             ngx_http_tokenbiryani_soonest(r, ctx, now), now);
+                                   soonest ? soonest : now + 1000, now);
 
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
                 "rate_limit_error",

@@ -141,7 +141,7 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         c->st = a[i].sh;
         c->id_hash = a[i].id_hash;
         c->supported = a[i].supported;
-        c->tried = ctx->tried[i];
+        c->tried = (ctx->tried[i] & NGX_HTTP_TB_TRIED) ? 1 : 0;
         c->in_pool = 1;
 
         if (kc && kc->pool.n) {

@@ -113,7 +113,7 @@ GENERIC_ERROR_TYPES = {
 # steps that go through the normal pipeline (auth, window, cache) and
 # produce a message, possibly failing while sending it
 MESSAGE_STEPS = ("ok", "preerr", "midfail", "midfail-error",
-                 "slow-prelude", "drip")
+                 "slow-prelude", "drip", "ping-preerr")
 
 WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur",
          "adipiscing", "elit")
@@ -1131,8 +1131,25 @@ class Mock:
         # ---- scripted HTTP errors
         is_messages = req.path == "/v1/messages"
         streaming = bool(is_messages and entry["stream"])
-        if name == "preerr" and not streaming:
+        if name in ("preerr", "ping-preerr") and not streaming:
             name = "529"
+        if name == "err":
+            parts = arg.split(":", 2)
+            try:
+                status = int(parts[0])
+            except ValueError:
+                status = 0
+            if not 400 <= status <= 599:
+                return self.send_error(
+                    conn, req, entry, gen, cred, 400, "invalid_request_error",
+                    "mock: bad err step %r (err:<status>:<type>[:<message>])"
+                    % step, now=now)
+            etype = parts[1] if len(parts) > 1 and parts[1] else \
+                GENERIC_ERROR_TYPES.get(status, "api_error")
+            msg = parts[2] if len(parts) > 2 else "mock: scripted %d %s" % (
+                status, etype)
+            return self.send_error(conn, req, entry, gen, cred, status,
+                                   etype, msg, now=now)
         if name == "midfail-error" and not streaming:
             name = "500"
         if name == "429":
@@ -1170,7 +1187,20 @@ class Mock:
                 conn, req, entry, gen, cred, 400, "invalid_request_error",
                 "mock: unknown script step %r" % step, now=now)
         mode = name
-        mode_ms = arg_num(1000)
+        if mode == "ping-preerr":
+            # (interval, count)
+            ms_arg, _, n_arg = arg.partition(":")
+            try:
+                ms_v = max(0.0, float(ms_arg))
+            except ValueError:
+                ms_v = 1000.0
+            try:
+                n_v = max(0, int(n_arg))
+            except ValueError:
+                n_v = 3
+            mode_ms = (ms_v, n_v)
+        else:
+            mode_ms = arg_num(1000)
 
         # ---- routing
         p = req.path
@@ -1483,9 +1513,12 @@ class Mock:
         elif mode == "midfail-error":
             events = [ms, cbs, ping, deltas[0],
                       error_ev("api_error", "Internal server error")]
+        elif mode == "ping-preerr":
+            events = [ms] + [ping] * mode_ms[1] \
+                + [error_ev("overloaded_error", "Overloaded")]
         else:
             events = [ms, cbs, ping] + deltas + [cbstop, mdelta, mstop]
-        first_delta = 3 if len(events) > 3 else -1
+        first_delta = 3 if len(events) > 3 and mode != "ping-preerr" else -1
 
         delay_ms = num(self.config.top("event_delay_ms"), 0, 0)
         hd = req.header("x-mock-event-delay-ms")
@@ -1496,6 +1529,8 @@ class Mock:
                 pass
         if mode == "drip":
             delay_ms = mode_ms
+        if mode == "ping-preerr":
+            delay_ms = mode_ms[0]
 
         chunked = req.version == "HTTP/1.1"
         keep = req.keep_alive and chunked and ending == "terminate"

@@ -527,6 +527,11 @@ def t_error_steps(env):
         check(r.headers.get("content-type", "").startswith("text/plain"),
               "413 text/plain")
     error_step(env, "413", 413, None, extra=plain413)
+    error_step(env, "err:403:authentication_error:key revoked", 403,
+               "authentication_error", extra=msg("key revoked"))
+    error_step(env, "err:400:quantum_flux_error", 400, "quantum_flux_error")
+    error_step(env, "err:503", 503, "api_error")
+    error_step(env, "err:99:x", 400, "invalid_request_error")
     error_step(env, "no-such-step", 400, "invalid_request_error")
     # preerr / midfail-error on a non-streaming request
     error_step(env, "preerr", 529, "overloaded_error")
@@ -654,6 +659,21 @@ def t_stream_steps(env):
     check(r.chunks and b"message_start" in r.chunks[0],
           "slow-prelude: message_start first")
     c.close()
+
+    # ping-preerr: pings, then an error event, no delta
+    c = Client(env.p1)
+    r = c.request("POST", "/v1/messages", msg_body("pp", True),
+                  dict(H, **{"x-mock-script": "ping-preerr:60:3"}))
+    evs = [e for e, _ in parse_sse(r.body)]
+    dt = r.t1 - r.t0
+    check(r.status == 200 and r.complete, "ping-preerr: 200, complete")
+    check(evs == ["message_start", "ping", "ping", "ping", "error"],
+          "ping-preerr: events (%s)" % evs)
+    check(dt >= 0.18, "ping-preerr: one ping every 60ms (%.3f)" % dt)
+    c.close()
+    st, _, _, _ = post(env, msg_body("pp"),
+                       headers={"x-mock-script": "ping-preerr:60:3"})
+    check(st == 529, "ping-preerr, not streamed: 529")
 
     # drip
     c = Client(env.p1)

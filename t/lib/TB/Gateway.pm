@@ -7,9 +7,13 @@ use strict;
 use warnings;
 use Exporter 'import';
 use JSON::PP ();
+use POSIX ();
+use Time::HiRes ();
 
 our @EXPORT = qw($HttpConfig $Locations msg_body stream_body sse_events
-                 count_events credentials_of big_body turn_body);
+                 count_events credentials_of big_body turn_body
+                 admin_get admin_post pool_status account_of quiet_pool_ok
+                 bg_request bg_result);
 
 # $TEST_NGINX_* is expanded by the harness; ${VAR} by the module itself.
 our $HttpConfig = <<'_EOC_';
@@ -88,6 +92,75 @@ sub count_events {
 }
 
 sub credentials_of { [map { $_->{credential} // '-' } @{ $_[0] }] }
+
+# the admin API, with the admin key the suites configure
+sub admin_get {
+    my ($path, $key) = @_;
+    my $r = TB::Nginx::http_request(method => 'GET', path => $path,
+                                    headers => { 'x-api-key' => $key // 'admin-key' });
+    die "GET $path: " . ($r->{status} // 'no response') . " $r->{body}\n"
+        unless ($r->{status} // 0) == 200;
+    TB::Nginx::json_decode($r->{body});
+}
+
+sub admin_post {
+    my ($path, $key) = @_;
+    TB::Nginx::http_request(method => 'POST', path => $path, body => '',
+                            headers => { 'x-api-key' => $key // 'admin-key' });
+}
+
+sub pool_status { admin_get('/admin/status', @_) }
+
+sub account_of {
+    my ($st, $id) = @_;
+    (grep { $_->{id} eq $id } @{ $st->{accounts} })[0];
+}
+
+# nothing held, reserved or in flight anywhere, nobody queued
+sub quiet_pool_ok {
+    my $st = pool_status();
+    Test::More::is($st->{leases}{held}, 0, 'no lease held');
+    Test::More::is($st->{queue}{depth}, 0, 'nobody queued');
+    for my $a (@{ $st->{accounts} }) {
+        Test::More::is($a->{inflight}, 0, "$a->{id}: inflight 0");
+        Test::More::is($a->{leases}, 0, "$a->{id}: leases 0");
+        Test::More::is_deeply($a->{reserved}, { requests => 0, input_tokens => 0,
+                                                output_tokens => 0 },
+                              "$a->{id}: nothing reserved");
+    }
+    $st;
+}
+
+# a request in a child process; bg_result() waits for it and returns the
+# response, with done_at: when the client had all of it (epoch seconds)
+my $BgSeq = 0;
+
+sub bg_request {
+    my (%args) = @_;
+    my $file = TB::Nginx::servroot() . "/logs/bg." . $$ . "." . ++$BgSeq . ".json";
+    my $pid = fork // die "fork: $!\n";
+    if ($pid == 0) {
+        my $r = TB::Nginx::http_request(%args);
+        $r->{done_at} = Time::HiRes::time();
+        delete $r->{raw};
+        open my $fh, '>', "$file.tmp" or POSIX::_exit(1);
+        print $fh $JSON->encode($r);
+        close $fh;
+        rename "$file.tmp", $file;
+        POSIX::_exit(0);
+    }
+    { pid => $pid, file => $file };
+}
+
+sub bg_result {
+    my $h = shift;
+    waitpid($h->{pid}, 0);
+    open my $fh, '<', $h->{file} or die "no result for a background request\n";
+    local $/;
+    my $r = $JSON->decode(<$fh>);
+    close $fh;
+    $r;
+}
 
 # Test::Base runs "--- x eval" sections in its filter package and the
 # harness runs "--- check" in its own: the helpers must be callable there.

@@ -29,7 +29,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libcjson-dev libyaml-dev libhiredis-dev \
               libtest-base-perl perl python3 openssl curl procps
 
-.PHONY: all deps build unit test test-asan bench-core run stop clean
+.PHONY: all deps build unit test test-asan fuzz bench-core run stop clean
 
 all: build
 
@@ -96,6 +96,30 @@ test-asan: deps
 	    TEST_NGINX_LOAD_MODULES=$(BUILD)/asan/ngx_http_tokenbiryani_module.so \
 	    TEST_NGINX_PLUGIN=$(BUILD)/asan/ngx_http_tokenbiryani_example_strategy_module.so \
 	    prove -r -j1 t/
+
+# libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
+# the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/
+FUZZERS      := body sse headers classify config
+FUZZ_SECONDS ?= 60
+
+fuzz: deps
+	@command -v clang >/dev/null && [ -n "$$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a | grep /)" ] \
+	    || $(MAKE) deps DEB_PKGS="clang libclang-rt-dev"
+	@mkdir -p $(BUILD)/fuzz
+	@for f in $(FUZZERS); do \
+	    clang -g -O1 -std=c99 -D_GNU_SOURCE -Isrc/core \
+	        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	        -o $(BUILD)/fuzz/fuzz_$$f t/fuzz/fuzz_$$f.c $(CORE_SRCS) $(UNIT_LIBS) \
+	        || exit 1; \
+	done
+	@for f in $(FUZZERS); do \
+	    mkdir -p $(BUILD)/fuzz/corpus/$$f; \
+	    $(BUILD)/fuzz/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	        -artifact_prefix=$(BUILD)/fuzz/$$f- \
+	        $(BUILD)/fuzz/corpus/$$f t/fuzz/corpus/$$f > $(BUILD)/fuzz/$$f.log 2>&1 \
+	        || { tail -40 $(BUILD)/fuzz/$$f.log; exit 1; }; \
+	    echo "fuzz_$$f: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' $(BUILD)/fuzz/$$f.log), no crash"; \
+	done
 
 # src/core alone: instructions per route decision (callgrind counts them
 # the same on a busy machine) and time per operation

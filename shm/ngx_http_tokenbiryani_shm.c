@@ -55,6 +55,9 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->waiting[1]);
         ngx_queue_init(&sh->rpm);
 
+        /* a waiter that never tried has blocked_gen 0: never current */
+        sh->cap_gen = 1;
+
         ngx_rbtree_init(&sh->aff_tree, &sh->aff_sentinel,
                         ngx_rbtree_insert_value);
         ngx_queue_init(&sh->aff_lru);

@@ -225,6 +225,7 @@ typedef struct {
     int64_t                        wait_start_ms;
     int64_t                        wait_until_ms; /* the budget's end */
     int64_t                        woken_ms;      /* capacity to grant */
+    int64_t                        retry_at;      /* its soonest, waiting */
     int64_t                        attempt_ms;    /* this attempt began */
     int64_t                        retry_after_ms;   /* upstream's, or -1 */
     ngx_int_t                      retry_after;   /* ours, seconds; 0 */
@@ -234,6 +235,7 @@ typedef struct {
     ngx_http_upstream_conf_t      *uconf;         /* a stream's own */
     u_char                        *errbody;       /* an error response */
     size_t                         errbody_len;
+    u_char                        *errbuf;        /* ... when chunked */
     ngx_http_chunked_t             err_chunked;
 
     /* gateway-made error, sent by the filter in place of nginx's page */

@@ -276,7 +276,8 @@ ngx_http_tokenbiryani_dispatch(ngx_http_request_t *r,
         ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "queue",
                                             "earlier waiters go first");
 
-        return ngx_http_tokenbiryani_enqueue(r, ctx, gen, now);
+        /* it has not tried: it may as soon as its turn comes */
+        return ngx_http_tokenbiryani_enqueue(r, ctx, 0, now);
     }
 
     a = ngx_http_tokenbiryani_route(r, ctx, 1);
@@ -609,8 +610,11 @@ ngx_http_tokenbiryani_enqueue(ngx_http_request_t *r,
         return NGX_HTTP_TB_FAIL;
     }
 
-    /* it just failed to find capacity at this generation */
-    ngx_http_tokenbiryani_queue_blocked(tmcf, ctx, gen, soonest);
+    if (gen) {
+        /* it just failed to find capacity at this generation */
+        ctx->retry_at = soonest;
+        ngx_http_tokenbiryani_queue_blocked(tmcf, ctx, gen, soonest);
+    }
 
     ctx->queued++;
     ctx->wait_start_ms = now;
@@ -714,6 +718,13 @@ ngx_http_tokenbiryani_attempt_over(ngx_http_request_t *r,
         pc->tries = 0;
         ngx_http_tokenbiryani_log_settlement(r, ctx, a, "not retried");
         return;
+    }
+
+    if (!ctx->outcome_set) {
+        /* never without one; a transport failure if it were */
+        ctx->outcome.kind = TB_KIND_TRANSPORT;
+        ctx->outcome.rule = &tb_rules[TB_KIND_TRANSPORT];
+        ctx->outcome_set = 1;
     }
 
     rule = ctx->outcome.rule;
@@ -1173,6 +1184,11 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
     gen = ngx_http_tokenbiryani_capacity_gen(tmcf);
     since = __atomic_load_n(&tmcf->sh->cap_gen_ms, __ATOMIC_RELAXED);
 
+    if (ctx->retry_at && ctx->retry_at <= now && ctx->retry_at > since) {
+        /* woken by time: a cooldown ended, a window refilled */
+        since = ctx->retry_at;
+    }
+
     if (ctx->deadline_ms && now >= ctx->deadline_ms) {
         ngx_http_tokenbiryani_unqueue(r, ctx, 0, now);
         (void) ngx_http_tokenbiryani_budget_spent(r, ctx, now);
@@ -1219,8 +1235,9 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
         return;
     }
 
-    ngx_http_tokenbiryani_queue_blocked(tmcf, ctx, gen,
-                                        ctx->decision.soonest);
+    ctx->retry_at = ctx->decision.soonest;
+
+    ngx_http_tokenbiryani_queue_blocked(tmcf, ctx, gen, ctx->retry_at);
 }
 
 

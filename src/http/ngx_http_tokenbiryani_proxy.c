@@ -1061,14 +1061,16 @@ ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    if (ctx->errbody == NULL) {
-        ctx->errbody = ngx_pnalloc(r->pool, u->conf->buffer_size);
-        if (ctx->errbody == NULL) {
+    /* a chunked body is decoded into a buffer of its own */
+
+    if (ctx->errbuf == NULL) {
+        ctx->errbuf = ngx_pnalloc(r->pool, u->conf->buffer_size);
+        if (ctx->errbuf == NULL) {
             return NGX_ERROR;
         }
-
-        ctx->errbody_len = 0;
     }
+
+    ctx->errbody = ctx->errbuf;
 
     ngx_memzero(&tmp, sizeof(ngx_buf_t));
     tmp.pos = ctx->peek_pos;

@@ -438,3 +438,46 @@ is($y->{status}, 405, 'enable wants POST');
 my $z = http_request(method => 'POST', path => '/admin/accounts/a1/enable', body => '',
                      headers => { 'x-api-key' => 'pin-a1' });
 is($z->{status}, 403, 'and an admin key');
+
+
+
+=== TEST 11: fail fast only when no account could ever serve, saying which
+--- http_config eval: $::HttpConfig
+--- config eval: $::Locations
+--- user_files eval: $::Yaml
+--- check
+# windows the mirror learns: 4000 input and 1000 output tokens on every account
+mock_config({ defaults => { input_limit => 4000, output_limit => 1000 } });
+for my $i (1 .. 12) {
+    my $r = http_request(method => 'POST', path => '/v1/messages',
+                         body => msg_body(text => "prime $i"),
+                         headers => { 'x-api-key' => 'admin-key' });
+    die "prime $i: $r->{status}\n" unless $r->{status} == 200;
+    last unless grep { !defined $_->{limits}{input_tokens}{limit} }
+                     @{ pool_status()->{accounts} };
+}
+ok(!grep({ !defined $_->{limits}{input_tokens}{limit} } @{ pool_status()->{accounts} }),
+   'every account observed');
+
+my $n = scalar @{ mock_log() };
+my $big = http_request(method => 'POST', path => '/v1/messages',
+                       body => big_body(40_000), headers => { 'x-api-key' => 'admin-key' });
+is($big->{status}, 503, 'larger than every window: 503');
+my $e = json_decode($big->{body})->{error};
+is($e->{type}, 'overloaded_error', 'overloaded_error');
+like($e->{message}, qr/^no account in this pool can serve this request: it exceeds every account's rate limit \(about \d+ input tokens, max_tokens 64\)$/,
+     $e->{message});
+
+my $long = http_request(method => 'POST', path => '/v1/messages',
+                        body => msg_body(max_tokens => 5000), headers => { 'x-api-key' => 'admin-key' });
+is($long->{status}, 503, 'max_tokens over every output window: 503');
+like(json_decode($long->{body})->{error}{message}, qr/max_tokens 5000\)$/, 'saying so');
+
+admin_post('/admin/accounts/a1/disable');
+my $pin = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
+                       headers => { 'x-api-key' => 'pin-a1' });
+is($pin->{status}, 503, "the key's only account disabled: 503");
+is(json_decode($pin->{body})->{error}{message},
+   "no account in this pool can serve this request: every account is disabled or outside this key's pool",
+   'saying so');
+is(scalar @{ mock_log() }, $n, 'none of them reached an upstream');

@@ -33,49 +33,58 @@ typedef enum {
 
 
 typedef struct {
-    char                      id[TB_ID_MAX + 1];
-    uint32_t                  live;           /* configured now */
-    uint64_t                  gen;            /* bumped on (re)assignment */
-    unsigned char             fingerprint[8]; /* of credential + base_url */
 
-    tb_mirror_t               mirror;
+    /*
+     * What every routing decision reads, together at the front: a
+     * decision over many accounts touches a few cache lines of each.
+     */
 
     /* leased and not yet settled, per window (requests, input, output) */
     int64_t                   reserved[TB_NWINDOWS];
     int64_t                   leases;         /* leases held */
     int64_t                   probe_ms;       /* first lease, unobserved */
+    int64_t                   inflight;       /* atomic */
 
-    /* the highest reservation seen next to what the mirror had left */
-    int64_t                   peak_reserved[TB_NWINDOWS];
-    int64_t                   peak_available[TB_NWINDOWS];
+    /* state, written under the zone lock */
+    uint32_t                  disabled;       /* 0, or why (see reason) */
+    uint32_t                  nrejected;      /* models refused, below */
+    int64_t                   cooling_until_ms;
+    int64_t                   exhausted_until_ms;
+    tb_breaker_t              breaker;
 
     /* the last TB_OUTCOMES outcomes, bit 1 = failure, newest in bit 0 */
     uint64_t                  outcomes;
     uint32_t                  noutcomes;
     uint32_t                  nfailures;      /* 1s among them */
 
-    /* state, written under the zone lock */
-    uint32_t                  disabled;       /* 0, or why (see reason) */
+    tb_mirror_t               mirror;
+
+    /* the rest: reports, reasons, counters */
+
+    char                      id[TB_ID_MAX + 1];
+    uint32_t                  live;           /* configured now */
+    uint64_t                  gen;            /* bumped on (re)assignment */
+    unsigned char             fingerprint[8]; /* of credential + base_url */
+
+    /* the highest reservation seen next to what the mirror had left */
+    int64_t                   peak_reserved[TB_NWINDOWS];
+    int64_t                   peak_available[TB_NWINDOWS];
+
     char                      disabled_reason[TB_REASON_MAX];
     int64_t                   disabled_ms;
-    int64_t                   cooling_until_ms;
     char                      cooling_reason[TB_REASON_MAX];
-    int64_t                   exhausted_until_ms;
     char                      exhausted_reason[TB_REASON_MAX];
-    tb_breaker_t              breaker;
 
     /* models this account's upstream refused (403), newest last */
     struct {
         uint64_t              hash;
         char                  name[TB_REJECTED_NAME];
     }                         rejected[TB_REJECTED_MAX];
-    uint32_t                  nrejected;
 
     /* outcomes by kind of the taxonomy (tb_kind_e) */
     uint64_t                  kinds[TB_NKINDS];
 
     /* atomic */
-    int64_t                   inflight;
     uint64_t                  requests_total;
     uint64_t                  failures_total;
     int64_t                   last_status;

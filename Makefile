@@ -29,7 +29,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libcjson-dev libyaml-dev libhiredis-dev \
               libtest-base-perl perl python3 openssl curl procps
 
-.PHONY: all deps build unit test test-asan fuzz bench-core run stop clean
+.PHONY: all deps build unit test test-asan fuzz bench-core bench-cache run stop clean
 
 all: build
 
@@ -96,6 +96,12 @@ test-asan: deps
 	    TEST_NGINX_LOAD_MODULES=$(BUILD)/asan/ngx_http_tokenbiryani_module.so \
 	    TEST_NGINX_PLUGIN=$(BUILD)/asan/ngx_http_tokenbiryani_example_strategy_module.so \
 	    prove -r -j1 t/
+
+# the cache-affinity benchmark through the real gateway: every strategy and
+# an oracle on the reference's workload (4 accounts, 24 conversations,
+# 8 turns); BENCH_ARGS="--accounts 3 ..." for another size
+bench-cache: build
+	@/usr/bin/python3 t/bench/cache_affinity.py --module $(MODULE) $(BENCH_ARGS)
 
 # libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
 # the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/

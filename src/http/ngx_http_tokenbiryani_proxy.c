@@ -1164,6 +1164,19 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
 
     ctx->committed = 1;
 
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES && ctx->session
+        && u->headers_in.status_n >= 200 && u->headers_in.status_n < 300)
+    {
+        /*
+         * The account answering holds the conversation's prompt cache from
+         * now on: its next turn, which may come the instant the client has
+         * this answer, must find it the owner.
+         */
+        ngx_http_tokenbiryani_affinity_set(
+            ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),
+            ctx->session, ctx->account->slot, ngx_http_tokenbiryani_now_ms());
+    }
+
     if (ctx->uconf) {
         /* from here on the request timeout, between any two reads */
         tlcf = ngx_http_get_module_loc_conf(r, ngx_http_tokenbiryani_module);

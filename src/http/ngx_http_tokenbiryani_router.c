@@ -222,15 +222,14 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 
 /*
  * The attempt is over: its lease goes back.  A success also teaches the
- * estimator what the model produced and makes its account the session's
- * owner (again), which refreshes the owner's TTL.
+ * estimator what the model produced.  (The session's owner was set when
+ * the answer was committed.)
  */
 
 void
 ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t success)
 {
-    int64_t                             now;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     if (ctx->lease == NULL) {
@@ -238,7 +237,6 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     }
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    now = ngx_http_tokenbiryani_now_ms();
 
     ngx_http_tokenbiryani_lease_give_back(tmcf, ctx->lease, ctx->lease_id,
                                           success ? &ctx->usage : NULL,
@@ -259,11 +257,6 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
                                             ctx->body.model_len,
                                             ctx->need.n[TB_WIN_OUTPUT],
                                             ctx->usage.output_tokens);
-
-    if (ctx->session) {
-        ngx_http_tokenbiryani_affinity_set(tmcf, ctx->session,
-                                           ctx->account->slot, now);
-    }
 
     ngx_http_tokenbiryani_count_affinity(r, ctx);
 }

@@ -29,7 +29,8 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libcjson-dev libyaml-dev libhiredis-dev \
               libtest-base-perl perl python3 openssl curl procps
 
-.PHONY: all deps build unit test test-asan fuzz bench-core bench-cache run stop clean
+.PHONY: all deps build unit test test-asan fuzz bench-core bench-cache \
+        bench-stampede run stop clean
 
 all: build
 
@@ -102,6 +103,11 @@ test-asan: deps
 # 8 turns); BENCH_ARGS="--accounts 3 ..." for another size
 bench-cache: build
 	@/usr/bin/python3 t/bench/cache_affinity.py --module $(MODULE) $(BENCH_ARGS)
+
+# 1,000 requests at once against 4 small mock windows: the 429s the mock
+# had to send because the gateway admitted past a window (goal 0)
+bench-stampede: build
+	@/usr/bin/python3 t/bench/stampede.py --module $(MODULE) $(BENCH_ARGS)
 
 # libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
 # the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/

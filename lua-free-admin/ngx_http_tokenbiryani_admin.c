@@ -369,6 +369,7 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     cJSON_AddNumberToObject(acct, "headroom",
                             tb_headroom(a->conf, &s, now));
     ngx_http_tokenbiryani_add_windows(acct, "reserved", s.reserved);
+    ngx_http_tokenbiryani_add_windows(acct, "pending", s.pending);
     cJSON_AddNumberToObject(acct, "leases", (double) s.leases);
 
     w = cJSON_AddObjectToObject(acct, "peak");

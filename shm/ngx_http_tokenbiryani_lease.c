@@ -12,7 +12,7 @@
 static void ngx_http_tokenbiryani_lease_drop(
     ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
     ngx_http_tokenbiryani_lease_t *lease, const tb_usage_t *usage,
-    int64_t headers_ms);
+    int64_t headers_ms, ngx_uint_t stale);
 
 
 /*
@@ -75,7 +75,8 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
 void
 ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_lease_t *lease, uint64_t id,
-    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t probe_back)
+    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t stale,
+    ngx_uint_t probe_back)
 {
     ngx_shmtx_lock(&tmcf->shpool->mutex);
 
@@ -86,7 +87,7 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
         }
 
         ngx_http_tokenbiryani_lease_drop(tmcf->sh, tmcf->shpool, lease,
-                                         usage, headers_ms);
+                                         usage, headers_ms, stale);
     }
 
     ngx_shmtx_unlock(&tmcf->shpool->mutex);
@@ -99,11 +100,12 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
 static void
 ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_lease_t *lease,
-    const tb_usage_t *usage, int64_t headers_ms)
+    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t stale)
 {
     if (lease->slot < sh->nslots) {
+        /* leases taken from now on are sent after this one ended */
         tb_lease_release(sh->slots[lease->slot], &lease->need, usage,
-                         headers_ms);
+                         headers_ms, (unsigned) stale, sh->lease_seq);
     }
 
     ngx_queue_remove(&lease->queue);
@@ -180,7 +182,7 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_main_conf_t *tmcf,
             sh->slots[lease->slot]->breaker.probe = 0;
         }
 
-        ngx_http_tokenbiryani_lease_drop(sh, tmcf->shpool, lease, NULL, 0);
+        ngx_http_tokenbiryani_lease_drop(sh, tmcf->shpool, lease, NULL, 0, 0);
         sh->leases_reclaimed++;
         n++;
     }

@@ -249,20 +249,24 @@ ngx_http_tokenbiryani_shm_ring(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
-void
+ngx_uint_t
 ngx_http_tokenbiryani_shm_observe(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_account_t *a, const tb_rl_obs_t *obs,
     ngx_int_t status, int64_t now_ms)
 {
+    unsigned  result;
+
     ngx_shmtx_lock(&tmcf->shpool->mutex);
 
-    tb_mirror_apply(&a->sh->mirror, obs, now_ms);
+    result = tb_account_observe(a->sh, obs, now_ms);
     a->sh->last_status = status;
 
     ngx_shmtx_unlock(&tmcf->shpool->mutex);
 
     /* a window seen again may hold more than was thought */
     ngx_http_tokenbiryani_capacity_changed(tmcf, now_ms);
+
+    return result;
 }
 
 

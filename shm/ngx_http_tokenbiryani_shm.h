@@ -184,7 +184,8 @@ struct ngx_http_tokenbiryani_shm_s {
 ngx_int_t ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 
-void ngx_http_tokenbiryani_shm_observe(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_uint_t ngx_http_tokenbiryani_shm_observe(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_account_t *a, const tb_rl_obs_t *obs,
     ngx_int_t status, int64_t now_ms);
 
@@ -218,7 +219,8 @@ ngx_http_tokenbiryani_lease_t *ngx_http_tokenbiryani_lease_take(
 void ngx_http_tokenbiryani_lease_give_back(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_lease_t *lease, uint64_t id,
-    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t probe_back);
+    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t stale,
+    ngx_uint_t probe_back);
 void ngx_http_tokenbiryani_lease_renew(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_queue_t *held,
     int64_t now);

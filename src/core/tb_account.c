@@ -182,6 +182,27 @@ tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
 }
 
 
+unsigned
+tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
+    int64_t now_ms)
+{
+    int       w;
+    unsigned  result;
+
+    result = tb_mirror_apply(&a->mirror, obs, now_ms);
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        if ((result & (1u << (w + TB_MIRROR_FRESH)))
+            && (obs->seq == 0 || obs->seq > a->pending_seq[w]))
+        {
+            a->pending[w] = 0;
+        }
+    }
+
+    return result;
+}
+
+
 void
 tb_account_clear(tb_account_state_t *a)
 {

@@ -41,6 +41,16 @@ typedef struct {
 
     /* leased and not yet settled, per window (requests, input, output) */
     int64_t                   reserved[TB_NWINDOWS];
+
+    /*
+     * Settled, but maybe not counted by the mirror yet: requests whose own
+     * answer was older news than the mirror's (the upstream may have
+     * admitted them after the request the mirror was last read from).
+     * Counted like a reservation until an answer to a request sent after
+     * they ended (pending_seq) is read.
+     */
+    int64_t                   pending[TB_NWINDOWS];
+    uint64_t                  pending_seq[TB_NWINDOWS];
     int64_t                   leases;         /* leases held */
     int64_t                   probe_ms;       /* first lease, unobserved */
     int64_t                   inflight;       /* atomic */
@@ -124,6 +134,14 @@ void tb_account_reject(tb_account_state_t *a, uint64_t model_hash,
 int tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
     const tb_breaker_conf_t *bc, uint64_t model_hash, const char *model,
     size_t model_len, int probed, int64_t now_ms);
+
+/*
+ * A response's rate-limit headers: folded into the mirror; what was
+ * pending and is now surely counted by it is dropped.  Returns
+ * tb_mirror_apply()'s result.  Under the zone lock.
+ */
+unsigned tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
+    int64_t now_ms);
 
 /* an operator's re-enable: every state and the breaker cleared */
 void tb_account_clear(tb_account_state_t *a);

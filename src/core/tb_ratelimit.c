@@ -138,12 +138,15 @@ tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
 }
 
 
-void
+unsigned
 tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
 {
     int           w, f;
-    unsigned      bit;
+    int64_t       level;
+    unsigned      bit, rem, reset, result;
     tb_window_t  *win;
+
+    result = 0;
 
     /*
      * Each window is written whole from what this response carried; the
@@ -152,6 +155,38 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
 
     for (w = 0; w < TB_NWINDOWS; w++) {
         win = &m->w[w];
+
+        rem = 1u << (w * TB_RL_NFIELDS + TB_RL_REMAINING);
+        reset = 1u << (w * TB_RL_NFIELDS + TB_RL_RESET);
+
+        if (obs->seq && obs->seq < win->seq) {
+
+            /* older news: it may only say there is less */
+
+            if (obs->has & rem) {
+                result |= 1u << (w + TB_MIRROR_STALE);
+            }
+
+            if (obs->has & (1u << (w * TB_RL_NFIELDS + TB_RL_LIMIT))) {
+                win->limit = obs->v[w][TB_RL_LIMIT];
+            }
+
+            level = tb_window_level_inline(win, now_ms);
+
+            if ((obs->has & rem) && level != TB_UNKNOWN
+                && obs->v[w][TB_RL_REMAINING] < level)
+            {
+                win->remaining = obs->v[w][TB_RL_REMAINING];
+                win->observed_ms = now_ms;
+
+                if ((obs->has & reset) && obs->v[w][TB_RL_RESET] > win->reset_ms)
+                {
+                    win->reset_ms = obs->v[w][TB_RL_RESET];
+                }
+            }
+
+            continue;
+        }
 
         for (f = 0; f < TB_RL_NFIELDS; f++) {
             bit = 1u << (w * TB_RL_NFIELDS + f);
@@ -173,6 +208,11 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
             }
 
             win->observed_ms = now_ms;
+            win->seq = obs->seq;
+        }
+
+        if (obs->has & rem) {
+            result |= 1u << (w + TB_MIRROR_FRESH);
         }
     }
 
@@ -185,6 +225,8 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
     }
 
     m->observed_ms = now_ms;
+
+    return result;
 }
 
 

@@ -41,6 +41,7 @@ typedef struct {
     int64_t                   remaining;      /* -1: never seen */
     int64_t                   reset_ms;       /* 0: unknown */
     int64_t                   observed_ms;    /* 0: never observed */
+    uint64_t                  seq;            /* its request's order */
 } tb_window_t;
 
 
@@ -54,6 +55,8 @@ typedef struct {
 
 typedef struct {
     unsigned                  has;              /* bit (win * 3 + field) */
+    uint64_t                  seq;              /* the request's order in
+                                                   sending, 0: unknown */
     int64_t                   v[TB_NWINDOWS][TB_RL_NFIELDS];
     int64_t                   retry_after_ms;   /* delay, -1: none */
     unsigned                  has_org:1;
@@ -77,7 +80,75 @@ int tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name,
 /* 1 if the name is anthropic-ratelimit-* (any of them, unified too) */
 int tb_rl_is_ratelimit_header(const unsigned char *name, size_t len);
 
-void tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms);
+/*
+ * Folds a response's headers into the mirror.  Responses can arrive in
+ * another order than their requests were admitted upstream: an answer to
+ * a request sent before the one the window was last read from is older
+ * news, and only lowers what the window holds, never raises it (with
+ * obs->seq 0 every observation is taken as the newest).  Returns which
+ * windows' remaining counts were taken as the newest (bits 0-2) and which
+ * were older news (bits 4-6).
+ */
+unsigned tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs,
+    int64_t now_ms);
+
+/* tb_mirror_apply()'s result: per window, 1 << TB_WIN_*, shifted by */
+#define TB_MIRROR_FRESH       0       /* the remaining count was taken */
+#define TB_MIRROR_STALE       4       /* older news, not taken whole */
+
+#define TB_UNKNOWN            INT64_MAX      /* a window never observed */
+
+/*
+ * A window's level at now.  Never observed: TB_UNKNOWN (reads as full);
+ * once its reset has passed it reads as refilled to its limit; in between
+ * it replenishes linearly from the remaining count seen toward the limit
+ * at the reset time - Anthropic's limits are token buckets whose reset
+ * header is when the bucket is full again.
+ */
+static inline int64_t
+tb_window_level_inline(const tb_window_t *w, int64_t now)
+{
+    int64_t  level, elapsed, span;
+
+    if (w->remaining < 0) {
+        return TB_UNKNOWN;
+    }
+
+    if (w->limit < 0 || w->remaining >= w->limit) {
+        /* no limit seen, nothing to refill toward */
+        return w->remaining;
+    }
+
+    if (w->reset_ms && now >= w->reset_ms) {
+        return w->limit;
+    }
+
+    elapsed = now - w->observed_ms;
+
+    if (elapsed <= 0) {
+        return w->remaining;
+    }
+
+    if (w->reset_ms > w->observed_ms) {
+        span = w->reset_ms - w->observed_ms;
+
+    } else {
+        /* no usable reset: a bucket refilling its limit per minute */
+        span = 60000 * (w->limit - w->remaining) / w->limit;
+
+        if (span <= 0) {
+            return w->limit;
+        }
+    }
+
+    if (elapsed >= span) {
+        return w->limit;
+    }
+
+    level = w->remaining + (w->limit - w->remaining) * elapsed / span;
+
+    return level < w->limit ? level : w->limit;
+}
 
 /* the latest reset of the windows a response says are empty; 0: none */
 int64_t tb_rl_obs_blocked_until(const tb_rl_obs_t *obs);

@@ -65,50 +65,7 @@ tb_strategy_builtin(const char *name)
 }
 
 
-static inline int64_t
-tb_level(const tb_window_t *w, int64_t now)
-{
-    int64_t  level, elapsed, span;
-
-    if (w->remaining < 0) {
-        return TB_UNKNOWN;
-    }
-
-    if (w->limit < 0 || w->remaining >= w->limit) {
-        /* no limit seen, nothing to refill toward */
-        return w->remaining;
-    }
-
-    if (w->reset_ms && now >= w->reset_ms) {
-        return w->limit;
-    }
-
-    elapsed = now - w->observed_ms;
-
-    if (elapsed <= 0) {
-        return w->remaining;
-    }
-
-    if (w->reset_ms > w->observed_ms) {
-        span = w->reset_ms - w->observed_ms;
-
-    } else {
-        /* no usable reset: a bucket refilling its limit per minute */
-        span = 60000 * (w->limit - w->remaining) / w->limit;
-
-        if (span <= 0) {
-            return w->limit;
-        }
-    }
-
-    if (elapsed >= span) {
-        return w->limit;
-    }
-
-    level = w->remaining + (w->limit - w->remaining) * elapsed / span;
-
-    return level < w->limit ? level : w->limit;
-}
+#define tb_level  tb_window_level_inline
 
 
 int64_t
@@ -129,7 +86,7 @@ tb_window_available(const tb_account_state_t *st, int win, int64_t now)
         return TB_UNKNOWN;
     }
 
-    level -= st->reserved[win];
+    level -= st->reserved[win] + st->pending[win];
 
     return level > 0 ? level : 0;
 }
@@ -208,7 +165,7 @@ tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
             continue;
         }
 
-        want = need->n[w] + st->reserved[w];
+        want = need->n[w] + st->reserved[w] + st->pending[w];
 
         if (win->limit < 0 || want > win->limit) {
             /* only leases coming back can make room: not knowable */
@@ -324,7 +281,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
             exceeds = 1;
         }
 
-        avail = tb_level(win, in->now) - st->reserved[w];
+        avail = tb_level(win, in->now) - st->reserved[w] - st->pending[w];
 
         if (avail < in->need.n[w]) {
             fits = 0;
@@ -701,7 +658,7 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
     int *probed)
 {
     int      w;
-    int64_t  level;
+    int64_t  level, held;
 
     *probed = 0;
 
@@ -719,9 +676,10 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
         st->reserved[w] += need->n[w];
 
         level = tb_window_level(&st->mirror.w[w], now);
+        held = st->reserved[w] + st->pending[w];
 
-        if (level != TB_UNKNOWN && st->reserved[w] > st->peak_reserved[w]) {
-            st->peak_reserved[w] = st->reserved[w];
+        if (level != TB_UNKNOWN && held > st->peak_reserved[w]) {
+            st->peak_reserved[w] = held;
             st->peak_available[w] = level;
         }
     }
@@ -745,7 +703,8 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
 
 void
 tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
-    const tb_usage_t *usage, int64_t headers_ms)
+    const tb_usage_t *usage, int64_t headers_ms, unsigned stale,
+    uint64_t seq)
 {
     int           w;
     tb_window_t  *out;
@@ -755,6 +714,12 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
 
         if (st->reserved[w] < 0) {
             st->reserved[w] = 0;
+        }
+
+        if (w != TB_WIN_OUTPUT && (stale & (1u << (w + TB_MIRROR_STALE)))) {
+            /* the mirror may not count it yet: keep holding it */
+            st->pending[w] += need->n[w];
+            st->pending_seq[w] = seq;
         }
     }
 

@@ -20,7 +20,6 @@
 #include "tb_failure.h"
 
 
-#define TB_UNKNOWN            INT64_MAX      /* a window never observed */
 
 enum {
     TB_T_AFFINITY = 0,
@@ -223,9 +222,13 @@ int tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
  * Gives a lease back, exactly once per reserve.  With the attempt's actual
  * usage (NULL if unknown), output the account produced after the response
  * headers were observed is taken from the mirror: the headers of a
- * response are sent before its output exists.
+ * response are sent before its output exists.  stale is what
+ * tb_account_observe() said of the attempt's own answer: for the windows
+ * where it was older news, the need stays held as pending until an answer
+ * to a request sent after this one ended (lease sequence > seq) is read.
  */
 void tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
-    const tb_usage_t *usage, int64_t headers_ms);
+    const tb_usage_t *usage, int64_t headers_ms, unsigned stale,
+    uint64_t seq);
 
 #endif /* TB_ROUTER_H */

@@ -175,6 +175,7 @@ typedef struct {
     uint64_t                       lease_id;
     ngx_queue_t                    held;      /* in the worker's list */
     int64_t                        headers_ms;
+    ngx_uint_t                     obs_stale;   /* its answer older news */
 
     /* what the attempts did, for the inspector */
     ngx_http_tokenbiryani_try_t    tries[8];

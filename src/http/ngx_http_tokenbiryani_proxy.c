@@ -618,6 +618,8 @@ ngx_http_tokenbiryani_reset_attempt(ngx_http_request_t *r,
 
     tb_rl_obs_init(&ctx->obs);
 
+    ctx->obs_stale = 0;
+    ctx->headers_ms = 0;
     ctx->body_start = NULL;
     ctx->peek_pos = NULL;
     ctx->sse_skip = 0;
@@ -825,7 +827,10 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
     ctx->headers_ms = ngx_http_tokenbiryani_now_ms();
 
     if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
-        ngx_http_tokenbiryani_shm_observe(
+        /* leases are numbered in the order they were taken: sending order */
+        ctx->obs.seq = ctx->lease ? ctx->lease_id : 0;
+
+        ctx->obs_stale = ngx_http_tokenbiryani_shm_observe(
             ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),
             ctx->account, &ctx->obs, ctx->status.code, ctx->headers_ms);
     }

@@ -240,7 +240,8 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
 
     ngx_http_tokenbiryani_lease_give_back(tmcf, ctx->lease, ctx->lease_id,
                                           success ? &ctx->usage : NULL,
-                                          ctx->headers_ms, ctx->probed);
+                                          ctx->headers_ms, ctx->obs_stale,
+                                          ctx->probed);
 
     ngx_queue_remove(&ctx->held);
     ctx->lease = NULL;

@@ -7,6 +7,7 @@
 
 #include "tb_test.h"
 #include "tb_ratelimit.h"
+#include "tb_router.h"
 #include "tb_account.h"
 #include "tb_keys.h"
 
@@ -370,6 +371,93 @@ TB_TEST(account_states)
 }
 
 
+/* answers read out of sending order: older news only says there is less */
+
+static void
+obs_requests(tb_rl_obs_t *o, uint64_t seq, const char *remaining)
+{
+    tb_rl_obs_init(o);
+    o->seq = seq;
+    tb_rl_obs_header(o, S("anthropic-ratelimit-requests-limit"), S("60"),
+                     T0);
+    tb_rl_obs_header(o, (const unsigned char *) "anthropic-ratelimit-"
+                     "requests-remaining", 38, (const unsigned char *)
+                     remaining, strlen(remaining), T0);
+}
+
+
+TB_TEST(observe_out_of_order)
+{
+    unsigned            r;
+    tb_rl_obs_t         o;
+    tb_account_state_t  a;
+    tb_need_t           need;
+    unsigned char       fp[8] = { 0 };
+
+    tb_account_state_init(&a, "a", fp);
+
+    obs_requests(&o, 5, "10");
+    r = tb_account_observe(&a, &o, T0);
+    TB_CHECK_INT(r, 1u << (TB_WIN_REQUESTS + TB_MIRROR_FRESH));
+    TB_CHECK_INT(a.mirror.w[TB_WIN_REQUESTS].remaining, 10);
+    TB_CHECK_INT(a.mirror.w[TB_WIN_REQUESTS].seq, 5);
+
+    /* the answer to a request sent earlier, read later: not taken */
+    obs_requests(&o, 3, "12");
+    r = tb_account_observe(&a, &o, T0);
+    TB_CHECK_INT(r, 1u << (TB_WIN_REQUESTS + TB_MIRROR_STALE));
+    TB_CHECK_INT(a.mirror.w[TB_WIN_REQUESTS].remaining, 10);
+
+    /* ... unless it says there is less */
+    obs_requests(&o, 4, "8");
+    tb_account_observe(&a, &o, T0);
+    TB_CHECK_INT(a.mirror.w[TB_WIN_REQUESTS].remaining, 8);
+    TB_CHECK_INT(a.mirror.w[TB_WIN_REQUESTS].seq, 5);
+
+    /* newer news is taken whole, up too */
+    obs_requests(&o, 9, "20");
+    tb_account_observe(&a, &o, T0);
+    TB_CHECK_INT(a.mirror.w[TB_WIN_REQUESTS].remaining, 20);
+
+    /* unnumbered answers are the newest */
+    obs_requests(&o, 0, "30");
+    tb_account_observe(&a, &o, T0);
+    TB_CHECK_INT(a.mirror.w[TB_WIN_REQUESTS].remaining, 30);
+
+    /*
+     * A request whose answer was older news may not be counted by the
+     * mirror: settled, it stays held until an answer to a request sent
+     * after it ended is read.
+     */
+    memset(&need, 0, sizeof(need));
+    need.n[TB_WIN_REQUESTS] = 1;
+    need.n[TB_WIN_INPUT] = 500;
+    a.reserved[TB_WIN_REQUESTS] = 2;
+    a.reserved[TB_WIN_INPUT] = 1000;
+    a.leases = 2;
+    a.inflight = 2;
+
+    tb_lease_release(&a, &need, NULL, T0,
+                     1u << (TB_WIN_REQUESTS + TB_MIRROR_STALE), 40);
+    TB_CHECK_INT(a.reserved[TB_WIN_REQUESTS], 1);
+    TB_CHECK_INT(a.pending[TB_WIN_REQUESTS], 1);
+    TB_CHECK_INT(a.pending[TB_WIN_INPUT], 0);
+    TB_CHECK_INT(a.pending_seq[TB_WIN_REQUESTS], 40);
+    TB_CHECK_INT(tb_window_available(&a, TB_WIN_REQUESTS, T0), 30 - 2);
+
+    /* an answer to a request sent before it ended does not clear it */
+    obs_requests(&o, 40, "29");
+    tb_account_observe(&a, &o, T0);
+    TB_CHECK_INT(a.pending[TB_WIN_REQUESTS], 1);
+
+    /* one sent after it does */
+    obs_requests(&o, 41, "29");
+    tb_account_observe(&a, &o, T0);
+    TB_CHECK_INT(a.pending[TB_WIN_REQUESTS], 0);
+    TB_CHECK_INT(tb_window_available(&a, TB_WIN_REQUESTS, T0), 29 - 1);
+}
+
+
 int
 main(void)
 {
@@ -388,6 +476,7 @@ main(void)
     TB_RUN(sha256_known_answer);
     TB_RUN(model_scopes);
     TB_RUN(account_states);
+    TB_RUN(observe_out_of_order);
 
     return tb_test_done();
 }

@@ -623,8 +623,8 @@ TB_TEST(leases_are_all_or_nothing)
     TB_CHECK_INT(st[0].peak_reserved[TB_WIN_INPUT], 800);
     TB_CHECK_INT(st[0].peak_available[TB_WIN_INPUT], 1000);
 
-    tb_lease_release(&st[0], &need, NULL, 0);
-    tb_lease_release(&st[0], &need, NULL, 0);
+    tb_lease_release(&st[0], &need, NULL, 0, 0, 0);
+    tb_lease_release(&st[0], &need, NULL, 0, 0, 0);
 
     for (i = 0; i < TB_NWINDOWS; i++) {
         TB_CHECK_INT(st[0].reserved[i], 0);
@@ -637,7 +637,7 @@ TB_TEST(leases_are_all_or_nothing)
     conf[0].max_concurrency = 1;
     TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
-    tb_lease_release(&st[0], &need, NULL, 0);
+    tb_lease_release(&st[0], &need, NULL, 0, 0, 0);
 }
 
 
@@ -693,13 +693,13 @@ TB_TEST(release_reconciles_output_once_headers_are_old)
     u.output_tokens = 1200;
 
     /* the headers observed were this response's: its output is not in */
-    tb_lease_release(&st[0], &need, &u, T0);
+    tb_lease_release(&st[0], &need, &u, T0, 0, 0);
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
 
     /* a newer observation already knows better */
     TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     st[0].mirror.w[TB_WIN_OUTPUT].observed_ms = T0 + 10;
-    tb_lease_release(&st[0], &need, &u, T0);
+    tb_lease_release(&st[0], &need, &u, T0, 0, 0);
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
 }
 

@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""
+The stampede: N requests started at once against the real gateway (nginx,
+2 workers) in front of 4 mock accounts whose request and input-token
+windows are deliberately small.  Every request the gateway admits past a
+window is one the mock must refuse with a 429: that count is the figure
+(goal: 0).  Also reported: what the gateway served, queued and refused
+itself, and per account the peak reservation next to what the mirror had
+left at that moment.
+
+    stampede.py --module build/ngx_http_tokenbiryani_module.so
+        [--requests 1000] [--rpm 60] [--itpm 30000] [--wait 5] [--json]
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tbbench  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--module", required=True)
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--accounts", type=int, default=4)
+    ap.add_argument("--rpm", type=int, default=60,
+                    help="each account's request window, per minute")
+    ap.add_argument("--itpm", type=int, default=30000,
+                    help="each account's input-token window, per minute")
+    ap.add_argument("--wait", type=float, default=5,
+                    help="queue.default_max_wait_seconds")
+    ap.add_argument("--workdir", default=os.path.join(tbbench.TOP, "build",
+                                                      "bench", "stampede"))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    args.module = os.path.abspath(args.module)
+    args.workdir = os.path.abspath(args.workdir)
+    os.makedirs(args.workdir, exist_ok=True)
+
+    mock = tbbench.Mock(args.workdir, args.accounts, config={
+        "defaults": {"requests_limit": args.rpm, "input_limit": args.itpm,
+                     "output_limit": 100000, "window_seconds": 60}})
+    accounts = "".join(
+        "  - id: acct-%02d\n    api_key: key-%02d\n"
+        "    base_url: http://127.0.0.1:%d\n    max_concurrency: 1000\n"
+        % (i, i, mock.ports[i - 1]) for i in range(1, args.accounts + 1))
+    yaml = ("queue:\n  max_size: %d\n  default_max_wait_seconds: %g\n"
+            "accounts:\n%skeys:\n  - key: bir_bench\n    name: bench\n"
+            "    admin: true\n" % (args.requests, args.wait, accounts))
+    http = """
+    tokenbiryani_zone   tb 32m;
+    tokenbiryani_config tb.yaml;
+    server {
+        listen 127.0.0.1:@PORT@ backlog=4096;
+        location /v1/       { tokenbiryani_pass; }
+        location /admin/    { tokenbiryani_admin; }
+    }
+"""
+    gw = tbbench.Nginx(args.workdir, args.module, http,
+                       files={"tb.yaml": yaml})
+
+    # every request connected first, then all of them sent at once
+    results = [None] * args.requests
+    go = threading.Event()
+
+    def one(i):
+        body = json.dumps({
+            "model": "claude-sonnet-4-6", "max_tokens": 64,
+            "messages": [{"role": "user", "content":
+                          "stampede request %d: " % i + "word " * 300}]})
+        req = ("POST /v1/messages HTTP/1.1\r\nHost: localhost\r\n"
+               "x-api-key: bir_bench\r\ncontent-type: application/json\r\n"
+               "connection: close\r\ncontent-length: %d\r\n\r\n%s"
+               % (len(body), body)).encode()
+        try:
+            s = socket.create_connection(("127.0.0.1", gw.port), 30)
+            s.settimeout(args.wait + 30)
+            go.wait()
+            s.sendall(req)
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            s.close()
+            head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+            status = int(head.split(" ", 2)[1])
+            via = "x-tokenbiryani-account:" in head.lower()
+            results[i] = (status, via)
+        except (OSError, ValueError, IndexError) as e:
+            results[i] = (0, str(e))
+
+    threads = [threading.Thread(target=one, args=(i,))
+               for i in range(args.requests)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)     # let every thread connect: the start is the event
+    t0 = time.monotonic()
+    go.set()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+
+    st, _, raw = tbbench.request(gw.port, "GET", "/admin/status",
+                                 headers={"x-api-key": "bir_bench"})
+    status = json.loads(raw)
+    errors = gw.errors()
+    gw.stop()
+    stats = mock.stats()
+    mock.stop()
+
+    served = sum(1 for r in results if r[0] == 200)
+    gw429 = sum(1 for r in results if r[0] == 429 and not r[1])
+    up429 = sum(1 for r in results if r[0] == 429 and r[1])
+    other = [r for r in results if r[0] not in (200, 429)]
+    out = {
+        "requests": args.requests,
+        "served": served,
+        "refused_by_gateway_429": gw429,
+        "upstream_429_passed_on": up429,
+        "other": len(other),
+        "other_samples": [str(r) for r in other[:5]],
+        "mock_refused_429": stats["refused_429"],
+        "mock_requests": stats["total_requests"],
+        "queued": status["queue"]["queued_total"],
+        "queue_served": status["queue"]["served"],
+        "queue_timed_out": status["queue"]["timed_out"],
+        "wall_s": wall,
+        "leases_held_after": status["leases"]["held"],
+        "accounts": [{
+            "id": a["id"],
+            "peak_reserved": a["peak"]["reserved"],
+            "peak_available": a["peak"]["available"],
+            "inflight_after": a["inflight"],
+        } for a in status["accounts"]],
+        "nginx_errors": errors,
+    }
+
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+
+    print("%d requests started at once; %d accounts, each %d requests and "
+          "%d input tokens a minute; queue wait %gs; nginx with the module, "
+          "2 workers\n" % (args.requests, args.accounts, args.rpm, args.itpm,
+                           args.wait))
+    print("| | count |\n|---|---|")
+    print("| 429s the mock had to send (admitted past a window) | **%d** |"
+          % out["mock_refused_429"])
+    print("| served | %d |" % served)
+    print("| queued by the gateway | %d (%d then served, %d timed out) |"
+          % (out["queued"], out["queue_served"], out["queue_timed_out"]))
+    print("| refused by the gateway itself, 429 with retry-after | %d |"
+          % gw429)
+    print("| other outcomes | %d %s |" % (len(other), out["other_samples"]))
+    print("| requests the mock received | %d |" % out["mock_requests"])
+    print("\n| account | peak reserved (requests / input) | mirror had then "
+          "(requests / input) |\n|---|---|---|")
+    for a in out["accounts"]:
+        print("| %s | %d / %d | %d / %d |" % (
+            a["id"], a["peak_reserved"]["requests"],
+            a["peak_reserved"]["input_tokens"],
+            a["peak_available"]["requests"],
+            a["peak_available"]["input_tokens"]))
+    print("\nwall time %.2fs; leases held after: %d%s"
+          % (wall, out["leases_held_after"],
+             "; nginx logged: " + " ".join(errors) if errors else ""))
+    print("\nreproduce: make bench-stampede")
+
+
+if __name__ == "__main__":
+    main()

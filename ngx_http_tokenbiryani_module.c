@@ -242,7 +242,7 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_keepalive_t  *items;
 
-    ngx_conf_init_uint_value(tmcf->keepalive, 32);
+    ngx_conf_init_uint_value(tmcf->keepalive, 64);
     ngx_conf_init_msec_value(tmcf->keepalive_timeout, 60000);
     ngx_conf_init_msec_value(tmcf->lease_timeout, 60000);
 
@@ -437,7 +437,7 @@ ngx_http_tokenbiryani_merge_loc_conf(ngx_conf_t *cf, void *parent,
     u->connect_timeout = 10000;
     u->send_timeout = 60000;
     u->read_timeout = timeout ? timeout : 1;
-    u->buffer_size = 32768;
+    u->buffer_size = 16384;     /* headers and a stream's prelude */
 
     /* streams go out as they arrive: no buffering, no temp files */
     u->buffering = 0;

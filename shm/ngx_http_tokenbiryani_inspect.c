@@ -19,9 +19,12 @@ ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_shmtx_lock(&tmcf->shpool->mutex);
 
     if (sh->ring_size) {
+        /* the candidates it has, not the room for 32: readers stop at
+         * ncands */
         rec->seq = ++sh->ring_seq;
         ngx_memcpy(&sh->ring[(rec->seq - 1) % sh->ring_size], rec,
-                   sizeof(ngx_http_tokenbiryani_record_t));
+                   offsetof(ngx_http_tokenbiryani_record_t, cands)
+                   + rec->ncands * sizeof(ngx_http_tokenbiryani_inspect_cand_t));
     }
 
     ngx_shmtx_unlock(&tmcf->shpool->mutex);

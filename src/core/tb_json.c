@@ -16,6 +16,10 @@
 
 #include "tb_json.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 
 #define TB_JSON_ONES          0x0101010101010101ULL
 #define TB_JSON_HIGH          0x8080808080808080ULL
@@ -117,6 +121,8 @@ static int tb_json_key_eq(const unsigned char *k, const unsigned char *end,
 static const unsigned char *tb_json_skip(const unsigned char *p,
     const unsigned char *end);
 static int tb_json_lookup(const unsigned char *p, size_t len,
+    const char *path, const unsigned char **v, const unsigned char **vend);
+static int tb_json_find(const unsigned char *p, size_t len,
     const char *path, const unsigned char **v, const unsigned char **vend);
 static int tb_json_parse_int(const unsigned char *p,
     const unsigned char *end, int64_t *value);
@@ -421,6 +427,33 @@ tb_json_scan_string(tb_json_walk_t *w, const unsigned char *p, unsigned *esc)
     *esc = 0;
 
     for ( ;; ) {
+
+#if defined(__SSE2__)
+
+        /* 16 bytes at a time: a quote, a backslash, a control or a
+         * non-ASCII byte (negative as a signed char) stops the run */
+
+        while (end - p >= 16) {
+            __m128i  x16;
+            int      mask;
+
+            x16 = _mm_loadu_si128((const __m128i *) (const void *) p);
+            mask = _mm_movemask_epi8(
+                       _mm_or_si128(
+                           _mm_or_si128(_mm_cmpeq_epi8(x16, _mm_set1_epi8('"')),
+                                        _mm_cmpeq_epi8(x16,
+                                                       _mm_set1_epi8('\\'))),
+                           _mm_cmplt_epi8(x16, _mm_set1_epi8(0x20))));
+
+            if (mask) {
+                p += __builtin_ctz((unsigned) mask);
+                goto bytes;
+            }
+
+            p += 16;
+        }
+
+#endif
 
         while (end - p >= 16) {
             memcpy(&x, p, 8);
@@ -846,6 +879,16 @@ tb_json_key_eq(const unsigned char *k, const unsigned char *end,
     size_t         i, n;
     unsigned char  out[4];
 
+    /* an escape only makes the raw key longer than what it decodes to */
+
+    if ((size_t) (end - k) < nlen) {
+        return 0;
+    }
+
+    if ((size_t) (end - k) == nlen) {
+        return memcmp(k, name, nlen) == 0;
+    }
+
     i = 0;
 
     while (k < end) {
@@ -882,9 +925,11 @@ static const unsigned char *
 tb_json_skip(const unsigned char *p, const unsigned char *end)
 {
     size_t         depth;
+    uint64_t       x, q, b, t;
     unsigned char  c;
 
     depth = 0;
+    t = 0;
 
     while (p < end) {
         c = *p;
@@ -893,7 +938,38 @@ tb_json_skip(const unsigned char *p, const unsigned char *end)
             p++;
 
             while (p < end && *p != '"') {
-                p += (*p == '\\' && end - p >= 2) ? 2 : 1;
+                if (*p == '\\') {
+                    p += (end - p >= 2) ? 2 : 1;
+                    continue;
+                }
+
+                /* to the next quote or backslash, 8 bytes at a time */
+
+                while (end - p >= 8) {
+                    memcpy(&x, p, 8);
+                    q = x ^ (TB_JSON_ONES * '"');
+                    b = x ^ (TB_JSON_ONES * '\\');
+                    t = (((q - TB_JSON_ONES) & ~q) | ((b - TB_JSON_ONES) & ~b))
+                        & TB_JSON_HIGH;
+
+                    if (t) {
+                        break;
+                    }
+
+                    p += 8;
+                }
+
+                if (end - p < 8 || t == 0) {
+                    p++;
+                    continue;
+                }
+
+#if defined(__GNUC__) && defined(__BYTE_ORDER__)                            \
+    && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                p += __builtin_ctzll(t) / 8;
+#else
+                p++;
+#endif
             }
 
             if (p < end) {
@@ -951,11 +1027,29 @@ static int
 tb_json_lookup(const unsigned char *p, size_t len, const char *path,
     const unsigned char **v, const unsigned char **vend)
 {
+    if (p == NULL || path == NULL || tb_json_validate(p, len) != 0) {
+        return -1;
+    }
+
+    return tb_json_find(p, len, path, v, vend);
+}
+
+
+/*
+ * The lookup without validating the document first: every read is bounded
+ * by the end, so a broken document finds nothing or a wrong value, never
+ * reads past it.  For what the gateway only reads (usage in responses).
+ */
+
+static int
+tb_json_find(const unsigned char *p, size_t len, const char *path,
+    const unsigned char **v, const unsigned char **vend)
+{
     size_t                nlen;
     const char           *name, *dot;
     const unsigned char  *end, *k, *kend, *found;
 
-    if (p == NULL || path == NULL || tb_json_validate(p, len) != 0) {
+    if (p == NULL || path == NULL) {
         return -1;
     }
 
@@ -1233,13 +1327,15 @@ tb_usage_init(tb_usage_t *u)
 }
 
 
-int
-tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
-    const char *path)
+/* the members of a usage object, v at its '{' and vend after its '}' */
+
+static void
+tb_usage_members(tb_usage_t *u, const unsigned char *v,
+    const unsigned char *vend)
 {
     size_t                i;
     int64_t               n;
-    const unsigned char  *v, *vend, *k, *kend, *end, *val, *vale;
+    const unsigned char  *k, *kend, *end, *val, *vale;
 
     static const struct {
         const char  *name;
@@ -1253,10 +1349,6 @@ tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
         { "cache_read_input_tokens", 23,
           offsetof(tb_usage_t, cache_read_input_tokens) }
     };
-
-    if (tb_json_lookup(p, len, path, &v, &vend) != 0 || *v != '{') {
-        return -1;
-    }
 
     /*
      * one pass over the members; later duplicates overwrite earlier ones.
@@ -1293,8 +1385,73 @@ tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
             v = tb_json_ws(v + 1, end);
         }
     }
+}
+
+
+int
+tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
+    const char *path)
+{
+    const unsigned char  *v, *vend;
+
+    /*
+     * Found without validating the whole response, but the usage object
+     * itself must be whole: a body cut short reports nothing.
+     */
+
+    if (tb_json_find(p, len, path, &v, &vend) != 0 || v == vend
+        || *v != '{' || tb_json_validate(v, (size_t) (vend - v)) != 0)
+    {
+        return -1;
+    }
+
+    tb_usage_members(u, v, vend);
 
     return 0;
+}
+
+
+/*
+ * A stream's message_start and message_delta carry no free text: the
+ * first "usage" key in them is the usage object, wherever it sits.
+ */
+
+static int
+tb_usage_merge_event(tb_usage_t *u, const unsigned char *p, size_t len,
+    const char *path)
+{
+    const unsigned char  *q, *end, *v, *vend;
+
+    end = p + len;
+    q = p;
+
+    while (end - q >= 8) {
+        q = memchr(q, '"', (size_t) (end - q - 7));
+
+        if (q == NULL) {
+            break;
+        }
+
+        if (memcmp(q, "\"usage\"", 7) == 0) {
+            v = tb_json_ws(q + 7, end);
+
+            if (v < end && *v == ':') {
+                v = tb_json_ws(v + 1, end);
+                vend = tb_json_skip(v, end);
+
+                if (v < vend && *v == '{'
+                    && tb_json_validate(v, (size_t) (vend - v)) == 0)
+                {
+                    tb_usage_members(u, v, vend);
+                    return 0;
+                }
+            }
+        }
+
+        q++;
+    }
+
+    return tb_usage_merge(u, p, len, path);
 }
 
 
@@ -1567,12 +1724,58 @@ tb_sse_init(tb_sse_t *s, unsigned char *line, unsigned char *data)
 }
 
 
+/* the first '\n' or '\r' from p, or end: where a line ends */
+
+static const unsigned char *
+tb_sse_eol(const unsigned char *p, const unsigned char *end)
+{
+#if defined(__SSE2__)
+
+    while (end - p >= 16) {
+        __m128i  x16;
+        int      mask;
+
+        x16 = _mm_loadu_si128((const __m128i *) (const void *) p);
+        mask = _mm_movemask_epi8(
+                   _mm_or_si128(_mm_cmpeq_epi8(x16, _mm_set1_epi8('\n')),
+                                _mm_cmpeq_epi8(x16, _mm_set1_epi8('\r'))));
+
+        if (mask) {
+            return p + __builtin_ctz((unsigned) mask);
+        }
+
+        p += 16;
+    }
+
+    while (p < end && *p != '\n' && *p != '\r') {
+        p++;
+    }
+
+    return p;
+
+#else
+
+    const unsigned char  *q, *r;
+
+    q = memchr(p, '\n', (size_t) (end - p));
+    if (q == NULL) {
+        q = end;
+    }
+
+    r = memchr(p, '\r', (size_t) (q - p));
+
+    return r ? r : q;
+
+#endif
+}
+
+
 unsigned
 tb_sse_feed(tb_sse_t *s, const unsigned char *p, size_t n)
 {
     unsigned              rc;
     unsigned char         c;
-    const unsigned char  *end, *q, *r;
+    const unsigned char  *end, *q;
 
     rc = 0;
 
@@ -1654,15 +1857,7 @@ tb_sse_feed(tb_sse_t *s, const unsigned char *p, size_t n)
             break;
 
         case TB_SSE_ST_VALUE:
-            q = memchr(p, '\n', (size_t) (end - p));
-            if (q == NULL) {
-                q = end;
-            }
-
-            r = memchr(p, '\r', (size_t) (q - p));
-            if (r != NULL) {
-                q = r;
-            }
+            q = tb_sse_eol(p, end);
 
             if (q > p) {
                 tb_sse_value(s, p, (size_t) (q - p));
@@ -1879,6 +2074,7 @@ static unsigned
 tb_sse_dispatch(tb_sse_t *s)
 {
     int              unnamed;
+    size_t           len;
     unsigned         rc;
     tb_usage_t       old;
     tb_json_walk_t   w;
@@ -1932,21 +2128,24 @@ tb_sse_dispatch(tb_sse_t *s)
         }
     }
 
-    if (strcmp(name, "message_start") == 0
-        || strcmp(name, "message_delta") == 0)
+    len = strlen(name);
+
+    if (len == 13
+        && (memcmp(name, "message_start", 13) == 0
+            || memcmp(name, "message_delta", 13) == 0))
     {
         if (!s->overflow && s->want_data) {
             old = s->usage;
 
-            tb_usage_merge(&s->usage, s->data, s->data_len,
-                           name[9] == 't' ? "message.usage" : "usage");
+            tb_usage_merge_event(&s->usage, s->data, s->data_len,
+                                 name[9] == 't' ? "message.usage" : "usage");
 
             if (memcmp(&old, &s->usage, sizeof(tb_usage_t)) != 0) {
                 rc |= TB_SSE_USAGE;
             }
         }
 
-    } else if (strcmp(name, "error") == 0) {
+    } else if (len == 5 && memcmp(name, "error", 5) == 0) {
         s->error = 1;
         rc |= TB_SSE_ERROR;
 
@@ -1961,7 +2160,7 @@ tb_sse_dispatch(tb_sse_t *s)
             s->error_message[0] = '\0';
         }
 
-    } else if (strcmp(name, "message_stop") == 0) {
+    } else if (len == 12 && memcmp(name, "message_stop", 12) == 0) {
         s->stop = 1;
         rc |= TB_SSE_STOP;
     }

@@ -3,10 +3,6 @@
  * the walk below trusts the grammar and only bounds its reads.
  */
 
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE                 /* memmem() */
-#endif
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +11,36 @@
 
 
 #define TB_SESSION_MAX_TOOLS  512
+
+
+/*
+ * Is the string "base64" anywhere in a JSON text?  Quotes are rare in a
+ * body next to its text, and memchr() finds them fast.
+ */
+
+static int
+tb_has_base64(const unsigned char *p, size_t len)
+{
+    const unsigned char  *end;
+
+    end = p + len;
+
+    while (end - p >= 8) {
+        p = memchr(p, '"', (size_t) (end - p - 7));
+
+        if (p == NULL) {
+            return 0;
+        }
+
+        if (memcmp(p, "\"base64\"", 8) == 0) {
+            return 1;
+        }
+
+        p++;
+    }
+
+    return 0;
+}
 #define TB_SESSION_MAX_DEPTH  64         /* deeper values are hashed raw */
 
 
@@ -487,7 +513,7 @@ tb_estimate_input(const unsigned char *body, size_t len, const tb_body_t *b)
      */
 
     if (b->messages.len
-        && memmem(body + b->messages.off, b->messages.len, "\"base64\"", 8))
+        && tb_has_base64(body + b->messages.off, b->messages.len))
     {
         msgs.p = body + b->messages.off;
         msgs.len = b->messages.len;

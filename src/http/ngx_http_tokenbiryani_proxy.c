@@ -40,6 +40,8 @@ static ngx_int_t ngx_http_tokenbiryani_input_filter(void *data,
     ssize_t bytes);
 static void ngx_http_tokenbiryani_feed_sse(ngx_http_tokenbiryani_ctx_t *ctx,
     u_char *p, u_char *last);
+static u_char *ngx_http_tokenbiryani_sse_buffers(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_sse_buffers_free(void *data);
 static void ngx_http_tokenbiryani_keep_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last);
 static void ngx_http_tokenbiryani_broken_outcome(ngx_http_request_t *r,
@@ -919,7 +921,7 @@ ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
     }
 
     if (ctx->sse_line == NULL) {
-        ctx->sse_line = ngx_pnalloc(r->pool, 2 * TB_SSE_LINE_MAX);
+        ctx->sse_line = ngx_http_tokenbiryani_sse_buffers(r);
         if (ctx->sse_line == NULL) {
             return NGX_ERROR;
         }
@@ -1024,6 +1026,59 @@ ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
     }
 
     return NGX_AGAIN;
+}
+
+
+/*
+ * The SSE parser's two line buffers (2 x 16 KB): too big for a request
+ * pool, so taken from a small per-worker stock of them and given back when
+ * the request ends, instead of a malloc() and a free() per stream.
+ */
+
+#define NGX_HTTP_TB_SSE_STOCK  32
+
+static u_char      *ngx_http_tokenbiryani_sse_stock[NGX_HTTP_TB_SSE_STOCK];
+static ngx_uint_t   ngx_http_tokenbiryani_sse_nstock;
+
+
+static u_char *
+ngx_http_tokenbiryani_sse_buffers(ngx_http_request_t *r)
+{
+    u_char              *p;
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    if (ngx_http_tokenbiryani_sse_nstock) {
+        p = ngx_http_tokenbiryani_sse_stock[--ngx_http_tokenbiryani_sse_nstock];
+
+    } else {
+        p = ngx_alloc(2 * TB_SSE_LINE_MAX, r->connection->log);
+        if (p == NULL) {
+            return NULL;
+        }
+    }
+
+    cln->handler = ngx_http_tokenbiryani_sse_buffers_free;
+    cln->data = p;
+
+    return p;
+}
+
+
+static void
+ngx_http_tokenbiryani_sse_buffers_free(void *data)
+{
+    if (ngx_http_tokenbiryani_sse_nstock < NGX_HTTP_TB_SSE_STOCK) {
+        ngx_http_tokenbiryani_sse_stock[ngx_http_tokenbiryani_sse_nstock++] =
+                                                                         data;
+        return;
+    }
+
+    ngx_free(data);
 }
 
 

@@ -101,7 +101,7 @@ ngx_http_tokenbiryani_account_t *
 ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t lease)
 {
-    ngx_uint_t                          probed;
+    ngx_uint_t                          probed, logging;
     size_t                              j;
     ngx_uint_t                          i, n, tries;
     tb_cand_t                          *c;
@@ -172,25 +172,32 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 
         i = (ngx_uint_t) ctx->decision.chosen;
 
-        for (j = 0; j < TB_NWINDOWS; j++) {
-            rem[j] = tb_window_available(a[i].sh, (int) j, in.now);
+        logging = (r->connection->log->log_level >= NGX_LOG_INFO);
+
+        if (logging) {
+            for (j = 0; j < TB_NWINDOWS; j++) {
+                rem[j] = tb_window_available(a[i].sh, (int) j, in.now);
+            }
         }
 
         ctx->lease = ngx_http_tokenbiryani_lease_take(tmcf, &a[i], &ctx->need,
                                                       in.now, &ctx->lease_id,
                                                       &probed);
 
-        p = ngx_snprintf(reason, sizeof(reason) - 1,
-                         "score %.3f, %ui eligible, affinity %s%s",
-                         ctx->outs[i].score, (ngx_uint_t) ctx->decision.eligible,
-                         tb_affinity_name(ctx->decision.affinity),
-                         probed ? ", half-open probe" : "");
-        *p = '\0';
+        if (logging) {
+            p = ngx_snprintf(reason, sizeof(reason) - 1,
+                             "score %.3f, %ui eligible, affinity %s%s",
+                             ctx->outs[i].score,
+                             (ngx_uint_t) ctx->decision.eligible,
+                             tb_affinity_name(ctx->decision.affinity),
+                             probed ? ", half-open probe" : "");
+            *p = '\0';
 
-        ngx_http_tokenbiryani_log_admission(r, ctx, &a[i], rem,
+            ngx_http_tokenbiryani_log_admission(r, ctx, &a[i], rem,
                               ctx->lease ? "admit" : "lost",
                               ctx->lease ? (char *) reason
                                          : "another worker took the capacity");
+        }
 
         if (ctx->lease) {
             ctx->probed = probed;
@@ -365,7 +372,8 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     }
 
     rec = &record;
-    ngx_memzero(rec, sizeof(ngx_http_tokenbiryani_record_t));
+    /* the candidates are written below, as many as there are */
+    ngx_memzero(rec, offsetof(ngx_http_tokenbiryani_record_t, cands));
 
     now = ngx_http_tokenbiryani_now_ms();
     a = tmcf->accounts.elts;

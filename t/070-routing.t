@@ -59,7 +59,7 @@ sub admin {
     json_decode($r->{body});
 }
 
-sub record { admin("/admin/requests/$_[0]{headers}{'x-tokenbiryani-request-id'}") }
+sub record { request_record($_[0]) }
 
 {
     no strict 'refs';

@@ -63,8 +63,7 @@ is(post(turn_body('c', $_))->{headers}{'x-tokenbiryani-account'}, $first,
    "turn $_ on its owner") for 2 .. 4;
 
 my $r = post(turn_body('c', 5));
-my $rec = json_decode(http_request(method => 'GET',
-    path => "/admin/requests/$r->{headers}{'x-tokenbiryani-request-id'}")->{body});
+my $rec = request_record($r);
 is($rec->{decision}{strategy}, 'fewest_requests', 'the strategy');
 my ($chosen) = grep { $_->{verdict} eq 'chosen' } @{ $rec->{decision}{candidates} };
 is_deeply([sort keys %{ $chosen->{terms} }], ['affinity', 'requests'],

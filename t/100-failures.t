@@ -275,7 +275,7 @@ my $w = http_request(method => 'POST', path => '/v1/messages', body => msg_body(
                                                  'x-tokenbiryani-max-wait' => 5 });
 is($w->{status}, 200, 'the waiter is served');
 is(bg_result($probe)->{status}, 200, 'the probe succeeded');
-my $rec = admin_get("/admin/requests/$w->{headers}{'x-tokenbiryani-request-id'}");
+my $rec = request_record($w);
 is($rec->{queue}{waits}, 1, 'after waiting in the queue');
 $a1 = account_of(pool_status(), 'a1');
 is($a1->{breaker}{state}, 'closed', 'the probe closed the breaker');
@@ -340,7 +340,7 @@ my @ev = map { $_->[0] } @{ sse_events($r->{body}) };
 is_deeply(\@ev, ['message_start', 'ping', 'ping', 'ping', 'ping', 'error'],
           'the client got the stream as it came, its error event last');
 is(sha256_hex($r->{body}), mock_log()->[0]{resp_sha256}, 'verbatim');
-my $rec = admin_get("/admin/requests/$r->{headers}{'x-tokenbiryani-request-id'}");
+my $rec = request_record($r);
 ok($rec->{ttft_ms} >= 500 && $rec->{ttft_ms} < 1500,
    "committed at the first bytes after the grace ($rec->{ttft_ms} ms)");
 

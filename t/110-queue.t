@@ -64,7 +64,7 @@ sub queued { my $q = pool_status()->{queue}; $q->{interactive} + $q->{batch} }
 
 sub tags { [map { $_->{headers}{'x-tag'} // '-' } @{ mock_log() }] }
 
-sub record { admin_get("/admin/requests/$_[0]{headers}{'x-tokenbiryani-request-id'}") }
+sub record { request_record($_[0]) }
 
 {
     no strict 'refs';

@@ -2588,6 +2588,9 @@ tb_conf_account_finish(tb_conf_ctx_t *ctx, tb_account_conf_t *a,
         a->observable_limits = 0;
     }
 
+    /* the router skips matching for the common ["*"] */
+    a->models_any = (a->models.n == 1 && strcmp(a->models.items[0], "*") == 0);
+
     if (a->base_url[0] != '\0') {
         /* parsed when it was read */
         return TB_CONF_OK;

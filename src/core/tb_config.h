@@ -85,6 +85,7 @@ typedef struct {
     double                    priority;               /* 0.0 */
     double                    cost_tier;              /* 1.0 */
     tb_strlist_t              models;                 /* ["*"] */
+    unsigned                  models_any:1;           /* models is ["*"] */
     int64_t                   max_concurrency;        /* 16 */
     double                    spend_cap_usd;          /* TB_UNSET */
     unsigned                  enabled:1;              /* true */

@@ -114,8 +114,8 @@ tb_window_level_inline(const tb_window_t *w, int64_t now)
         return TB_UNKNOWN;
     }
 
-    if (w->limit < 0 || w->remaining >= w->limit) {
-        /* no limit seen, nothing to refill toward */
+    if (w->remaining >= w->limit) {
+        /* no limit seen (-1), or nothing to refill toward */
         return w->remaining;
     }
 
@@ -145,9 +145,11 @@ tb_window_level_inline(const tb_window_t *w, int64_t now)
         return w->limit;
     }
 
+    /* 0 < elapsed < span: below the limit without a clamp */
+
     level = w->remaining + (w->limit - w->remaining) * elapsed / span;
 
-    return level < w->limit ? level : w->limit;
+    return level;
 }
 
 /* the latest reset of the windows a response says are empty; 0: none */

@@ -67,6 +67,9 @@ tb_strategy_builtin(const char *name)
 
 #define tb_level  tb_window_level_inline
 
+/* the tie-break's scale: below any difference a weight can make */
+#define TB_JITTER  1e-6
+
 
 int64_t
 tb_window_level(const tb_window_t *w, int64_t now)
@@ -249,9 +252,9 @@ static tb_verdict_e
 tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     tb_cand_out_t *o)
 {
-    int                        w, fits, exceeds;
+    int                        fits, exceeds;
     double                     h, f;
-    int64_t                    avail, want;
+    int64_t                    avail;
     const tb_window_t         *win;
     const tb_account_conf_t   *conf;
     const tb_account_state_t  *st;
@@ -267,32 +270,38 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     exceeds = 0;
     h = 1.0;
 
-    for (w = 0; w < TB_NWINDOWS; w++) {
-        win = &st->mirror.w[w];
+    /*
+     * The three windows, unrolled: this is the decision's inner loop.
+     * Admission takes the caller's max_tokens for the output window,
+     * whatever the lease says.
+     */
 
-        if (win->remaining < 0) {
-            continue;                       /* never seen: reads as full */
-        }
-
-        /* admission takes the caller's ceiling, whatever the lease says */
-        want = (w == TB_WIN_OUTPUT) ? in->need.max_tokens : in->need.n[w];
-
-        if (win->limit >= 0 && want > win->limit) {
-            exceeds = 1;
-        }
-
-        avail = tb_level(win, in->now) - st->reserved[w] - st->pending[w];
-
-        if (avail < in->need.n[w]) {
-            fits = 0;
-            avail = avail > 0 ? avail : 0;
-        }
-
-        if (win->limit > 0) {
-            f = (double) avail / (double) win->limit;
-            h = f < h ? f : h;
-        }
+#define tb_route_window(wi, want)                                              \
+    win = &st->mirror.w[wi];                                                   \
+                                                                              \
+    if (win->remaining >= 0) {                                                \
+        if ((uint64_t) (want) > (uint64_t) win->limit) { /* -1: none */     \
+            exceeds = 1;                                                      \
+        }                                                                     \
+                                                                              \
+        avail = tb_level(win, in->now) - st->reserved[wi] - st->pending[wi];    \
+                                                                              \
+        if (avail < in->need.n[wi]) {                                          \
+            fits = 0;                                                         \
+            avail = avail > 0 ? avail : 0;                                    \
+        }                                                                     \
+                                                                              \
+        if (win->limit > 0) {                                                 \
+            f = (double) avail / (double) win->limit;                         \
+            h = f < h ? f : h;                                                \
+        }                                                                     \
     }
+
+    tb_route_window(TB_WIN_REQUESTS, in->need.n[TB_WIN_REQUESTS])
+    tb_route_window(TB_WIN_INPUT, in->need.n[TB_WIN_INPUT])
+    tb_route_window(TB_WIN_OUTPUT, in->need.max_tokens)
+
+#undef tb_route_window
 
     o->headroom = conf->observable_limits ? (h < 1.0 ? h : 1.0)
                                           : conf->assumed_headroom;
@@ -306,8 +315,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     }
 
     if (in->model
-        && !(conf->models.n == 1 && conf->models.items[0][0] == '*'
-             && conf->models.items[0][1] == '\0')
+        && !conf->models_any
         && !tb_models_match(conf->models.items, conf->models.n, in->model,
                             in->model_len))
     {
@@ -382,7 +390,7 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
 {
     int                        best;
     size_t                     i, t;
-    double                     score, tmin, tmax, load, jitter;
+    double                     score, tmin, tmax, load, jitter, cost;
     double                     wm[TB_TERMS];
     uint64_t                   h;
     tb_cand_out_t             *o;
@@ -461,6 +469,8 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
         wm[t] = in->weights[t] * s->mult[t];
     }
 
+    cost = (tmax > tmin) ? -wm[5] / (tmax - tmin) : 0;
+
     for (i = 0; i < n; i++) {
         o = &out[i];
 
@@ -496,10 +506,7 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
                                     ? -wm[4] * (double) st->nfailures
                                       / (double) st->noutcomes
                                     : 0;
-            o->terms[TB_T_COST] = (tmax > tmin)
-                                  ? -wm[5] * (conf->cost_tier - tmin)
-                                    / (tmax - tmin)
-                                  : 0;
+            o->terms[TB_T_COST] = cost * (conf->cost_tier - tmin);
 
             score = o->terms[0] + o->terms[1] + o->terms[2] + o->terms[3]
                     + o->terms[4] + o->terms[5];
@@ -510,8 +517,14 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
          * conversation under replay, spread across conversations.
          */
 
+        o->score = score;
+
+        if (best >= 0 && score + TB_JITTER <= out[best].score) {
+            continue;                   /* no jitter can lift it */
+        }
+
         h = tb_hash_mix(in->session, c[i].id_hash);
-        jitter = (double) (h >> 11) * (1.0 / 9007199254740992.0) * 1e-6;
+        jitter = (double) (h >> 11) * (1.0 / 9007199254740992.0) * TB_JITTER;
 
         o->score = score + jitter;
 

@@ -70,8 +70,9 @@ typedef enum {
 
 /* what one attempt takes from an account's windows */
 typedef struct {
-    int64_t                   n[TB_NWINDOWS];  /* requests, input, output */
-    int64_t                   max_tokens;      /* the caller's ceiling */
+    int64_t                   n[TB_NWINDOWS];  /* requests, input, output;
+                                                  never negative */
+    int64_t                   max_tokens;      /* the caller's ceiling, >= 0 */
 } tb_need_t;
 
 

@@ -77,6 +77,7 @@ pool_init(bench_pool_t *p, size_t n)
         p->conf[i].assumed_headroom = 0.5;
         p->conf[i].models.items = star;
         p->conf[i].models.n = 1;
+        p->conf[i].models_any = 1;          /* as the loader sets it */
 
         tb_account_state_init(&p->st[i], p->ids[i], fp);
 

@@ -472,6 +472,7 @@ TB_TEST(test_full_file)
         TB_CHECK_DBL(a->priority, 2.5, 1e-9);
         TB_CHECK_DBL(a->cost_tier, .8, 1e-9);
         TB_CHECK_INT(a->models.n, 2);
+        TB_CHECK_INT(a->models_any, 0);
         TB_CHECK_INT(a->max_concurrency, 4);
         TB_CHECK_DBL(a->spend_cap_usd, 100, 1e-9);
         TB_CHECK_INT(a->enabled, 1);
@@ -505,6 +506,8 @@ TB_TEST(test_full_file)
         if (a->models.n == 1) {
             TB_CHECK_STR(a->models.items[0], "*");
         }
+
+        TB_CHECK_INT(a->models_any, 1);
     }
 
     TB_CHECK_INT(cf->nkeys, 2);

@@ -99,7 +99,7 @@ our @EXPORT = ((grep { !/^\$/ } @Test::Base::EXPORT), qw(note explain BAIL_OUT
     http_request http_requests_concurrent http_request_abort
     mock_start mock_stop mock_log mock_reset mock_config mock_stats
     nginx_reload nginx_pid worker_pids wait_idle error_log_since_block_start write_user_file
-    poll_until json_decode json_encode sha256_hex));
+    poll_until json_decode json_encode sha256_hex request_record));
 
 sub import {
     strict->import; warnings->import;
@@ -223,6 +223,23 @@ sub poll_until {    # poll $cond (1 ms, doubling up to 20 ms) until true or $sec
         return undef if time > $end;
         sleep $d; $d = min($d * 2, 0.02);
     }
+}
+
+# A request's record enters the inspector when the request ends, which can be
+# a moment after its client read the last byte (and the next request may be
+# in the other worker): await it, as an operator's script would.
+sub request_record {
+    my ($res, %h) = @_;
+    my $id = ref $res ? $res->{headers}{'x-tokenbiryani-request-id'} : $res;
+    die "request_record: the response carries no x-tokenbiryani-request-id\n" unless defined $id;
+    my $last;
+    my $rec = poll_until(5, sub {
+        $last = http_request(method => 'GET', path => "/admin/requests/$id",
+                             headers => { 'x-api-key' => 'admin-key', %h });
+        ($last->{status} // 0) == 200 ? json_decode($last->{body}) : undef;
+    });
+    die "/admin/requests/$id: $last->{status} $last->{body}\n" unless $rec;
+    $rec;
 }
 
 sub reap {          # wait status of our child $pid within $secs, or undef

@@ -29,8 +29,8 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libcjson-dev libyaml-dev libhiredis-dev \
               libtest-base-perl perl python3 openssl curl procps
 
-.PHONY: all deps build unit test test-asan fuzz bench-core bench-cache \
-        bench-stampede run stop clean
+.PHONY: all deps build unit test test-asan test-valgrind fuzz bench-core bench-cache \
+        bench-overhead bench-stampede run stop clean
 
 all: build
 
@@ -98,6 +98,24 @@ test-asan: deps
 	    TEST_NGINX_PLUGIN=$(BUILD)/asan/ngx_http_tokenbiryani_example_strategy_module.so \
 	    prove -r -j1 t/
 
+# memcheck on the unit tests and on the suites that exercise the module's
+# request path one feature at a time (nginx and its workers under valgrind:
+# slow, so not in make test; the timing-bound suites stay with test-asan)
+VALGRIND_SUITES := t/010-proxy.t t/040-admin.t t/050-config.t t/060-errors.t \
+                   t/090-plugin.t
+
+test-valgrind: build $(UNIT_BINS)
+	@command -v valgrind >/dev/null || $(MAKE) deps DEB_PKGS=valgrind
+	@for b in $(UNIT_BINS); do \
+	    valgrind -q --error-exitcode=99 --leak-check=full \
+	        --errors-for-leak-kinds=definite $$b >/dev/null || exit 1; \
+	    echo "$$(basename $$b) (valgrind): clean"; \
+	done
+	@cd $(TOP) && TEST_NGINX_VALGRIND=1 \
+	    TEST_NGINX_LOAD_MODULES=$(MODULE) \
+	    TEST_NGINX_PLUGIN=$(BUILD)/ngx_http_tokenbiryani_example_strategy_module.so \
+	    prove -j1 $(VALGRIND_SUITES)
+
 # the cache-affinity benchmark through the real gateway: every strategy and
 # an oracle on the reference's workload (4 accounts, 24 conversations,
 # 8 turns); BENCH_ARGS="--accounts 3 ..." for another size
@@ -108,6 +126,14 @@ bench-cache: build
 # had to send because the gateway admitted past a window (goal 0)
 bench-stampede: build
 	@/usr/bin/python3 t/bench/stampede.py --module $(MODULE) $(BENCH_ARGS)
+
+# wrk against a static upstream, plain nginx proxy_pass, the gateway and
+# Portkey's gateway (npm, Node 20) in one run: req/s, p50/p99, ratios
+bench-overhead: build
+	@command -v wrk >/dev/null || $(MAKE) deps DEB_PKGS=wrk
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	    || $(MAKE) deps DEB_PKGS="nodejs npm"
+	@/usr/bin/python3 t/bench/overhead.py --module $(MODULE) $(BENCH_ARGS)
 
 # libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
 # the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/

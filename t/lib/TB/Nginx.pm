@@ -116,11 +116,17 @@ my $Bin      = $ENV{TEST_NGINX_BINARY} || 'nginx';
 my $Workers  = 1;
 my $Master   = $ENV{TEST_NGINX_MASTER_PROCESS} || 'off';
 my $LogLevel = $ENV{TEST_NGINX_LOG_LEVEL} || 'info';
-my $Timeout  = $ENV{TEST_NGINX_TIMEOUT} || 10;
+my $Timeout  = $ENV{TEST_NGINX_TIMEOUT} || ($ENV{TEST_NGINX_VALGRIND} ? 60 : 10);
 my $NoShuffle = $ENV{TEST_NGINX_NO_SHUFFLE} || 0;
 my ($NoRootLocation, $RepeatEach) = (0, 1);
 my $StatusSock = "$ServRoot/logs/tb-status.sock";
-my $CrashRe = qr/\[(?:alert|emerg|crit)\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:/;
+# TEST_NGINX_VALGRIND=1: nginx runs under memcheck (its reports go to the
+# stderr log, which every block scans), with start-up and stop waits to match
+my $Valgrind = $ENV{TEST_NGINX_VALGRIND} || 0;
+my $StartSecs = $Valgrind ? 90 : 5;
+my $CrashRe = qr/\[(?:alert|emerg|crit)\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:
+    |^==\d+==\ (?:Invalid\ |Conditional\ jump|Use\ of\ uninitialised|Syscall\ param|Mismatched
+    |Source\ and\ destination|Process\ terminating|Argument\ '|[A-Za-z]+\ of\ size\ \d+\ bytes?\ inside)/x;
 my $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
 my %Known = map { $_ => 1 } qw(main_config http_config config user_files request more_headers
     error_code error_code_like response_body response_body_like response_body_unlike response_headers
@@ -200,8 +206,10 @@ sub children_of {
 }
 
 sub worker_pids {     # list of pids; their number in scalar context
+    # under valgrind nginx cannot retitle its processes: every child counts
     my @p = !$NginxPid ? () : $Master ne 'on' ? ($NginxPid)
-          : sort { $a <=> $b } grep { my $c = cmdline($_); $c =~ /worker process/ && $c !~ /shutting down/ }
+          : sort { $a <=> $b } grep { my $c = cmdline($_);
+                $Valgrind || ($c =~ /worker process/ && $c !~ /shutting down/) }
                 children_of($NginxPid);
     wantarray ? @p : scalar @p;
 }
@@ -280,9 +288,12 @@ sub kill_stale {    # a nginx / mock left by an earlier, interrupted run of this
 
 sub start_nginx {   # returns (1) when serving, or (0, wait status or undef, reason)
     return (0, undef, "port $Port is already in use") if listening($Port);
-    $NginxPid = spawn("$ServRoot/logs/stderr.log", $Bin, '-p', "$ServRoot/", '-c', 'conf/nginx.conf');
+    my @vg = !$Valgrind ? () : ('valgrind', '-q', '--tool=memcheck', '--leak-check=no',
+        '--track-origins=yes', '--num-callers=30',
+        "--suppressions=$TDir/valgrind.supp");
+    $NginxPid = spawn("$ServRoot/logs/stderr.log", @vg, $Bin, '-p', "$ServRoot/", '-c', 'conf/nginx.conf');
     my ($st, $exited);
-    my $ok = poll_until(5, sub {
+    my $ok = poll_until($StartSecs, sub {
         my $r = waitpid($NginxPid, WNOHANG);
         if ($r == $NginxPid) { ($st, $exited) = ($?, 1); return 1 }
         my ($p) = slurp("$ServRoot/logs/nginx.pid") =~ /(\d+)/;
@@ -292,14 +303,14 @@ sub start_nginx {   # returns (1) when serving, or (0, wait status or undef, rea
     if ($exited) { undef $NginxPid; return (0, $st, 'nginx exited') }
     return (1) if $ok;
     stop_nginx();
-    (0, undef, 'nginx did not come up within 5 s');
+    (0, undef, "nginx did not come up within $StartSecs s");
 }
 
 sub stop_nginx {    # returns (wait status, how) or () if nginx was not running
     return () unless $NginxPid;
     my @workers = $Master eq 'on' ? children_of($NginxPid) : ();
-    my ($st, $how) = stop_pid($NginxPid, 'QUIT', 5);
-    poll_until(5, sub { !grep { alive($_) } @workers }) or kill 'KILL', grep { alive($_) } @workers;
+    my ($st, $how) = stop_pid($NginxPid, 'QUIT', $Valgrind ? 60 : 5);
+    poll_until($Valgrind ? 60 : 5, sub { !grep { alive($_) } @workers }) or kill 'KILL', grep { alive($_) } @workers;
     undef $NginxPid;
     ($st, $how);
 }

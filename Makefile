@@ -98,11 +98,10 @@ test-asan: deps
 	    TEST_NGINX_PLUGIN=$(BUILD)/asan/ngx_http_tokenbiryani_example_strategy_module.so \
 	    prove -r -j1 t/
 
-# memcheck on the unit tests and on the suites that exercise the module's
-# request path one feature at a time (nginx and its workers under valgrind:
-# slow, so not in make test; the timing-bound suites stay with test-asan)
-VALGRIND_SUITES := t/010-proxy.t t/040-admin.t t/050-config.t t/060-errors.t \
-                   t/090-plugin.t
+# memcheck on the unit tests and on every suite of the module (nginx, its
+# master and workers, under valgrind); t/000-harness.t tests the harness
+# with plain nginx, whose rlimit and timing checks do not hold under it
+VALGRIND_SUITES := $(filter-out t/000-harness.t,$(wildcard t/[0-9]*.t))
 
 test-valgrind: build $(UNIT_BINS)
 	@command -v valgrind >/dev/null || $(MAKE) deps DEB_PKGS=valgrind

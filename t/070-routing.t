@@ -227,10 +227,13 @@ is(post(turn_body("k$_", 1))->{headers}{'x-tokenbiryani-account'}, 'a2',
 --- config eval: $::Locations
 --- user_files eval: $::Yaml
 --- check
-my @r = map { post(msg_body(text => "question $_")) } 1 .. 3;
+# each request's record awaited before the next is sent: the list's order
+# is the order in which requests ended
+my @r = map { my $r = post(msg_body(text => "question $_")); record($r); $r } 1 .. 3;
 my $f = post(msg_body(text => 'with a failure'), 'x-mock-script' => '429,ok',
              'x-mock-script-id' => 'i');
 is($f->{status}, 200, 'served after a failover');
+record($f);
 
 my $list = admin('/admin/requests?limit=3')->{requests};
 is(scalar @$list, 3, 'limit 3');

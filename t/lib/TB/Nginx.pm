@@ -124,9 +124,9 @@ my $StatusSock = "$ServRoot/logs/tb-status.sock";
 # stderr log, which every block scans), with start-up and stop waits to match
 my $Valgrind = $ENV{TEST_NGINX_VALGRIND} || 0;
 my $StartSecs = $Valgrind ? 90 : 5;
-my $CrashRe = qr/\[(?:alert|emerg|crit)\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:
+my $CrashRe = qr/\[(?:alert|emerg|crit)\]|exited\ on\ signal|AddressSanitizer|LeakSanitizer|runtime\ error:
     |^==\d+==\ (?:Invalid\ |Conditional\ jump|Use\ of\ uninitialised|Syscall\ param|Mismatched
-    |Source\ and\ destination|Process\ terminating|Argument\ '|[A-Za-z]+\ of\ size\ \d+\ bytes?\ inside)/x;
+    |Source\ and\ destination|Process\ terminating|Argument\ ')/x;
 my $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
 my %Known = map { $_ => 1 } qw(main_config http_config config user_files request more_headers
     error_code error_code_like response_body response_body_like response_body_unlike response_headers
@@ -413,7 +413,7 @@ sub error_log_since_block_start {
 
 # ---------------------------------------------------------------- HTTP client
 sub wait_idle {     # until no client request is in flight in nginx (stub_status counters)
-    my $secs = shift // 5;
+    my $secs = shift // ($Valgrind ? 30 : 5);
     return 1 unless $NginxPid;
     if (!$HaveStatus) { our $Warned++ or diag("$Bin lacks stub_status: wait_idle() cannot wait"); return 1 }
     my $last = 'no answer';

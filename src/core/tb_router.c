@@ -276,17 +276,17 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
      * whatever the lease says.
      */
 
-#define tb_route_window(wi, want)                                              \
-    win = &st->mirror.w[wi];                                                   \
+#define tb_route_window(wi, want)                                             \
+    win = &st->mirror.w[wi];                                                  \
                                                                               \
     if (win->remaining >= 0) {                                                \
-        if ((uint64_t) (want) > (uint64_t) win->limit) { /* -1: none */     \
+        if ((uint64_t) (want) > (uint64_t) win->limit) { /* -1: none */       \
             exceeds = 1;                                                      \
         }                                                                     \
                                                                               \
-        avail = tb_level(win, in->now) - st->reserved[wi] - st->pending[wi];    \
+        avail = tb_level(win, in->now) - st->reserved[wi] - st->pending[wi];  \
                                                                               \
-        if (avail < in->need.n[wi]) {                                          \
+        if (avail < in->need.n[wi]) {                                         \
             fits = 0;                                                         \
             avail = avail > 0 ? avail : 0;                                    \
         }                                                                     \

@@ -427,7 +427,7 @@ sub wait_idle {     # until no client request is in flight in nginx (stub_status
         $last = "reading $1, writing $2 (1 is this status request)";
         $1 + $2 <= 1;
     }) and return 1;
-    diag("wait_idle: nginx still busy after ${secs}s: $last");
+    diag("wait_idle: nginx still busy after ${secs}s: $last" . (our $CurBlock ? " ($CurBlock)" : ''));
     0;
 }
 
@@ -809,6 +809,7 @@ sub start_failure {
 sub run_block {
     my $b = shift;
     my $name = $b->name;
+    our $CurBlock = $name;
     if (my @unknown = grep { !$Known{$_} } @{ $b->{_section_order}[0] || [] }) {     # never pass vacuously
         return ok(0, "$name - unsupported section(s) --- @unknown: this harness would silently ignore them");
     }

@@ -1146,16 +1146,30 @@ ngx_http_tokenbiryani_admin_account(ngx_http_request_t *r, u_char *p,
 static cJSON *
 ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
 {
-    char                                id[NGX_HTTP_TB_REQUEST_ID_LEN + 1];
-    ngx_uint_t                          c, n[2];
-    ngx_queue_t                        *q;
-    cJSON                              *obj, *arr, *item;
-    ngx_http_tokenbiryani_shm_t        *sh;
-    ngx_http_tokenbiryani_waiter_t     *w;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    char                                 id[NGX_HTTP_TB_REQUEST_ID_LEN + 1];
+    ngx_uint_t                           i, k, max;
+    cJSON                               *obj, *arr, *item;
+    ngx_http_tokenbiryani_queue_view_t   view;
+    ngx_http_tokenbiryani_waiter_view_t *w;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    sh = tmcf->sh;
+
+    /*
+     * Room for the waiters there are now and some that may come before the
+     * lock is taken (read without it: only a size); later ones are counted
+     * but not listed.  The queue never holds more than max_size.
+     */
+    max = ngx_min(tmcf->sh->nwaiting + 64,
+                  (ngx_uint_t) tmcf->tbcf->queue_max_size);
+
+    w = ngx_palloc(r->pool, (max ? max : 1)
+                            * sizeof(ngx_http_tokenbiryani_waiter_view_t));
+    if (w == NULL) {
+        return NULL;
+    }
+
+    k = ngx_http_tokenbiryani_queue_snapshot(tmcf, &view, w, max);
 
     obj = cJSON_CreateObject();
     if (obj == NULL) {
@@ -1168,50 +1182,35 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
         return NULL;
     }
 
-    n[0] = 0;
-    n[1] = 0;
-
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
-
-    for (c = 0; c < 2; c++) {
-        for (q = ngx_queue_head(&sh->waiting[c]);
-             q != ngx_queue_sentinel(&sh->waiting[c]);
-             q = ngx_queue_next(q))
-        {
-            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
-            n[c]++;
-
-            item = cJSON_CreateObject();
-            if (item == NULL) {
-                continue;
-            }
-
-            ngx_memcpy(id, w->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
-            id[NGX_HTTP_TB_REQUEST_ID_LEN] = '\0';
-
-            cJSON_AddStringToObject(item, "request_id", id);
-            cJSON_AddStringToObject(item, "priority",
-                                    c ? "batch" : "interactive");
-            cJSON_AddNumberToObject(item, "waited_ms",
-                                    (double) (now - w->enqueued_ms));
-            cJSON_AddNumberToObject(item, "worker", (double) w->pid);
-            cJSON_AddItemToArray(arr, item);
+    for (i = 0; i < k; i++) {
+        item = cJSON_CreateObject();
+        if (item == NULL) {
+            continue;
         }
+
+        ngx_memcpy(id, w[i].request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+        id[NGX_HTTP_TB_REQUEST_ID_LEN] = '\0';
+
+        cJSON_AddStringToObject(item, "request_id", id);
+        cJSON_AddStringToObject(item, "priority",
+                                w[i].cls ? "batch" : "interactive");
+        cJSON_AddNumberToObject(item, "waited_ms",
+                                (double) (now - w[i].enqueued_ms));
+        cJSON_AddNumberToObject(item, "worker", (double) w[i].pid);
+        cJSON_AddItemToArray(arr, item);
     }
 
-    cJSON_AddNumberToObject(obj, "depth", (double) sh->nwaiting);
-    cJSON_AddNumberToObject(obj, "interactive", (double) n[0]);
-    cJSON_AddNumberToObject(obj, "batch", (double) n[1]);
+    cJSON_AddNumberToObject(obj, "depth", (double) view.depth);
+    cJSON_AddNumberToObject(obj, "interactive", (double) view.n[0]);
+    cJSON_AddNumberToObject(obj, "batch", (double) view.n[1]);
     cJSON_AddNumberToObject(obj, "max_size",
                             (double) tmcf->tbcf->queue_max_size);
-    cJSON_AddNumberToObject(obj, "queued_total", (double) sh->queued_total);
-    cJSON_AddNumberToObject(obj, "served", (double) sh->queue_served);
-    cJSON_AddNumberToObject(obj, "timed_out", (double) sh->queue_timeouts);
-    cJSON_AddNumberToObject(obj, "refused_full", (double) sh->queue_full);
-    cJSON_AddNumberToObject(obj, "client_left", (double) sh->queue_left);
-    cJSON_AddNumberToObject(obj, "dropped_stale", (double) sh->queue_stale);
-
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    cJSON_AddNumberToObject(obj, "queued_total", (double) view.queued_total);
+    cJSON_AddNumberToObject(obj, "served", (double) view.served);
+    cJSON_AddNumberToObject(obj, "timed_out", (double) view.timed_out);
+    cJSON_AddNumberToObject(obj, "refused_full", (double) view.full);
+    cJSON_AddNumberToObject(obj, "client_left", (double) view.left);
+    cJSON_AddNumberToObject(obj, "dropped_stale", (double) view.stale);
 
     return obj;
 }

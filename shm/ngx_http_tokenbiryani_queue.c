@@ -399,3 +399,62 @@ ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     ngx_shmtx_unlock(&tmcf->shpool->mutex);
 }
+
+
+/*
+ * The queue as the admin API shows it: counters and up to max waiters in
+ * queue order, copied under the lock so that nothing is built while the
+ * zone is held.  Returns how many waiters were copied.
+ */
+
+ngx_uint_t
+ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_queue_view_t *view,
+    ngx_http_tokenbiryani_waiter_view_t *waiters, ngx_uint_t max)
+{
+    ngx_uint_t                       c, k;
+    ngx_queue_t                     *q;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_waiter_t  *w;
+
+    sh = tmcf->sh;
+    k = 0;
+
+    ngx_shmtx_lock(&tmcf->shpool->mutex);
+
+    for (c = 0; c < 2; c++) {
+        view->n[c] = 0;
+
+        for (q = ngx_queue_head(&sh->waiting[c]);
+             q != ngx_queue_sentinel(&sh->waiting[c]);
+             q = ngx_queue_next(q))
+        {
+            view->n[c]++;
+
+            if (k == max) {
+                continue;
+            }
+
+            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+
+            ngx_memcpy(waiters[k].request_id, w->request_id,
+                       NGX_HTTP_TB_REQUEST_ID_LEN);
+            waiters[k].cls = c;
+            waiters[k].enqueued_ms = w->enqueued_ms;
+            waiters[k].pid = w->pid;
+            k++;
+        }
+    }
+
+    view->depth = sh->nwaiting;
+    view->queued_total = sh->queued_total;
+    view->served = sh->queue_served;
+    view->timed_out = sh->queue_timeouts;
+    view->full = sh->queue_full;
+    view->left = sh->queue_left;
+    view->stale = sh->queue_stale;
+
+    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+
+    return k;
+}

@@ -249,6 +249,29 @@ void ngx_http_tokenbiryani_queue_blocked(
 ngx_uint_t ngx_http_tokenbiryani_queue_scan(
     ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now, uint64_t *ids,
     ngx_uint_t max);
+/* what the admin API shows of the queue, copied out under the lock */
+typedef struct {
+    u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
+    ngx_uint_t                     cls;
+    int64_t                        enqueued_ms;
+    ngx_pid_t                      pid;
+} ngx_http_tokenbiryani_waiter_view_t;
+
+typedef struct {
+    ngx_uint_t                     depth;
+    ngx_uint_t                     n[2];          /* by class */
+    uint64_t                       queued_total;
+    uint64_t                       served;
+    uint64_t                       timed_out;
+    uint64_t                       full;
+    uint64_t                       left;
+    uint64_t                       stale;
+} ngx_http_tokenbiryani_queue_view_t;
+
+ngx_uint_t ngx_http_tokenbiryani_queue_snapshot(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_queue_view_t *view,
+    ngx_http_tokenbiryani_waiter_view_t *waiters, ngx_uint_t max);
 void ngx_http_tokenbiryani_capacity_changed(
     ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
 uint64_t ngx_http_tokenbiryani_capacity_gen(

@@ -334,9 +334,14 @@ is(scalar(grep { ($_->{headers}{'x-tag'} // '') eq '' } @{ mock_log() }), 2,
 # a batch key waits as batch, and cannot claim interactive
 my $blk = blocker(600);
 my $b = bg_request(msg('x-api-key' => 'batch-key', 'x-tokenbiryani-priority' => 'interactive'));
-ok(poll_until(5, sub { pool_status()->{queue}{batch} == 1 }), 'queued as batch');
+my $q;
+ok(poll_until(5, sub { $q = pool_status()->{queue}; $q->{batch} == 1 }), 'queued as batch');
+is(scalar @{ $q->{waiting} }, 1, 'one waiter listed');
+is($q->{waiting}[0]{priority}, 'batch', '... as batch');
+ok((grep { $_ == $q->{waiting}[0]{worker} } worker_pids()), '... held by a worker');
 my $rb = bg_result($b);
 is($rb->{status}, 200, 'served');
 is(record($rb)->{priority}, 'batch', 'recorded as batch');
+is(record($rb)->{request_id}, $q->{waiting}[0]{request_id}, 'the waiter listed was this request');
 bg_result($blk);
 quiet_pool_ok();

@@ -288,6 +288,8 @@ ngx_uint_t ngx_http_tokenbiryani_account_sets(
     ngx_http_tokenbiryani_account_t *a, ngx_str_t *name);
 
 /* routing glue (src/http/ngx_http_tokenbiryani_router.c) */
+void ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, tb_route_in_t *in);
 ngx_int_t ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
 ngx_http_tokenbiryani_account_t *ngx_http_tokenbiryani_route(

@@ -522,16 +522,7 @@ ngx_http_tokenbiryani_soonest(ngx_http_request_t *r,
         c[i].tried = 0;
     }
 
-    ngx_memzero(&in, sizeof(tb_route_in_t));
-
-    in.strategy = tmcf->strategy;
-    ngx_memcpy(in.weights, tmcf->weights, sizeof(in.weights));
-    in.model = ctx->body.model;
-    in.model_len = ctx->body.model_len;
-    in.model_hash = ctx->model_hash;
-    in.breaker = tmcf->breaker;
-    in.need = ctx->need;
-    in.owner = -1;
+    ngx_http_tokenbiryani_route_input(tmcf, ctx, &in);
     in.now = now;
 
     tb_route(&in, c, n, outs, &d);

@@ -92,6 +92,25 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 }
 
 
+/* what every decision about this request is asked: its model and need */
+
+void
+ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, tb_route_in_t *in)
+{
+    ngx_memzero(in, sizeof(tb_route_in_t));
+
+    in->strategy = tmcf->strategy;
+    ngx_memcpy(in->weights, tmcf->weights, sizeof(in->weights));
+    in->model = ctx->body.model;
+    in->model_len = ctx->body.model_len;
+    in->model_hash = ctx->model_hash;
+    in->breaker = tmcf->breaker;
+    in->need = ctx->need;
+    in->owner = -1;
+}
+
+
 /*
  * One decision, and the lease on its choice.  NULL when no account can
  * take the request now; ctx->decision says whether one ever could.
@@ -118,17 +137,8 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     n = tmcf->accounts.nelts;
     kc = ctx->key;
 
-    ngx_memzero(&in, sizeof(tb_route_in_t));
-
-    in.strategy = tmcf->strategy;
-    ngx_memcpy(in.weights, tmcf->weights, sizeof(in.weights));
-    in.model = ctx->body.model;
-    in.model_len = ctx->body.model_len;
-    in.model_hash = ctx->model_hash;
-    in.breaker = tmcf->breaker;
-    in.need = ctx->need;
+    ngx_http_tokenbiryani_route_input(tmcf, ctx, &in);
     in.session = ctx->session;
-    in.owner = -1;
 
     if (in.strategy->rotate) {
         in.cursor = ngx_http_tokenbiryani_shm_rr_next(tmcf);

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -215,14 +214,7 @@ class Portkey:
             ["node", main, "--port=%d" % self.port, "--headless"],
             cwd=self.dir, stdout=self.log, stderr=self.log,
             env=dict(os.environ, NODE_ENV="production"))
-
-        def up():
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 1).close()
-                return True
-            except OSError:
-                return False
-        tbbench.wait_for(up, 30, "portkey")
+        tbbench.wait_listening(self.port, 30, "portkey")
 
     def pids(self):
         return [self.proc.pid]

@@ -67,7 +67,7 @@ def main():
 
     # every request connected first, then all of them sent at once
     results = [None] * args.requests
-    go = threading.Event()
+    ready = threading.Barrier(args.requests + 1, timeout=60)
 
     def one(i):
         body = json.dumps({
@@ -78,10 +78,17 @@ def main():
                "x-api-key: bir_bench\r\ncontent-type: application/json\r\n"
                "connection: close\r\ncontent-length: %d\r\n\r\n%s"
                % (len(body), body)).encode()
+        s = None
         try:
             s = socket.create_connection(("127.0.0.1", gw.port), 30)
+        except OSError as e:
+            results[i] = (0, str(e))
+        # every thread connected (or failed to): that is the start
+        ready.wait()
+        if s is None:
+            return
+        try:
             s.settimeout(args.wait + 30)
-            go.wait()
             s.sendall(req)
             data = b""
             while True:
@@ -101,9 +108,8 @@ def main():
                for i in range(args.requests)]
     for t in threads:
         t.start()
-    time.sleep(0.5)     # let every thread connect: the start is the event
+    ready.wait()
     t0 = time.monotonic()
-    go.set()
     for t in threads:
         t.join()
     wall = time.monotonic() - t0

@@ -36,6 +36,16 @@ def wait_for(cond, secs, what):
     raise RuntimeError("timed out waiting for %s" % what)
 
 
+def wait_listening(port, secs, what):
+    def up():
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return True
+        except OSError:
+            return False
+    wait_for(up, secs, what)
+
+
 class Mock:
     """t/mock/mock.py on n free ports."""
 
@@ -144,14 +154,7 @@ http {
                         "conf/nginx.conf"], check=True)
         pidf = os.path.join(self.prefix, "logs", "nginx.pid")
         wait_for(lambda: os.path.exists(pidf), 10, "nginx")
-
-        def up():
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 1).close()
-                return True
-            except OSError:
-                return False
-        wait_for(up, 10, "nginx listening")
+        wait_listening(self.port, 10, "nginx listening")
 
     def pids(self):
         with open(os.path.join(self.prefix, "logs", "nginx.pid")) as f:

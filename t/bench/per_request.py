@@ -87,7 +87,7 @@ def measure_strace(srv, path, key, body, args, lua, out):
                     return False
         return True
     tbbench.wait_for(attached, 10, "strace to attach")
-    n = wrk(srv.port, path, key, body, 1, 2, lua)
+    n = wrk(srv.port, path, key, body, args.conns, 2, lua)
     st.send_signal(signal.SIGINT)
     st.wait()
     calls = {}

@@ -461,6 +461,13 @@ ngx_http_tokenbiryani_merge_loc_conf(ngx_conf_t *cf, void *parent,
     u->next_upstream_tries = 0;
     u->next_upstream_timeout = 0;
 
+    /* an upstream never steers nginx: no redirects, rates or charsets */
+    u->ignore_headers = NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT
+                        |NGX_HTTP_UPSTREAM_IGN_XA_EXPIRES
+                        |NGX_HTTP_UPSTREAM_IGN_XA_LIMIT_RATE
+                        |NGX_HTTP_UPSTREAM_IGN_XA_BUFFERING
+                        |NGX_HTTP_UPSTREAM_IGN_XA_CHARSET;
+
 #if (NGX_HTTP_SSL)
     u->ssl = tmcf->ssl;
     u->ssl_session_reuse = 1;

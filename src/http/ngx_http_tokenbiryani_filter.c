@@ -13,6 +13,7 @@
 
 
 static ngx_int_t ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_tokenbiryani_unrouted(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
@@ -63,11 +64,14 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
     if (ctx == NULL) {
         tlcf = ngx_http_get_module_loc_conf(r, ngx_http_tokenbiryani_module);
 
-        if (tlcf->type == 0) {
+        if (tlcf->type == 0 && !ngx_http_tokenbiryani_unrouted(r)) {
             return ngx_http_next_header_filter(r);
         }
 
-        /* nginx answered before the handler ran (a body that is too big) */
+        /*
+         * nginx answered before the handler ran (a body that is too big),
+         * or before any location was chosen (a malformed request)
+         */
 
         ctx = ngx_http_tokenbiryani_create_ctx(r);
         if (ctx == NULL) {
@@ -146,6 +150,42 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
     ngx_http_clear_etag(r);
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * An error nginx raised before the request reached any location (bad
+ * framing, headers too large, an invalid header) on a server that hosts
+ * the gateway: its clients get an Anthropic error too.
+ */
+
+static ngx_uint_t
+ngx_http_tokenbiryani_unrouted(ngx_http_request_t *r)
+{
+    ngx_uint_t                          i;
+    ngx_http_core_srv_conf_t           *cscf, **servers;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    if (r->headers_out.status < NGX_HTTP_BAD_REQUEST) {
+        return 0;
+    }
+
+    cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+
+    if (cscf == NULL || r->loc_conf != cscf->ctx->loc_conf) {
+        return 0;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    servers = tmcf->servers.elts;
+
+    for (i = 0; i < tmcf->servers.nelts; i++) {
+        if (servers[i] == cscf) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -301,6 +341,11 @@ ngx_http_tokenbiryani_default_error(ngx_http_request_t *r,
     case NGX_HTTP_NOT_FOUND:
         ngx_http_tokenbiryani_set_error(r, status, "not_found_error",
             "not found: %V", &r->uri);
+        return;
+
+    case NGX_HTTP_BAD_REQUEST:
+        ngx_http_tokenbiryani_set_error(r, status, "invalid_request_error",
+            "the request is not valid HTTP (its framing or a header)");
         return;
 
     case NGX_HTTP_REQUEST_URI_TOO_LARGE:

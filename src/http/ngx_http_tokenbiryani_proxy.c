@@ -15,6 +15,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
+static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
@@ -87,6 +88,21 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
 
     uri = &r->uri;
 
+    /*
+     * The path sent upstream is the one checked here, so it must mean the
+     * same to every parser: no dot-segments, empty segments, fragments or
+     * percent-encoding (an encoded "/", "." or "?" is read differently by
+     * different servers).  No client of the Messages API sends one.
+     */
+
+    if (r->complex_uri || r->quoted_uri || r->empty_path_in_uri) {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_request_error",
+                   "the request path must be plain: no \".\" or \"..\" "
+                   "segments, empty segments, fragments or "
+                   "percent-encoding");
+    }
+
     if (uri->len == sizeof("/v1/messages") - 1
         && ngx_strncmp(uri->data, "/v1/messages", uri->len) == 0)
     {
@@ -120,6 +136,18 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
                        "%V expects GET, not %V", uri, &r->method_name);
         }
 
+        /*
+         * A body on a GET is never sent upstream: without a length of its
+         * own it would be read there as the start of another request.
+         */
+
+        if (ngx_http_tokenbiryani_has_body(r)) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error",
+                       "%V carries no body: send %V without one",
+                       &r->method_name, uri);
+        }
+
     } else if (r->method != NGX_HTTP_POST) {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
                    "invalid_request_error",
@@ -144,6 +172,24 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
     }
 
     return NGX_DONE;
+}
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_has_body(ngx_http_request_t *r)
+{
+    if (r->headers_in.content_length_n > 0 || r->headers_in.chunked) {
+        return 1;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream && !r->stream->in_closed) {
+        /* DATA frames follow the headers */
+        return 1;
+    }
+#endif
+
+    return 0;
 }
 
 
@@ -454,7 +500,12 @@ ngx_http_tokenbiryani_create_request(ngx_http_request_t *r)
 
     ctx->body_len = 0;
 
-    for (body = u->request_bufs; body; body = body->next) {
+    /* a body goes up with POST only, and always with its length */
+
+    for (body = (r->method == NGX_HTTP_POST) ? u->request_bufs : NULL;
+         body;
+         body = body->next)
+    {
         b = ngx_alloc_buf(r->pool);
         if (b == NULL) {
             return NGX_ERROR;
@@ -494,8 +545,8 @@ ngx_http_tokenbiryani_build_request_header(ngx_http_request_t *r,
 
     a = ctx->account;
 
-    len = r->method_name.len + 1 + a->path_prefix.len + r->unparsed_uri.len
-          + sizeof(" HTTP/1.1" CRLF) - 1
+    len = r->method_name.len + 1 + a->path_prefix.len + r->uri.len
+          + 1 + r->args.len + sizeof(" HTTP/1.1" CRLF) - 1
           + sizeof("Host: " CRLF) - 1 + a->host_header.len
           + a->auth_header.len
           + sizeof("Content-Length: " CRLF) - 1 + NGX_OFF_T_LEN
@@ -528,7 +579,13 @@ ngx_http_tokenbiryani_build_request_header(ngx_http_request_t *r,
     b->last = ngx_copy(b->last, r->method_name.data, r->method_name.len);
     *b->last++ = ' ';
     b->last = ngx_copy(b->last, a->path_prefix.data, a->path_prefix.len);
-    b->last = ngx_copy(b->last, r->unparsed_uri.data, r->unparsed_uri.len);
+    b->last = ngx_copy(b->last, r->uri.data, r->uri.len);
+
+    if (r->args.len) {
+        *b->last++ = '?';
+        b->last = ngx_copy(b->last, r->args.data, r->args.len);
+    }
+
     b->last = ngx_cpymem(b->last, " HTTP/1.1" CRLF "Host: ",
                          sizeof(" HTTP/1.1" CRLF "Host: ") - 1);
     b->last = ngx_copy(b->last, a->host_header.data, a->host_header.len);
@@ -1353,7 +1410,8 @@ ngx_http_tokenbiryani_filter_init_upstream(void *data)
 
     } else if (u->headers_in.content_length_n == 0) {
         u->length = 0;
-        u->keepalive = !u->headers_in.connection_close;
+        u->keepalive = !u->headers_in.connection_close
+                       && u->buffer.pos == u->buffer.last;
         ctx->stream_done = 1;
 
     } else {
@@ -1371,6 +1429,7 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
 
     u_char                       *start;
     ngx_int_t                     rc;
+    ngx_uint_t                    overlong;
     ngx_buf_t                    *b, *buf;
     ngx_chain_t                  *cl, **ll;
     ngx_http_upstream_t          *u;
@@ -1381,6 +1440,12 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
 
     if (!u->headers_in.chunked) {
         start = u->buffer.last;
+
+        /*
+         * Bytes past the Content-Length are not this response's, and could
+         * be read as the next one's: the connection is not kept.
+         */
+        overlong = (u->length >= 0 && bytes > u->length);
 
         rc = ngx_http_upstream_non_buffered_filter(data, bytes);
 
@@ -1393,7 +1458,7 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
 
         if (u->length == 0) {
             ctx->stream_done = 1;
-            u->keepalive = !u->headers_in.connection_close;
+            u->keepalive = !u->headers_in.connection_close && !overlong;
         }
 
         return rc;

@@ -113,7 +113,21 @@ GENERIC_ERROR_TYPES = {
 # steps that go through the normal pipeline (auth, window, cache) and
 # produce a message, possibly failing while sending it
 MESSAGE_STEPS = ("ok", "preerr", "midfail", "midfail-error",
-                 "slow-prelude", "drip", "ping-preerr")
+                 "slow-prelude", "drip", "ping-preerr", "overlong", "accel")
+
+# what an upstream that misbehaves on purpose adds: nginx's own control
+# headers, which a proxy must never obey
+ACCEL_HEADERS = [("x-accel-redirect", "/healthz"),
+                 ("x-accel-limit-rate", "1"),
+                 ("x-accel-buffering", "yes"),
+                 ("x-accel-charset", "koi8-r"),
+                 ("x-accel-expires", "100")]
+
+# bytes past a response's Content-Length that read like a second response
+SMUGGLED_BODY = b'{"smuggled":"answer"}'
+SMUGGLED_RESPONSE = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\n\r\n%s"
+                     % (len(SMUGGLED_BODY), SMUGGLED_BODY))
 
 WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur",
          "adipiscing", "elit")
@@ -1424,6 +1438,8 @@ class Mock:
         body = compact(obj).encode()
         headers = self.base_headers(entry, "application/json", cred)
         headers += extra
+        if mode == "accel":
+            headers += ACCEL_HEADERS
         headers.append(("content-length", str(len(body))))
         keep = req.keep_alive and mode != "midfail"
         if not keep:
@@ -1459,6 +1475,9 @@ class Mock:
                 conn.send(pc)
             return keep
         self.finish(entry, gen, body)
+        if mode == "overlong":
+            conn.send(head + body + SMUGGLED_RESPONSE)
+            return keep
         conn.send(head + body)
         return keep
 
@@ -1537,6 +1556,8 @@ class Mock:
         headers = self.base_headers(entry, "text/event-stream; charset=utf-8",
                                     cred)
         headers += rl
+        if mode == "accel":
+            headers += ACCEL_HEADERS
         headers.append(("cache-control", "no-cache"))
         if chunked:
             headers.append(("transfer-encoding", "chunked"))

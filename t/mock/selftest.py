@@ -626,6 +626,28 @@ def t_stream_steps(env):
     check(data == b"this is not http\r\n\r\n", "garbage bytes (%r)" % data)
     c.close()
 
+    # overlong: a second response's bytes past the Content-Length
+    c = Client(env.p1)
+    r = c.request("POST", "/v1/messages", msg_body(),
+                  dict(H, **{"x-mock-script": "overlong"}))
+    check(r.status == 200 and json.loads(r.body)["type"] == "message",
+          "overlong: the real response first")
+    r2 = c.response()
+    check(r2.status == 200 and r2.body == b'{"smuggled":"answer"}',
+          "overlong: then the smuggled one (%r)" % r2.body)
+    c.close()
+
+    # accel: nginx control headers on a normal response
+    for stream in (False, True):
+        c = Client(env.p1)
+        r = c.request("POST", "/v1/messages", msg_body(stream=stream),
+                      dict(H, **{"x-mock-script": "accel"}))
+        check(r.status == 200 and
+              r.headers.get("x-accel-redirect") == "/healthz" and
+              r.headers.get("x-accel-limit-rate") == "1",
+              "accel: X-Accel headers (stream %s)" % stream)
+        c.close()
+
     # hang
     c = Client(env.p1)
     c.send_raw(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\n"

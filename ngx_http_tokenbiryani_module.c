@@ -8,8 +8,14 @@
 
 
 #include "ngx_http_tokenbiryani.h"
-#include "ngx_http_tokenbiryani_shm.h"
 #include "ngx_http_tokenbiryani_strategy.h"
+#include "ngx_http_tokenbiryani_config.h"
+#include "ngx_http_tokenbiryani_handler.h"
+#include "ngx_http_tokenbiryani_balancer.h"
+#include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_attempt.h"
+#include "ngx_http_tokenbiryani_filter.h"
+#include "ngx_http_tokenbiryani_admin.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -18,6 +24,8 @@ static void *ngx_http_tokenbiryani_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_tokenbiryani_merge_loc_conf(ngx_conf_t *cf,
     void *parent, void *child);
 static ngx_int_t ngx_http_tokenbiryani_postconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_tokenbiryani_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_tokenbiryani_check_open_mode(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 static ngx_uint_t ngx_http_tokenbiryani_loopback(struct sockaddr *sa);
@@ -115,7 +123,7 @@ ngx_module_t  ngx_http_tokenbiryani_module = {
     ngx_http_tokenbiryani_commands,           /* module directives */
     NGX_HTTP_MODULE,                          /* module type */
     NULL,                                     /* init master */
-    NULL,                                     /* init module */
+    ngx_http_tokenbiryani_init_module,        /* init module */
     ngx_http_tokenbiryani_init_worker,        /* init process */
     NULL,                                     /* init thread */
     NULL,                                     /* exit thread */
@@ -151,7 +159,8 @@ ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf)
     /*
      * set by ngx_pcalloc():
      *
-     *     tmcf->shm_zone = NULL;
+     *     tmcf->zone = { 0 };
+     *     tmcf->has_zone = 0;
      *     tmcf->tbcf = NULL;
      *     tmcf->trusted_certificate = { 0, NULL };
      *     tmcf->upstream = NULL;
@@ -164,6 +173,13 @@ ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf)
 
     if (ngx_array_init(&tmcf->accounts, cf->pool, 4,
                        sizeof(ngx_http_tokenbiryani_account_t))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    if (ngx_array_init(&tmcf->zone.accounts, cf->pool, 4,
+                       sizeof(ngx_http_tokenbiryani_zone_account_t))
         != NGX_OK)
     {
         return NULL;
@@ -252,6 +268,8 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
                            "least 1s");
         return NGX_CONF_ERROR;
     }
+
+    tmcf->zone.lease_timeout = tmcf->lease_timeout;
     tmcf->keepalive_requests = 1000;
 
     if (tmcf->trusted_certificate.data == NULL) {
@@ -270,7 +288,7 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (tmcf->shm_zone == NULL) {
+    if (!tmcf->has_zone) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"tokenbiryani_zone\" is required where "
                            "tokenbiryani locations are used");
@@ -615,10 +633,11 @@ ngx_http_tokenbiryani_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_tokenbiryani_main_conf_t *tmcf = conf;
 
-    ssize_t     size;
-    ngx_str_t  *value;
+    ssize_t          size;
+    ngx_str_t       *value;
+    ngx_shm_zone_t  *shm_zone;
 
-    if (tmcf->shm_zone) {
+    if (tmcf->has_zone) {
         return "is duplicate";
     }
 
@@ -639,20 +658,24 @@ ngx_http_tokenbiryani_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    tmcf->shm_zone = ngx_shared_memory_add(cf, &value[1], size,
-                                           &ngx_http_tokenbiryani_module);
-    if (tmcf->shm_zone == NULL) {
+    shm_zone = ngx_shared_memory_add(cf, &value[1], size,
+                                     &ngx_http_tokenbiryani_module);
+    if (shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    if (tmcf->shm_zone->data) {
+    if (shm_zone->data) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "zone \"%V\" is already used", &value[1]);
         return NGX_CONF_ERROR;
     }
 
-    tmcf->shm_zone->init = ngx_http_tokenbiryani_init_zone;
-    tmcf->shm_zone->data = tmcf;
+    /* the zone gets its handle, which holds nothing of the http module */
+    shm_zone->init = ngx_http_tokenbiryani_zone_init;
+    shm_zone->data = &tmcf->zone;
+
+    tmcf->zone.shm_zone = shm_zone;
+    tmcf->has_zone = 1;
 
     return NGX_CONF_OK;
 }
@@ -788,4 +811,45 @@ ngx_http_tokenbiryani_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     *server = cscf;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * The zones exist (the master made them for this cycle): every account
+ * learns its slot before any worker is forked.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_init_module(ngx_cycle_t *cycle)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_tokenbiryani_module);
+
+    if (tmcf == NULL || !tmcf->used) {
+        return NGX_OK;
+    }
+
+    return ngx_http_tokenbiryani_config_bind(cycle, tmcf);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_tokenbiryani_module);
+
+    if (tmcf == NULL || !tmcf->used) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_tokenbiryani_attempt_init_worker(cycle, tmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_tokenbiryani_route_init_worker(cycle, tmcf);
 }

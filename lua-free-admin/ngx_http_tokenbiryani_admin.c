@@ -9,7 +9,10 @@
 #include <cjson/cJSON.h>
 
 #include "ngx_http_tokenbiryani.h"
-#include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_admin.h"
+#include "ngx_http_tokenbiryani_request.h"
+#include "ngx_http_tokenbiryani_config.h"
+#include "ngx_http_tokenbiryani_error.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r);
@@ -120,12 +123,13 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 {
-    int64_t                             now;
-    ngx_uint_t                          i, n[4];
-    tb_state_e                          state;
-    cJSON                              *root, *obj, *arr, *acct;
-    ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    int64_t                              now;
+    ngx_uint_t                           i, n[4];
+    tb_state_e                           state;
+    cJSON                               *root, *obj, *arr, *acct;
+    ngx_http_tokenbiryani_account_t     *a;
+    ngx_http_tokenbiryani_zone_stats_t   zs;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     now = ngx_http_tokenbiryani_now_ms();
@@ -140,11 +144,13 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
         goto failed;
     }
 
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
     cJSON_AddStringToObject(obj, "version", NGX_HTTP_TOKENBIRYANI_VERSION);
     cJSON_AddNumberToObject(obj, "config_generation",
-                            (double) tmcf->sh->generation);
+                            (double) zs.generation);
     cJSON_AddNumberToObject(obj, "uptime_seconds",
-                            (double) (now - tmcf->sh->created_ms) / 1000);
+                            (double) (now - zs.created_ms) / 1000);
 
     cJSON_AddStringToObject(root, "strategy", tmcf->strategy->name);
 
@@ -153,31 +159,29 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
         goto failed;
     }
 
-    cJSON_AddNumberToObject(obj, "sessions", (double) tmcf->sh->aff_entries);
+    cJSON_AddNumberToObject(obj, "sessions", (double) zs.aff_entries);
     cJSON_AddNumberToObject(obj, "bytes_per_entry",
-                            (double) sizeof(ngx_http_tokenbiryani_affinity_t));
-    cJSON_AddNumberToObject(obj, "evicted", (double) tmcf->sh->aff_evicted);
+                            (double) zs.aff_entry_size);
+    cJSON_AddNumberToObject(obj, "evicted", (double) zs.aff_evicted);
     cJSON_AddNumberToObject(obj, "ttl_seconds",
                             tmcf->tbcf->affinity_ttl_seconds);
-    cJSON_AddNumberToObject(obj, "decisions", (double) tmcf->sh->decisions);
+    cJSON_AddNumberToObject(obj, "decisions", (double) zs.decisions);
     cJSON_AddNumberToObject(obj, "no_owner",
-                            (double) tmcf->sh->affinity[TB_AFF_NONE]);
+                            (double) zs.affinity[TB_AFF_NONE]);
     cJSON_AddNumberToObject(obj, "honored",
-                            (double) tmcf->sh->affinity[TB_AFF_HONORED]);
+                            (double) zs.affinity[TB_AFF_HONORED]);
     cJSON_AddNumberToObject(obj, "broken",
-                            (double) tmcf->sh->affinity[TB_AFF_BROKEN]);
+                            (double) zs.affinity[TB_AFF_BROKEN]);
     cJSON_AddNumberToObject(obj, "forced_breaks",
-                            (double) tmcf->sh->affinity[TB_AFF_FORCED]);
+                            (double) zs.affinity[TB_AFF_FORCED]);
 
     obj = cJSON_AddObjectToObject(root, "leases");
     if (obj == NULL) {
         goto failed;
     }
 
-    cJSON_AddNumberToObject(obj, "held",
-                            (double) ngx_http_tokenbiryani_lease_count(tmcf));
-    cJSON_AddNumberToObject(obj, "taken_back",
-                            (double) tmcf->sh->leases_reclaimed);
+    cJSON_AddNumberToObject(obj, "held", (double) zs.leases_held);
+    cJSON_AddNumberToObject(obj, "taken_back", (double) zs.leases_reclaimed);
 
     obj = ngx_http_tokenbiryani_queue_json(r, now);
     if (obj == NULL) {
@@ -238,14 +242,12 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     tb_account_state_t                  s;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
-    ngx_http_tokenbiryani_shm_snapshot(
-        ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),
-        a, &s);
-
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
+    ngx_http_tokenbiryani_zone_snapshot(&tmcf->zone, a->slot, &s);
+
     *state = tb_account_state(&s, a->conf->enabled && a->supported,
-                              &tmcf->breaker, now, &until, &reason);
+                              &tmcf->zone.breaker, now, &until, &reason);
 
     if (!a->supported) {
         reason = "account type not supported by this build";
@@ -295,7 +297,7 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
         goto failed;
     }
 
-    bs = tb_breaker_state(&s.breaker, &tmcf->breaker, now);
+    bs = tb_breaker_state(&s.breaker, &tmcf->zone.breaker, now);
     cJSON_AddStringToObject(w, "state", tb_breaker_state_name(bs));
     cJSON_AddNumberToObject(w, "failures", (double) s.breaker.failures);
     cJSON_AddBoolToObject(w, "probe_in_flight", s.breaker.probe != 0);
@@ -303,8 +305,9 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
 
     if (bs == TB_BREAKER_OPEN) {
         cJSON_AddNumberToObject(w, "half_open_in",
-                (double) (tb_breaker_half_open_at(&s.breaker, &tmcf->breaker,
-                                                  now) - now) / 1000);
+                (double) (tb_breaker_half_open_at(&s.breaker,
+                                                  &tmcf->zone.breaker, now)
+                          - now) / 1000);
     } else {
         cJSON_AddNullToObject(w, "half_open_in");
     }
@@ -475,12 +478,13 @@ ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
 static ngx_int_t
 ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
 {
-    ngx_int_t                           limit;
-    ngx_str_t                           value;
-    ngx_uint_t                          i, n;
-    cJSON                              *root, *arr, *item;
-    ngx_http_tokenbiryani_record_t     *recs;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_int_t                            limit;
+    ngx_str_t                            value;
+    ngx_uint_t                           i, n;
+    cJSON                               *root, *arr, *item;
+    ngx_http_tokenbiryani_record_t      *recs;
+    ngx_http_tokenbiryani_zone_stats_t   zs;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
@@ -496,7 +500,9 @@ ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
         }
     }
 
-    limit = ngx_min((ngx_uint_t) limit, tmcf->sh->ring_size);
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
+    limit = ngx_min((ngx_uint_t) limit, zs.ring_size);
 
     recs = ngx_palloc(r->pool,
                       (limit + 1) * sizeof(ngx_http_tokenbiryani_record_t));
@@ -504,7 +510,8 @@ ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    n = ngx_http_tokenbiryani_inspect_list(tmcf, recs, (ngx_uint_t) limit);
+    n = ngx_http_tokenbiryani_inspect_list(&tmcf->zone, recs,
+                                           (ngx_uint_t) limit);
 
     root = cJSON_CreateObject();
     if (root == NULL) {
@@ -547,12 +554,13 @@ ngx_http_tokenbiryani_admin_request(ngx_http_request_t *r, u_char *id,
     }
 
     if (len != NGX_HTTP_TB_REQUEST_ID_LEN
-        || ngx_http_tokenbiryani_inspect_find(tmcf, id, rec) != NGX_OK)
+        || ngx_http_tokenbiryani_inspect_find(&tmcf->zone, id, rec) != NGX_OK)
     {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                    "not_found_error",
                    "no request %*s in the inspector (it keeps the last %ui)",
-                   ngx_min(len, 64), id, tmcf->sh->ring_size);
+                   ngx_min(len, 64), id,
+                   (ngx_uint_t) tmcf->tbcf->observability_event_buffer);
     }
 
     root = ngx_http_tokenbiryani_record_json(r, rec, 1);
@@ -571,11 +579,7 @@ ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r, int64_t slot)
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    if (slot < 0 || (ngx_uint_t) slot >= tmcf->sh->nslots) {
-        return NULL;
-    }
-
-    return tmcf->sh->slots[slot]->id;
+    return ngx_http_tokenbiryani_zone_slot_id(&tmcf->zone, slot);
 }
 
 
@@ -593,7 +597,6 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     char                                  buf[160];
     double                                v;
     size_t                                t;
-    ngx_int_t                             idx;
     ngx_uint_t                            i;
     tb_cand_t                             c;
     const char                           *id, *const *names;
@@ -604,7 +607,6 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_inspect_cand_t *ic;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    a = tmcf->accounts.elts;
 
     obj = cJSON_CreateObject();
     if (obj == NULL) {
@@ -778,14 +780,14 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         ngx_memzero(&c, sizeof(tb_cand_t));
         ngx_memzero(&o, sizeof(tb_cand_out_t));
 
-        idx = ngx_http_tokenbiryani_pool_slot(r, ic->slot);
+        a = ngx_http_tokenbiryani_account_by_slot(tmcf, ic->slot);
 
         c.supported = 1;
-        c.st = tmcf->sh->slots[ic->slot];
+        c.st = ngx_http_tokenbiryani_zone_slot_state(&tmcf->zone, ic->slot);
 
-        if (idx >= 0) {
-            c.conf = a[idx].conf;
-            c.supported = a[idx].supported;
+        if (a) {
+            c.conf = a->conf;
+            c.supported = a->supported;
         }
 
         o.available_at = ic->available_at;
@@ -851,7 +853,7 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     cf = tmcf->tbcf;
 
-    n = ngx_http_tokenbiryani_estimator_snapshot(tmcf, copies,
+    n = ngx_http_tokenbiryani_estimator_snapshot(&tmcf->zone, copies,
                                                  NGX_HTTP_TB_ESTIMATORS,
                                                  r->pool);
 
@@ -1016,7 +1018,7 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 
     for (i = 0; i < tmcf->accounts.nelts; i++) {
         state = tb_account_state(a[i].sh, a[i].conf->enabled && a[i].supported,
-                                 &tmcf->breaker, now, &until, &reason);
+                                 &tmcf->zone.breaker, now, &until, &reason);
 
         if (state == TB_STATE_READY) {
             ready++;
@@ -1122,7 +1124,8 @@ ngx_http_tokenbiryani_admin_account(ngx_http_request_t *r, u_char *p,
 
         now = ngx_http_tokenbiryani_now_ms();
 
-        ngx_http_tokenbiryani_shm_set_enabled(tmcf, a, enable, now);
+        ngx_http_tokenbiryani_zone_set_enabled(&tmcf->zone, a->slot, enable,
+                                               now);
 
         ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
                       "tokenbiryani: account \"%V\" %s by an operator",
@@ -1150,6 +1153,7 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
     ngx_uint_t                           i, k, max;
     cJSON                               *obj, *arr, *item;
     ngx_http_tokenbiryani_queue_view_t   view;
+    ngx_http_tokenbiryani_zone_stats_t   zs;
     ngx_http_tokenbiryani_waiter_view_t *w;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
 
@@ -1160,7 +1164,9 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
      * lock is taken (read without it: only a size); later ones are counted
      * but not listed.  The queue never holds more than max_size.
      */
-    max = ngx_min(tmcf->sh->nwaiting + 64,
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
+    max = ngx_min(zs.nwaiting + 64,
                   (ngx_uint_t) tmcf->tbcf->queue_max_size);
 
     w = ngx_palloc(r->pool, (max ? max : 1)
@@ -1169,7 +1175,7 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
         return NULL;
     }
 
-    k = ngx_http_tokenbiryani_queue_snapshot(tmcf, &view, w, max);
+    k = ngx_http_tokenbiryani_queue_snapshot(&tmcf->zone, &view, w, max);
 
     obj = cJSON_CreateObject();
     if (obj == NULL) {

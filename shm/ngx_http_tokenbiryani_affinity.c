@@ -7,7 +7,7 @@
  */
 
 
-#include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_zone.h"
 
 
 static ngx_http_tokenbiryani_affinity_t *ngx_http_tokenbiryani_affinity_find(
@@ -28,17 +28,17 @@ ngx_http_tokenbiryani_affinity_clock(ngx_http_tokenbiryani_shm_t *sh,
 /* the owner's slot index, or -1 */
 
 ngx_int_t
-ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t session, int64_t now)
 {
     ngx_int_t                          slot;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_affinity_t  *e;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     slot = -1;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     e = ngx_http_tokenbiryani_affinity_find(sh, session);
 
@@ -47,33 +47,33 @@ ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_main_conf_t *tmcf,
             slot = e->slot;
 
         } else {
-            ngx_http_tokenbiryani_affinity_delete(sh, tmcf->shpool, e);
+            ngx_http_tokenbiryani_affinity_delete(sh, zone->shpool, e);
         }
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return slot;
 }
 
 
 void
-ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t session, ngx_uint_t slot, int64_t now)
 {
     ngx_slab_pool_t                   *shpool;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_affinity_t  *e;
 
-    sh = tmcf->sh;
-    shpool = tmcf->shpool;
+    sh = zone->sh;
+    shpool = zone->shpool;
 
     ngx_shmtx_lock(&shpool->mutex);
 
     e = ngx_http_tokenbiryani_affinity_find(sh, session);
 
     if (e == NULL) {
-        e = ngx_http_tokenbiryani_alloc_locked(tmcf,
+        e = ngx_http_tokenbiryani_alloc_locked(zone,
                                      sizeof(ngx_http_tokenbiryani_affinity_t));
         if (e == NULL) {
             ngx_shmtx_unlock(&shpool->mutex);
@@ -92,7 +92,7 @@ ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     e->slot = (uint32_t) slot;
     e->expires = ngx_http_tokenbiryani_affinity_clock(sh, now)
-                 + (uint32_t) tmcf->tbcf->affinity_ttl_seconds;
+                 + (uint32_t) zone->tbcf->affinity_ttl_seconds;
 
     ngx_shmtx_unlock(&shpool->mutex);
 }
@@ -146,7 +146,7 @@ ngx_http_tokenbiryani_affinity_delete(ngx_http_tokenbiryani_shm_t *sh,
  */
 
 void *
-ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
     size_t size)
 {
     void                          *p;
@@ -154,16 +154,16 @@ ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_queue_t                   *q;
     ngx_http_tokenbiryani_shm_t   *sh;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
 
     for (i = 0; i < 64; i++) {
-        p = ngx_slab_alloc_locked(tmcf->shpool, size);
+        p = ngx_slab_alloc_locked(zone->shpool, size);
         if (p || ngx_queue_empty(&sh->aff_lru)) {
             return p;
         }
 
         q = ngx_queue_last(&sh->aff_lru);
-        ngx_http_tokenbiryani_affinity_delete(sh, tmcf->shpool,
+        ngx_http_tokenbiryani_affinity_delete(sh, zone->shpool,
             ngx_queue_data(q, ngx_http_tokenbiryani_affinity_t, lru));
         sh->aff_evicted++;
     }

@@ -5,7 +5,7 @@
  */
 
 
-#include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_zone.h"
 #include "tb_hash.h"
 
 
@@ -31,7 +31,7 @@ ngx_http_tokenbiryani_est_find(ngx_http_tokenbiryani_shm_t *sh,
 
 
 int64_t
-ngx_http_tokenbiryani_estimate_output(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_estimate_output(ngx_http_tokenbiryani_zone_t *zone,
     const char *model, size_t len, int64_t max_tokens)
 {
     int64_t                       lease;
@@ -39,15 +39,15 @@ ngx_http_tokenbiryani_estimate_output(ngx_http_tokenbiryani_main_conf_t *tmcf,
     tb_est_t                     *e;
     ngx_http_tokenbiryani_shm_t  *sh;
 
-    if (!tmcf->tbcf->output_estimate_adaptive) {
-        return tb_est_lease(NULL, tmcf->tbcf, max_tokens);
+    if (!zone->tbcf->output_estimate_adaptive) {
+        return tb_est_lease(NULL, zone->tbcf, max_tokens);
     }
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     len = ngx_min(len, TB_EST_MODEL_MAX);
     hash = tb_hash64(0, model, len);
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     e = ngx_http_tokenbiryani_est_find(sh, hash, model, len);
 
@@ -55,9 +55,9 @@ ngx_http_tokenbiryani_estimate_output(ngx_http_tokenbiryani_main_conf_t *tmcf,
         e->last_used = ++sh->models_clock;
     }
 
-    lease = tb_est_lease(e, tmcf->tbcf, max_tokens);
+    lease = tb_est_lease(e, zone->tbcf, max_tokens);
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return lease;
 }
@@ -65,7 +65,7 @@ ngx_http_tokenbiryani_estimate_output(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
 void
 ngx_http_tokenbiryani_estimator_observe(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *model, size_t len,
+    ngx_http_tokenbiryani_zone_t *zone, const char *model, size_t len,
     int64_t leased, int64_t actual)
 {
     uint32_t                      window;
@@ -79,11 +79,11 @@ ngx_http_tokenbiryani_estimator_observe(
         return;
     }
 
-    sh = tmcf->sh;
-    shpool = tmcf->shpool;
+    sh = zone->sh;
+    shpool = zone->shpool;
     len = ngx_min(len, TB_EST_MODEL_MAX);
     hash = tb_hash64(0, model, len);
-    window = (uint32_t) tmcf->tbcf->output_estimate_window;
+    window = (uint32_t) zone->tbcf->output_estimate_window;
 
     ngx_shmtx_lock(&shpool->mutex);
 
@@ -104,20 +104,20 @@ ngx_http_tokenbiryani_estimator_observe(
             sh->models[lru] = sh->models[--sh->nmodels];
         }
 
-        e = ngx_http_tokenbiryani_alloc_locked(tmcf, tb_est_size(window));
+        e = ngx_http_tokenbiryani_alloc_locked(zone, tb_est_size(window));
         if (e == NULL) {
             ngx_shmtx_unlock(&shpool->mutex);
             return;
         }
 
         tb_est_init(e, model, len, hash, window,
-                    tmcf->tbcf->output_estimate_quantile);
+                    zone->tbcf->output_estimate_quantile);
 
         sh->models[sh->nmodels++] = e;
     }
 
     /* a reload may change the quantile; the samples stay */
-    e->q = tmcf->tbcf->output_estimate_quantile;
+    e->q = zone->tbcf->output_estimate_quantile;
     e->last_used = ++sh->models_clock;
 
     tb_est_observe(e, leased, actual);
@@ -130,7 +130,7 @@ ngx_http_tokenbiryani_estimator_observe(
 
 ngx_uint_t
 ngx_http_tokenbiryani_estimator_snapshot(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, tb_est_t **copies,
+    ngx_http_tokenbiryani_zone_t *zone, tb_est_t **copies,
     ngx_uint_t max, ngx_pool_t *pool)
 {
     size_t                        size;
@@ -138,10 +138,10 @@ ngx_http_tokenbiryani_estimator_snapshot(
     ngx_uint_t                    i, n;
     ngx_http_tokenbiryani_shm_t  *sh;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     n = 0;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (i = 0; i < sh->nmodels && n < max; i++) {
         e = sh->models[i];
@@ -156,7 +156,7 @@ ngx_http_tokenbiryani_estimator_snapshot(
         n++;
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return n;
 }

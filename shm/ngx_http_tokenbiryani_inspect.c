@@ -5,18 +5,18 @@
  */
 
 
-#include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_zone.h"
 
 
 void
-ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *rec)
 {
     ngx_http_tokenbiryani_shm_t  *sh;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     if (sh->ring_size) {
         /* the candidates it has, not the room for 32: readers stop at
@@ -27,24 +27,24 @@ ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_main_conf_t *tmcf,
                    + rec->ncands * sizeof(ngx_http_tokenbiryani_inspect_cand_t));
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
 
 /* the newest first, at most max */
 
 ngx_uint_t
-ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *out, ngx_uint_t max)
 {
     uint64_t                      seq;
     ngx_uint_t                    n;
     ngx_http_tokenbiryani_shm_t  *sh;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     n = 0;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (seq = sh->ring_seq;
          seq > 0 && n < max && n < sh->ring_size;
@@ -54,14 +54,14 @@ ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_main_conf_t *tmcf,
                    sizeof(ngx_http_tokenbiryani_record_t));
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return n;
 }
 
 
 ngx_int_t
-ngx_http_tokenbiryani_inspect_find(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_inspect_find(ngx_http_tokenbiryani_zone_t *zone,
     u_char *id, ngx_http_tokenbiryani_record_t *out)
 {
     ngx_int_t                        rc;
@@ -69,10 +69,10 @@ ngx_http_tokenbiryani_inspect_find(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_record_t  *rec;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     rc = NGX_DECLINED;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (i = 0; i < sh->ring_size; i++) {
         rec = &sh->ring[i];
@@ -86,7 +86,7 @@ ngx_http_tokenbiryani_inspect_find(ngx_http_tokenbiryani_main_conf_t *tmcf,
         }
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return rc;
 }

@@ -16,7 +16,7 @@
  */
 
 
-#include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_zone.h"
 
 
 /* a waiter whose worker has not renewed it for this long is passed over */
@@ -40,83 +40,81 @@ ngx_http_tokenbiryani_waiter_blocked(ngx_http_tokenbiryani_shm_t *sh,
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_queue_add(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now, ngx_uint_t *depth)
+ngx_http_tokenbiryani_queue_add(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t cls, u_char *request_id, int64_t now, ngx_uint_t *depth,
+    ngx_http_tokenbiryani_ticket_t *ticket)
 {
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_waiter_t  *w;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     *depth = sh->nwaiting;
 
-    if (sh->nwaiting >= (ngx_uint_t) tmcf->tbcf->queue_max_size) {
+    if (sh->nwaiting >= (ngx_uint_t) zone->tbcf->queue_max_size) {
         sh->queue_full++;
-        ngx_shmtx_unlock(&tmcf->shpool->mutex);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
         return NGX_HTTP_TB_QUEUE_FULL;
     }
 
-    w = ngx_http_tokenbiryani_alloc_locked(tmcf,
+    w = ngx_http_tokenbiryani_alloc_locked(zone,
                                     sizeof(ngx_http_tokenbiryani_waiter_t));
     if (w == NULL) {
-        ngx_shmtx_unlock(&tmcf->shpool->mutex);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
         return NGX_HTTP_TB_QUEUE_NOMEM;
     }
 
-    w->id = ++sh->waiter_seq;
+    w->id = ++sh->seq;
     w->pid = ngx_pid;
-    w->cls = ctx->priority ? 1 : 0;
+    w->cls = cls ? 1 : 0;
     w->blocked_gen = 0;
     w->retry_at = 0;
     w->enqueued_ms = now;
     w->renewed_ms = now;
-    ngx_memcpy(w->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+    ngx_memcpy(w->request_id, request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
 
     ngx_queue_insert_tail(&sh->waiting[w->cls], &w->queue);
     sh->nwaiting++;
     sh->queued_total++;
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    ctx->waiter = w;
-    ctx->waiter_id = w->id;
+    ticket->obj = w;
+    ticket->id = w->id;
 
     return NGX_HTTP_TB_QUEUE_OK;
 }
 
 
-/* served: 1 granted, 0 timed out, 2 the client left */
-
 void
-ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t served, int64_t now)
+ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t why)
 {
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_waiter_t  *w;
 
-    w = ctx->waiter;
-
-    if (w == NULL) {
+    if (ticket->id == 0) {
         return;
     }
 
-    sh = tmcf->sh;
+    sh = zone->sh;
+    w = ticket->obj;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     /* another worker may have dropped it as stale: the id tells */
 
-    if (w->id == ctx->waiter_id) {
+    if (w->id == ticket->id) {
         ngx_queue_remove(&w->queue);
         sh->nwaiting--;
 
-        switch (served) {
-        case 1:
+        switch (why) {
+        case NGX_HTTP_TB_QUEUE_SERVED:
             sh->queue_served++;
             break;
-        case 0:
+        case NGX_HTTP_TB_QUEUE_TIMEOUT:
             sh->queue_timeouts++;
             break;
         default:
@@ -125,14 +123,13 @@ ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_main_conf_t *tmcf,
         }
 
         w->id = 0;
-        ngx_slab_free_locked(tmcf->shpool, w);
+        ngx_slab_free_locked(zone->shpool, w);
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    ctx->waiter = NULL;
-    ctx->waiter_id = 0;
-    ctx->waited_ms += now - ctx->wait_start_ms;
+    ticket->obj = NULL;
+    ticket->id = 0;
 }
 
 
@@ -142,15 +139,15 @@ ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_main_conf_t *tmcf,
  */
 
 ngx_uint_t
-ngx_http_tokenbiryani_queue_clear_ahead(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t cls, int64_t now)
+ngx_http_tokenbiryani_queue_clear_ahead(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t cls, int64_t now)
 {
     ngx_uint_t                       c, clear;
     ngx_queue_t                     *q;
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_waiter_t  *w;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
 
     if (__atomic_load_n(&sh->nwaiting, __ATOMIC_RELAXED) == 0) {
         return 1;
@@ -158,7 +155,7 @@ ngx_http_tokenbiryani_queue_clear_ahead(
 
     clear = 1;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (c = 0; c <= cls && clear; c++) {
         for (q = ngx_queue_head(&sh->waiting[c]);
@@ -174,28 +171,32 @@ ngx_http_tokenbiryani_queue_clear_ahead(
         }
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return clear;
 }
 
 
 void
-ngx_http_tokenbiryani_queue_blocked(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_ctx_t *ctx, uint64_t gen, int64_t retry_at)
+ngx_http_tokenbiryani_queue_blocked(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_ticket_t *ticket, uint64_t gen, int64_t retry_at)
 {
     ngx_http_tokenbiryani_waiter_t  *w;
 
-    w = ctx->waiter;
+    if (ticket->id == 0) {
+        return;
+    }
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    w = ticket->obj;
 
-    if (w && w->id == ctx->waiter_id) {
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (w->id == ticket->id) {
         w->blocked_gen = gen;
         w->retry_at = retry_at;
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
 
@@ -206,7 +207,7 @@ ngx_http_tokenbiryani_queue_blocked(ngx_http_tokenbiryani_main_conf_t *tmcf,
  */
 
 ngx_uint_t
-ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now, uint64_t *ids, ngx_uint_t max)
 {
     ngx_uint_t                       c, n, stop;
@@ -214,11 +215,11 @@ ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_waiter_t  *w;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     n = 0;
     stop = 0;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (c = 0; c < 2; c++) {
         for (q = ngx_queue_head(&sh->waiting[c]);
@@ -251,7 +252,7 @@ ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_main_conf_t *tmcf,
                 sh->nwaiting--;
                 sh->queue_stale++;
                 w->id = 0;
-                ngx_slab_free_locked(tmcf->shpool, w);
+                ngx_slab_free_locked(zone->shpool, w);
                 continue;
             }
 
@@ -262,7 +263,7 @@ ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_main_conf_t *tmcf,
         }
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return n;
 }
@@ -271,18 +272,25 @@ ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_main_conf_t *tmcf,
 /* capacity came back somewhere: every waiter may try again */
 
 void
-ngx_http_tokenbiryani_capacity_changed(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_capacity_changed(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now)
 {
-    __atomic_add_fetch(&tmcf->sh->cap_gen, 1, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&tmcf->sh->cap_gen_ms, now, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&zone->sh->cap_gen, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&zone->sh->cap_gen_ms, now, __ATOMIC_RELAXED);
 }
 
 
+/* the generation, and when it last changed */
+
 uint64_t
-ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_main_conf_t *tmcf)
+ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t *since)
 {
-    return __atomic_load_n(&tmcf->sh->cap_gen, __ATOMIC_SEQ_CST);
+    if (since) {
+        *since = __atomic_load_n(&zone->sh->cap_gen_ms, __ATOMIC_RELAXED);
+    }
+
+    return __atomic_load_n(&zone->sh->cap_gen, __ATOMIC_SEQ_CST);
 }
 
 
@@ -294,7 +302,7 @@ ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_main_conf_t *tmcf)
  */
 
 ngx_int_t
-ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t rpm, int64_t now, int64_t *retry_ms)
 {
     ngx_int_t                     slot;
@@ -304,10 +312,10 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_shm_t  *sh;
     ngx_http_tokenbiryani_rpm_t  *w;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     w = NULL;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (q = ngx_queue_head(&sh->rpm);
          q != ngx_queue_sentinel(&sh->rpm);
@@ -325,16 +333,16 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
     if (w && w->size != rpm) {
         /* the key's rpm changed with a reload: a new window */
         ngx_queue_remove(&w->queue);
-        ngx_slab_free_locked(tmcf->shpool, w);
+        ngx_slab_free_locked(zone->shpool, w);
         w = NULL;
     }
 
     if (w == NULL) {
-        w = ngx_http_tokenbiryani_alloc_locked(tmcf,
+        w = ngx_http_tokenbiryani_alloc_locked(zone,
                   sizeof(ngx_http_tokenbiryani_rpm_t)
                   + (rpm - 1) * sizeof(int64_t));
         if (w == NULL) {
-            ngx_shmtx_unlock(&tmcf->shpool->mutex);
+            ngx_shmtx_unlock(&zone->shpool->mutex);
             return NGX_ERROR;
         }
 
@@ -359,7 +367,7 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
         }
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (slot < 0) {
         *retry_ms = oldest + 60000 - now;
@@ -372,16 +380,16 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_main_conf_t *tmcf,
 /* a request refused before its first attempt: it was not admitted */
 
 void
-ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_int_t slot, int64_t taken)
 {
     ngx_queue_t                  *q;
     ngx_http_tokenbiryani_shm_t  *sh;
     ngx_http_tokenbiryani_rpm_t  *w;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (q = ngx_queue_head(&sh->rpm);
          q != ngx_queue_sentinel(&sh->rpm);
@@ -397,7 +405,7 @@ ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
         }
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
 
@@ -408,7 +416,7 @@ ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_main_conf_t *tmcf,
  */
 
 ngx_uint_t
-ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_queue_view_t *view,
     ngx_http_tokenbiryani_waiter_view_t *waiters, ngx_uint_t max)
 {
@@ -417,10 +425,10 @@ ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_waiter_t  *w;
 
-    sh = tmcf->sh;
+    sh = zone->sh;
     k = 0;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (c = 0; c < 2; c++) {
         view->n[c] = 0;
@@ -454,7 +462,7 @@ ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_main_conf_t *tmcf,
     view->left = sh->queue_left;
     view->stale = sh->queue_stale;
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return k;
 }

@@ -3,40 +3,38 @@
  */
 
 
-#include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_zone.h"
 
 
-static tb_account_state_t *ngx_http_tokenbiryani_shm_slot(
+static tb_account_state_t *ngx_http_tokenbiryani_zone_slot(
     ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
-    ngx_http_tokenbiryani_account_t *a);
-static ngx_uint_t ngx_http_tokenbiryani_slot_index(
-    ngx_http_tokenbiryani_shm_t *sh, tb_account_state_t *slot);
-static ngx_int_t ngx_http_tokenbiryani_shm_ring(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_shm_t *sh,
+    ngx_http_tokenbiryani_zone_account_t *za, ngx_uint_t *index);
+static ngx_int_t ngx_http_tokenbiryani_zone_ring(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool);
 
 
 ngx_int_t
-ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_http_tokenbiryani_main_conf_t  *otmcf = data;
+    ngx_http_tokenbiryani_zone_t  *ozone = data;
 
-    size_t                              len;
-    ngx_uint_t                          i;
-    ngx_slab_pool_t                    *shpool;
-    tb_account_state_t                 *slot;
-    ngx_http_tokenbiryani_shm_t        *sh;
-    ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    size_t                                 len;
+    ngx_uint_t                             i;
+    ngx_slab_pool_t                       *shpool;
+    tb_account_state_t                    *slot;
+    ngx_http_tokenbiryani_shm_t           *sh;
+    ngx_http_tokenbiryani_zone_t          *zone;
+    ngx_http_tokenbiryani_zone_account_t  *za;
 
-    tmcf = shm_zone->data;
+    zone = shm_zone->data;
     shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
 
-    tmcf->shpool = shpool;
+    zone->shpool = shpool;
 
-    if (otmcf && otmcf->sh) {
+    if (ozone && ozone->sh) {
         /* a reload that kept the zone: the pool's state lives on */
-        sh = otmcf->sh;
+        sh = ozone->sh;
 
     } else if (shm_zone->shm.exists) {
         sh = shpool->data;
@@ -85,11 +83,11 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_ERROR;
     }
 
-    tmcf->sh = sh;
+    zone->sh = sh;
 
     ngx_shmtx_lock(&shpool->mutex);
 
-    if (ngx_http_tokenbiryani_shm_ring(tmcf, sh, shpool) != NGX_OK) {
+    if (ngx_http_tokenbiryani_zone_ring(zone, sh, shpool) != NGX_OK) {
         ngx_shmtx_unlock(&shpool->mutex);
 
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -97,7 +95,7 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                       "inspector of %ui requests (%uz bytes each): make the "
                       "zone larger or observability.event_buffer smaller",
                       &shm_zone->shm.name,
-                      (ngx_uint_t) tmcf->tbcf->observability_event_buffer,
+                      (ngx_uint_t) zone->tbcf->observability_event_buffer,
                       sizeof(ngx_http_tokenbiryani_record_t));
         return NGX_ERROR;
     }
@@ -108,23 +106,23 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         sh->slots[i]->live = 0;
     }
 
-    a = tmcf->accounts.elts;
+    za = zone->accounts.elts;
 
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        slot = ngx_http_tokenbiryani_shm_slot(sh, shpool, &a[i]);
+    for (i = 0; i < zone->accounts.nelts; i++) {
+        slot = ngx_http_tokenbiryani_zone_slot(sh, shpool, &za[i],
+                                               &za[i].slot);
         if (slot == NULL) {
             ngx_shmtx_unlock(&shpool->mutex);
 
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "tokenbiryani zone \"%V\" is too small for %ui "
                           "accounts", &shm_zone->shm.name,
-                          tmcf->accounts.nelts);
+                          zone->accounts.nelts);
             return NGX_ERROR;
         }
 
         slot->live = 1;
-        a[i].sh = slot;
-        a[i].slot = ngx_http_tokenbiryani_slot_index(sh, slot);
+        za[i].st = slot;
     }
 
     ngx_shmtx_unlock(&shpool->mutex);
@@ -134,8 +132,9 @@ ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
 
 static tb_account_state_t *
-ngx_http_tokenbiryani_shm_slot(ngx_http_tokenbiryani_shm_t *sh,
-    ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_account_t *a)
+ngx_http_tokenbiryani_zone_slot(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_zone_account_t *za,
+    ngx_uint_t *index)
 {
     ngx_uint_t           i, n;
     tb_account_state_t  *slot, **slots;
@@ -150,10 +149,11 @@ ngx_http_tokenbiryani_shm_slot(ngx_http_tokenbiryani_shm_t *sh,
     for (i = 0; i < sh->nslots; i++) {
         slot = sh->slots[i];
 
-        if (ngx_strlen(slot->id) == a->id.len
-            && ngx_strncmp(slot->id, a->id.data, a->id.len) == 0
-            && ngx_memcmp(slot->fingerprint, a->fingerprint, 8) == 0)
+        if (ngx_strlen(slot->id) == za->id_len
+            && ngx_strncmp(slot->id, za->id, za->id_len) == 0
+            && ngx_memcmp(slot->fingerprint, za->fingerprint, 8) == 0)
         {
+            *index = i;
             return slot;
         }
     }
@@ -167,13 +167,18 @@ ngx_http_tokenbiryani_shm_slot(ngx_http_tokenbiryani_shm_t *sh,
             return NULL;
         }
 
+        /*
+         * The old table is not freed: workers of the previous
+         * configuration still index it without the lock.  Doubling keeps
+         * what is left behind smaller than the table in use.
+         */
+
         if (sh->nslots) {
             ngx_memcpy(slots, sh->slots,
                        sh->nslots * sizeof(tb_account_state_t *));
-            ngx_slab_free_locked(shpool, sh->slots);
         }
 
-        sh->slots = slots;
+        __atomic_store_n(&sh->slots, slots, __ATOMIC_RELEASE);
         sh->slots_size = n;
     }
 
@@ -182,27 +187,13 @@ ngx_http_tokenbiryani_shm_slot(ngx_http_tokenbiryani_shm_t *sh,
         return NULL;
     }
 
-    tb_account_state_init(slot, (char *) a->id.data, a->fingerprint);
+    tb_account_state_init(slot, (char *) za->id, za->fingerprint);
 
-    sh->slots[sh->nslots++] = slot;
+    *index = sh->nslots;
+    sh->slots[sh->nslots] = slot;
+    __atomic_store_n(&sh->nslots, sh->nslots + 1, __ATOMIC_RELEASE);
 
     return slot;
-}
-
-
-static ngx_uint_t
-ngx_http_tokenbiryani_slot_index(ngx_http_tokenbiryani_shm_t *sh,
-    tb_account_state_t *slot)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < sh->nslots; i++) {
-        if (sh->slots[i] == slot) {
-            return i;
-        }
-    }
-
-    return 0;
 }
 
 
@@ -212,14 +203,14 @@ ngx_http_tokenbiryani_slot_index(ngx_http_tokenbiryani_shm_t *sh,
  */
 
 static ngx_int_t
-ngx_http_tokenbiryani_shm_ring(ngx_http_tokenbiryani_main_conf_t *tmcf,
+ngx_http_tokenbiryani_zone_ring(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool)
 {
     size_t                           size;
     ngx_uint_t                       n;
     ngx_http_tokenbiryani_record_t  *ring;
 
-    n = (ngx_uint_t) tmcf->tbcf->observability_event_buffer;
+    n = (ngx_uint_t) zone->tbcf->observability_event_buffer;
 
     if (sh->ring && sh->ring_size == n) {
         return NGX_OK;
@@ -250,44 +241,50 @@ ngx_http_tokenbiryani_shm_ring(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_shm_observe(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, const tb_rl_obs_t *obs,
-    ngx_int_t status, int64_t now_ms)
+ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, const tb_rl_obs_t *obs, ngx_int_t status, int64_t now)
 {
-    unsigned  result;
+    unsigned             result;
+    tb_account_state_t  *st;
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    st = zone->sh->slots[slot];
 
-    result = tb_account_observe(a->sh, obs, now_ms);
-    a->sh->last_status = status;
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    result = tb_account_observe(st, obs, now);
+    st->last_status = status;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     /* a window seen again may hold more than was thought */
-    ngx_http_tokenbiryani_capacity_changed(tmcf, now_ms);
+    ngx_http_tokenbiryani_capacity_changed(zone, now);
 
     return result;
 }
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_shm_rr_next(ngx_http_tokenbiryani_main_conf_t *tmcf)
+ngx_http_tokenbiryani_zone_rr_next(ngx_http_tokenbiryani_zone_t *zone)
 {
-    return (ngx_uint_t) ngx_atomic_fetch_add(&tmcf->sh->rr_cursor, 1);
+    return (ngx_uint_t) ngx_atomic_fetch_add(&zone->sh->rr_cursor, 1);
 }
 
 
 void
-ngx_http_tokenbiryani_shm_attempt_start(ngx_http_tokenbiryani_account_t *a,
-    ngx_uint_t leased, int64_t now_ms)
+ngx_http_tokenbiryani_zone_attempt_start(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, ngx_uint_t leased, int64_t now)
 {
+    tb_account_state_t  *st;
+
+    st = zone->sh->slots[slot];
+
     /* a lease counts itself in flight when it is taken */
     if (!leased) {
-        __atomic_add_fetch(&a->sh->inflight, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
     }
 
-    __atomic_add_fetch(&a->sh->requests_total, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&a->sh->last_used_ms, now_ms, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&st->requests_total, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&st->last_used_ms, now, __ATOMIC_RELAXED);
 }
 
 
@@ -297,70 +294,171 @@ ngx_http_tokenbiryani_shm_attempt_start(ngx_http_tokenbiryani_account_t *a,
  */
 
 ngx_uint_t
-ngx_http_tokenbiryani_shm_attempt_end(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased,
-    const tb_outcome_t *o, uint64_t model_hash, const char *model,
-    size_t model_len, ngx_uint_t probed, int64_t now)
+ngx_http_tokenbiryani_zone_attempt_end(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, ngx_uint_t leased, const tb_outcome_t *o,
+    uint64_t model_hash, const char *model, size_t model_len,
+    ngx_uint_t probed, int64_t now)
 {
-    int  opened;
+    int                  opened;
+    tb_account_state_t  *st;
+
+    st = zone->sh->slots[slot];
 
     if (!leased) {
-        __atomic_sub_fetch(&a->sh->inflight, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
     }
 
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     if (o == NULL) {
         /* cancelled, or not the account's doing: neither way */
-        opened = tb_breaker_record(&a->sh->breaker, &tmcf->breaker,
+        opened = tb_breaker_record(&st->breaker, &zone->breaker,
                                    TB_OUT_NEUTRAL, (int) probed, now);
 
     } else {
-        opened = tb_account_apply(a->sh, o, &tmcf->breaker, model_hash,
+        opened = tb_account_apply(st, o, &zone->breaker, model_hash,
                                   model, model_len, (int) probed, now);
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (o && o->kind != TB_KIND_OK) {
-        __atomic_add_fetch(&a->sh->failures_total, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&st->failures_total, 1, __ATOMIC_RELAXED);
     }
 
     /* a breaker closed, a probe slot given back */
-    ngx_http_tokenbiryani_capacity_changed(tmcf, now);
+    ngx_http_tokenbiryani_capacity_changed(zone, now);
 
     return (ngx_uint_t) opened;
 }
 
 
 void
-ngx_http_tokenbiryani_shm_set_enabled(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, ngx_uint_t enable, int64_t now)
+ngx_http_tokenbiryani_zone_set_enabled(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, ngx_uint_t enable, int64_t now)
 {
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
+    tb_account_state_t  *st;
+
+    st = zone->sh->slots[slot];
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     if (enable) {
-        tb_account_clear(a->sh);
+        tb_account_clear(st);
 
     } else {
-        a->sh->disabled = 1;
-        a->sh->disabled_ms = now;
-        ngx_cpystrn((u_char *) a->sh->disabled_reason,
+        st->disabled = 1;
+        st->disabled_ms = now;
+        ngx_cpystrn((u_char *) st->disabled_reason,
                     (u_char *) "disabled by an operator",
-                    sizeof(a->sh->disabled_reason));
+                    sizeof(st->disabled_reason));
     }
 
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    ngx_http_tokenbiryani_capacity_changed(tmcf, now);
+    ngx_http_tokenbiryani_capacity_changed(zone, now);
 }
 
 
 void
-ngx_http_tokenbiryani_shm_snapshot(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, tb_account_state_t *copy)
+ngx_http_tokenbiryani_zone_snapshot(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, tb_account_state_t *copy)
 {
-    ngx_shmtx_lock(&tmcf->shpool->mutex);
-    ngx_memcpy(copy, a->sh, sizeof(tb_account_state_t));
-    ngx_shmtx_unlock(&tmcf->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    ngx_memcpy(copy, zone->sh->slots[slot], sizeof(tb_account_state_t));
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+const char *
+ngx_http_tokenbiryani_zone_slot_id(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t slot)
+{
+    const tb_account_state_t  *st;
+
+    st = ngx_http_tokenbiryani_zone_slot_state(zone, slot);
+
+    return st ? st->id : NULL;
+}
+
+
+const tb_account_state_t *
+ngx_http_tokenbiryani_zone_slot_state(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t slot)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    /* slots are only ever added, and an id never changes */
+    if (slot < 0 || (uint64_t) slot >= __atomic_load_n(&sh->nslots,
+                                                        __ATOMIC_ACQUIRE))
+    {
+        return NULL;
+    }
+
+    return sh->slots[slot];
+}
+
+
+void
+ngx_http_tokenbiryani_zone_count_affinity(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_int_t owner_slot, ngx_uint_t answered_slot, tb_affinity_e affinity)
+{
+    tb_account_state_t           *owner;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    __atomic_add_fetch(&sh->decisions, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->affinity[affinity], 1, __ATOMIC_RELAXED);
+
+    if (owner_slot < 0) {
+        __atomic_add_fetch(&sh->slots[answered_slot]->sessions_placed, 1,
+                           __ATOMIC_RELAXED);
+        return;
+    }
+
+    owner = sh->slots[owner_slot];
+
+    switch (affinity) {
+
+    case TB_AFF_HONORED:
+        __atomic_add_fetch(&owner->affinity_honored, 1, __ATOMIC_RELAXED);
+        break;
+
+    case TB_AFF_BROKEN:
+        __atomic_add_fetch(&owner->affinity_broken, 1, __ATOMIC_RELAXED);
+        break;
+
+    default:
+        __atomic_add_fetch(&owner->affinity_forced, 1, __ATOMIC_RELAXED);
+        break;
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_zone_stats_t *stats)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    stats->generation = sh->generation;
+    stats->created_ms = sh->created_ms;
+    stats->aff_entries = sh->aff_entries;
+    stats->aff_evicted = sh->aff_evicted;
+    stats->aff_entry_size = sizeof(ngx_http_tokenbiryani_affinity_t);
+    stats->decisions = sh->decisions;
+    ngx_memcpy(stats->affinity, sh->affinity, sizeof(stats->affinity));
+    stats->leases_held = sh->nleases;
+    stats->leases_reclaimed = sh->leases_reclaimed;
+    stats->ring_size = sh->ring_size;
+    stats->nwaiting = sh->nwaiting;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }

@@ -1,68 +1,263 @@
 /*
- * The shared zone: every worker's view of the pool.  This is the only code
- * that takes the zone lock (the slab pool's own mutex, the one lock the
- * master recovers when a worker dies holding it).
+ * The shared zone: every worker's view of the pool, as a store that knows
+ * no request.  Callers hand in plain values (an account's slot, a need, a
+ * class, an id) and get back values, copies and tickets; the zone's layout
+ * is private to shm/ (ngx_http_tokenbiryani_zone.h), and this is the only
+ * code that takes the zone lock: the slab pool's own mutex, the one lock
+ * the master recovers when a worker dies holding it.
+ *
+ * The one exception to "copies only" is an account's live state, which
+ * the router reads without the lock through the const pointer each
+ * account holds (tb_account_state_t): a decision over many accounts must
+ * not take a lock per account, and every choice is re-checked under the
+ * lock when its lease is taken.
  */
 
 #ifndef _NGX_HTTP_TOKENBIRYANI_SHM_H_INCLUDED_
 #define _NGX_HTTP_TOKENBIRYANI_SHM_H_INCLUDED_
 
 
-#include "ngx_http_tokenbiryani.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+
 #include "tb_router.h"
 #include "tb_estimator.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a33      /* "tbz3" */
+#define NGX_HTTP_TB_REQUEST_ID_LEN     28      /* "tbr_" + 24 hex */
 
 #define NGX_HTTP_TB_ESTIMATORS         64      /* estimators kept */
 #define NGX_HTTP_TB_INSPECT_CANDS      32      /* candidates per record */
-#define NGX_HTTP_TB_INSPECT_ATTEMPTS   8
+#define NGX_HTTP_TB_INSPECT_ATTEMPTS   8       /* attempts per record */
 
 
-/* one held reservation */
-struct ngx_http_tokenbiryani_lease_s {
-    ngx_queue_t                    queue;
+typedef struct ngx_http_tokenbiryani_shm_s  ngx_http_tokenbiryani_shm_t;
+
+
+/*
+ * A lease or a place in the queue: the object in the zone and the id it
+ * had when it was taken.  Leases and waiters are numbered from one
+ * sequence, so a ticket never matches anything but what it was given for,
+ * even after the object was freed and its memory reused.  id 0: none.
+ */
+typedef struct {
+    void                          *obj;
     uint64_t                       id;
-    ngx_uint_t                     slot;          /* index in slots */
-    tb_need_t                      need;
-    int64_t                        expires_ms;
-    ngx_pid_t                      pid;
-    ngx_uint_t                     probed;        /* holds the breaker's */
-};
+} ngx_http_tokenbiryani_ticket_t;
 
 
-/* a request waiting for capacity, in the queue every worker sees */
-struct ngx_http_tokenbiryani_waiter_s {
-    ngx_queue_t                    queue;         /* in sh->waiting[cls] */
-    uint64_t                       id;            /* 0: gone */
-    ngx_pid_t                      pid;           /* the worker holding it */
-    ngx_uint_t                     cls;           /* 0 interactive, 1 batch */
-    uint64_t                       blocked_gen;   /* tried and failed at */
-    int64_t                        retry_at;      /* ... until then, 0 */
-    int64_t                        enqueued_ms;
-    int64_t                        renewed_ms;    /* by its worker's tick */
+/* one configured account, as the zone knows it */
+typedef struct {
+    u_char                        *id;
+    size_t                         id_len;
+    u_char                         fingerprint[8];   /* credential + host */
+
+    /* set when the zone is initialised */
+    tb_account_state_t            *st;
+    ngx_uint_t                     slot;
+} ngx_http_tokenbiryani_zone_account_t;
+
+
+/* the handle: the zone and what the store needs of the configuration */
+typedef struct {
+    ngx_shm_zone_t                *shm_zone;
+    ngx_slab_pool_t               *shpool;
+    ngx_http_tokenbiryani_shm_t   *sh;
+
+    const tb_config_t             *tbcf;
+    tb_breaker_conf_t              breaker;
+    ngx_msec_t                     lease_timeout;
+
+    ngx_array_t                    accounts;  /* zone_account_t, pool order */
+} ngx_http_tokenbiryani_zone_t;
+
+
+static ngx_inline int64_t
+ngx_http_tokenbiryani_now_ms(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/* the zone and its accounts (shm/ngx_http_tokenbiryani_shm.c) */
+
+ngx_int_t ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone,
+    void *data);
+
+/* what a response's rate-limit headers say: the windows it was stale for */
+ngx_uint_t ngx_http_tokenbiryani_zone_observe(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot,
+    const tb_rl_obs_t *obs, ngx_int_t status, int64_t now);
+
+ngx_uint_t ngx_http_tokenbiryani_zone_rr_next(
+    ngx_http_tokenbiryani_zone_t *zone);
+
+void ngx_http_tokenbiryani_zone_attempt_start(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, ngx_uint_t leased,
+    int64_t now);
+
+/* an attempt's end; 1 when it opened the account's breaker */
+ngx_uint_t ngx_http_tokenbiryani_zone_attempt_end(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, ngx_uint_t leased,
+    const tb_outcome_t *o, uint64_t model_hash, const char *model,
+    size_t model_len, ngx_uint_t probed, int64_t now);
+
+/* an operator's enable (clears every state) or disable */
+void ngx_http_tokenbiryani_zone_set_enabled(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, ngx_uint_t enable,
+    int64_t now);
+
+/* a consistent copy of a slot, for reports */
+void ngx_http_tokenbiryani_zone_snapshot(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, tb_account_state_t *copy);
+
+/* an account's id by slot (ids never change once made); NULL if none */
+const char *ngx_http_tokenbiryani_zone_slot_id(
+    ngx_http_tokenbiryani_zone_t *zone, int64_t slot);
+
+/* the live state of a slot, for a verdict in words; NULL if none */
+const tb_account_state_t *ngx_http_tokenbiryani_zone_slot_state(
+    ngx_http_tokenbiryani_zone_t *zone, int64_t slot);
+
+/*
+ * One answered request's decision, counted: what it did to its
+ * conversation (tb_affinity_e) on its owner's slot (-1: none) and on the
+ * slot that answered.
+ */
+void ngx_http_tokenbiryani_zone_count_affinity(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_int_t owner_slot,
+    ngx_uint_t answered_slot, tb_affinity_e affinity);
+
+typedef struct {
+    uint64_t                       generation;
+    int64_t                        created_ms;
+    uint64_t                       aff_entries;
+    uint64_t                       aff_evicted;
+    size_t                         aff_entry_size;
+    uint64_t                       decisions;
+    uint64_t                       affinity[4];   /* by tb_affinity_e */
+    uint64_t                       leases_held;
+    uint64_t                       leases_reclaimed;
+    ngx_uint_t                     ring_size;
+    ngx_uint_t                     nwaiting;
+} ngx_http_tokenbiryani_zone_stats_t;
+
+void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_zone_stats_t *stats);
+
+
+/* leases (shm/ngx_http_tokenbiryani_lease.c) */
+
+/*
+ * Re-checks and reserves in one step under the lock, all of the need or
+ * nothing: 1 with *ticket set, 0 when the account cannot take it now.
+ */
+ngx_uint_t ngx_http_tokenbiryani_lease_take(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot,
+    const tb_account_conf_t *conf, const tb_need_t *need, int64_t now,
+    ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed);
+
+/* exactly once: a lease already given back or taken back is left alone */
+void ngx_http_tokenbiryani_lease_give_back(
+    ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
+    int64_t headers_ms, ngx_uint_t stale, ngx_uint_t probe_back);
+
+/* every lease this worker holds lives another lease_timeout */
+void ngx_http_tokenbiryani_lease_renew(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now);
+
+/* takes back the leases nobody renewed; returns how many */
+ngx_uint_t ngx_http_tokenbiryani_lease_reclaim(
+    ngx_http_tokenbiryani_zone_t *zone, int64_t now);
+
+
+/* the queue and the keys' rpm (shm/ngx_http_tokenbiryani_queue.c) */
+
+#define NGX_HTTP_TB_QUEUE_OK           0
+#define NGX_HTTP_TB_QUEUE_FULL         1
+#define NGX_HTTP_TB_QUEUE_NOMEM        2
+
+#define NGX_HTTP_TB_QUEUE_TIMEOUT      0      /* why a waiter left */
+#define NGX_HTTP_TB_QUEUE_SERVED       1
+#define NGX_HTTP_TB_QUEUE_GONE         2
+
+ngx_uint_t ngx_http_tokenbiryani_queue_add(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t cls, u_char *request_id,
+    int64_t now, ngx_uint_t *depth, ngx_http_tokenbiryani_ticket_t *ticket);
+void ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t why);
+ngx_uint_t ngx_http_tokenbiryani_queue_clear_ahead(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t cls, int64_t now);
+void ngx_http_tokenbiryani_queue_blocked(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_ticket_t *ticket, uint64_t gen, int64_t retry_at);
+ngx_uint_t ngx_http_tokenbiryani_queue_scan(
+    ngx_http_tokenbiryani_zone_t *zone, int64_t now, uint64_t *ids,
+    ngx_uint_t max);
+
+/* what the admin API shows of the queue, copied out under the lock */
+typedef struct {
     u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
-};
+    ngx_uint_t                     cls;
+    int64_t                        enqueued_ms;
+    ngx_pid_t                      pid;
+} ngx_http_tokenbiryani_waiter_view_t;
 
-
-/* a key's admissions over the last minute: one time per rpm slot */
 typedef struct {
-    ngx_queue_t                    queue;
-    uint64_t                       key;           /* hash of its name */
-    ngx_uint_t                     size;          /* the key's rpm */
-    int64_t                        times[1];
-} ngx_http_tokenbiryani_rpm_t;
+    ngx_uint_t                     depth;
+    ngx_uint_t                     n[2];          /* by class */
+    uint64_t                       queued_total;
+    uint64_t                       served;
+    uint64_t                       timed_out;
+    uint64_t                       full;
+    uint64_t                       left;
+    uint64_t                       stale;
+} ngx_http_tokenbiryani_queue_view_t;
+
+ngx_uint_t ngx_http_tokenbiryani_queue_snapshot(
+    ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_queue_view_t *view,
+    ngx_http_tokenbiryani_waiter_view_t *waiters, ngx_uint_t max);
+
+/* capacity came back somewhere: every waiter may try again */
+void ngx_http_tokenbiryani_capacity_changed(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now);
+uint64_t ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t *since);
+
+ngx_int_t ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, ngx_uint_t rpm, int64_t now, int64_t *retry_ms);
+void ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, ngx_int_t slot, int64_t taken);
 
 
-/* one session's owner: 64 bytes, the slab's 64-byte class exactly */
-typedef struct {
-    ngx_rbtree_node_t              node;          /* key: the session */
-    ngx_queue_t                    lru;
-    uint32_t                       slot;
-    uint32_t                       expires;       /* s since the epoch */
-} ngx_http_tokenbiryani_affinity_t;
+/* affinity (shm/ngx_http_tokenbiryani_affinity.c) */
 
+/* the owner's slot, or -1 */
+ngx_int_t ngx_http_tokenbiryani_affinity_get(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t session, int64_t now);
+void ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t session, ngx_uint_t slot, int64_t now);
+
+
+/* estimators (shm/ngx_http_tokenbiryani_estimator.c) */
+
+int64_t ngx_http_tokenbiryani_estimate_output(
+    ngx_http_tokenbiryani_zone_t *zone, const char *model, size_t len,
+    int64_t max_tokens);
+void ngx_http_tokenbiryani_estimator_observe(
+    ngx_http_tokenbiryani_zone_t *zone, const char *model, size_t len,
+    int64_t leased, int64_t actual);
+ngx_uint_t ngx_http_tokenbiryani_estimator_snapshot(
+    ngx_http_tokenbiryani_zone_t *zone, tb_est_t **copies, ngx_uint_t max,
+    ngx_pool_t *pool);
+
+
+/* the request inspector (shm/ngx_http_tokenbiryani_inspect.c) */
 
 typedef struct {
     uint32_t                       slot;
@@ -81,8 +276,6 @@ typedef struct {
                                                      TB_NKINDS: cancelled */
     uint32_t                       latency_ms;
 } ngx_http_tokenbiryani_inspect_attempt_t;
-
-
 
 
 typedef struct {
@@ -121,200 +314,13 @@ typedef struct {
 } ngx_http_tokenbiryani_record_t;
 
 
-struct ngx_http_tokenbiryani_shm_s {
-    uint32_t                       magic;
-    uint64_t                       generation;    /* configurations loaded */
-    int64_t                        created_ms;
-    ngx_atomic_t                   rr_cursor;     /* round robin position */
-
-    ngx_uint_t                     nslots;        /* account slots made */
-    ngx_uint_t                     slots_size;
-    tb_account_state_t           **slots;
-
-    /* leases held, and the ones taken back from dead workers */
-    ngx_queue_t                    leases;
-    uint64_t                       lease_seq;
-    uint64_t                       leases_reclaimed;
-
-    /* session -> owner */
-    ngx_rbtree_t                   aff_tree;
-    ngx_rbtree_node_t              aff_sentinel;
-    ngx_queue_t                    aff_lru;
-    int64_t                        aff_epoch_ms;
-    uint64_t                       aff_entries;
-    uint64_t                       aff_evicted;
-
-    /* the output estimators, one per model */
-    ngx_uint_t                     nmodels;
-    tb_est_t                      *models[NGX_HTTP_TB_ESTIMATORS];
-    uint64_t                       models_clock;
-
-    /* the request inspector */
-    ngx_http_tokenbiryani_record_t *ring;
-    ngx_uint_t                     ring_size;
-    uint64_t                       ring_seq;
-
-    /* decisions and what they did to affinity */
-    uint64_t                       decisions;
-    uint64_t                       affinity[4];   /* by tb_affinity_e */
-
-    /*
-     * The queue: interactive, then batch, FIFO in each.  Capacity that
-     * comes back (a lease given back, a response's headers, an operator)
-     * bumps the generation; a waiter that failed at this generation
-     * cannot use what is there and does not hold the ones behind it.
-     */
-    ngx_queue_t                    waiting[2];
-    ngx_uint_t                     nwaiting;
-    uint64_t                       waiter_seq;
-    uint64_t                       cap_gen;
-    int64_t                        cap_gen_ms;
-    uint64_t                       queued_total;
-    uint64_t                       queue_served;
-    uint64_t                       queue_timeouts;
-    uint64_t                       queue_full;
-    uint64_t                       queue_left;    /* clients gone */
-    uint64_t                       queue_stale;   /* of dead workers */
-
-    /* keys' rpm windows */
-    ngx_queue_t                    rpm;
-};
-
-
-ngx_int_t ngx_http_tokenbiryani_init_zone(ngx_shm_zone_t *shm_zone,
-    void *data);
-
-ngx_uint_t ngx_http_tokenbiryani_shm_observe(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, const tb_rl_obs_t *obs,
-    ngx_int_t status, int64_t now_ms);
-
-ngx_uint_t ngx_http_tokenbiryani_shm_rr_next(
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
-
-void ngx_http_tokenbiryani_shm_attempt_start(
-    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased, int64_t now_ms);
-ngx_uint_t ngx_http_tokenbiryani_shm_attempt_end(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, ngx_uint_t leased,
-    const tb_outcome_t *o, uint64_t model_hash, const char *model,
-    size_t model_len, ngx_uint_t probed, int64_t now);
-
-/* an operator's enable (clears every state) or disable */
-void ngx_http_tokenbiryani_shm_set_enabled(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, ngx_uint_t enable, int64_t now);
-
-/* a consistent copy of a slot, for reports */
-void ngx_http_tokenbiryani_shm_snapshot(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, tb_account_state_t *copy);
-
-
-/* leases (shm/ngx_http_tokenbiryani_lease.c) */
-ngx_http_tokenbiryani_lease_t *ngx_http_tokenbiryani_lease_take(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_account_t *a, const tb_need_t *need,
-    int64_t now, uint64_t *id, ngx_uint_t *probed);
-void ngx_http_tokenbiryani_lease_give_back(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_lease_t *lease, uint64_t id,
-    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t stale,
-    ngx_uint_t probe_back);
-void ngx_http_tokenbiryani_lease_renew(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_queue_t *held,
-    int64_t now);
-ngx_uint_t ngx_http_tokenbiryani_lease_reclaim(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
-ngx_uint_t ngx_http_tokenbiryani_lease_count(
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
-
-
-/* the queue (shm/ngx_http_tokenbiryani_queue.c) */
-#define NGX_HTTP_TB_QUEUE_OK           0
-#define NGX_HTTP_TB_QUEUE_FULL         1
-#define NGX_HTTP_TB_QUEUE_NOMEM        2
-
-ngx_uint_t ngx_http_tokenbiryani_queue_add(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_ctx_t *ctx,
-    int64_t now, ngx_uint_t *depth);
-void ngx_http_tokenbiryani_queue_remove(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t served, int64_t now);
-ngx_uint_t ngx_http_tokenbiryani_queue_clear_ahead(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t cls, int64_t now);
-void ngx_http_tokenbiryani_queue_blocked(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_ctx_t *ctx, uint64_t gen, int64_t retry_at);
-ngx_uint_t ngx_http_tokenbiryani_queue_scan(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now, uint64_t *ids,
-    ngx_uint_t max);
-/* what the admin API shows of the queue, copied out under the lock */
-typedef struct {
-    u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
-    ngx_uint_t                     cls;
-    int64_t                        enqueued_ms;
-    ngx_pid_t                      pid;
-} ngx_http_tokenbiryani_waiter_view_t;
-
-typedef struct {
-    ngx_uint_t                     depth;
-    ngx_uint_t                     n[2];          /* by class */
-    uint64_t                       queued_total;
-    uint64_t                       served;
-    uint64_t                       timed_out;
-    uint64_t                       full;
-    uint64_t                       left;
-    uint64_t                       stale;
-} ngx_http_tokenbiryani_queue_view_t;
-
-ngx_uint_t ngx_http_tokenbiryani_queue_snapshot(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_queue_view_t *view,
-    ngx_http_tokenbiryani_waiter_view_t *waiters, ngx_uint_t max);
-void ngx_http_tokenbiryani_capacity_changed(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
-uint64_t ngx_http_tokenbiryani_capacity_gen(
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
-ngx_int_t ngx_http_tokenbiryani_rpm_take(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t key, ngx_uint_t rpm,
-    int64_t now, int64_t *retry_ms);
-void ngx_http_tokenbiryani_rpm_give_back(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t key, ngx_int_t slot,
-    int64_t taken);
-
-
-/* affinity (shm/ngx_http_tokenbiryani_affinity.c) */
-void *ngx_http_tokenbiryani_alloc_locked(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, size_t size);
-ngx_int_t ngx_http_tokenbiryani_affinity_get(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session, int64_t now);
-void ngx_http_tokenbiryani_affinity_set(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session,
-    ngx_uint_t slot, int64_t now);
-
-
-/* estimators (shm/ngx_http_tokenbiryani_estimator.c) */
-int64_t ngx_http_tokenbiryani_estimate_output(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *model, size_t len,
-    int64_t max_tokens);
-void ngx_http_tokenbiryani_estimator_observe(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *model, size_t len,
-    int64_t leased, int64_t actual);
-ngx_uint_t ngx_http_tokenbiryani_estimator_snapshot(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, tb_est_t **copies,
-    ngx_uint_t max, ngx_pool_t *pool);
-
-
-/* the inspector (shm/ngx_http_tokenbiryani_inspect.c) */
-void ngx_http_tokenbiryani_inspect_add(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
+void ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *rec);
 ngx_uint_t ngx_http_tokenbiryani_inspect_list(
-    ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_record_t *out, ngx_uint_t max);
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_record_t *out,
+    ngx_uint_t max);
 ngx_int_t ngx_http_tokenbiryani_inspect_find(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, u_char *id,
+    ngx_http_tokenbiryani_zone_t *zone, u_char *id,
     ngx_http_tokenbiryani_record_t *out);
 
 

@@ -520,10 +520,9 @@ tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec)
 
 
 int
-tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
-    int64_t *delay_ms)
+tb_parse_seconds(const unsigned char *p, size_t len, int64_t *ms)
 {
-    int64_t               secs, ms, frac, scale;
+    int64_t               secs, frac, scale;
     const unsigned char  *last;
 
     last = p + len;
@@ -536,39 +535,59 @@ tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
         last--;
     }
 
-    if (p == last) {
+    if (p == last || *p < '0' || *p > '9') {
         return -1;
     }
 
-    if (*p >= '0' && *p <= '9') {
-
-        for (secs = 0; p < last && *p >= '0' && *p <= '9'; p++) {
-            if (secs > 100000000) {
-                return -1;          /* over three years: nonsense */
-            }
-
-            secs = secs * 10 + (*p - '0');
+    for (secs = 0; p < last && *p >= '0' && *p <= '9'; p++) {
+        if (secs > 100000000) {
+            return -1;          /* over three years: nonsense */
         }
 
-        frac = 0;
+        secs = secs * 10 + (*p - '0');
+    }
 
-        if (p < last && *p == '.') {
-            for (p++, scale = 100; p < last && *p >= '0' && *p <= '9'; p++) {
-                frac += (*p - '0') * scale;
-                scale /= 10;
-            }
+    frac = 0;
+
+    if (p < last && *p == '.') {
+        for (p++, scale = 100; p < last && *p >= '0' && *p <= '9'; p++) {
+            frac += (*p - '0') * scale;
+            scale /= 10;
         }
+    }
 
-        if (p != last) {
-            return -1;
-        }
+    if (p != last) {
+        return -1;
+    }
 
-        *delay_ms = secs * 1000 + frac;
+    *ms = secs * 1000 + frac;
 
+    return 0;
+}
+
+
+int
+tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
+    int64_t *delay_ms)
+{
+    int64_t               secs, ms;
+    const unsigned char  *q, *last;
+
+    /* delta-seconds, or else an HTTP date */
+
+    if (tb_parse_seconds(p, len, delay_ms) == 0) {
         return 0;
     }
 
-    if (tb_parse_http_date(p, last - p, &secs) != 0) {
+    last = p + len;
+
+    for (q = p; q < last && isspace(*q); q++) { /* void */ }
+
+    if (q == last || (*q >= '0' && *q <= '9')) {
+        return -1;
+    }
+
+    if (tb_parse_http_date(p, len, &secs) != 0) {
         return -1;
     }
 

@@ -162,6 +162,9 @@ int tb_parse_rfc3339(const unsigned char *p, size_t len, int64_t *ms);
 /* IMF-fixdate, RFC 850 and asctime() dates → epoch seconds; 0 or -1 */
 int tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec);
 
+/* seconds, decimals to the millisecond, surrounding space → ms; 0 or -1 */
+int tb_parse_seconds(const unsigned char *p, size_t len, int64_t *ms);
+
 /* delta-seconds (decimals tolerated) or an HTTP date → delay in ms */
 int tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
     int64_t *delay_ms);

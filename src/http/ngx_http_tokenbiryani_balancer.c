@@ -1,15 +1,22 @@
 /*
- * tokenbiryani: the balancer.  Each attempt of a request picks an account
- * in peer.get, which runs before every connect, and rewrites the request
- * header with that account's credential there (reinit_request would be too
- * late: it is skipped when the failed try never sent its request).  Idle
- * upstream connections are kept per account and per worker, TLS sessions
- * too.
+ * tokenbiryani: the balancer.  Each attempt is routed (and leased) before
+ * its connect; peer.get, which runs before every connect, takes that
+ * account and rewrites the request header with its credential (the
+ * upstream's reinit_request would be too late: it is skipped when the
+ * failed try never sent its request).  peer.free ends the attempt: its
+ * outcome applied to the account, its lease given back, and - when it
+ * failed - the decision of what comes next (ngx_http_tokenbiryani_attempt.c).
  */
 
 
 #include "ngx_http_tokenbiryani.h"
-#include "ngx_http_tokenbiryani_shm.h"
+#include "ngx_http_tokenbiryani_balancer.h"
+#include "ngx_http_tokenbiryani_upstream.h"
+#include "ngx_http_tokenbiryani_outcome.h"
+#include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_attempt.h"
+#include "ngx_http_tokenbiryani_keepalive.h"
+#include "ngx_http_tokenbiryani_events.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_init_peer(ngx_http_request_t *r,
@@ -18,24 +25,9 @@ static ngx_int_t ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc,
     void *data, ngx_uint_t state);
-static void ngx_http_tokenbiryani_classify_transport(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_connection_t *c);
-static void ngx_http_tokenbiryani_describe(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx);
-static void ngx_http_tokenbiryani_note_attempt(
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_connection_t *c,
+static void ngx_http_tokenbiryani_end_attempt(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_peer_connection_t *pc,
     ngx_uint_t failed);
-static ngx_uint_t ngx_http_tokenbiryani_eligible(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a);
-static ngx_uint_t ngx_http_tokenbiryani_model_allowed(
-    tb_account_conf_t *ac, tb_body_t *body);
-static ngx_int_t ngx_http_tokenbiryani_cached_connection(
-    ngx_peer_connection_t *pc, ngx_http_tokenbiryani_account_t *a);
-static void ngx_http_tokenbiryani_keep_connection(ngx_peer_connection_t *pc,
-    ngx_http_request_t *r, ngx_http_tokenbiryani_account_t *a);
-static void ngx_http_tokenbiryani_idle_close_handler(ngx_event_t *ev);
-static void ngx_http_tokenbiryani_idle_dummy_handler(ngx_event_t *ev);
-static void ngx_http_tokenbiryani_close_idle(ngx_connection_t *c);
 
 #if (NGX_HTTP_SSL)
 static ngx_int_t ngx_http_tokenbiryani_set_session(ngx_peer_connection_t *pc,
@@ -99,74 +91,51 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
 {
     ngx_http_request_t *r = data;
 
-    int64_t                           now;
-    ngx_addr_t                       *addr;
-    ngx_http_upstream_t              *u;
-    __typeof__(((ngx_http_tokenbiryani_ctx_t *) 0)->tries[0])  *t;
-    ngx_http_tokenbiryani_ctx_t      *ctx;
-    ngx_http_tokenbiryani_account_t  *a;
+    int64_t                               now;
+    ngx_addr_t                           *addr;
+    ngx_http_upstream_t                  *u;
+    ngx_http_tokenbiryani_ctx_t          *ctx;
+    ngx_http_tokenbiryani_account_t      *a;
+    ngx_http_tokenbiryani_attempt_log_t  *log;
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     u = r->upstream;
 
-    if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
-
-        /* every attempt is decided (and leased) before its connect */
-
-        if (ctx->pausing || ctx->next == NULL) {
-            if (!ctx->pausing) {
-                ngx_http_tokenbiryani_arm_dispatch(r, ctx);
-            }
-
-            return ngx_http_tokenbiryani_pause(r, ctx, pc);
-        }
-
-        a = ctx->next;
-        ctx->next = NULL;
-
-    } else {
-        a = ngx_http_tokenbiryani_pick(r, ctx);
+    if (ctx->pausing || ctx->next == NULL) {
+        /* the next attempt does not follow at once */
+        return ngx_http_tokenbiryani_attempt_pause(r, ctx, pc);
     }
 
-    if (a == NULL) {
-        /* nginx answers 502, which the filter turns into an API error */
-        pc->tries = 0;
-
-        if (ctx->last_error.len == 0) {
-            ngx_str_set(&ctx->last_error, "no account left to try");
-        }
-
-        return NGX_BUSY;
-    }
+    a = ctx->next;
+    ctx->next = NULL;
 
     ctx->account = a;
-    ctx->tried[a->index] |= NGX_HTTP_TB_TRIED;
+    ctx->marks[a->index] |= NGX_HTTP_TB_MARK_TRIED;
     ctx->attempts++;
 
-    ngx_http_tokenbiryani_reset_attempt(r, ctx);
+    ngx_http_tokenbiryani_upstream_reset(r, ctx);
 
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     now = ngx_http_tokenbiryani_now_ms();
 
-    ngx_http_tokenbiryani_shm_attempt_start(a, ctx->lease != NULL, now);
+    ngx_http_tokenbiryani_zone_attempt_start(&tmcf->zone, a->slot,
+                                             ctx->lease.id != 0, now);
     ctx->inflight = 1;
     ctx->attempt_ms = now;
-    ctx->outcome_set = 0;
-    ctx->stalled = 0;
-    ctx->retry_after_ms = -1;
-    ctx->errbody_len = 0;
 
     if (ctx->uconf) {
         /* a stream waits for its first bytes prelude_timeout at most */
         ctx->uconf->read_timeout = ngx_http_tokenbiryani_prelude_timeout(r);
     }
 
-    if (ctx->attempts <= 8) {
-        t = &ctx->tries[ctx->attempts - 1];
-        t->account = a->index;
-        t->start_ms = now;
-        t->status = 0;
-        t->kind = TB_NKINDS;
-        t->latency_ms = 0;
+    if (ctx->attempts <= NGX_HTTP_TB_INSPECT_ATTEMPTS) {
+        log = &ctx->log[ctx->attempts - 1];
+        log->account = a->index;
+        log->start_ms = now;
+        log->status = 0;
+        log->kind = TB_NKINDS;
+        log->latency_ms = 0;
     }
 
     addr = &a->addrs[(ctx->attempts - 1) % a->naddrs];
@@ -189,7 +158,7 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
         ngx_str_set(&u->schema, "http://");
     }
 
-    if (ngx_http_tokenbiryani_build_request_header(r, ctx) != NGX_OK) {
+    if (ngx_http_tokenbiryani_upstream_header(r, ctx) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -197,7 +166,7 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
                    "tokenbiryani: attempt %ui on account \"%V\" (%V)",
                    ctx->attempts, &a->id, pc->name);
 
-    return ngx_http_tokenbiryani_cached_connection(pc, a);
+    return ngx_http_tokenbiryani_keepalive_get(pc, a);
 }
 
 
@@ -207,554 +176,129 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_request_t *r = data;
 
-    ngx_uint_t                          failed, more, leased, ok, messages;
-    ngx_connection_t                   *c;
-    ngx_http_tokenbiryani_ctx_t        *ctx;
-    ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_uint_t                            failed;
+    ngx_connection_t                     *c;
+    ngx_http_tokenbiryani_ctx_t          *ctx;
+    ngx_http_tokenbiryani_attempt_log_t  *log;
 
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
-    a = ctx->account;
     c = pc->connection;
 
     failed = (state & NGX_PEER_FAILED) ? 1 : 0;
-    leased = (ctx->lease != NULL);
-    messages = (ctx->kind == NGX_HTTP_TB_MESSAGES);
 
-    ngx_http_tokenbiryani_note_attempt(ctx, c, failed);
+    if (ctx->attempts && ctx->attempts <= NGX_HTTP_TB_INSPECT_ATTEMPTS) {
+        log = &ctx->log[ctx->attempts - 1];
+        log->kind = TB_NKINDS;
+        log->status = ctx->resp.status.code;
+        log->latency_ms = ngx_http_tokenbiryani_now_ms() - log->start_ms;
+    }
 
-    if (failed && pc->cached && ctx->status.code == 0
+    if (failed && pc->cached && ctx->resp.status.code == 0
         && !(c && (c->read->timedout || c->write->timedout))
         && (r->upstream->state == NULL
             || r->upstream->state->bytes_received == 0))
     {
-
         /*
          * An idle connection the upstream had already closed: not the
          * account's fault.  The attempt is taken again, on the same
          * account if it is still the best choice.
          */
 
-        if (ctx->inflight) {
-            (void) ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased, NULL,
-                                             0, NULL, 0, ctx->probed,
-                                             ngx_http_tokenbiryani_now_ms());
-            ctx->probed = 0;
-            ngx_http_tokenbiryani_route_settle(r, ctx, 0);
-            ctx->inflight = 0;
-        }
+        ngx_http_tokenbiryani_end_attempt(r, ctx, pc, 0);
 
-        ctx->tried[a->index] &= ~NGX_HTTP_TB_TRIED;
+        ctx->marks[ctx->account->index] &= ~NGX_HTTP_TB_MARK_TRIED;
         ctx->attempts--;
-        pc->tries = 1;
 
-        if (messages && !r->connection->error) {
-            switch (ngx_http_tokenbiryani_dispatch(r, ctx)) {
-            case NGX_HTTP_TB_GO:
-                break;
-            case NGX_HTTP_TB_FAIL:
-                ngx_http_tokenbiryani_arm_fail(r, ctx);
-                ctx->pausing = 1;
-                break;
-            default:
-                ctx->pausing = 1;
-                break;
-            }
-        }
-
+        ngx_http_tokenbiryani_attempt_again(r, ctx, pc);
         return;
     }
 
-    if (ctx->inflight) {
-
-        if (messages && failed && !ctx->outcome_set) {
-            ngx_http_tokenbiryani_classify_transport(r, ctx, c);
-        }
-
-        if (ctx->outcome_set) {
-            ngx_http_tokenbiryani_describe(r, ctx);
-
-            if (ctx->attempts && ctx->attempts <= 8) {
-                ctx->tries[ctx->attempts - 1].kind = ctx->outcome.kind;
-            }
-        }
-
-        if (ngx_http_tokenbiryani_shm_attempt_end(tmcf, a, leased,
-                                   messages && ctx->outcome_set
-                                   ? &ctx->outcome : NULL,
-                                   ctx->model_hash, ctx->body.model,
-                                   ctx->body.model_len, ctx->probed,
-                                   ngx_http_tokenbiryani_now_ms()))
-        {
-            ngx_log_error(NGX_LOG_WARN, pc->log, 0,
-                          "tokenbiryani: account \"%V\": circuit open after "
-                          "%L failures in a row", &a->id,
-                          (int64_t) tmcf->breaker.threshold);
-        }
-
-        ctx->probed = 0;
-
-        ok = !failed && ctx->committed
-             && ctx->status.code >= 200 && ctx->status.code < 300
-             && (!messages
-                 || (ctx->outcome_set && ctx->outcome.kind == TB_KIND_OK));
-
-        ngx_http_tokenbiryani_route_settle(r, ctx, ok);
-        ctx->inflight = 0;
-    }
+    ngx_http_tokenbiryani_end_attempt(r, ctx, pc, failed);
 
     if (!failed) {
-        if (messages) {
-            ngx_http_tokenbiryani_log_settlement(r, ctx, a, "done");
-        }
+        ngx_http_tokenbiryani_log_settlement(r, ctx, ctx->account, "done");
 
         if (c && r->upstream->keepalive) {
-            ngx_http_tokenbiryani_keep_connection(pc, r, a);
+            ngx_http_tokenbiryani_keepalive_put(pc, r, ctx->account);
         }
 
         return;
     }
 
-    if (messages) {
-        ngx_http_tokenbiryani_attempt_over(r, ctx, pc, failed);
+    ngx_http_tokenbiryani_attempt_failed(r, ctx, pc);
+}
+
+
+/*
+ * The attempt is over for the account: its outcome applied (the account
+ * action and the breaker; none when it was not the account's doing), its
+ * lease given back, this worker's waiters told.
+ */
+
+static void
+ngx_http_tokenbiryani_end_attempt(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_peer_connection_t *pc,
+    ngx_uint_t failed)
+{
+    ngx_uint_t                          ok;
+    const tb_outcome_t                 *o;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    if (!ctx->inflight) {
         return;
     }
 
-    more = ngx_http_tokenbiryani_more_attempts(r, ctx);
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = ctx->account;
 
-    if (ctx->retry_logged) {
-        /* the response itself was the failure, already said so */
-        ctx->retry_logged = 0;
+    if (failed && !ctx->resp.classified) {
+        ngx_http_tokenbiryani_classify_transport(r, ctx, pc->connection);
+    }
 
-    } else {
-        if (c && (c->read->timedout || c->write->timedout)) {
-            ngx_str_set(&ctx->last_error, "timed out");
+    o = NULL;
 
-        } else if (ctx->status.code == 0) {
-            ngx_str_set(&ctx->last_error, "connection failed");
+    if (ctx->resp.classified) {
+        ngx_http_tokenbiryani_describe_outcome(r, ctx);
 
-        } else {
-            ngx_str_set(&ctx->last_error, "broke off");
+        if (ctx->attempts && ctx->attempts <= NGX_HTTP_TB_INSPECT_ATTEMPTS) {
+            ctx->log[ctx->attempts - 1].kind = ctx->outcome.kind;
         }
 
+        /*
+         * count_tokens and models have rate limits of their own: their
+         * 429 says nothing of the Messages windows the account cools for.
+         */
+
+        if (ctx->kind == NGX_HTTP_TB_MESSAGES
+            || ctx->outcome.kind != TB_KIND_RATE_LIMIT)
+        {
+            o = &ctx->outcome;
+        }
+    }
+
+    if (ngx_http_tokenbiryani_zone_attempt_end(&tmcf->zone, a->slot,
+                                  ctx->lease.id != 0, o, ctx->model_hash,
+                                  ctx->body.model, ctx->body.model_len,
+                                  ctx->probed, ngx_http_tokenbiryani_now_ms()))
+    {
         ngx_log_error(NGX_LOG_WARN, pc->log, 0,
-                      "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
-                      "%s", (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
-                      ctx->request_id, &a->id, &ctx->last_error,
-                      ctx->attempts,
-                      more ? "retrying on another account"
-                           : "no attempts left");
+                      "tokenbiryani: account \"%V\": circuit open after "
+                      "%L failures in a row", &a->id,
+                      (int64_t) tmcf->zone.breaker.threshold);
     }
 
-    pc->tries = more ? 1 : 0;
-}
+    /* the breaker has settled the probe, if this attempt was one */
+    ctx->probed = 0;
 
+    ok = !failed && ctx->committed
+         && ctx->resp.status.code >= 200 && ctx->resp.status.code < 300
+         && ctx->resp.classified && ctx->outcome.kind == TB_KIND_OK;
 
-/* a failure without a response to classify: no connection, a timeout */
+    ngx_http_tokenbiryani_route_settle(r, ctx, ok);
+    ctx->inflight = 0;
 
-static void
-ngx_http_tokenbiryani_classify_transport(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_connection_t *c)
-{
-    tb_response_t                       resp;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-
-    ngx_memzero(&resp, sizeof(tb_response_t));
-
-    resp.timed_out = (c && (c->read->timedout || c->write->timedout));
-    resp.retry_after_ms = -1;
-    resp.now = ngx_http_tokenbiryani_now_ms();
-
-    /* a stream's silence before its first delta is a stall */
-    resp.stalled = resp.timed_out && ctx->body.stream && ctx->uconf
-                   && !ctx->committed;
-
-    tb_classify(&resp, tmcf->tbcf, &ctx->outcome);
-    ctx->outcome_set = 1;
-}
-
-
-/* the attempt in a few words, for the logs and the client's error */
-
-static void
-ngx_http_tokenbiryani_describe(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
-{
-    u_char                             *p;
-    u_char                              buf[128];
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-
-    switch (ctx->outcome.kind) {
-
-    case TB_KIND_STALL:
-        p = ngx_snprintf(buf, sizeof(buf), "sent nothing for %.1fs before "
-                         "its first content delta",
-                         tmcf->tbcf->retry_prelude_timeout_seconds);
-        break;
-
-    case TB_KIND_TIMEOUT:
-        p = ngx_snprintf(buf, sizeof(buf), "timed out");
-        break;
-
-    case TB_KIND_TRANSPORT:
-        p = ngx_snprintf(buf, sizeof(buf), "%s",
-                         ctx->status.code ? "broke off" : "connection failed");
-        break;
-
-    default:
-        if (ctx->is_sse && ctx->sse.error) {
-            p = ngx_snprintf(buf, sizeof(buf), "gave stream error %s",
-                             ctx->sse.error_type[0] ? ctx->sse.error_type
-                                                    : "(untyped)");
-        } else {
-            p = ngx_snprintf(buf, sizeof(buf), "gave status %ui",
-                             ctx->status.code);
-        }
-
-        break;
-    }
-
-    if (ctx->outcome.kind != TB_KIND_OK && ctx->outcome.kind != TB_KIND_CLIENT
-        && ctx->outcome.kind != TB_KIND_UNKNOWN)
-    {
-        p = ngx_snprintf(p, buf + sizeof(buf) - p, " (%s)",
-                         ctx->outcome.rule->name);
-    }
-
-    ctx->last_error.data = ngx_pnalloc(r->pool, p - buf);
-    if (ctx->last_error.data == NULL) {
-        ctx->last_error.len = 0;
-        return;
-    }
-
-    ngx_memcpy(ctx->last_error.data, buf, p - buf);
-    ctx->last_error.len = p - buf;
-}
-
-
-/* what the attempt came to, for the inspector */
-
-static void
-ngx_http_tokenbiryani_note_attempt(ngx_http_tokenbiryani_ctx_t *ctx,
-    ngx_connection_t *c, ngx_uint_t failed)
-{
-    if (ctx->attempts == 0 || ctx->attempts > 8) {
-        return;
-    }
-
-    /* the kind, a class of the taxonomy, once the attempt is classified */
-    ctx->tries[ctx->attempts - 1].kind = TB_NKINDS;
-    ctx->tries[ctx->attempts - 1].status = ctx->status.code;
-    ctx->tries[ctx->attempts - 1].latency_ms = ngx_http_tokenbiryani_now_ms()
-                                    - ctx->tries[ctx->attempts - 1].start_ms;
-}
-
-
-ngx_http_tokenbiryani_account_t *
-ngx_http_tokenbiryani_pick(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
-{
-    ngx_uint_t                          i, n, start;
-    ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-
-    n = tmcf->accounts.nelts;
-
-    if (n == 0) {
-        return NULL;
-    }
-
-    a = tmcf->accounts.elts;
-
-    /* round robin over the whole pool, shared by every worker */
-
-    start = ngx_http_tokenbiryani_shm_rr_next(tmcf) % n;
-
-    for (i = 0; i < n; i++) {
-        if (ngx_http_tokenbiryani_eligible(r, ctx, &a[(start + i) % n])) {
-            return &a[(start + i) % n];
-        }
-    }
-
-    return NULL;
-}
-
-
-ngx_uint_t
-ngx_http_tokenbiryani_eligible_left(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
-{
-    ngx_uint_t                          i;
-    ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    a = tmcf->accounts.elts;
-
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        if (ngx_http_tokenbiryani_eligible(r, ctx, &a[i])) {
-            return 1;
-        }
-    }
-
-    return 0;
-}
-
-
-static ngx_uint_t
-ngx_http_tokenbiryani_eligible(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a)
-{
-    size_t                i;
-    const tb_key_conf_t  *kc;
-
-    if (!a->supported || !a->conf->enabled || a->sh->disabled
-        || (ctx->tried[a->index] & NGX_HTTP_TB_TRIED))
-    {
-        return 0;
-    }
-
-    kc = ctx->key;
-
-    if (kc && kc->pool.n) {
-        for (i = 0; i < kc->pool.n; i++) {
-            if (ngx_strcmp(kc->pool.items[i], a->conf->id) == 0) {
-                break;
-            }
-        }
-
-        if (i == kc->pool.n) {
-            return 0;
-        }
-    }
-
-    return ngx_http_tokenbiryani_model_allowed(a->conf, &ctx->body);
-}
-
-
-static ngx_uint_t
-ngx_http_tokenbiryani_model_allowed(tb_account_conf_t *ac, tb_body_t *body)
-{
-    if (!body->has_model) {
-        return 1;
-    }
-
-    return tb_models_match(ac->models.items, ac->models.n, body->model,
-                           body->model_len);
-}
-
-
-ngx_uint_t
-ngx_http_tokenbiryani_account_sets(ngx_http_tokenbiryani_account_t *a,
-    ngx_str_t *name)
-{
-    size_t  i;
-
-    for (i = 0; i < a->conf->headers.n; i++) {
-        if (ngx_strlen(a->conf->headers.items[i].key) == name->len
-            && ngx_strncasecmp((u_char *) a->conf->headers.items[i].key,
-                               name->data, name->len) == 0)
-        {
-            return 1;
-        }
-    }
-
-    return 0;
-}
-
-
-static ngx_int_t
-ngx_http_tokenbiryani_cached_connection(ngx_peer_connection_t *pc,
-    ngx_http_tokenbiryani_account_t *a)
-{
-    ngx_queue_t                        *q;
-    ngx_connection_t                   *c;
-    ngx_http_tokenbiryani_keepalive_t  *item;
-
-    for (q = ngx_queue_head(&a->cache);
-         q != ngx_queue_sentinel(&a->cache);
-         q = ngx_queue_next(q))
-    {
-        item = ngx_queue_data(q, ngx_http_tokenbiryani_keepalive_t, queue);
-        c = item->connection;
-
-        if (ngx_memn2cmp((u_char *) &item->sockaddr, (u_char *) pc->sockaddr,
-                         item->socklen, pc->socklen)
-            != 0)
-        {
-            continue;
-        }
-
-        ngx_queue_remove(q);
-        ngx_queue_insert_head(&a->free, q);
-
-        c->idle = 0;
-        c->sent = 0;
-        c->data = NULL;
-        c->log = pc->log;
-        c->read->log = pc->log;
-        c->write->log = pc->log;
-        c->pool->log = pc->log;
-
-        if (c->read->timer_set) {
-            ngx_del_timer(c->read);
-        }
-
-        pc->connection = c;
-        pc->cached = 1;
-
-        return NGX_DONE;
-    }
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_tokenbiryani_keep_connection(ngx_peer_connection_t *pc,
-    ngx_http_request_t *r, ngx_http_tokenbiryani_account_t *a)
-{
-    ngx_queue_t                        *q;
-    ngx_connection_t                   *c;
-    ngx_http_upstream_t                *u;
-    ngx_http_tokenbiryani_keepalive_t  *item;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    u = r->upstream;
-    c = pc->connection;
-
-    if (tmcf->keepalive == 0
-        || c->read->eof || c->read->error || c->read->timedout
-        || c->write->error || c->write->timedout
-        || c->requests >= tmcf->keepalive_requests
-        || !u->request_body_sent
-        || ngx_terminate || ngx_exiting
-        || ngx_handle_read_event(c->read, 0) != NGX_OK)
-    {
-        return;
-    }
-
-    if (ngx_queue_empty(&a->free)) {
-        q = ngx_queue_last(&a->cache);
-        ngx_queue_remove(q);
-
-        item = ngx_queue_data(q, ngx_http_tokenbiryani_keepalive_t, queue);
-        ngx_http_tokenbiryani_close_idle(item->connection);
-
-    } else {
-        q = ngx_queue_head(&a->free);
-        ngx_queue_remove(q);
-
-        item = ngx_queue_data(q, ngx_http_tokenbiryani_keepalive_t, queue);
-    }
-
-    ngx_queue_insert_head(&a->cache, q);
-
-    item->connection = c;
-    item->socklen = pc->socklen;
-    ngx_memcpy(&item->sockaddr, pc->sockaddr, pc->socklen);
-
-    pc->connection = NULL;
-
-    c->read->delayed = 0;
-    ngx_add_timer(c->read, tmcf->keepalive_timeout);
-
-    if (c->write->timer_set) {
-        ngx_del_timer(c->write);
-    }
-
-    c->write->handler = ngx_http_tokenbiryani_idle_dummy_handler;
-    c->read->handler = ngx_http_tokenbiryani_idle_close_handler;
-
-    c->data = item;
-    c->idle = 1;
-    c->log = ngx_cycle->log;
-    c->read->log = ngx_cycle->log;
-    c->write->log = ngx_cycle->log;
-    c->pool->log = ngx_cycle->log;
-
-    if (c->read->ready) {
-        ngx_http_tokenbiryani_idle_close_handler(c->read);
-    }
-}
-
-
-static void
-ngx_http_tokenbiryani_idle_close_handler(ngx_event_t *ev)
-{
-    int                                 n;
-    char                                buf[1];
-    ngx_connection_t                   *c;
-    ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_keepalive_t  *item;
-
-    c = ev->data;
-
-    if (c->close || c->read->timedout) {
-        goto close;
-    }
-
-    /* an idle connection that becomes readable was closed or misbehaves */
-
-    n = recv(c->fd, buf, 1, MSG_PEEK);
-
-    if (n == -1 && ngx_socket_errno == NGX_EAGAIN) {
-        ev->ready = 0;
-
-        if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-            goto close;
-        }
-
-        return;
-    }
-
-close:
-
-    item = c->data;
-    a = item->account;
-
-    ngx_http_tokenbiryani_close_idle(c);
-
-    ngx_queue_remove(&item->queue);
-    ngx_queue_insert_head(&a->free, &item->queue);
-}
-
-
-static void
-ngx_http_tokenbiryani_idle_dummy_handler(ngx_event_t *ev)
-{
-    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ev->log, 0,
-                   "tokenbiryani: idle connection write event");
-}
-
-
-static void
-ngx_http_tokenbiryani_close_idle(ngx_connection_t *c)
-{
-#if (NGX_HTTP_SSL)
-
-    if (c->ssl) {
-        c->ssl->no_wait_shutdown = 1;
-        c->ssl->no_send_shutdown = 1;
-
-        if (ngx_ssl_shutdown(c) == NGX_AGAIN) {
-            c->ssl->handler = ngx_http_tokenbiryani_close_idle;
-            return;
-        }
-    }
-
-#endif
-
-    ngx_destroy_pool(c->pool);
-    ngx_close_connection(c);
+    ngx_http_tokenbiryani_attempt_wake();
 }
 
 

@@ -1,9 +1,12 @@
 /*
- * tokenbiryani: configuration loading, request context, authentication.
+ * tokenbiryani: the YAML file at load time - the accounts as the proxy
+ * uses them (addresses, the credential header written once), the keys,
+ * the strategy - and the accounts' slots in the zone once it exists.
  */
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_config.h"
 #include "tb_hash.h"
 
 
@@ -11,8 +14,6 @@ static void ngx_http_tokenbiryani_config_cleanup(void *data);
 static ngx_int_t ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac);
 static const char *ngx_http_tokenbiryani_conf_getenv(const char *name);
-static ngx_int_t ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r,
-    ngx_str_t *key);
 
 
 ngx_int_t
@@ -85,9 +86,14 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     tmcf->weights[TB_T_ERRORS] = tbcf->w_errors;
     tmcf->weights[TB_T_COST] = tbcf->w_cost;
 
-    tmcf->breaker.threshold = (uint32_t) tbcf->breaker_failure_threshold;
-    tmcf->breaker.cooldown_ms = (int64_t) (tbcf->breaker_cooldown_seconds
-                                           * 1000);
+    /* count_tokens and models: round robin among the eligible */
+    tmcf->rotate = tb_strategy_builtin("round_robin");
+
+    tmcf->zone.tbcf = tbcf;
+    tmcf->zone.breaker.threshold =
+                                (uint32_t) tbcf->breaker_failure_threshold;
+    tmcf->zone.breaker.cooldown_ms =
+                        (int64_t) (tbcf->breaker_cooldown_seconds * 1000);
 
     if (tb_keytab_build(&tmcf->keytab, tbcf) != 0) {
         return NGX_ERROR;
@@ -160,16 +166,19 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     size_t                            i, len;
     ngx_url_t                         u;
     ngx_uint_t                        default_port;
-    unsigned char                     digest[TB_DIGEST_LEN];
-    ngx_str_t                         fp;
-    ngx_http_tokenbiryani_account_t  *a;
+    unsigned char                          digest[TB_DIGEST_LEN];
+    ngx_str_t                              fp;
+    ngx_http_tokenbiryani_account_t       *a;
+    ngx_http_tokenbiryani_zone_account_t  *za;
 
     a = ngx_array_push(&tmcf->accounts);
-    if (a == NULL) {
+    za = ngx_array_push(&tmcf->zone.accounts);
+    if (a == NULL || za == NULL) {
         return NGX_ERROR;
     }
 
     ngx_memzero(a, sizeof(ngx_http_tokenbiryani_account_t));
+    ngx_memzero(za, sizeof(ngx_http_tokenbiryani_zone_account_t));
 
     a->index = tmcf->accounts.nelts - 1;
     a->conf = ac;
@@ -283,7 +292,10 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_memcpy(p, a->auth_header.data, a->auth_header.len);
 
     tb_sha256(fp.data, fp.len, digest);
-    ngx_memcpy(a->fingerprint, digest, sizeof(a->fingerprint));
+
+    za->id = a->id.data;
+    za->id_len = a->id.len;
+    ngx_memcpy(za->fingerprint, digest, sizeof(za->fingerprint));
 
     if (!a->supported) {
         return NGX_OK;
@@ -326,191 +338,47 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
 }
 
 
-ngx_http_tokenbiryani_ctx_t *
-ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
-{
-    u_char                       *p;
-    ngx_uint_t                    i;
-    uint32_t                      rnd;
-    ngx_http_tokenbiryani_ctx_t  *ctx;
-
-    static u_char  hex[] = "0123456789abcdef";
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
-    if (ctx) {
-        return ctx;
-    }
-
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_ctx_t));
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    ctx->request = r;
-    ctx->owner = -1;
-    ctx->owner_index = -1;
-    ctx->ttft_ms = -1;
-    ctx->rpm_slot = -1;
-    ctx->retry_after_ms = -1;
-    ctx->woken_ms = -1;
-    tb_usage_init(&ctx->usage);
-
-    /* 96 random bits: unique enough to find one request in the logs */
-
-    p = ngx_cpymem(ctx->request_id, "tbr_", 4);
-
-    for (i = 0; i < 3; i++) {
-        rnd = (uint32_t) ngx_random();
-        rnd ^= (uint32_t) ngx_random() << 16;
-
-        p[0] = hex[(rnd >> 28) & 0xf];
-        p[1] = hex[(rnd >> 24) & 0xf];
-        p[2] = hex[(rnd >> 20) & 0xf];
-        p[3] = hex[(rnd >> 16) & 0xf];
-        p[4] = hex[(rnd >> 12) & 0xf];
-        p[5] = hex[(rnd >> 8) & 0xf];
-        p[6] = hex[(rnd >> 4) & 0xf];
-        p[7] = hex[rnd & 0xf];
-        p += 8;
-    }
-
-    ngx_http_set_ctx(r, ctx, ngx_http_tokenbiryani_module);
-
-    return ctx;
-}
-
-
-int64_t
-ngx_http_tokenbiryani_now_ms(void)
-{
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (int64_t) tp->sec * 1000 + tp->msec;
-}
-
-
-ngx_table_elt_t *
-ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
-    const char *lowcase_name, size_t len)
-{
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
-    part = &r->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return NULL;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len == len
-            && ngx_strncmp(h[i].lowcase_key, lowcase_name, len) == 0)
-        {
-            return &h[i];
-        }
-    }
-}
-
-
-static ngx_int_t
-ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r, ngx_str_t *key)
-{
-    u_char           *p, *last;
-    ngx_table_elt_t  *h;
-
-    h = ngx_http_tokenbiryani_find_header(r, "x-api-key", 9);
-
-    if (h && h->value.len) {
-        *key = h->value;
-        return NGX_OK;
-    }
-
-    h = r->headers_in.authorization;
-
-    if (h == NULL) {
-        return NGX_DECLINED;
-    }
-
-    p = h->value.data;
-    last = p + h->value.len;
-
-    if (h->value.len < 7 || ngx_strncasecmp(p, (u_char *) "Bearer ", 7) != 0)
-    {
-        return NGX_DECLINED;
-    }
-
-    for (p += 7; p < last && *p == ' '; p++) { /* void */ }
-
-    while (last > p && last[-1] == ' ') {
-        last--;
-    }
-
-    if (p == last) {
-        return NGX_DECLINED;
-    }
-
-    key->data = p;
-    key->len = last - p;
-
-    return NGX_OK;
-}
-
-
-/*
- * Returns NGX_OK, or an HTTP status after preparing the error body.
- */
-
 ngx_int_t
-ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t need_admin)
+ngx_http_tokenbiryani_config_bind(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    ngx_str_t                           key;
-    const tb_key_conf_t                *kc;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_uint_t                             i;
+    ngx_http_tokenbiryani_account_t       *a;
+    ngx_http_tokenbiryani_zone_account_t  *za;
 
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+    za = tmcf->zone.accounts.elts;
 
-    if (tmcf->keytab.n == 0) {
-        /* open mode, allowed on loopback only (checked at startup) */
-        ctx->admin = 1;
-        return NGX_OK;
-    }
+    for (i = 0; i < tmcf->accounts.nelts; i++) {
+        if (za[i].st == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                          "tokenbiryani: account \"%V\" has no slot in the "
+                          "zone", &a[i].id);
+            return NGX_ERROR;
+        }
 
-    if (ngx_http_tokenbiryani_key_from_request(r, &key) != NGX_OK) {
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
-            "authentication_error",
-            "missing credentials: send your tokenbiryani key in the "
-            "x-api-key header or as Authorization: Bearer");
-        return NGX_HTTP_UNAUTHORIZED;
-    }
-
-    kc = tb_keytab_lookup(&tmcf->keytab, key.data, key.len);
-
-    if (kc == NULL) {
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
-            "authentication_error", "invalid key");
-        return NGX_HTTP_UNAUTHORIZED;
-    }
-
-    ctx->key = kc;
-    ctx->admin = kc->admin;
-
-    if (need_admin && !kc->admin) {
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
-            "permission_error", "key \"%s\" is not an admin key", kc->name);
-        return NGX_HTTP_FORBIDDEN;
+        a[i].sh = za[i].st;
+        a[i].slot = za[i].slot;
     }
 
     return NGX_OK;
+}
+
+
+ngx_http_tokenbiryani_account_t *
+ngx_http_tokenbiryani_account_by_slot(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_uint_t slot)
+{
+    ngx_uint_t                        i;
+    ngx_http_tokenbiryani_account_t  *a;
+
+    a = tmcf->accounts.elts;
+
+    for (i = 0; i < tmcf->accounts.nelts; i++) {
+        if (a[i].slot == slot) {
+            return &a[i];
+        }
+    }
+
+    return NULL;
 }

@@ -1,0 +1,130 @@
+/*
+ * The zone's layout: private to shm/.  Everything outside shm/ goes
+ * through the functions of ngx_http_tokenbiryani_shm.h.
+ */
+
+#ifndef _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_
+#define _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_
+
+
+#include "ngx_http_tokenbiryani_shm.h"
+
+
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a34      /* "tbz4" */
+
+
+/* one held reservation */
+typedef struct {
+    ngx_queue_t                    queue;
+    uint64_t                       id;            /* 0: given back */
+    ngx_uint_t                     slot;          /* index in slots */
+    tb_need_t                      need;
+    int64_t                        expires_ms;
+    ngx_pid_t                      pid;
+    ngx_uint_t                     probed;        /* holds the breaker's */
+} ngx_http_tokenbiryani_lease_t;
+
+
+/* a request waiting for capacity, in the queue every worker sees */
+typedef struct {
+    ngx_queue_t                    queue;         /* in sh->waiting[cls] */
+    uint64_t                       id;            /* 0: gone */
+    ngx_pid_t                      pid;           /* the worker holding it */
+    ngx_uint_t                     cls;           /* 0 interactive, 1 batch */
+    uint64_t                       blocked_gen;   /* tried and failed at */
+    int64_t                        retry_at;      /* ... until then, 0 */
+    int64_t                        enqueued_ms;
+    int64_t                        renewed_ms;    /* by its worker's tick */
+    u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
+} ngx_http_tokenbiryani_waiter_t;
+
+
+/* a key's admissions over the last minute: one time per rpm slot */
+typedef struct {
+    ngx_queue_t                    queue;
+    uint64_t                       key;           /* hash of its name */
+    ngx_uint_t                     size;          /* the key's rpm */
+    int64_t                        times[1];
+} ngx_http_tokenbiryani_rpm_t;
+
+
+/* one session's owner: 64 bytes, the slab's 64-byte class exactly */
+typedef struct {
+    ngx_rbtree_node_t              node;          /* key: the session */
+    ngx_queue_t                    lru;
+    uint32_t                       slot;
+    uint32_t                       expires;       /* s since the epoch */
+} ngx_http_tokenbiryani_affinity_t;
+
+
+struct ngx_http_tokenbiryani_shm_s {
+    uint32_t                       magic;
+    uint64_t                       generation;    /* configurations loaded */
+    int64_t                        created_ms;
+    ngx_atomic_t                   rr_cursor;     /* round robin position */
+
+    ngx_uint_t                     nslots;        /* account slots made */
+    ngx_uint_t                     slots_size;
+    tb_account_state_t           **slots;
+
+    /* leases and waiters: one sequence numbers both */
+    uint64_t                       seq;
+
+    /* leases held, and the ones taken back from dead workers */
+    ngx_queue_t                    leases;
+    uint64_t                       nleases;
+    uint64_t                       leases_reclaimed;
+
+    /* session -> owner */
+    ngx_rbtree_t                   aff_tree;
+    ngx_rbtree_node_t              aff_sentinel;
+    ngx_queue_t                    aff_lru;
+    int64_t                        aff_epoch_ms;
+    uint64_t                       aff_entries;
+    uint64_t                       aff_evicted;
+
+    /* the output estimators, one per model */
+    ngx_uint_t                     nmodels;
+    tb_est_t                      *models[NGX_HTTP_TB_ESTIMATORS];
+    uint64_t                       models_clock;
+
+    /* the request inspector */
+    ngx_http_tokenbiryani_record_t *ring;
+    ngx_uint_t                     ring_size;
+    uint64_t                       ring_seq;
+
+    /* decisions and what they did to affinity */
+    uint64_t                       decisions;
+    uint64_t                       affinity[4];   /* by tb_affinity_e */
+
+    /*
+     * The queue: interactive, then batch, FIFO in each.  Capacity that
+     * comes back (a lease given back, a response's headers, an operator)
+     * bumps the generation; a waiter that failed at this generation
+     * cannot use what is there and does not hold the ones behind it.
+     */
+    ngx_queue_t                    waiting[2];
+    ngx_uint_t                     nwaiting;
+    uint64_t                       cap_gen;
+    int64_t                        cap_gen_ms;
+    uint64_t                       queued_total;
+    uint64_t                       queue_served;
+    uint64_t                       queue_timeouts;
+    uint64_t                       queue_full;
+    uint64_t                       queue_left;    /* clients gone */
+    uint64_t                       queue_stale;   /* of dead workers */
+
+    /* keys' rpm windows */
+    ngx_queue_t                    rpm;
+};
+
+
+/*
+ * Sessions are the zone's expendable memory: when an allocation fails, the
+ * least recently used ones make room.  Under the lock.
+ */
+void *ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
+    size_t size);
+
+
+#endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

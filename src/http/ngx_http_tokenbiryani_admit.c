@@ -1,0 +1,511 @@
+/*
+ * tokenbiryani: admission.
+ *
+ * When a request arrives: its priority (a client may lower its own, never
+ * raise it), its wait budget and deadline, and the key's rpm.  Before each
+ * attempt: whether it may go now (routed and leased), must wait - behind
+ * earlier waiters, or for capacity - or fails, because its retry budget is
+ * spent or no account could ever serve it.  And the words of every
+ * refusal, so the client hears why and when to come back.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_admit.h"
+#include "ngx_http_tokenbiryani_request.h"
+#include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_events.h"
+#include "ngx_http_tokenbiryani_error.h"
+#include "tb_hash.h"
+
+
+static void ngx_http_tokenbiryani_set_retry_after(
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t at, int64_t now);
+static int64_t ngx_http_tokenbiryani_soonest(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    int64_t                             now, budget, ms, retry;
+    ngx_int_t                           slot;
+    ngx_table_elt_t                    *h;
+    const tb_config_t                  *cf;
+    const tb_key_conf_t                *kc;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    cf = tmcf->tbcf;
+    kc = ctx->key;
+    now = ngx_http_tokenbiryani_now_ms();
+
+    /* the key's priority; a client may lower its own, never raise it */
+
+    ctx->priority = (kc && kc->priority == TB_PRIORITY_BATCH) ? 1 : 0;
+
+    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-priority",
+                                 sizeof("x-tokenbiryani-priority") - 1);
+    if (h) {
+        if (h->value.len == 5
+            && ngx_strncasecmp(h->value.data, (u_char *) "batch", 5) == 0)
+        {
+            ctx->priority = 1;
+
+        } else if (!(h->value.len == 11
+                     && ngx_strncasecmp(h->value.data,
+                                        (u_char *) "interactive", 11) == 0))
+        {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+                "invalid_request_error",
+                "X-TokenBiryani-Priority: expected \"interactive\" or "
+                "\"batch\", not \"%V\"", &h->value);
+            return NGX_HTTP_TB_FAIL;
+        }
+    }
+
+    /* the wait budget: the smallest of the three */
+
+    budget = (int64_t) (cf->queue_default_max_wait_seconds * 1000);
+
+    if (kc && kc->max_wait_seconds >= 0) {
+        budget = ngx_min(budget, (int64_t) (kc->max_wait_seconds * 1000));
+    }
+
+    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-max-wait",
+                                 sizeof("x-tokenbiryani-max-wait") - 1);
+    if (h) {
+        if (tb_parse_seconds(h->value.data, h->value.len, &ms) != 0) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+                "invalid_request_error",
+                "X-TokenBiryani-Max-Wait: expected a number of seconds, "
+                "not \"%V\"", &h->value);
+            return NGX_HTTP_TB_FAIL;
+        }
+
+        budget = ngx_min(budget, ms);
+    }
+
+    ctx->wait_budget_ms = budget;
+
+    ctx->deadline_ms = cf->retry_deadline_seconds > 0
+                       ? ctx->started_ms
+                         + (int64_t) (cf->retry_deadline_seconds * 1000)
+                       : 0;
+
+    /* the key's rpm counts the requests it admits, and only those */
+
+    if (kc && kc->rpm >= 0) {
+        slot = -1;
+        retry = 60000;
+
+        if (kc->rpm > 0) {
+            slot = ngx_http_tokenbiryani_rpm_take(&tmcf->zone,
+                                tb_hash64(0, kc->name, ngx_strlen(kc->name)),
+                                (ngx_uint_t) kc->rpm, now, &retry);
+        }
+
+        if (slot == -1) {
+            ngx_http_tokenbiryani_set_retry_after(ctx, now + retry, now);
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "key \"%s\" is over its limit of %L requests a minute; "
+                "retry in %is", kc->name, kc->rpm, ctx->retry_after);
+            return NGX_HTTP_TB_FAIL;
+        }
+
+        if (slot >= 0) {
+            ctx->rpm_slot = slot;
+            ctx->rpm_taken = now;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, uint64_t *gen)
+{
+    int64_t                             now;
+    ngx_uint_t                          i, n, tried;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (ngx_http_tokenbiryani_budget_spent(r, ctx, now)) {
+        return NGX_HTTP_TB_FAIL;
+    }
+
+    /* read before the decision: capacity returning after it is not lost */
+    *gen = ngx_http_tokenbiryani_capacity_gen(&tmcf->zone, NULL);
+
+    if (ctx->attempts == 0 && ctx->queued == 0
+        && !ngx_http_tokenbiryani_queue_clear_ahead(&tmcf->zone,
+                                                     ctx->priority, now))
+    {
+        /* waiters that could use what is there go first */
+
+        (void) ngx_http_tokenbiryani_route(r, ctx, 0);
+
+        if (!ctx->decision.servable) {
+            return ngx_http_tokenbiryani_refuse_unservable(r, ctx);
+        }
+
+        ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "queue",
+                                            "earlier waiters go first");
+
+        /* it has not tried: it may as soon as its turn comes */
+        *gen = 0;
+
+        return NGX_HTTP_TB_QUEUE;
+    }
+
+    a = ngx_http_tokenbiryani_route(r, ctx, 1);
+
+    if (a == NULL && !ctx->decision.servable) {
+
+        /*
+         * Only accounts this request gave up on are left: within the
+         * budget they get another chance, when they can take it again -
+         * a 429'd account after its cooldown, through the queue.
+         */
+
+        n = tmcf->accounts.nelts;
+        tried = 0;
+
+        for (i = 0; i < n; i++) {
+            if (ctx->outs[i].verdict == TB_V_TRIED) {
+                ctx->marks[i] &= ~NGX_HTTP_TB_MARK_TRIED;
+                tried++;
+            }
+        }
+
+        if (tried) {
+            a = ngx_http_tokenbiryani_route(r, ctx, 1);
+        }
+    }
+
+    if (a) {
+        ctx->next = a;
+        return NGX_HTTP_TB_GO;
+    }
+
+    if (!ctx->decision.servable) {
+        ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "refuse",
+                                            "no account can serve");
+
+        return ngx_http_tokenbiryani_refuse_unservable(r, ctx);
+    }
+
+    ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "queue",
+                                        "saturated");
+
+    return NGX_HTTP_TB_QUEUE;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now, int64_t *left)
+{
+    int64_t                             soonest;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    soonest = ctx->decision.soonest;
+    *left = ctx->wait_budget_ms - ctx->waited_ms;
+
+    /* capacity held by requests in flight comes back at no known time */
+    ngx_http_tokenbiryani_set_retry_after(ctx, soonest ? soonest : now + 1000,
+                                          now);
+
+    if (*left <= 0 || tmcf->tbcf->queue_max_size == 0) {
+
+        if (ctx->queued) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "waited %Ls for pool capacity without any becoming "
+                "available", (ctx->waited_ms + 500) / 1000);
+
+        } else {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "every account that can serve this request is at capacity%s",
+                ctx->retry_after ? "; see retry-after" : "");
+        }
+
+        return NGX_HTTP_TB_FAIL;
+    }
+
+    if (!ctx->decision.by_event && soonest && soonest - now > *left) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "every account that can serve this request is at capacity for "
+            "%is, longer than this request may wait (%Ls)",
+            ctx->retry_after, (*left + 999) / 1000);
+        return NGX_HTTP_TB_FAIL;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_refuse_queue(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t rc, ngx_uint_t depth)
+{
+    if (rc == NGX_HTTP_TB_QUEUE_FULL) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+            "rate_limit_error", "wait queue is full (%ui waiting)", depth);
+
+    } else {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+            "overloaded_error",
+            "the gateway's shared zone has no room to queue this request");
+    }
+
+    return NGX_HTTP_TB_FAIL;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_refuse_waited(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    int64_t  soonest;
+
+    if (ngx_http_tokenbiryani_budget_spent(r, ctx, now)) {
+        /* the deadline's error says it better */
+        return NGX_HTTP_TB_FAIL;
+    }
+
+    soonest = ngx_http_tokenbiryani_soonest(r, ctx, now);
+
+    ngx_http_tokenbiryani_set_retry_after(ctx, soonest ? soonest : now + 1000,
+                                          now);
+
+    ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        "waited %Ls for pool capacity without any becoming available",
+        (ctx->waited_ms + 500) / 1000);
+
+    return NGX_HTTP_TB_FAIL;
+}
+
+
+/* the three bounds of the retry budget, whichever binds first */
+
+ngx_uint_t
+ngx_http_tokenbiryani_budget_spent(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    const tb_config_t                  *cf;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    cf = tmcf->tbcf;
+
+    if (ctx->deadline_ms && now >= ctx->deadline_ms) {
+        ngx_http_tokenbiryani_set_retry_after(ctx,
+                             ngx_http_tokenbiryani_soonest(r, ctx, now), now);
+
+        if (ctx->attempts) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_GATEWAY_TIME_OUT,
+                "timeout_error",
+                "no account answered within the request's deadline of "
+                "%.0fs (%ui attempt%s)", cf->retry_deadline_seconds,
+                ctx->attempts, ctx->attempts == 1 ? "" : "s");
+
+        } else {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_GATEWAY_TIME_OUT,
+                "timeout_error",
+                "no capacity became available within the request's "
+                "deadline of %.0fs", cf->retry_deadline_seconds);
+        }
+
+        return 1;
+    }
+
+    if (ctx->attempts == 0) {
+        return 0;
+    }
+
+    if (ctx->attempts >= (ngx_uint_t) cf->retry_max_attempts) {
+        (void) ngx_http_tokenbiryani_refuse_final(r, ctx, "retry.max_attempts");
+        return 1;
+    }
+
+    if (ctx->excluded >= (ngx_uint_t) cf->retry_max_accounts) {
+        (void) ngx_http_tokenbiryani_refuse_final(r, ctx, "retry.max_accounts");
+        return 1;
+    }
+
+    return 0;
+}
+
+
+/*
+ * The request's own error when its attempts ran out: the Anthropic type of
+ * the last failure's class, and when capacity should come back.
+ */
+
+ngx_int_t
+ngx_http_tokenbiryani_refuse_final(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const char *why)
+{
+    int64_t           now;
+    const tb_rule_t  *rule;
+
+    now = ngx_http_tokenbiryani_now_ms();
+    rule = ctx->outcome.rule;
+
+    if (rule == NULL || rule->error_type == NULL) {
+        rule = &tb_rules[TB_KIND_TRANSPORT];
+    }
+
+    ngx_http_tokenbiryani_set_retry_after(ctx,
+                             ngx_http_tokenbiryani_soonest(r, ctx, now), now);
+
+    if (ctx->account) {
+        ngx_http_tokenbiryani_set_error(r, rule->status, rule->error_type,
+            "the request failed on %ui attempt%s (%s); the last: account "
+            "\"%V\" %V", ctx->attempts, ctx->attempts == 1 ? "" : "s", why,
+            &ctx->account->id, &ctx->last_error);
+
+    } else {
+        ngx_http_tokenbiryani_set_error(r, rule->status, rule->error_type,
+            "the request failed (%s)", why);
+    }
+
+    return NGX_HTTP_TB_FAIL;
+}
+
+
+/*
+ * No account could ever serve the request: say which of the reasons it is
+ * (the verdicts of the decision just made).
+ */
+
+ngx_int_t
+ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_uint_t                          i, n, exceeds, model;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    n = tmcf->accounts.nelts;
+
+    exceeds = 0;
+    model = 0;
+
+    for (i = 0; i < n; i++) {
+        switch (ctx->outs[i].verdict) {
+        case TB_V_EXCEEDS:
+            exceeds++;
+            break;
+        case TB_V_MODEL:
+        case TB_V_REJECTED:
+            model++;
+            break;
+        default:
+            break;
+        }
+    }
+
+    if (exceeds) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+            "overloaded_error",
+            "no account in this pool can serve this request: it exceeds "
+            "every account's rate limit (about %L input tokens, max_tokens "
+            "%L)", ctx->need.n[TB_WIN_INPUT], ctx->need.max_tokens);
+
+    } else if (model) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+            "overloaded_error",
+            "no account in this pool can serve this request: none supports "
+            "model \"%s\"%s", ctx->body.model,
+            ctx->key && ctx->key->pool.n ? " in this key's pool" : "");
+
+    } else {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+            "overloaded_error",
+            "no account in this pool can serve this request: every account "
+            "is disabled%s", ctx->key && ctx->key->pool.n
+                             ? " or outside this key's pool" : "");
+    }
+
+    return NGX_HTTP_TB_FAIL;
+}
+
+
+static void
+ngx_http_tokenbiryani_set_retry_after(ngx_http_tokenbiryani_ctx_t *ctx,
+    int64_t at, int64_t now)
+{
+    int64_t  s;
+
+    if (at <= 0) {
+        ctx->retry_after = 0;
+        return;
+    }
+
+    s = (at - now + 999) / 1000;
+
+    ctx->retry_after = (ngx_int_t) ngx_max(s, 1);
+}
+
+
+/*
+ * When some account that could serve the request should take it again,
+ * with the accounts this request tried counted back in: 0 when unknown.
+ */
+
+static int64_t
+ngx_http_tokenbiryani_soonest(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    ngx_uint_t                          i, n;
+    tb_cand_t                          *c;
+    tb_cand_out_t                      *outs;
+    tb_route_in_t                       in;
+    tb_decision_t                       d;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    n = tmcf->accounts.nelts;
+
+    if (ctx->cands == NULL || n == 0) {
+        return 0;
+    }
+
+    c = ngx_palloc(r->pool, n * sizeof(tb_cand_t));
+    outs = ngx_palloc(r->pool, n * sizeof(tb_cand_out_t));
+    if (c == NULL || outs == NULL) {
+        return 0;
+    }
+
+    ngx_memcpy(c, ctx->cands, n * sizeof(tb_cand_t));
+
+    for (i = 0; i < n; i++) {
+        c[i].tried = 0;
+    }
+
+    ngx_http_tokenbiryani_route_input(tmcf, ctx, &in);
+    in.now = now;
+
+    tb_route(&in, c, n, outs, &d);
+
+    if (d.chosen >= 0) {
+        /* one could take it right now */
+        return now + 1000;
+    }
+
+    return d.soonest;
+}

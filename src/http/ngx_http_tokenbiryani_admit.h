@@ -1,0 +1,66 @@
+/*
+ * Admission: the key's limits when a request arrives, then for each
+ * attempt whether it goes now, waits for capacity or fails, and the texts
+ * of every refusal.  It decides; ngx_http_tokenbiryani_attempt.c acts.
+ */
+
+#ifndef _NGX_HTTP_TOKENBIRYANI_ADMIT_H_INCLUDED_
+#define _NGX_HTTP_TOKENBIRYANI_ADMIT_H_INCLUDED_
+
+
+#include "ngx_http_tokenbiryani.h"
+
+
+/* what an admission came to */
+#define NGX_HTTP_TB_GO                 0     /* ctx->next routed, leased */
+#define NGX_HTTP_TB_WAIT               1     /* queued, or backing off */
+#define NGX_HTTP_TB_FAIL               2     /* the error is prepared */
+#define NGX_HTTP_TB_QUEUE              3     /* to wait in the queue */
+
+
+/*
+ * Before the first attempt: priority, wait budget, deadline and the key's
+ * rpm (which counts the requests it admits, and only those).  NGX_OK or
+ * NGX_HTTP_TB_FAIL.
+ */
+ngx_int_t ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * The next attempt: GO with ctx->next routed and leased, QUEUE with *gen
+ * the capacity generation it failed at (0: it has not tried yet), or
+ * FAIL with the error prepared.
+ */
+ngx_int_t ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, uint64_t *gen);
+
+/*
+ * Whether a request may wait in the queue at all, and for how long:
+ * the ms left of its wait budget, or FAIL (0 left, no queue, or nothing
+ * can come back in time) with the error prepared.
+ */
+ngx_int_t ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now, int64_t *left);
+
+/* the queue refused it (NGX_HTTP_TB_QUEUE_FULL, _NOMEM): FAIL */
+ngx_int_t ngx_http_tokenbiryani_refuse_queue(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t rc, ngx_uint_t depth);
+
+/* the wait budget ran out in the queue: FAIL */
+ngx_int_t ngx_http_tokenbiryani_refuse_waited(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
+
+/* 1 when the retry budget (attempts, accounts, deadline) is spent */
+ngx_uint_t ngx_http_tokenbiryani_budget_spent(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
+
+/* the attempts ran out: the last failure's class decides the error */
+ngx_int_t ngx_http_tokenbiryani_refuse_final(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const char *why);
+
+/* no account could ever serve it: which of the reasons it is */
+ngx_int_t ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+
+#endif /* _NGX_HTTP_TOKENBIRYANI_ADMIT_H_INCLUDED_ */

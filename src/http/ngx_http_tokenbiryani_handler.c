@@ -1,0 +1,278 @@
+/*
+ * tokenbiryani: the first stage of a /v1 request.
+ *
+ * The path and method say what the request is; the virtual key who sends
+ * it; then the whole body is read (every attempt re-sends it) and scanned
+ * once, and the request goes on to the attempt loop
+ * (ngx_http_tokenbiryani_attempt.c).
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_handler.h"
+#include "ngx_http_tokenbiryani_request.h"
+#include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_attempt.h"
+#include "ngx_http_tokenbiryani_error.h"
+
+
+static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
+    ngx_str_t *body);
+
+
+ngx_int_t
+ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                     rc;
+    ngx_str_t                    *uri;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    ctx = ngx_http_tokenbiryani_create_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    uri = &r->uri;
+
+    /*
+     * The path sent upstream is the one checked here, so it must mean the
+     * same to every parser: no dot-segments, empty segments, fragments or
+     * percent-encoding (an encoded "/", "." or "?" is read differently by
+     * different servers).  No client of the Messages API sends one.
+     */
+
+    if (r->complex_uri || r->quoted_uri || r->empty_path_in_uri) {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_request_error",
+                   "the request path must be plain: no \".\" or \"..\" "
+                   "segments, empty segments, fragments or "
+                   "percent-encoding");
+    }
+
+    if (uri->len == sizeof("/v1/messages") - 1
+        && ngx_strncmp(uri->data, "/v1/messages", uri->len) == 0)
+    {
+        ctx->kind = NGX_HTTP_TB_MESSAGES;
+
+    } else if (uri->len == sizeof("/v1/messages/count_tokens") - 1
+               && ngx_strncmp(uri->data, "/v1/messages/count_tokens",
+                              uri->len) == 0)
+    {
+        ctx->kind = NGX_HTTP_TB_COUNT_TOKENS;
+
+    } else if ((uri->len == sizeof("/v1/models") - 1
+                && ngx_strncmp(uri->data, "/v1/models", uri->len) == 0)
+               || (uri->len > sizeof("/v1/models/") - 1
+                   && ngx_strncmp(uri->data, "/v1/models/",
+                                  sizeof("/v1/models/") - 1) == 0))
+    {
+        ctx->kind = NGX_HTTP_TB_MODELS;
+
+    } else {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                   "not_found_error",
+                   "tokenbiryani serves /v1/messages, "
+                   "/v1/messages/count_tokens and /v1/models, not %V", uri);
+    }
+
+    if (ctx->kind == NGX_HTTP_TB_MODELS) {
+        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                       "invalid_request_error",
+                       "%V expects GET, not %V", uri, &r->method_name);
+        }
+
+        /*
+         * A body on a GET is never sent upstream: without a length of its
+         * own it would be read there as the start of another request.
+         */
+
+        if (ngx_http_tokenbiryani_has_body(r)) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error",
+                       "%V carries no body: send %V without one",
+                       &r->method_name, uri);
+        }
+
+    } else if (r->method != NGX_HTTP_POST) {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                   "invalid_request_error",
+                   "%V expects POST, not %V", uri, &r->method_name);
+    }
+
+    rc = ngx_http_tokenbiryani_authenticate(r, ctx, 0);
+    if (rc != NGX_OK) {
+        return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
+    }
+
+    /*
+     * The whole body is kept (in memory or in a temp file) so that every
+     * attempt can send it again.
+     */
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_tokenbiryani_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_has_body(ngx_http_request_t *r)
+{
+    if (r->headers_in.content_length_n > 0 || r->headers_in.chunked) {
+        return 1;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream && !r->stream->in_closed) {
+        /* DATA frames follow the headers */
+        return 1;
+    }
+#endif
+
+    return 0;
+}
+
+
+static void
+ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
+{
+    ngx_str_t                     body;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+    char                          err[256];
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+
+    if (r->connection->error) {
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        return;
+    }
+
+    ctx->started_ms = ngx_http_tokenbiryani_now_ms();
+
+    body.len = 0;
+    body.data = (u_char *) "";
+
+    if (ctx->kind != NGX_HTTP_TB_MODELS) {
+
+        if (ngx_http_tokenbiryani_body_bytes(r, &body) != NGX_OK) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        if (tb_scan_body(body.data, body.len, &ctx->body, err, sizeof(err))
+            != 0)
+        {
+            ngx_http_finalize_request(r,
+                ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                                 "invalid_request_error",
+                                                 "%s", err));
+            return;
+        }
+
+        if (!ctx->body.has_model) {
+            ngx_http_finalize_request(r,
+                ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                                 "invalid_request_error",
+                                                 "model: field required"));
+            return;
+        }
+
+        if (ctx->key
+            && !tb_models_match(ctx->key->models.items, ctx->key->models.n,
+                                ctx->body.model, ctx->body.model_len))
+        {
+            ngx_http_finalize_request(r,
+                ngx_http_tokenbiryani_send_error(r, NGX_HTTP_FORBIDDEN,
+                    "permission_error", "key \"%s\" may not use model \"%s\"",
+                    ctx->key->name, ctx->body.model));
+            return;
+        }
+    }
+
+    if (ngx_http_tokenbiryani_route_prepare(r, ctx, &body) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_http_tokenbiryani_attempt_begin(r, ctx);
+}
+
+
+/*
+ * The body as one contiguous read-only buffer for the scanner: the bufs
+ * themselves, if there is one in memory, else a copy.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r, ngx_str_t *body)
+{
+    u_char       *p;
+    off_t         len;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    body->len = 0;
+    body->data = (u_char *) "";
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        body->data = cl->buf->pos;
+        body->len = cl->buf->last - cl->buf->pos;
+        return NGX_OK;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += ngx_buf_size(cl->buf);
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (!b->in_file) {
+            if (b->pos != b->last) {
+                p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            }
+
+            continue;
+        }
+
+        n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
+                          b->file_pos);
+
+        if (n != (ssize_t) (b->file_last - b->file_pos)) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "tokenbiryani: could not read back the request "
+                          "body from its temp file");
+            return NGX_ERROR;
+        }
+
+        p += n;
+    }
+
+    body->len = p - body->data;
+
+    return NGX_OK;
+}

@@ -1,0 +1,136 @@
+/*
+ * tokenbiryani: a request's record in the inspector, written once when the
+ * request ends: ids, counts, the attempts and the last decision's
+ * candidates - never prompt text, never a credential.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_record.h"
+
+
+void
+ngx_http_tokenbiryani_record(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    size_t                               len;
+    ngx_uint_t                           i, k, n, picked;
+    int64_t                              now;
+    const char                          *name;
+    tb_cand_out_t                       *o;
+    ngx_http_tokenbiryani_account_t     *a;
+    ngx_http_tokenbiryani_record_t      *rec;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
+    ngx_http_tokenbiryani_inspect_cand_t *ic;
+
+    /* the request's pool is being destroyed: no allocation from it */
+    static ngx_http_tokenbiryani_record_t  record;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (tmcf->tbcf->observability_event_buffer == 0) {
+        return;
+    }
+
+    rec = &record;
+    /* the candidates are written below, as many as there are */
+    ngx_memzero(rec, offsetof(ngx_http_tokenbiryani_record_t, cands));
+
+    now = ngx_http_tokenbiryani_now_ms();
+    a = tmcf->accounts.elts;
+    n = tmcf->accounts.nelts;
+
+    ngx_memcpy(rec->id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+
+    name = ctx->key ? ctx->key->name : "";
+    len = ngx_min(ngx_strlen(name), TB_ID_MAX);
+    ngx_memcpy(rec->key, name, len);
+
+    ngx_memcpy(rec->model, ctx->body.model, ctx->body.model_len);
+    len = ngx_min(ngx_strlen(tmcf->strategy->name), sizeof(rec->strategy) - 1);
+    ngx_memcpy(rec->strategy, tmcf->strategy->name, len);
+
+    rec->session = ctx->session;
+    rec->session_source = (uint8_t) ctx->session_source;
+    rec->started_ms = ctx->started_ms;
+    rec->decided_ms = ctx->decided_ms;
+    rec->latency_ms = now - ctx->started_ms;
+    rec->ttft_ms = ctx->ttft_ms;
+    rec->usage = ctx->usage;
+    rec->need = ctx->need;
+    rec->status = (int16_t) r->headers_out.status;
+    rec->kind = (uint8_t) ctx->kind;
+    rec->streamed = ctx->body.stream;
+    rec->affinity = (uint8_t) ctx->affinity;
+    rec->soonest = ctx->decision.soonest;
+    rec->chosen = -1;
+    rec->queued_ms = ctx->waited_ms;
+    rec->queued = (uint32_t) ctx->queued;
+    rec->woken_ms = ctx->queued ? ctx->woken_ms : -1;
+    rec->priority = (uint8_t) ctx->priority;
+    rec->pid = ngx_pid;
+
+    if (ctx->answered) {
+        rec->chosen = (int32_t) ctx->answered->slot;
+    }
+
+    rec->nattempts = (uint8_t) ngx_min(ctx->attempts,
+                                       NGX_HTTP_TB_INSPECT_ATTEMPTS);
+
+    for (i = 0; i < rec->nattempts; i++) {
+        rec->attempts[i].slot = (uint32_t) a[ctx->log[i].account].slot;
+        rec->attempts[i].status = (int16_t) ctx->log[i].status;
+        rec->attempts[i].kind = (uint8_t) ctx->log[i].kind;
+        rec->attempts[i].latency_ms = (uint32_t) ctx->log[i].latency_ms;
+    }
+
+    /*
+     * The last decision's candidates: the chosen one first, then the
+     * eligible ones by score, then the filtered ones in pool order, as
+     * many as a record holds; every verdict is counted.
+     */
+
+    rec->candidates = (uint32_t) n;
+
+    if (ctx->decisions == 0) {
+        goto done;
+    }
+
+    for (i = 0; i < n; i++) {
+        rec->verdicts[ctx->outs[i].verdict]++;
+    }
+
+    k = 0;
+
+    for (picked = 0; picked < 3 && k < NGX_HTTP_TB_INSPECT_CANDS; picked++) {
+
+        for (i = 0; i < n && k < NGX_HTTP_TB_INSPECT_CANDS; i++) {
+            o = &ctx->outs[i];
+
+            if ((picked == 0 && o->verdict != TB_V_CHOSEN)
+                || (picked == 1 && o->verdict != TB_V_ELIGIBLE)
+                || (picked == 2 && (o->verdict == TB_V_CHOSEN
+                                    || o->verdict == TB_V_ELIGIBLE)))
+            {
+                continue;
+            }
+
+            ic = &rec->cands[k++];
+            ic->slot = (uint32_t) a[i].slot;
+            ic->verdict = (uint8_t) o->verdict;
+            ic->available_at = o->available_at;
+            ic->score = (float) o->score;
+            ic->headroom = (float) o->headroom;
+
+            for (len = 0; len < TB_TERMS; len++) {
+                ic->terms[len] = (float) o->terms[len];
+            }
+        }
+    }
+
+    rec->ncands = (uint8_t) k;
+
+done:
+
+    ngx_http_tokenbiryani_inspect_add(&tmcf->zone, rec);
+}

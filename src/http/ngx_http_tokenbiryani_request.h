@@ -1,0 +1,29 @@
+/*
+ * What every location of the module needs first: the request's context
+ * and its caller.
+ */
+
+#ifndef _NGX_HTTP_TOKENBIRYANI_REQUEST_H_INCLUDED_
+#define _NGX_HTTP_TOKENBIRYANI_REQUEST_H_INCLUDED_
+
+
+#include "ngx_http_tokenbiryani.h"
+
+
+/* the request's context, made once, with its request id */
+ngx_http_tokenbiryani_ctx_t *ngx_http_tokenbiryani_create_ctx(
+    ngx_http_request_t *r);
+
+/*
+ * The caller's virtual key: NGX_OK, or an HTTP status with the error
+ * prepared.  need_admin: only admin keys pass.
+ */
+ngx_int_t ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t need_admin);
+
+/* a request header by its lower-case name, or NULL */
+ngx_table_elt_t *ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
+    const char *lowcase_name, size_t len);
+
+
+#endif /* _NGX_HTTP_TOKENBIRYANI_REQUEST_H_INCLUDED_ */

@@ -1,0 +1,353 @@
+/*
+ * tokenbiryani: the glue between a request and the router in src/core.
+ *
+ * Before the first attempt: the candidates, the session key, the input
+ * estimate and the output lease size (the need vector), and the session's
+ * owner.  Per attempt: the decision over every account, then the lease on
+ * the chosen one, re-checked under the zone lock (another worker may have
+ * taken the capacity a moment ago).  After each attempt: the lease goes
+ * back, exactly once, reconciled against the usage the response reported.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_request.h"
+#include "ngx_http_tokenbiryani_events.h"
+#include "tb_hash.h"
+
+
+static void ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+static void ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev);
+
+
+static ngx_event_t  ngx_http_tokenbiryani_lease_event;
+
+
+ngx_int_t
+ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
+{
+    size_t                              j;
+    int64_t                             input, max_tokens;
+    ngx_uint_t                          i, n;
+    tb_cand_t                          *c;
+    const char                         *scope;
+    ngx_table_elt_t                    *h;
+    const tb_key_conf_t                *kc;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    a = tmcf->accounts.elts;
+    n = tmcf->accounts.nelts;
+    kc = ctx->key;
+
+    ctx->marks = ngx_pcalloc(r->pool, n + 1);
+    ctx->cands = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_t));
+    ctx->outs = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_out_t));
+    if (ctx->marks == NULL || ctx->cands == NULL || ctx->outs == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* what the decisions of this request read of each account */
+
+    for (i = 0; i < n; i++) {
+        c = &ctx->cands[i];
+
+        c->conf = a[i].conf;
+        c->st = a[i].sh;
+        c->id_hash = a[i].id_hash;
+        c->supported = a[i].supported;
+        c->tried = 0;
+        c->spend_capped = 0;
+        c->in_pool = 1;
+
+        if (kc && kc->pool.n) {
+            for (j = 0; j < kc->pool.n; j++) {
+                if (ngx_strcmp(kc->pool.items[j], a[i].conf->id) == 0) {
+                    break;
+                }
+            }
+
+            c->in_pool = (j < kc->pool.n);
+        }
+    }
+
+    if (ctx->kind != NGX_HTTP_TB_MESSAGES) {
+        /* one concurrency slot and no tokens: their limits are their own */
+        ngx_memzero(&ctx->need, sizeof(tb_need_t));
+        return NGX_OK;
+    }
+
+    /* the conversation, scoped by the key so tenants never share one */
+
+    scope = kc ? kc->name : "";
+
+    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-session",
+                                          sizeof("x-tokenbiryani-session")
+                                          - 1);
+
+    ctx->session = tb_session_key(body->data, body->len, &ctx->body,
+                                  h ? (char *) h->value.data : NULL,
+                                  h ? h->value.len : 0,
+                                  scope, ngx_strlen(scope),
+                                  &ctx->session_source);
+
+    ctx->owner = ngx_http_tokenbiryani_affinity_get(&tmcf->zone, ctx->session,
+                                             ngx_http_tokenbiryani_now_ms());
+
+    if (ctx->owner >= 0) {
+        for (i = 0; i < n; i++) {
+            if (a[i].slot == (ngx_uint_t) ctx->owner) {
+                ctx->owner_index = (int) i;
+                break;
+            }
+        }
+    }
+
+    ctx->model_hash = tb_hash64(0, ctx->body.model, ctx->body.model_len);
+
+    /* the need vector */
+
+    input = tb_estimate_input(body->data, body->len, &ctx->body);
+    input = (int64_t) (input * tmcf->tbcf->estimate_safety_margin + 0.999);
+
+    max_tokens = ctx->body.max_tokens >= 0 ? ctx->body.max_tokens : 1024;
+
+    ctx->need.n[TB_WIN_REQUESTS] = 1;
+    ctx->need.n[TB_WIN_INPUT] = input > 0 ? input : 1;
+    ctx->need.n[TB_WIN_OUTPUT] = ngx_http_tokenbiryani_estimate_output(
+                                     &tmcf->zone, ctx->body.model,
+                                     ctx->body.model_len, max_tokens);
+    ctx->need.max_tokens = max_tokens;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx, tb_route_in_t *in)
+{
+    ngx_memzero(in, sizeof(tb_route_in_t));
+
+    in->strategy = (ctx->kind == NGX_HTTP_TB_MESSAGES) ? tmcf->strategy
+                                                       : tmcf->rotate;
+    ngx_memcpy(in->weights, tmcf->weights, sizeof(in->weights));
+    in->model = ctx->body.has_model ? ctx->body.model : NULL;
+    in->model_len = ctx->body.model_len;
+    in->model_hash = ctx->model_hash;
+    in->breaker = tmcf->zone.breaker;
+    in->need = ctx->need;
+    in->session = ctx->session;
+    in->owner = ctx->owner_index;
+}
+
+
+ngx_http_tokenbiryani_account_t *
+ngx_http_tokenbiryani_route(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t lease)
+{
+    u_char                             *p;
+    size_t                              j;
+    int64_t                             rem[TB_NWINDOWS];
+    ngx_uint_t                          i, n, tries, probed, logging;
+    tb_route_in_t                       in;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    u_char                              reason[128];
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+    n = tmcf->accounts.nelts;
+
+    ngx_http_tokenbiryani_route_input(tmcf, ctx, &in);
+
+    if (in.strategy->rotate) {
+        in.cursor = ngx_http_tokenbiryani_zone_rr_next(&tmcf->zone);
+    }
+
+    for (i = 0; i < n; i++) {
+        ctx->cands[i].tried = (ctx->marks[i] & NGX_HTTP_TB_MARK_TRIED) ? 1
+                                                                       : 0;
+    }
+
+    logging = (r->connection->log->log_level >= NGX_LOG_INFO);
+
+    for (tries = 0; tries < 3; tries++) {
+
+        in.now = ngx_http_tokenbiryani_now_ms();
+
+        tb_route(&in, ctx->cands, n, ctx->outs, &ctx->decision);
+        ctx->decided_ms = in.now;
+
+        if (ctx->decision.chosen < 0 || !lease) {
+            break;
+        }
+
+        i = (ngx_uint_t) ctx->decision.chosen;
+
+        if (logging) {
+            for (j = 0; j < TB_NWINDOWS; j++) {
+                rem[j] = tb_window_available(a[i].sh, (int) j, in.now);
+            }
+        }
+
+        probed = 0;
+
+        (void) ngx_http_tokenbiryani_lease_take(&tmcf->zone, a[i].slot,
+                                                a[i].conf, &ctx->need, in.now,
+                                                &ctx->lease, &probed);
+
+        if (logging) {
+            p = ngx_snprintf(reason, sizeof(reason) - 1,
+                             "score %.3f, %ui eligible, affinity %s%s",
+                             ctx->outs[i].score,
+                             (ngx_uint_t) ctx->decision.eligible,
+                             tb_affinity_name(ctx->decision.affinity),
+                             probed ? ", half-open probe" : "");
+            *p = '\0';
+
+            ngx_http_tokenbiryani_log_admission(r, ctx, &a[i], rem,
+                              ctx->lease.id ? "admit" : "lost",
+                              ctx->lease.id ? (char *) reason
+                                            : "another worker took the "
+                                              "capacity");
+        }
+
+        if (ctx->lease.id) {
+            ctx->probed = probed;
+            break;
+        }
+
+        /* another worker took that capacity first: decide again */
+    }
+
+    if (ctx->decisions++ == 0) {
+        /* the owner's fate is decided by the first choice (see settle) */
+        ctx->affinity = ctx->decision.affinity;
+    }
+
+    if (ctx->decision.chosen < 0 || (lease && ctx->lease.id == 0)) {
+        return NULL;
+    }
+
+    return &a[ctx->decision.chosen];
+}
+
+
+void
+ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t success)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    if (ctx->lease.id == 0) {
+        return;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    ngx_http_tokenbiryani_lease_give_back(&tmcf->zone, &ctx->lease,
+                                          success ? &ctx->usage : NULL,
+                                          ctx->resp.headers_ms,
+                                          ctx->resp.stale, ctx->probed);
+    ctx->probed = 0;
+
+    if (!success || ctx->account == NULL
+        || ctx->kind != NGX_HTTP_TB_MESSAGES)
+    {
+        return;
+    }
+
+    ngx_http_tokenbiryani_estimator_observe(&tmcf->zone, ctx->body.model,
+                                            ctx->body.model_len,
+                                            ctx->need.n[TB_WIN_OUTPUT],
+                                            ctx->usage.output_tokens);
+
+    ngx_http_tokenbiryani_count_affinity(r, ctx);
+}
+
+
+/*
+ * What the request did to its conversation's cache, counted once, when it
+ * is answered: kept on the owner (honored), moved because the owner could
+ * not serve - filtered out, or chosen and failed (a forced break) - or
+ * moved although the owner could have served (broken).
+ */
+
+static void
+ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+
+    if (ctx->owner_index < 0) {
+        ctx->affinity = TB_AFF_NONE;
+
+        ngx_http_tokenbiryani_zone_count_affinity(&tmcf->zone, -1,
+                                                  ctx->account->slot,
+                                                  TB_AFF_NONE);
+        return;
+    }
+
+    if (ctx->account == &a[ctx->owner_index]) {
+        ctx->affinity = TB_AFF_HONORED;
+
+    } else if (ctx->affinity == TB_AFF_HONORED) {
+        /* the owner was chosen and failed */
+        ctx->affinity = TB_AFF_FORCED;
+    }
+
+    ngx_http_tokenbiryani_zone_count_affinity(&tmcf->zone,
+                                              a[ctx->owner_index].slot,
+                                              ctx->account->slot,
+                                              ctx->affinity);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_route_init_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_event_t  *ev;
+
+    ev = &ngx_http_tokenbiryani_lease_event;
+
+    ev->handler = ngx_http_tokenbiryani_lease_timer;
+    ev->data = tmcf;
+    ev->log = cycle->log;
+
+    /* it must not keep a worker that is shutting down alive */
+    ev->cancelable = 1;
+
+    /* renewed four times per timeout: a live worker never loses one */
+    ngx_add_timer(ev, tmcf->lease_timeout / 4);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev)
+{
+    int64_t                             now;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ev->data;
+    now = ngx_http_tokenbiryani_now_ms();
+
+    ngx_http_tokenbiryani_lease_renew(&tmcf->zone, now);
+    (void) ngx_http_tokenbiryani_lease_reclaim(&tmcf->zone, now);
+
+    if (!ngx_exiting) {
+        ngx_add_timer(ev, tmcf->lease_timeout / 4);
+    }
+}

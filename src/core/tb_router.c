@@ -366,7 +366,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         return TB_V_HEADROOM;
     }
 
-    if (tb_probing(conf, st, in->now)) {
+    if (!tb_need_empty(&in->need) && tb_probing(conf, st, in->now)) {
         o->available_at = st->probe_ms + TB_PROBE_MS;
         return TB_V_HEADROOM;
     }
@@ -678,7 +678,8 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
     if (st->disabled || st->cooling_until_ms > now
         || st->exhausted_until_ms > now
         || (st->breaker.open && !tb_breaker_allows(&st->breaker, bc, now))
-        || tb_probing(conf, st, now) || !tb_fits(st, need, now)
+        || (!tb_need_empty(need) && tb_probing(conf, st, now))
+        || !tb_fits(st, need, now)
         || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
            >= conf->max_concurrency)
     {
@@ -697,8 +698,12 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
         }
     }
 
-    if (st->mirror.observed_ms == 0 && st->leases == 0) {
-        st->probe_ms = now;
+    if (!tb_need_empty(need)) {
+        if (st->mirror.observed_ms == 0 && st->leases == 0) {
+            st->probe_ms = now;
+        }
+
+        st->leases++;
     }
 
     if (st->breaker.open) {
@@ -707,7 +712,6 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
         *probed = 1;
     }
 
-    st->leases++;
     __atomic_add_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
 
     return 1;
@@ -736,7 +740,7 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
         }
     }
 
-    if (st->leases > 0) {
+    if (!tb_need_empty(need) && st->leases > 0) {
         st->leases--;
     }
 

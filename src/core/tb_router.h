@@ -76,6 +76,18 @@ typedef struct {
 } tb_need_t;
 
 
+/*
+ * A need of no tokens at all holds a concurrency slot only (count_tokens
+ * and models, whose limits are their own): it neither waits for an
+ * unobserved account's probe nor starts one.
+ */
+static inline int
+tb_need_empty(const tb_need_t *need)
+{
+    return need->n[0] == 0 && need->n[1] == 0 && need->n[2] == 0;
+}
+
+
 typedef struct tb_strategy_s  tb_strategy_t;
 
 

@@ -676,6 +676,42 @@ TB_TEST(unseen_limits_admit_one_probe_at_a_time)
 }
 
 
+TB_TEST(concurrency_only_leases_skip_the_probe)
+{
+    tb_need_t      tokens, slot;
+    tb_decision_t  d;
+    tb_route_in_t  in;
+
+    setup();
+
+    memset(&tokens, 0, sizeof(tokens));
+    tokens.n[TB_WIN_REQUESTS] = 1;
+    memset(&slot, 0, sizeof(slot));
+
+    /* count_tokens and models on an unobserved account: no probe held */
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &slot, T0, &probed));
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &slot, T0, &probed));
+    TB_CHECK_INT(st[0].leases, 0);
+    TB_CHECK_INT(st[0].inflight, 2);
+
+    /* ... so a Messages request may still be the probe */
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &tokens, T0, &probed));
+    TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &bc, &tokens, T0, &probed));
+
+    /* and the probe out does not hold a concurrency-only need back */
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &slot, T0, &probed));
+
+    in = input("round_robin", 0, 1);
+    in.need = slot;
+    decide(&in, &d);
+    TB_CHECK(out[0].verdict == TB_V_ELIGIBLE || out[0].verdict == TB_V_CHOSEN);
+
+    tb_lease_release(&st[0], &slot, NULL, 0, 0, 0);
+    TB_CHECK_INT(st[0].leases, 1);
+    TB_CHECK_INT(st[0].inflight, 3);
+}
+
+
 TB_TEST(release_reconciles_output_once_headers_are_old)
 {
     tb_need_t   need;
@@ -1023,6 +1059,7 @@ main(void)
     TB_RUN(least_loaded_and_error_rate);
     TB_RUN(servable_and_soonest);
     TB_RUN(leases_are_all_or_nothing);
+    TB_RUN(concurrency_only_leases_skip_the_probe);
     TB_RUN(unseen_limits_admit_one_probe_at_a_time);
     TB_RUN(release_reconciles_output_once_headers_are_old);
     TB_RUN(peak_reservation_never_exceeds_the_mirror);

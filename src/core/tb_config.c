@@ -159,17 +159,6 @@ static int tb_conf_keys(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 
 
-const char *tb_builtin_strategies[] = {
-    "sticky_headroom",
-    "headroom",
-    "cost_tiered",
-    "priority",
-    "least_loaded",
-    "round_robin",
-    NULL
-};
-
-
 /* the schema */
 
 #define TB_BIT_SETTER(type, field)                                            \
@@ -2639,24 +2628,34 @@ tb_conf_account_finish(tb_conf_ctx_t *ctx, tb_account_conf_t *a,
 }
 
 
-static int
-tb_conf_accounts(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
-{
-    char                sub[TB_CONF_PATHLEN];
-    size_t              i, n;
-    yaml_node_t        *item;
-    tb_config_t        *cf;
-    tb_account_conf_t  *a;
+/*
+ * A list of sections (accounts[], keys[]): each item a mapping read with
+ * fields into an array of size-byte entries, each entry's line at
+ * line_off, then checked by finish.  The count grows as each entry is
+ * started, so tb_config_free() releases a half-built one.
+ */
 
-    cf = base;
+typedef int (*tb_conf_finish_pt)(tb_conf_ctx_t *ctx, void *item,
+    const char *path);
+
+static int
+tb_conf_sections(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
+    const char *what, const char *mapping, const tb_conf_field_t *fields,
+    size_t size, size_t line_off, void **items, size_t *nitems,
+    tb_conf_finish_pt finish)
+{
+    char          sub[TB_CONF_PATHLEN];
+    size_t        i, n;
+    unsigned      line;
+    yaml_node_t  *item;
+    char         *base;
 
     if (tb_conf_null_node(node)) {
         return TB_CONF_OK;
     }
 
     if (node->type != YAML_SEQUENCE_NODE) {
-        return tb_conf_expected(ctx, node, path, "a list of accounts");
+        return tb_conf_expected(ctx, node, path, what);
     }
 
     n = (size_t) (node->data.sequence.items.top
@@ -2666,18 +2665,18 @@ tb_conf_accounts(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
         return TB_CONF_OK;
     }
 
-    cf->accounts = calloc(n, sizeof(tb_account_conf_t));
-    if (cf->accounts == NULL) {
+    *items = calloc(n, size);
+    if (*items == NULL) {
         return tb_conf_nomem(ctx);
     }
 
     for (i = 0; i < n; i++) {
-        a = &cf->accounts[i];
+        base = (char *) *items + i * size;
 
         /* counted first: tb_config_free() releases a half-built entry */
-        cf->naccounts = i + 1;
+        *nitems = i + 1;
 
-        if (tb_conf_init(tb_conf_account, a) != TB_CONF_OK) {
+        if (tb_conf_init(fields, base) != TB_CONF_OK) {
             return tb_conf_nomem(ctx);
         }
 
@@ -2689,25 +2688,45 @@ tb_conf_accounts(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
                                  "list", path);
         }
 
-        a->line = tb_conf_line(item);
+        line = tb_conf_line(item);
+        memcpy(base + line_off, &line, sizeof(unsigned));
 
         if (item->type != YAML_MAPPING_NODE) {
-            return tb_conf_expected(ctx, item, sub,
-                                    "a mapping with at least an id");
+            return tb_conf_expected(ctx, item, sub, mapping);
         }
 
-        if (tb_conf_section(ctx, item, sub, tb_conf_account, a)
-            != TB_CONF_OK)
-        {
+        if (tb_conf_section(ctx, item, sub, fields, base) != TB_CONF_OK) {
             return TB_CONF_ERROR;
         }
 
-        if (tb_conf_account_finish(ctx, a, sub) != TB_CONF_OK) {
+        if (finish(ctx, base, sub) != TB_CONF_OK) {
             return TB_CONF_ERROR;
         }
     }
 
     return TB_CONF_OK;
+}
+
+
+static int
+tb_conf_account_done(tb_conf_ctx_t *ctx, void *item, const char *path)
+{
+    return tb_conf_account_finish(ctx, item, path);
+}
+
+
+static int
+tb_conf_accounts(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
+    yaml_node_t *node, const char *path, void *base)
+{
+    tb_config_t  *cf = base;
+
+    return tb_conf_sections(ctx, node, path, "a list of accounts",
+                            "a mapping with at least an id", tb_conf_account,
+                            sizeof(tb_account_conf_t),
+                            offsetof(tb_account_conf_t, line),
+                            (void **) &cf->accounts, &cf->naccounts,
+                            tb_conf_account_done);
 }
 
 
@@ -2725,72 +2744,33 @@ tb_conf_key_label(tb_config_t *cf, tb_key_conf_t *k, char *buf)
 
 
 static int
-tb_conf_keys(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
+tb_conf_key_done(tb_conf_ctx_t *ctx, void *item, const char *path)
 {
     char            sub[TB_CONF_PATHLEN];
-    size_t          i, n;
-    yaml_node_t    *item;
-    tb_config_t    *cf;
-    tb_key_conf_t  *k;
+    tb_key_conf_t  *k = item;
 
-    cf = base;
-
-    if (tb_conf_null_node(node)) {
-        return TB_CONF_OK;
-    }
-
-    if (node->type != YAML_SEQUENCE_NODE) {
-        return tb_conf_expected(ctx, node, path, "a list of keys");
-    }
-
-    n = (size_t) (node->data.sequence.items.top
-                  - node->data.sequence.items.start);
-
-    if (n == 0) {
-        return TB_CONF_OK;
-    }
-
-    cf->keys = calloc(n, sizeof(tb_key_conf_t));
-    if (cf->keys == NULL) {
-        return tb_conf_nomem(ctx);
-    }
-
-    for (i = 0; i < n; i++) {
-        k = &cf->keys[i];
-        cf->nkeys = i + 1;
-
-        if (tb_conf_init(tb_conf_key, k) != TB_CONF_OK) {
-            return tb_conf_nomem(ctx);
-        }
-
-        (void) snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
-
-        item = tb_conf_node(ctx, node->data.sequence.items.start[i]);
-        if (item == NULL) {
-            return tb_conf_error(ctx, tb_conf_line(node), "%s: malformed "
-                                 "list", path);
-        }
-
-        k->line = tb_conf_line(item);
-
-        if (item->type != YAML_MAPPING_NODE) {
-            return tb_conf_expected(ctx, item, sub,
-                                    "a mapping with at least a key");
-        }
-
-        if (tb_conf_section(ctx, item, sub, tb_conf_key, k) != TB_CONF_OK) {
-            return TB_CONF_ERROR;
-        }
-
-        if (k->key == NULL || k->key[0] == '\0') {
-            return tb_conf_error(ctx, k->line, "%s: key is required and must "
-                                 "not be empty",
-                                 tb_conf_key_label(cf, k, sub));
-        }
+    if (k->key == NULL || k->key[0] == '\0') {
+        return tb_conf_error(ctx, k->line, "%s: key is required and must "
+                             "not be empty",
+                             tb_conf_key_label(ctx->cf, k, sub));
     }
 
     return TB_CONF_OK;
+}
+
+
+static int
+tb_conf_keys(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
+    yaml_node_t *node, const char *path, void *base)
+{
+    tb_config_t  *cf = base;
+
+    return tb_conf_sections(ctx, node, path, "a list of keys",
+                            "a mapping with at least a key", tb_conf_key,
+                            sizeof(tb_key_conf_t),
+                            offsetof(tb_key_conf_t, line),
+                            (void **) &cf->keys, &cf->nkeys,
+                            tb_conf_key_done);
 }
 
 

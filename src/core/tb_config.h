@@ -261,8 +261,8 @@ const char *tb_account_type_name(tb_account_type_e type);
 /*
  * The loader accepts any non-empty routing.strategy: strategies may also be
  * registered by other modules, so the caller validates the name (and can
- * point at routing_strategy_line).  The built-in names, NULL-terminated:
+ * point at routing_strategy_line) against tb_builtin_strategy_table[] and
+ * the plugins.
  */
-extern const char *tb_builtin_strategies[];
 
 #endif /* TB_CONFIG_H */

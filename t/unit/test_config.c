@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "tb_config.h"
+#include "tb_router.h"
 #include "tb_test.h"
 
 
@@ -1460,9 +1461,11 @@ TB_TEST(test_strategy)
 
     found = 0;
 
-    for (i = 0; tb_builtin_strategies[i] != NULL; i++) {
-        found += strcmp(tb_builtin_strategies[i], "sticky_headroom") == 0
-                 || strcmp(tb_builtin_strategies[i], "round_robin") == 0;
+    for (i = 0; tb_builtin_strategy_table[i].name != NULL; i++) {
+        found += strcmp(tb_builtin_strategy_table[i].name,
+                        "sticky_headroom") == 0
+                 || strcmp(tb_builtin_strategy_table[i].name,
+                           "round_robin") == 0;
     }
 
     TB_CHECK_INT(i, 6);

@@ -21,6 +21,7 @@
 #include <ngx_core.h>
 
 #include "tb_router.h"
+#include "tb_lease.h"
 #include "tb_estimator.h"
 
 

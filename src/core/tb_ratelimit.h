@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tb_parse.h"
+
 
 enum {
     TB_WIN_REQUESTS = 0,
@@ -155,24 +157,5 @@ tb_window_level_inline(const tb_window_t *w, int64_t now)
 /* the latest reset of the windows a response says are empty; 0: none */
 int64_t tb_rl_obs_blocked_until(const tb_rl_obs_t *obs);
 
-
-/* "2026-11-29T20:40:59Z", "...59.123+02:00" → epoch ms; 0 or -1 */
-int tb_parse_rfc3339(const unsigned char *p, size_t len, int64_t *ms);
-
-/* IMF-fixdate, RFC 850 and asctime() dates → epoch seconds; 0 or -1 */
-int tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec);
-
-/* seconds, decimals to the millisecond, surrounding space → ms; 0 or -1 */
-int tb_parse_seconds(const unsigned char *p, size_t len, int64_t *ms);
-
-/* delta-seconds (decimals tolerated) or an HTTP date → delay in ms */
-int tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
-    int64_t *delay_ms);
-
-/* decimal integer, optional surrounding whitespace → 0 or -1 */
-int tb_parse_int64(const unsigned char *p, size_t len, int64_t *value);
-
-/* epoch ms → "2026-11-29T20:40:59Z" (21 bytes + NUL) */
-void tb_format_rfc3339(int64_t ms, char *buf, size_t size);
 
 #endif /* TB_RATELIMIT_H */

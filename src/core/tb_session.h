@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tb_json.h"
+#include "tb_body.h"
 
 
 #define TB_SESSION_HEADER_MAX   128    /* bytes of the header used */

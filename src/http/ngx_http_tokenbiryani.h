@@ -34,6 +34,8 @@
 
 #include "tb_config.h"
 #include "tb_json.h"
+#include "tb_body.h"
+#include "tb_sse.h"
 #include "tb_keys.h"
 #include "tb_ratelimit.h"
 #include "tb_account.h"

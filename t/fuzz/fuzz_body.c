@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#include "tb_json.h"
+#include "tb_body.h"
 #include "tb_session.h"
 
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "tb_json.h"
+#include "tb_sse.h"
 
 
 int

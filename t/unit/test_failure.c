@@ -11,6 +11,7 @@
 #include "tb_failure.h"
 #include "tb_account.h"
 #include "tb_router.h"
+#include "tb_lease.h"
 #include "tb_hash.h"
 
 

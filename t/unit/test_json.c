@@ -8,6 +8,8 @@
 
 #include "tb_test.h"
 #include "tb_json.h"
+#include "tb_body.h"
+#include "tb_sse.h"
 
 
 #define S(s)  (const unsigned char *) (s), strlen(s)

@@ -8,6 +8,7 @@
 #include "tb_test.h"
 #include "tb_ratelimit.h"
 #include "tb_router.h"
+#include "tb_lease.h"
 #include "tb_account.h"
 #include "tb_keys.h"
 
@@ -124,6 +125,29 @@ TB_TEST(retry_after)
     TB_CHECK_INT(tb_parse_retry_after(S("5s"), T0, &d), -1);
     TB_CHECK_INT(tb_parse_retry_after(S(""), T0, &d), -1);
     TB_CHECK_INT(tb_parse_retry_after(S("99999999999999999999"), T0, &d), -1);
+}
+
+
+TB_TEST(seconds)
+{
+    int64_t  ms;
+
+    /* what X-TokenBiryani-Max-Wait and retry-after's delta-seconds take */
+    TB_CHECK_INT(tb_parse_seconds(S("5"), &ms), 0);
+    TB_CHECK_INT(ms, 5000);
+    TB_CHECK_INT(tb_parse_seconds(S("\t0.5 "), &ms), 0);
+    TB_CHECK_INT(ms, 500);
+    TB_CHECK_INT(tb_parse_seconds(S("2.0019"), &ms), 0);
+    TB_CHECK_INT(ms, 2001);
+    TB_CHECK_INT(tb_parse_seconds(S("7."), &ms), 0);
+    TB_CHECK_INT(ms, 7000);
+
+    TB_CHECK_INT(tb_parse_seconds(S(".5"), &ms), -1);
+    TB_CHECK_INT(tb_parse_seconds(S("-1"), &ms), -1);
+    TB_CHECK_INT(tb_parse_seconds(S("1e3"), &ms), -1);
+    TB_CHECK_INT(tb_parse_seconds(S("soon"), &ms), -1);
+    TB_CHECK_INT(tb_parse_seconds(S(" "), &ms), -1);
+    TB_CHECK_INT(tb_parse_seconds(S("1000000000"), &ms), -1);
 }
 
 
@@ -467,6 +491,7 @@ main(void)
     TB_RUN(rfc3339_garbage);
     TB_RUN(http_dates);
     TB_RUN(retry_after);
+    TB_RUN(seconds);
     TB_RUN(int64_parse);
     TB_RUN(format_round_trip);
     TB_RUN(observe_nine_headers);

@@ -7,6 +7,7 @@
 
 #include "tb_test.h"
 #include "tb_router.h"
+#include "tb_lease.h"
 #include "tb_estimator.h"
 #include "tb_session.h"
 #include "tb_hash.h"

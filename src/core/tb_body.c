@@ -1,0 +1,360 @@
+/*
+ * The Messages API's request body and usage objects (see tb_body.h): one
+ * pass over a request body that validates it and picks out what routing
+ * needs, and the usage counters of a response.
+ */
+
+#include <string.h>
+#include <stdio.h>
+
+#include "tb_json_int.h"
+
+
+/* scan_body state for the walk handlers */
+
+enum {
+    TB_BODY_NONE = 0,
+    TB_BODY_MODEL,
+    TB_BODY_STREAM,
+    TB_BODY_MAX_TOKENS,
+    TB_BODY_SYSTEM,
+    TB_BODY_TOOLS,
+    TB_BODY_MESSAGES,
+    TB_BODY_METADATA
+};
+
+typedef struct {
+    tb_body_t                *body;
+    unsigned                  field;
+    const char               *model_err;
+    const char               *stream_err;
+    const char               *max_tokens_err;
+} tb_body_ctx_t;
+
+
+static int tb_body_key(tb_json_walk_t *w, const unsigned char *k, size_t len,
+    unsigned esc);
+static void tb_body_value(tb_json_walk_t *w, const unsigned char *v,
+    size_t len);
+
+
+void
+tb_usage_init(tb_usage_t *u)
+{
+    u->input_tokens = -1;
+    u->output_tokens = -1;
+    u->cache_creation_input_tokens = -1;
+    u->cache_read_input_tokens = -1;
+}
+
+
+/* the members of a usage object, v at its '{' and vend after its '}' */
+
+void
+tb_usage_members(tb_usage_t *u, const unsigned char *v,
+    const unsigned char *vend)
+{
+    size_t                i;
+    int64_t               n;
+    const unsigned char  *k, *kend, *end, *val, *vale;
+
+    static const struct {
+        const char  *name;
+        size_t       len;
+        size_t       off;
+    }  fields[] = {
+        { "input_tokens", 12, offsetof(tb_usage_t, input_tokens) },
+        { "output_tokens", 13, offsetof(tb_usage_t, output_tokens) },
+        { "cache_creation_input_tokens", 27,
+          offsetof(tb_usage_t, cache_creation_input_tokens) },
+        { "cache_read_input_tokens", 23,
+          offsetof(tb_usage_t, cache_read_input_tokens) }
+    };
+
+    /*
+     * one pass over the members; later duplicates overwrite earlier ones.
+     * Counts are never negative, and -1 would read as "unknown".
+     */
+
+    end = vend;
+    v = tb_json_ws(v + 1, end);
+
+    while (v < end && *v == '"') {
+        k = v + 1;
+        kend = tb_json_skip(v, end);
+        v = tb_json_ws(kend, end);
+
+        if (v == end || *v != ':') {
+            break;
+        }
+
+        val = tb_json_ws(v + 1, end);
+        vale = tb_json_skip(val, end);
+
+        for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+            if (val < vale && *val >= '0' && *val <= '9'
+                && tb_json_key_eq(k, kend - 1, fields[i].name, fields[i].len)
+                && tb_json_parse_int(val, vale, &n) == 0)
+            {
+                memcpy((char *) u + fields[i].off, &n, sizeof(int64_t));
+            }
+        }
+
+        v = tb_json_ws(vale, end);
+
+        if (v < end && *v == ',') {
+            v = tb_json_ws(v + 1, end);
+        }
+    }
+}
+
+
+int
+tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
+    const char *path)
+{
+    const unsigned char  *v, *vend;
+
+    /*
+     * Found without validating the whole response, but the usage object
+     * itself must be whole: a body cut short reports nothing.
+     */
+
+    if (tb_json_find(p, len, path, &v, &vend) != 0 || v == vend
+        || *v != '{' || tb_json_validate(v, (size_t) (vend - v)) != 0)
+    {
+        return -1;
+    }
+
+    tb_usage_members(u, v, vend);
+
+    return 0;
+}
+
+
+/* tb_scan_body() */
+
+static int
+tb_body_key(tb_json_walk_t *w, const unsigned char *k, size_t len,
+    unsigned esc)
+{
+    size_t          i;
+    tb_body_ctx_t  *ctx;
+
+    static const struct {
+        const char  *name;
+        size_t       len;
+        unsigned     field;
+    }  keys[] = {
+        { "model", 5, TB_BODY_MODEL },
+        { "stream", 6, TB_BODY_STREAM },
+        { "max_tokens", 10, TB_BODY_MAX_TOKENS },
+        { "system", 6, TB_BODY_SYSTEM },
+        { "tools", 5, TB_BODY_TOOLS },
+        { "messages", 8, TB_BODY_MESSAGES },
+        { "metadata", 8, TB_BODY_METADATA }
+    };
+
+    ctx = w->data;
+    ctx->field = TB_BODY_NONE;
+
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+
+        if (esc) {
+            if (!tb_json_key_eq(k, k + len, keys[i].name, keys[i].len)) {
+                continue;
+            }
+
+        } else if (len != keys[i].len || memcmp(k, keys[i].name, len) != 0) {
+            continue;
+        }
+
+        ctx->field = keys[i].field;
+        return 1;
+    }
+
+    return 0;
+}
+
+
+static void
+tb_body_value(tb_json_walk_t *w, const unsigned char *v, size_t len)
+{
+    size_t          n, i;
+    int64_t         num;
+    tb_body_t      *body;
+    tb_body_ctx_t  *ctx;
+
+    ctx = w->data;
+    body = ctx->body;
+
+    switch (ctx->field) {
+
+    case TB_BODY_MODEL:
+        body->has_model = 0;
+        body->model_len = 0;
+        body->model[0] = '\0';
+
+        if (*v != '"') {
+            ctx->model_err = "model: expected a string";
+            break;
+        }
+
+        n = tb_json_unescape(v + 1, v + len - 1, body->model,
+                             sizeof(body->model));
+
+        if (n > TB_MODEL_MAX) {
+            body->model[0] = '\0';
+            ctx->model_err = "model: longer than 256 bytes";
+            break;
+        }
+
+        /*
+         * model ids are plain ASCII names; a "\u0000" or a newline would
+         * cut or split the id wherever it is printed or compared as a C
+         * string
+         */
+
+        for (i = 0; i < n; i++) {
+            if ((unsigned char) body->model[i] < 0x20
+                || body->model[i] == 0x7f)
+            {
+                body->model[0] = '\0';
+                ctx->model_err = "model: contains control characters";
+                return;
+            }
+        }
+
+        body->has_model = 1;
+        body->model_len = n;
+        ctx->model_err = NULL;
+        break;
+
+    case TB_BODY_STREAM:
+        if (*v == 't' || *v == 'f') {
+            body->has_stream = 1;
+            body->stream = (*v == 't');
+            ctx->stream_err = NULL;
+
+        } else {
+            body->has_stream = 0;
+            body->stream = 0;
+            ctx->stream_err = "stream: expected true or false";
+        }
+
+        break;
+
+    case TB_BODY_MAX_TOKENS:
+        if (*v >= '0' && *v <= '9'
+            && tb_json_parse_int(v, v + len, &num) == 0)
+        {
+            body->max_tokens = num;
+            ctx->max_tokens_err = NULL;
+
+        } else {
+            body->max_tokens = -1;
+            ctx->max_tokens_err =
+                "max_tokens: expected a non-negative integer";
+        }
+
+        break;
+
+    case TB_BODY_SYSTEM:
+        body->system.off = (size_t) (v - w->start);
+        body->system.len = len;
+        break;
+
+    case TB_BODY_TOOLS:
+        body->tools.off = (size_t) (v - w->start);
+        body->tools.len = len;
+        break;
+
+    case TB_BODY_MESSAGES:
+        body->messages.off = (size_t) (v - w->start);
+        body->messages.len = len;
+        break;
+
+    case TB_BODY_METADATA:
+        body->metadata.off = (size_t) (v - w->start);
+        body->metadata.len = len;
+        break;
+
+    default:
+        break;
+    }
+}
+
+
+int
+tb_scan_body(const unsigned char *p, size_t len, tb_body_t *body,
+    char *err, size_t errlen)
+{
+    const char           *msg;
+    tb_body_ctx_t         ctx;
+    tb_json_walk_t        w;
+    const unsigned char  *q;
+
+    memset(body, 0, sizeof(tb_body_t));
+    body->max_tokens = -1;
+
+    if (errlen > 0) {
+        err[0] = '\0';
+    }
+
+    memset(&ctx, 0, sizeof(tb_body_ctx_t));
+    ctx.body = body;
+
+    if (p == NULL) {
+        /* an empty body: NULL + 0 is not even defined in C */
+        p = (const unsigned char *) "";
+        len = 0;
+    }
+
+    memset(&w, 0, sizeof(tb_json_walk_t));
+    w.start = p;
+    w.end = p + len;
+    w.key = tb_body_key;
+    w.value = tb_body_value;
+    w.data = &ctx;
+
+    if (tb_json_walk(&w) != 0) {
+        if (errlen > 0) {
+            snprintf(err, errlen,
+                     "request body is not valid JSON: %s at byte %zu",
+                     w.err, w.err_off);
+        }
+
+        goto failed;
+    }
+
+    q = tb_json_ws(w.start, w.end);
+
+    if (*q != '{') {
+        msg = "request body must be a JSON object";
+
+    } else if (ctx.model_err) {
+        msg = ctx.model_err;
+
+    } else if (ctx.stream_err) {
+        msg = ctx.stream_err;
+
+    } else if (ctx.max_tokens_err) {
+        msg = ctx.max_tokens_err;
+
+    } else {
+        return 0;
+    }
+
+    if (errlen > 0) {
+        snprintf(err, errlen, "%s", msg);
+    }
+
+failed:
+
+    /* nothing half-read is left for a caller that ignores the error */
+
+    memset(body, 0, sizeof(tb_body_t));
+    body->max_tokens = -1;
+
+    return -1;
+}

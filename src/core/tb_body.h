@@ -1,0 +1,74 @@
+/*
+ * The Messages API's request body and usage objects.
+ *
+ *  - tb_scan_body(): one pass over a request body.  Validates the whole
+ *    document (strict RFC 8259) and picks out what routing needs: model,
+ *    stream, max_tokens and where system/tools/messages/metadata sit in
+ *    the body.  The body itself is never modified.
+ *  - tb_usage_*: the usage counters of a Message or a stream's events.
+ *
+ * Plain C, no nginx headers.
+ */
+
+#ifndef TB_BODY_H
+#define TB_BODY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tb_json.h"
+
+
+#define TB_MODEL_MAX          256     /* longest model id accepted */
+
+
+typedef struct {
+    char                      model[TB_MODEL_MAX + 1];  /* unescaped, NUL */
+    size_t                    model_len;
+    unsigned                  has_model:1;
+    unsigned                  has_stream:1;
+    unsigned                  stream:1;
+    int64_t                   max_tokens;       /* -1: absent */
+
+    /* top-level values, as spans of the body (whole value, brackets
+     * or quotes included) */
+    tb_span_t                 system;
+    tb_span_t                 tools;
+    tb_span_t                 messages;
+    tb_span_t                 metadata;
+} tb_body_t;
+
+
+/*
+ * Returns 0, or -1 with a message for the client in err, e.g.
+ * "request body is not valid JSON: expected ',' or '}' at byte 1234",
+ * "request body must be a JSON object", "model: expected a string",
+ * "stream: expected true or false",
+ * "max_tokens: expected a non-negative integer".
+ * Byte offsets count from 0.  Strings must be valid UTF-8 (RFC 3629).
+ * On error body is left with its defaults (nothing found, max_tokens -1).
+ * Duplicate top-level keys: the last one wins (as in most JSON parsers).
+ */
+int tb_scan_body(const unsigned char *p, size_t len, tb_body_t *body,
+    char *err, size_t errlen);
+
+
+typedef struct {
+    int64_t                   input_tokens;                 /* -1 unknown */
+    int64_t                   output_tokens;
+    int64_t                   cache_creation_input_tokens;
+    int64_t                   cache_read_input_tokens;
+} tb_usage_t;
+
+void tb_usage_init(tb_usage_t *u);
+
+/*
+ * Reads the usage object found at path ("usage" for a Message body or a
+ * message_delta event, "message.usage" for message_start) and overwrites
+ * the fields it carries.  Returns 0 if a usage object was found.
+ */
+int tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
+    const char *path);
+
+
+#endif /* TB_BODY_H */

@@ -1,0 +1,72 @@
+/*
+ * What the JSON walker shares with the scanners built on it (tb_body.c,
+ * tb_sse.c).  Not a public interface: src/core only.
+ */
+
+#ifndef TB_JSON_INT_H
+#define TB_JSON_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tb_json.h"
+#include "tb_body.h"
+
+
+typedef struct tb_json_walk_s  tb_json_walk_t;
+
+/*
+ * Called for each key of the root object (raw bytes between the quotes,
+ * esc set when they contain a backslash); a non-zero return asks for the
+ * value of that key to be passed to the value handler once it has been
+ * scanned and validated completely.
+ */
+typedef int (*tb_json_key_pt)(tb_json_walk_t *w, const unsigned char *k,
+    size_t len, unsigned esc);
+typedef void (*tb_json_value_pt)(tb_json_walk_t *w, const unsigned char *v,
+    size_t len);
+
+struct tb_json_walk_s {
+    const unsigned char      *start;
+    const unsigned char      *end;
+    tb_json_key_pt            key;
+    tb_json_value_pt          value;
+    void                     *data;
+
+    const char               *err;
+    size_t                    err_off;
+};
+
+
+/* 0 when the document is valid; the handlers saw the root's members */
+int tb_json_walk(tb_json_walk_t *w);
+
+/* past the whitespace of RFC 8259 */
+const unsigned char *tb_json_ws(const unsigned char *p,
+    const unsigned char *end);
+
+/* past one value (or a key with its quotes), bounded by end */
+const unsigned char *tb_json_skip(const unsigned char *p,
+    const unsigned char *end);
+
+/* a raw key (between its quotes) equals name, escapes resolved */
+int tb_json_key_eq(const unsigned char *k, const unsigned char *end,
+    const char *name, size_t nlen);
+
+/* a string's raw bytes unescaped into buf, NUL-terminated; full length */
+size_t tb_json_unescape(const unsigned char *p, const unsigned char *end,
+    char *buf, size_t size);
+
+int tb_json_parse_int(const unsigned char *p, const unsigned char *end,
+    int64_t *value);
+
+/* the value at a dotted key path, without validating the document */
+int tb_json_find(const unsigned char *p, size_t len, const char *path,
+    const unsigned char **v, const unsigned char **vend);
+
+/* the members of a usage object, v at its '{' and vend after its '}' */
+void tb_usage_members(tb_usage_t *u, const unsigned char *v,
+    const unsigned char *vend);
+
+
+#endif /* TB_JSON_INT_H */

@@ -1,0 +1,106 @@
+/*
+ * Lease arithmetic (see tb_lease.h): the reservation of a need on an
+ * account, all of it or nothing, and its release reconciled against what
+ * the upstream reported.  The caller holds the zone lock.
+ */
+
+#include <string.h>
+
+#include "tb_lease.h"
+
+
+int
+tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
+    const tb_breaker_conf_t *bc, const tb_need_t *need, int64_t now,
+    int *probed)
+{
+    int      w;
+    int64_t  level, held;
+
+    *probed = 0;
+
+    if (st->disabled || st->cooling_until_ms > now
+        || st->exhausted_until_ms > now
+        || (st->breaker.open && !tb_breaker_allows(&st->breaker, bc, now))
+        || (!tb_need_empty(need) && tb_probing(conf, st, now))
+        || !tb_fits(st, need, now)
+        || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
+           >= conf->max_concurrency)
+    {
+        return 0;
+    }
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        st->reserved[w] += need->n[w];
+
+        level = tb_window_level(&st->mirror.w[w], now);
+        held = st->reserved[w] + st->pending[w];
+
+        if (level != TB_UNKNOWN && held > st->peak_reserved[w]) {
+            st->peak_reserved[w] = held;
+            st->peak_available[w] = level;
+        }
+    }
+
+    if (!tb_need_empty(need)) {
+        if (st->mirror.observed_ms == 0 && st->leases == 0) {
+            st->probe_ms = now;
+        }
+
+        st->leases++;
+    }
+
+    if (st->breaker.open) {
+        /* half-open: this request is the probe */
+        tb_breaker_take(&st->breaker, bc, now);
+        *probed = 1;
+    }
+
+    __atomic_add_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
+
+    return 1;
+}
+
+
+void
+tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
+    const tb_usage_t *usage, int64_t headers_ms, unsigned stale,
+    uint64_t seq)
+{
+    int           w;
+    tb_window_t  *out;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        st->reserved[w] -= need->n[w];
+
+        if (st->reserved[w] < 0) {
+            st->reserved[w] = 0;
+        }
+
+        if (w != TB_WIN_OUTPUT && (stale & (1u << (w + TB_MIRROR_STALE)))) {
+            /* the mirror may not count it yet: keep holding it */
+            st->pending[w] += need->n[w];
+            st->pending_seq[w] = seq;
+        }
+    }
+
+    if (!tb_need_empty(need) && st->leases > 0) {
+        st->leases--;
+    }
+
+    __atomic_sub_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
+
+    if (usage == NULL || usage->output_tokens <= 0 || headers_ms == 0) {
+        return;
+    }
+
+    out = &st->mirror.w[TB_WIN_OUTPUT];
+
+    if (out->remaining >= 0 && out->observed_ms <= headers_ms) {
+        out->remaining -= usage->output_tokens;
+
+        if (out->remaining < 0) {
+            out->remaining = 0;
+        }
+    }
+}

@@ -1,0 +1,37 @@
+/*
+ * Numbers, durations and dates as headers carry them: one parser for the
+ * upstreams' rate-limit headers and retry-after and for the client's
+ * headers.  Every function reads exactly [p, p + len), tolerates the
+ * surrounding whitespace a header value may have, and returns 0 or -1.
+ *
+ * Plain C, no nginx headers.
+ */
+
+#ifndef TB_PARSE_H
+#define TB_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+
+/* "2026-11-29T20:40:59Z", "...59.123+02:00" → epoch ms; 0 or -1 */
+int tb_parse_rfc3339(const unsigned char *p, size_t len, int64_t *ms);
+
+/* IMF-fixdate, RFC 850 and asctime() dates → epoch seconds; 0 or -1 */
+int tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec);
+
+/* seconds, decimals to the millisecond, surrounding space → ms; 0 or -1 */
+int tb_parse_seconds(const unsigned char *p, size_t len, int64_t *ms);
+
+/* delta-seconds (decimals tolerated) or an HTTP date → delay in ms */
+int tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
+    int64_t *delay_ms);
+
+/* decimal integer, optional surrounding whitespace → 0 or -1 */
+int tb_parse_int64(const unsigned char *p, size_t len, int64_t *value);
+
+/* epoch ms → "2026-11-29T20:40:59Z" (21 bytes + NUL) */
+void tb_format_rfc3339(int64_t ms, char *buf, size_t size);
+
+
+#endif /* TB_PARSE_H */

@@ -11,6 +11,7 @@ use IO::Socket::INET;
 use File::Temp qw(tempdir);
 use Cwd qw(getcwd);
 use Time::HiRes qw(time);
+use List::Util qw(max);
 
 delete $ENV{TEST_NGINX_LOAD_MODULES};   # stock nginx only; load_module lines are tested below
 master_on();
@@ -73,6 +74,44 @@ sub nested_run {
     my $rc = $? >> 8;
     note(sprintf 'nested run: %.2f s', time - $t1);
     ($rc, (map { local $/; open my $f, '<', "$tmp/$_" or die; scalar <$f> } qw(out err)), $tmp);
+}
+
+# nested run: a block preprocessor fills in what blocks leave out, and
+# --- check runs in the suite's own package
+{
+    my ($rc, $out, $err) = nested_run(<<'_EOB_', <<'_EOP_');
+=== TEST 1: the config comes from the preprocessor
+--- request
+GET /pre
+--- response_body
+from the preprocessor
+--- check
+# unqualified: found only in the suite's package
+die "the suite's variable is not visible\n" unless ($Marker // '') eq 'suite';
+die "the suite's sub is not visible\n" unless suite_sub() eq 'suite';
+
+=== TEST 2: a block's own config wins
+--- config
+    location = /pre { return 200 "own\n"; }
+--- request
+GET /pre
+--- response_body
+own
+_EOB_
+our $Marker = 'suite';
+sub suite_sub { 'suite' }
+add_block_preprocessor(sub {
+    my $b = shift;
+    $b->set_value(config => qq{    location = /pre { return 200 "from the preprocessor\\n"; }\n})
+        unless defined $b->config;
+});
+_EOP_
+    is($rc, 0, 'a suite with a block preprocessor passes') or diag("$out\n$err");
+    like($out, qr/^ok \d+ - \S+ TEST 1: the config comes from the preprocessor - response_body/m,
+         '... the block without a config got the preprocessor\'s');
+    like($out, qr/^ok \d+ - \S+ TEST 2: a block's own config wins - response_body/m,
+         '... the block with its own kept it');
+    unlike($out, qr/check died/, '... and --- check ran in the suite\'s package');
 }
 
 # nested run: the harness must fail these blocks, each for its reason

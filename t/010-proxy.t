@@ -32,14 +32,12 @@ _EOY_
 
 our %Account = ('sk-a1' => 'a1', 'sk-a2' => 'a2', 'sk-a3' => 'a3');
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: a JSON response reaches the client byte for byte
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . msg_body()
 --- more_headers
@@ -65,9 +63,6 @@ is(json_decode($resp->{body})->{type}, 'message', 'a Message');
 
 
 === TEST 2: a stream reaches the client byte for byte, with the account header
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body()
 --- more_headers
@@ -90,9 +85,6 @@ is($resp->{headers}{'x-tokenbiryani-account'},
 
 
 === TEST 3: the account's credential goes upstream, never the client's key or our headers
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages?beta=true\n" . msg_body()
 --- more_headers
@@ -129,9 +121,6 @@ is($e->{body_sha256}, sha256_hex($block->request =~ s/^[^\n]*\n//r),
 
 
 === TEST 4: the client's anthropic-version is kept
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . msg_body()
 --- more_headers
@@ -144,9 +133,6 @@ is(mock_log()->[0]{headers}{'anthropic-version'}, '2023-01-01', 'kept');
 
 
 === TEST 5: count_tokens and models
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages/count_tokens\n" . msg_body(),
  "GET /v1/models",
@@ -173,9 +159,6 @@ is($responses[3]{headers}{'x-tokenbiryani-account'},
 
 
 === TEST 6: paths the gateway does not serve, and wrong methods
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["GET /v1/messages", "POST /v1/complete\n{}", "DELETE /v1/models"]
 --- more_headers eval
@@ -195,9 +178,6 @@ like($_->{headers}{'x-tokenbiryani-request-id'}, qr/^tbr_/, 'request id on error
 
 
 === TEST 7: limit headers reach admin keys only
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . msg_body()]
 --- more_headers eval
@@ -216,9 +196,6 @@ is(scalar(grep { /^anthropic-ratelimit-/ } keys %{ $responses[1]{headers} }), 9,
 
 
 === TEST 8: a chunked request body goes upstream with its length
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $body = msg_body(text => 'x' x 5000);
 my $chunked = join('', map { sprintf("%x\r\n%s\r\n", length $_, $_) }
@@ -235,9 +212,6 @@ is($e->{body_sha256}, sha256_hex($body), 'the body, de-chunked, byte for byte');
 
 
 === TEST 9: a client that goes away mid-stream releases its attempt
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $got = http_request_abort(method => 'POST', path => '/v1/messages',
     body => stream_body(), after => 200,
@@ -257,9 +231,6 @@ ok(poll_until(5, sub { my $l = mock_log(); @$l && $l->[0]{client_aborted} }),
 
 
 === TEST 10: HEAD gets the headers and no body, without waiting for one
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["HEAD /v1/models", "GET /v1/models"]
 --- more_headers eval

@@ -77,14 +77,12 @@ sub refused_400 {
                      "$what: an Anthropic-shaped error");
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: a GET whose body is a second request: refused, nothing smuggled
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $junk = "GET /v1/files HTTP/1.1\r\nX-Junk: ";
 my $rs = ::split_responses(http_request(raw =>
@@ -100,9 +98,6 @@ like($rs->[1]{body}, qr/"has_more"/, '... with the models list');
 
 
 === TEST 2: HEAD and a chunked GET with bodies are refused too
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $rs = ::split_responses(http_request(raw =>
     "HEAD /v1/models HTTP/1.1\r\nHost: localhost\r\nx-api-key: tenant-key\r\n"
@@ -119,9 +114,6 @@ is($rs->[2]{status}, 200, 'the follow-up is served');
 
 
 === TEST 3: a POST always carries its Content-Length upstream, an empty one too
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $body = msg_body();
 my $rs = ::split_responses(http_request(raw =>
@@ -137,9 +129,6 @@ is($log->[1]{conn}, $log->[0]{conn}, 'one upstream connection carried both');
 
 
 === TEST 4: framing the client got wrong never reaches the upstream
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $body = msg_body();
 my $n = length $body;
@@ -163,9 +152,6 @@ for my $t (["Transfer-Encoding and Content-Length",
 
 
 === TEST 5: dot-segments, encoded dots and encoded slashes: 400, nothing upstream
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 for my $path ('/v1/models/../messages', '/v1/./models', '/v1//models',
               '/v1/models/%2e%2e/messages', '/v1/%2E%2E/v1/models',
@@ -180,9 +166,6 @@ for my $path ('/v1/models/../messages', '/v1/./models', '/v1//models',
 
 
 === TEST 6: the path and query string sent are the ones checked
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $body = msg_body();
 my @r = map { http_request(method => 'POST', path => $_, body => $body,
@@ -195,9 +178,6 @@ is($_->{status}, 200, 'served') for @r;
 
 
 === TEST 7: CR, LF and NUL in a header value are refused by nginx itself
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 for my $t (["CR", "x-evil: a\rGET /v1/files HTTP/1.1"],
            ["NUL", "x-evil: a\0b"],
@@ -211,9 +191,6 @@ for my $t (["CR", "x-evil: a\rGET /v1/files HTTP/1.1"],
 
 
 === TEST 8: a very long header and very many headers go up intact, or not at all
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $long = 'v' x 7000;
 my @many = map { ["x-many-$_", "value $_"] } 1 .. 90;
@@ -234,9 +211,6 @@ is($log->[1]{headers}{"x-many-$_"}, "value $_", "header $_ of 90") for (1, 45, 9
 
 
 === TEST 9: an absolute-form request line: the gateway's path and Host go up
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $body = msg_body();
 my $r = http_request(raw => "POST http://files.example:9999/v1/messages?beta=true HTTP/1.1\r\n"
@@ -249,9 +223,6 @@ is($log->[0]{headers}{host}, "127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}", "the accoun
 
 
 === TEST 10: HTTP/1.0 clients: one upstream request each, HTTP/1.1 upstream
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $body = msg_body();
 my $r = http_request(raw => "POST /v1/messages HTTP/1.0\r\nHost: localhost\r\n"
@@ -274,21 +245,28 @@ $::HttpConfig . <<_EOC_;
         location /v1/ { tokenbiryani_pass; }
     }
 _EOC_
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $url = "http://127.0.0.1:$ENV{TEST_NGINX_H2_PORT}";
 my $body = msg_body();
-my @curl = ('curl', '-s', '--http2-prior-knowledge', '-o', '-', '-w', '\n%{http_code} %{http_version}',
-            '-H', 'x-api-key: tenant-key', '-H', 'content-type: application/json');
-open my $fh, '-|', @curl, '-X', 'POST', '--data-binary', $body, "$url/v1/messages?beta=true"
-    or die "curl: $!";
-my $out = do { local $/; <$fh> }; close $fh;
-like($out, qr/"type":"message".*\n200 2$/s, 'a POST over HTTP/2 is served');
-open $fh, '-|', @curl, '-X', 'GET', '--data-binary', 'GET /v1/files HTTP/1.1', "$url/v1/models"
-    or die "curl: $!";
-$out = do { local $/; <$fh> }; close $fh;
-like($out, qr/"type":"invalid_request_error".*\n400 2$/s, 'a GET with a body over HTTP/2: 400');
+# curl's output, what it said on stderr, and its exit status
+my $h2 = sub {
+    my $pid = open(my $fh, '-|') // die "fork: $!";
+    if (!$pid) {
+        open STDERR, '>&', \*STDOUT;
+        exec 'curl', '-sS', '--http2-prior-knowledge', '-o', '-',
+             '-w', '\n%{http_code} %{http_version}', '-H', 'x-api-key: tenant-key',
+             '-H', 'content-type: application/json', @_;
+        exit 127;
+    }
+    my $out = do { local $/; <$fh> };
+    close $fh;
+    "$out (curl exit " . ($? >> 8) . ")";
+};
+like($h2->('-X', 'POST', '--data-binary', $body, "$url/v1/messages?beta=true"),
+     qr/"type":"message".*\n200 2 \(curl exit 0\)$/s, 'a POST over HTTP/2 is served');
+like($h2->('-X', 'GET', '--data-binary', 'GET /v1/files HTTP/1.1', "$url/v1/models"),
+     qr/"type":"invalid_request_error".*\n400 2 \(curl exit 0\)$/s,
+     'a GET with a body over HTTP/2: 400');
 my $log = ::upstream_saw(['POST /v1/messages?beta=true'], 'HTTP/2');
 is($log->[0]{body_sha256}, sha256_hex($body), 'the body byte for byte');
 is($log->[0]{headers}{'content-length'}, length $body, 'with its length');
@@ -296,9 +274,6 @@ is($log->[0]{headers}{'content-length'}, length $body, 'with its length');
 
 
 === TEST 12: an upstream that sends more than its Content-Length loses its connection
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $body = msg_body();
 my $rs = ::split_responses(http_request(raw =>
@@ -318,9 +293,6 @@ upstream sent more data than specified
 
 
 === TEST 13: X-Accel-* headers from an upstream are neither obeyed nor passed on
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 5
 --- check
 for my $body (msg_body(), stream_body()) {

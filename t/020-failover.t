@@ -69,14 +69,12 @@ sub attempts_ok {
     }
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: 429, then 529, then 200: the client only sees the 200
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . msg_body()
 --- more_headers eval
@@ -96,9 +94,6 @@ is($resp->{headers}{'x-tokenbiryani-account'},
 
 
 === TEST 2: the same on a stream: exactly one message_start reaches the client
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body()
 --- more_headers eval
@@ -113,9 +108,6 @@ is(sha256_hex($resp->{body}), $log->[2]{resp_sha256}, 'the third stream, verbati
 
 
 === TEST 3: a stream that errors before its first delta is retried invisibly
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body()
 --- more_headers eval
@@ -132,9 +124,6 @@ is(sha256_hex($resp->{body}), $log->[1]{resp_sha256}, 'the good stream, verbatim
 
 
 === TEST 4: 500, 502, 503 and 504 are retried, JSON and streams alike
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body(),
  "POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body()]
@@ -153,9 +142,6 @@ is(count_events($responses[1]{body}, 'message_start'), 1, 'one message_start');
 
 
 === TEST 5: a connection reset and a hung upstream are retried
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body()]
 --- more_headers eval
@@ -175,9 +161,6 @@ is(count_events($responses[1]{body}, 'message_start'), 1, 'one message_start');
 
 
 === TEST 5b: a stream that sends headers but no delta in time is retried
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body()
 --- more_headers eval
@@ -196,8 +179,6 @@ is(sha256_hex($resp->{body}), $log->[1]{resp_sha256}, 'the second stream, verbat
 
 
 === TEST 6: an account that refuses connections is skipped
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::YamlDead
 --- request eval
 ["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . msg_body()]
@@ -214,9 +195,6 @@ is($_->{headers}{'x-tokenbiryani-account'}, 'live', 'named') for @responses;
 
 
 === TEST 7: when every attempt fails, the client gets the gateway's own error, with retry-after
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . msg_body()
 --- more_headers eval
@@ -239,9 +217,6 @@ ok(!exists $resp->{headers}{'x-tokenbiryani-account'}, 'no account answered');
 
 
 === TEST 8: a streaming request whose attempts all fail gets a plain HTTP error
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body()
 --- more_headers eval
@@ -256,8 +231,6 @@ is(json_decode($resp->{body})->{error}{type}, 'overloaded_error', 'JSON, not SSE
 
 
 === TEST 9: retry.max_attempts bounds the attempts
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/^server:\n/retry:\n  max_attempts: 2\nserver:\n/mr
 --- request eval
@@ -272,9 +245,6 @@ is(json_decode($resp->{body})->{error}{type}, 'api_error', 'api_error');
 
 
 === TEST 10: a 400 is sent upstream once and returned verbatim
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body()]
 --- more_headers eval
@@ -290,9 +260,6 @@ is(sha256_hex($responses[$_]{body}), $log->[$_]{resp_sha256}, "400 #$_ verbatim"
 
 
 === TEST 11: after the first delta a broken stream ends with one error event
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body()
 --- more_headers eval
@@ -317,9 +284,6 @@ ok(!$resp->{error}, 'the chunked response was ended properly')
 
 
 === TEST 12: an error event the upstream sends after the commit point is not doubled
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body()
 --- more_headers eval
@@ -335,10 +299,8 @@ is(sha256_hex($resp->{body}), mock_log()->[0]{resp_sha256}, 'verbatim');
 
 
 === TEST 13: a 300 KB body, spooled to disk, is re-sent intact on every attempt
---- http_config eval: $::HttpConfig
 --- config eval
 "client_body_buffer_size 16k;\n" . $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . big_body(300_000)
 --- more_headers eval
@@ -354,8 +316,6 @@ is($_->{body_sha256}, sha256_hex($sent), 'attempt got it intact') for @$log;
 
 
 === TEST 14: no account reachable: an Anthropic-shaped 502
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::YamlAllDead
 --- request eval
 "POST /v1/messages\n" . msg_body()
@@ -370,8 +330,6 @@ giving up
 
 
 === TEST 15: every attempt timing out: an Anthropic-shaped 504
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/^server:\n/retry:\n  max_attempts: 2\nserver:\n/mr
 --- request eval

@@ -35,14 +35,12 @@ _EOY_
 our @Six = map { $_ % 2 ? "POST /v1/messages\n" . stream_body()
                         : "POST /v1/messages\n" . msg_body() } 1 .. 6;
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: sequential requests reuse upstream connections
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval: [@::Six]
 --- error_code eval: [(200) x 6]
 --- check
@@ -61,9 +59,6 @@ is(sha256_hex($responses[$_]{body}), $log->[$_]{resp_sha256}, "response $_ intac
 
 
 === TEST 2: an error response with a body does not poison the connection
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . msg_body(),
  "POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . msg_body()]
@@ -83,7 +78,6 @@ ok(keys %conns <= 2, 'errors with complete bodies keep the connection');
 === TEST 3: https upstream verified against a CA, with the account's host as SNI
 --- http_config eval
 "tokenbiryani_ssl_trusted_certificate \$TEST_NGINX_CA;\n" . $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::YamlTls
 --- request eval
 ["POST /v1/messages\n" . msg_body(), "POST /v1/messages\n" . stream_body(),
@@ -106,7 +100,6 @@ is(count_events($responses[1]{body}, 'message_start'), 1, 'a stream over TLS');
 === TEST 4: a certificate from another CA is refused: no request is sent
 --- http_config eval
 "tokenbiryani_ssl_trusted_certificate \$TEST_NGINX_WRONG_CA;\n" . $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::YamlTls
 --- request eval
 "POST /v1/messages\n" . msg_body()
@@ -122,7 +115,6 @@ is(scalar @{ mock_log() }, 0, 'nothing reached the upstream');
 === TEST 5: an https base_url must name a host: certificates are checked by name
 --- http_config eval
 "tokenbiryani_ssl_trusted_certificate \$TEST_NGINX_CA;\n" . $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::YamlTlsIp
 --- must_die
 --- error_log

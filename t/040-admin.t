@@ -70,14 +70,12 @@ sub windows_of {
     *{"TB::Nginx::$_"} = \&{$_} for qw(status account send_msg windows_of);
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: the mirror shows what the last response's headers said
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $r;
 for (1 .. 4) {          # round robin: a1 gets some of them
@@ -115,9 +113,6 @@ is($st->{pool}{ready}, 2, 'pool ready');
 
 
 === TEST 2: counters add up across both workers, and come back to zero in flight
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 # each account answers once first: until then it takes one request at a time
 send_msg('x-api-key' => 'a2-key');
@@ -138,9 +133,6 @@ is(scalar @{ mock_log() }, 42, 'forty-two upstream requests');
 
 
 === TEST 3: failures are counted on the account that failed
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $r = send_msg('x-mock-script' => '500,ok', 'x-mock-script-id' => 'f');
 is($r->{status}, 200, 'served after a failover');
@@ -153,9 +145,6 @@ isnt($failed->{id}, $r->{headers}{'x-tokenbiryani-account'}, '... not the one th
 
 
 === TEST 4: the pool state survives nginx -s reload
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 send_msg() for 1 .. 4;
 my $before = status();
@@ -176,9 +165,6 @@ ok($after->{gateway}{uptime_seconds} >= $before->{gateway}{uptime_seconds},
 
 
 === TEST 5: a reload that adds an account and changes a credential
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 send_msg() for 1 .. 4;
 my $before = status();
@@ -201,9 +187,6 @@ is(mock_log()->[-1]{credential}, 'sk-a2-rotated',
 
 
 === TEST 6: a reload with a broken file keeps the running configuration
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- error_log
 tb.yaml:2: accounts[0]: unknown key "nope"
 --- check
@@ -215,8 +198,6 @@ is(send_msg()->{status}, 200, 'still serving');
 
 
 === TEST 7: healthz counts the accounts that can serve
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/(  - id: a2\n)/$1    enabled: false\n/r
 --- request
@@ -230,8 +211,6 @@ content-type: application/json
 
 
 === TEST 8: healthz on an empty pool is 503
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 accounts: []
@@ -244,8 +223,6 @@ GET /healthz
 
 
 === TEST 9: every account disabled: healthz 503, requests 503 overloaded_error
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/(  - id: a\d\n)/$1    enabled: false\n/gr
 --- request eval
@@ -264,9 +241,6 @@ is(account(status(), 'a1')->{disabled_reason}, 'disabled in config', 'with the r
 
 
 === TEST 10: the admin API is for admin keys
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["GET /admin/status", "GET /admin/status", "GET /admin/status", "GET /admin/status",
  "GET /admin/nope", "POST /admin/status\n{}"]
@@ -286,8 +260,6 @@ is(account(status(), 'a1')->{disabled_reason}, 'disabled in config', 'with the r
 
 
 === TEST 11: with no keys at all, on loopback, the gateway is open
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/^keys:.*//msr
 --- request eval

@@ -32,13 +32,12 @@ sub nginx_t {
     *{"TB::Nginx::nginx_t"} = \&nginx_t;
 }
 
+gateway_suite();
 run_tests();
 
 __DATA__
 
 === TEST 1: a YAML syntax error stops nginx, naming the file and the line
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 accounts:
@@ -51,8 +50,6 @@ accounts:
 
 
 === TEST 2: an unknown key, with its section, its line and the known keys
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 routing:
@@ -65,8 +62,6 @@ tb.yaml:3: routing: unknown key "stratgey" (known: strategy, weights
 
 
 === TEST 3: a wrong type, with its key and line
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 retry:
@@ -78,8 +73,6 @@ tb.yaml:2: retry.max_attempts: expected an integer, got "three"
 
 
 === TEST 4: an unknown routing strategy
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 accounts: []
@@ -92,8 +85,6 @@ tb.yaml:3: routing.strategy: unknown strategy "fastest"
 
 
 === TEST 5: an unset ${VAR} without a default
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 accounts:
@@ -106,8 +97,6 @@ accounts:
 
 
 === TEST 6: ${VAR} comes from nginx's environment; the credential goes upstream
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 accounts:
@@ -123,8 +112,6 @@ is(mock_log()->[0]{credential}, 'sk-from-env', 'interpolated at load');
 
 
 === TEST 7: keys the Python implementation had and nginx owns are reported as ignored
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 "$::Good\nserver:\n  host: 0.0.0.0\n  port: 8787\n"
 --- request
@@ -138,7 +125,6 @@ server.host is ignored
 === TEST 8: no keys and a non-loopback listen: refused, saying why
 --- http_config eval
 $::HttpConfig . "server { listen 0.0.0.0:\$TEST_NGINX_OPEN_PORT; location /v1/ { tokenbiryani_pass; } }\n"
---- config eval: $::Locations
 --- user_files eval: $::Good
 --- must_die
 --- error_log eval
@@ -149,7 +135,6 @@ $::HttpConfig . "server { listen 0.0.0.0:\$TEST_NGINX_OPEN_PORT; location /v1/ {
 === TEST 9: the same listen is fine once keys exist
 --- http_config eval
 $::HttpConfig . "server { listen 0.0.0.0:\$TEST_NGINX_OPEN_PORT; location /v1/ { tokenbiryani_pass; } }\n"
---- config eval: $::Locations
 --- user_files eval
 "$::Good\nkeys:\n  - key: k1\n    name: one\n"
 --- request
@@ -161,7 +146,6 @@ GET /healthz
 === TEST 10: a non-loopback server that does not use the gateway does not count
 --- http_config eval
 $::HttpConfig . "server { listen 0.0.0.0:\$TEST_NGINX_OPEN_PORT; location / { return 204; } }\n"
---- config eval: $::Locations
 --- user_files eval: $::Good
 --- request
 GET /healthz
@@ -172,7 +156,6 @@ GET /healthz
 === TEST 11: locations without tokenbiryani_config or tokenbiryani_zone
 --- http_config
     tokenbiryani_zone tb 8m;
---- config eval: $::Locations
 --- must_die
 --- error_log
 "tokenbiryani_config" is required where tokenbiryani locations are used
@@ -182,7 +165,6 @@ GET /healthz
 === TEST 12: the zone is required, and must be big enough
 --- http_config
     tokenbiryani_config $TEST_NGINX_HTML_DIR/tb.yaml;
---- config eval: $::Locations
 --- user_files eval: $::Good
 --- must_die
 --- error_log
@@ -191,8 +173,6 @@ GET /healthz
 
 
 === TEST 13: nginx -t reports a broken file with its line, and passes a good one
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::Good
 --- check
 my ($rc, $out) = nginx_t("accounts:\n  - id: a1\n    api_key: sk\n    max_concurrency: -1\n");
@@ -206,8 +186,6 @@ like($out, qr/test is successful/, 'nginx -t says so');
 
 
 === TEST 14: an account header with a line break is refused
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files
 >>> tb.yaml
 accounts:

@@ -52,14 +52,12 @@ sub json_error_ok {
     *{"TB::Nginx::json_error_ok"} = \&json_error_ok;
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: malformed JSON never reaches an upstream
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages\n{\"model\":\"m\",", "POST /v1/messages\n[1,2]",
  "POST /v1/messages\n{\"max_tokens\":5}", "POST /v1/messages\n{\"model\":5}",
@@ -82,10 +80,8 @@ is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 
 
 === TEST 2: a body over client_max_body_size: 413 request_too_large, as JSON
---- http_config eval: $::HttpConfig
 --- config eval
 $::Locations =~ s/(\{ tokenbiryani_pass;)/{ client_max_body_size 4k; tokenbiryani_pass;/r
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . big_body(10_000)
 --- more_headers
@@ -98,10 +94,8 @@ is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 
 
 === TEST 3: the same for a chunked body, found too large while reading it
---- http_config eval: $::HttpConfig
 --- config eval
 $::Locations =~ s/(\{ tokenbiryani_pass;)/{ client_max_body_size 4k; tokenbiryani_pass;/r
---- user_files eval: $::Yaml
 --- check
 my $body = big_body(10_000);
 my $chunked = join('', map { sprintf("%x\r\n%s\r\n", length $_, $_) }
@@ -114,9 +108,6 @@ json_error_ok($r, 413, 'request_too_large');
 
 
 === TEST 4: keys: missing, unknown, and a malformed Authorization header
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 [("POST /v1/messages\n" . msg_body()) x 4]
 --- more_headers eval
@@ -133,9 +124,6 @@ is(scalar @{ mock_log() }, 1, 'only the authenticated request went upstream');
 
 
 === TEST 5: a key's model scope: 403 permission_error
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 ["POST /v1/messages\n" . msg_body(model => 'claude-sonnet-4-6'),
  "POST /v1/messages\n" . msg_body(model => 'claude-haiku-4-5')]
@@ -151,9 +139,6 @@ is(scalar @{ mock_log() }, 1, 'the refused one never went upstream');
 
 
 === TEST 6: a key's pool restricts the accounts it reaches
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 [("POST /v1/messages\n" . msg_body()) x 6]
 --- more_headers eval
@@ -166,9 +151,6 @@ is_deeply(credentials_of(mock_log()), [('sk-a2') x 6], 'always a2');
 
 
 === TEST 7: an account's model allowlist
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 [("POST /v1/messages\n" . msg_body(model => 'claude-haiku-4-5')) x 6,
  "POST /v1/messages\n" . msg_body(model => 'claude-opus-4-6')]
@@ -183,8 +165,6 @@ ok(!grep({ $_->{credential} eq 'sk-a3' } @$log[0 .. 5]), 'haiku never on opus-on
 
 
 === TEST 8: no account can serve the model: 503 overloaded_error, at once
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/(  - id: a[12]\n)/$1    models: ["claude-opus-*"]\n/gr
 --- request eval
@@ -199,9 +179,6 @@ is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 
 
 === TEST 9: a streaming request refused before any byte: a plain JSON error, not SSE
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- request eval
 "POST /v1/messages\n" . stream_body(model => 'claude-sonnet-4-6')
 --- more_headers

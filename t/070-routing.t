@@ -68,14 +68,12 @@ sub record { request_record($_[0]) }
     }
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: a conversation stays on its owner for all its turns
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my @acct;
 for my $t (1 .. 8) {
@@ -103,9 +101,6 @@ like($rec->{session}, qr/^fp:[0-9a-f]{16}$/, 'a fingerprint, a hash only');
 
 
 === TEST 2: it moves only when its owner cannot serve, and that counts as a break
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $r = post(turn_body('c2', 1));
 my $owner = $r->{headers}{'x-tokenbiryani-account'};
@@ -142,9 +137,6 @@ is($a->{affinity}{forced_breaks}, 1, 'counted on the old owner');
 
 
 === TEST 3: two tenants sending the same conversation never share a session
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $ra = post(turn_body('c3', 1), 'x-api-key' => 'tenant-a');
 my $rb = post(turn_body('c3', 1), 'x-api-key' => 'tenant-b');
@@ -158,9 +150,6 @@ is(record($rb)->{affinity}, 'none', "b found no owner: a's entry is not b's");
 
 
 === TEST 4: the session header wins over the fingerprint
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my @r = map { post(turn_body("different-$_", 1),
                    'X-TokenBiryani-Session' => 'my-conversation') } 1 .. 4;
@@ -174,8 +163,6 @@ ok(!exists mock_log()->[0]{headers}{'x-tokenbiryani-session'},
 
 
 === TEST 5: round_robin rotates and ignores affinity
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: yaml_with('round_robin')
 --- check
 my @a = map { post(turn_body('c5', $_))->{headers}{'x-tokenbiryani-account'} } 1 .. 8;
@@ -190,8 +177,6 @@ ok($st->{affinity}{broken} >= 6, 'the cache-blind breaks are counted');
 
 
 === TEST 6: priority fails over in order; cost_tiered drains the cheap tier first
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 my $y = yaml_with('priority');
 $y =~ s/(  - id: a3\n)/$1    priority: 3\n/;
@@ -209,8 +194,6 @@ is_deeply([map { $::Account{ $_->{credential} } } grep { $_->{script_id} }
 
 
 === TEST 7: cost_tiered
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 my $y = yaml_with('cost_tiered');
 my %tier = (a1 => 2.0, a2 => 1.0, a3 => 1.5, a4 => 3.0);
@@ -223,9 +206,6 @@ is(post(turn_body("k$_", 1))->{headers}{'x-tokenbiryani-account'}, 'a2',
 
 
 === TEST 8: the inspector lists requests newest first and explains a failover
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 # each request's record awaited before the next is sent: the list's order
 # is the order in which requests ended
@@ -265,9 +245,6 @@ is($r404->{status}, 404, 'an unknown id');
 
 
 === TEST 9: the output estimate learns per model, from the 20th sample on
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my @r;
 for my $i (1 .. 21) {
@@ -293,8 +270,6 @@ is($m->{undershoot_rate}, 0.0476190476190476, 'one of 21 leases beaten (the 21st
 
 
 === TEST 10: max_tokens mode leases the ceiling
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/^routing:\n/routing:\n  output_estimate: max_tokens\n/mr
 --- check
@@ -305,8 +280,6 @@ is(admin('/admin/estimation')->{mode}, 'max_tokens', 'reported');
 
 
 === TEST 11: an account that reports no limits reads as half full, not full
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/(  - id: a4\n)/$1    observable_limits: false\n/r
 --- check
@@ -325,7 +298,6 @@ ok(!$n{a4}, 'new sessions go where capacity is known to be')
 === TEST 12: a full zone gives up its least recently used sessions
 --- http_config eval
 $::HttpConfig =~ s/tb 8m/tb 256k/r
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/^routing:\n/observability:\n  event_buffer: 0\nrouting:\n/mr
 --- timeout: 60
@@ -360,8 +332,6 @@ is(post(msg_body(text => 'x'), 'X-TokenBiryani-Session' => 'one more')->{status}
 
 
 === TEST 13: an owner expires after routing.affinity_ttl_seconds without a success
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/^routing:\n/routing:\n  affinity_ttl_seconds: 1\n/mr
 --- check

@@ -51,6 +51,7 @@ sub status {
     *{"TB::Nginx::$_"} = \&{$_} for qw(status);
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
@@ -114,8 +115,6 @@ for my $a (@{ $st->{accounts} }) {
 
 
 === TEST 2: before any response, an account takes one request at a time
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::Yaml . $::Pinned
 --- timeout: 20
 --- check
@@ -136,7 +135,6 @@ quiet_pool_ok();
 === TEST 3: the leases of a worker that dies come back
 --- http_config eval
 "tokenbiryani_lease_timeout 2s;\n" . $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: $::Yaml . $::Pinned
 --- timeout: 20
 --- error_log eval

@@ -40,6 +40,7 @@ sub post {
     }
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
@@ -47,8 +48,6 @@ __DATA__
 === TEST 1: a plugin's own terms route requests, and the inspector shows them
 --- main_config
 load_module $TEST_NGINX_PLUGIN;
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: yaml_for('fewest_requests')
 --- check
 # new conversations go to whoever served the fewest: they spread evenly
@@ -82,8 +81,6 @@ ok(!$s{sticky_headroom}{plugin}, 'built-ins are not plugins');
 === TEST 2: a plugin's multipliers
 --- main_config
 load_module $TEST_NGINX_PLUGIN;
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 my $y = yaml_for('sticky_frugal');
 $y =~ s/(  - id: a2\n)/$1    cost_tier: 0.5\n/;
@@ -95,8 +92,6 @@ is(post(msg_body(text => "n$_"))->{headers}{'x-tokenbiryani-account'}, 'a2',
 
 
 === TEST 3: without the plugin its strategy is unknown, and nginx -t says which exist
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: yaml_for('fewest_requests')
 --- must_die
 --- error_log
@@ -107,8 +102,6 @@ routing.strategy: unknown strategy "fewest_requests" (known: sticky_headroom, he
 === TEST 4: with it, the list names the plugin's strategies too
 --- main_config
 load_module $TEST_NGINX_PLUGIN;
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval: yaml_for('fastest')
 --- must_die
 --- error_log

@@ -62,6 +62,7 @@ sub id_of { my $c = shift; $c =~ s/^sk-//; $c }
     }
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
@@ -71,8 +72,6 @@ __DATA__
 # a fresh connection per attempt: a reset is then the account's, never an
 # idle connection the upstream had closed
 "tokenbiryani_keepalive 0;\n" . $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 120
 --- check
 my $spend400 = 'err:400:invalid_request_error:Your credit balance is too low '
@@ -185,9 +184,6 @@ is_deeply($_->{rejected_models}, [], "$_->{id}: no refused model")
 
 
 === TEST 2: a refused model is not tried again on that account, others still serve it
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $r = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
                      headers => { 'x-api-key' => 'pin-a1', script('403-model,ok', 'x') });
@@ -211,8 +207,6 @@ isnt($r4->{headers}{'x-tokenbiryani-account'}, 'a1', '... never to a1');
 
 
 === TEST 3: the breaker: open, half-open, one probe, re-open, closed
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 my $y = $::Yaml;
 $y =~ s/breaker:\n/breaker:\n  failure_threshold: 2\n  cooldown_seconds: 1\n/;
@@ -285,8 +279,6 @@ quiet_pool_ok();
 
 
 === TEST 4: the retry budget, bound by accounts
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/max_attempts: 3/max_attempts: 5\n  max_accounts: 2/r
 --- request eval
@@ -307,8 +299,6 @@ is($resp->{headers}{'retry-after'}, 1, 'the third account could take it: retry-a
 
 
 === TEST 5: the retry budget, bound by the deadline
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/max_attempts: 3\n  backoff_base_seconds: 0.02\n  backoff_max_seconds: 0.05/max_attempts: 50\n  deadline_seconds: 1\n  backoff_base_seconds: 0.3\n  backoff_max_seconds: 0.3/r
 --- check
@@ -326,8 +316,6 @@ ok($dt >= 0.95 && $dt < 3, sprintf('answered at the deadline (%.2fs)', $dt));
 
 
 === TEST 6: a slow stream is committed after first_token_grace_seconds, then never retried
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/retry:\n/retry:\n  first_token_grace_seconds: 0.5\n  prelude_timeout_seconds: 5\n/r =~ s/request_timeout_seconds: 1/request_timeout_seconds: 10/r
 --- error_log eval
@@ -347,8 +335,6 @@ ok($rec->{ttft_ms} >= 500 && $rec->{ttft_ms} < 1500,
 
 
 === TEST 7: before the grace period the same stream is retried invisibly
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/request_timeout_seconds: 1/request_timeout_seconds: 10/r
 --- check
@@ -363,8 +349,6 @@ is(sha256_hex($r->{body}), $log->[1]{resp_sha256}, 'the second stream, verbatim'
 
 
 === TEST 8: a stream silent for prelude_timeout_seconds is abandoned for another account
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/retry:\n/retry:\n  prelude_timeout_seconds: 0.5\n/r =~ s/request_timeout_seconds: 1/request_timeout_seconds: 10/r
 --- timeout: 20
@@ -392,9 +376,6 @@ for my $step ('slow-prelude:3000', 'hang') {
 
 
 === TEST 9: one admission and one settlement event per attempt, sanitized
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $r = send_msg(0, script('429:7,ok', 'e'));
 is($r->{status}, 200, '200 after a 429');
@@ -416,9 +397,6 @@ unlike($logs, qr/sk-a\d/, 'no credential in the log');
 
 
 === TEST 10: an operator disables and enables an account
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 my $r = admin_post('/admin/accounts/a1/disable');
 is($r->{status}, 200, 'disabled');
@@ -444,9 +422,6 @@ is($z->{status}, 403, 'and an admin key');
 
 
 === TEST 11: fail fast only when no account could ever serve, saying which
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- check
 # windows the mirror learns: 4000 input and 1000 output tokens on every account
 mock_config({ defaults => { input_limit => 4000, output_limit => 1000 } });

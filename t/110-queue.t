@@ -73,14 +73,12 @@ sub record { request_record($_[0]) }
     }
 }
 
+gateway_suite(yaml => $Yaml);
 run_tests();
 
 __DATA__
 
 === TEST 1: interactive before batch, first come first served, across both workers
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 60
 --- check
 my ($rounds, $crossed) = (0, 0);
@@ -118,9 +116,6 @@ quiet_pool_ok();
 
 
 === TEST 2: a lease given back in the other worker wakes the waiter at once
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 90
 --- check
 my (@woken, @seen);
@@ -158,9 +153,6 @@ quiet_pool_ok();
 
 
 === TEST 3: a cooldown ending and a window refilling wake a waiter, not its timeout
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 30
 --- check
 # a 429 with retry-after 1: nothing else can serve, so it waits out the cooldown
@@ -188,9 +180,6 @@ quiet_pool_ok();
 
 
 === TEST 4: the wait budget: 429 with retry-after, as plain JSON for a stream too
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 30
 --- check
 my $blk = blocker(1500);
@@ -225,8 +214,6 @@ quiet_pool_ok();
 
 
 === TEST 5: a full queue is refused at once, naming its depth
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/queue:\n/queue:\n  max_size: 1\n/r
 --- timeout: 30
@@ -251,8 +238,6 @@ quiet_pool_ok();
 
 
 === TEST 6: the whole-request deadline: 504 timeout_error
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
 --- user_files eval
 $::Yaml =~ s/queue:\n/retry:\n  deadline_seconds: 1\nqueue:\n/r
 --- timeout: 30
@@ -273,9 +258,6 @@ quiet_pool_ok();
 
 
 === TEST 7: a client that disconnects while queued frees its place at once
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 30
 --- check
 my $blk = blocker(1500);
@@ -297,9 +279,6 @@ quiet_pool_ok();
 
 
 === TEST 8: key scopes: rpm counts admitted requests only; priority; bad headers
---- http_config eval: $::HttpConfig
---- config eval: $::Locations
---- user_files eval: $::Yaml
 --- timeout: 30
 --- check
 # refused before admission: a model nobody serves, a malformed header

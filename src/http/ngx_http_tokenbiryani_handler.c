@@ -17,6 +17,7 @@
 
 
 static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_refuse_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
@@ -86,14 +87,17 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
 
         /*
          * A body on a GET is never sent upstream: without a length of its
-         * own it would be read there as the start of another request.
+         * own it would be read there as the start of another request.  It
+         * is read and refused, answering once the client has sent it all
+         * (an HTTP/2 client still sending when the answer comes gets its
+         * stream reset instead).
          */
 
         if (ngx_http_tokenbiryani_has_body(r)) {
-            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                       "invalid_request_error",
-                       "%V carries no body: send %V without one",
-                       &r->method_name, uri);
+            rc = ngx_http_read_client_request_body(r,
+                                     ngx_http_tokenbiryani_refuse_body);
+
+            return rc >= NGX_HTTP_SPECIAL_RESPONSE ? rc : NGX_DONE;
         }
 
     } else if (r->method != NGX_HTTP_POST) {
@@ -138,6 +142,23 @@ ngx_http_tokenbiryani_has_body(ngx_http_request_t *r)
 #endif
 
     return 0;
+}
+
+
+static void
+ngx_http_tokenbiryani_refuse_body(ngx_http_request_t *r)
+{
+    if (r->connection->error) {
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        return;
+    }
+
+    ngx_http_finalize_request(r,
+        ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                         "invalid_request_error",
+                                         "%V carries no body: send %V "
+                                         "without one", &r->method_name,
+                                         &r->uri));
 }
 
 

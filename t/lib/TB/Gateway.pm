@@ -5,15 +5,24 @@ package TB::Gateway;
 
 use strict;
 use warnings;
-use Exporter 'import';
+use parent 'Exporter';
 use JSON::PP ();
 use POSIX ();
 use Time::HiRes ();
 
-our @EXPORT = qw($HttpConfig $Locations msg_body stream_body sse_events
+our @EXPORT = qw($HttpConfig $Locations gateway_suite pool_yaml
+                 msg_body stream_body sse_events
                  count_events credentials_of big_body turn_body
                  admin_get admin_post pool_status account_of quiet_pool_ok
                  bg_request bg_result);
+
+# The suite gets the helpers, and so does Test::Base::Filter, the package
+# in which Test::Base evaluates "--- request eval" and the like.
+sub import {
+    my $pkg = shift;
+    __PACKAGE__->export_to_level(1, $pkg, @EXPORT);
+    __PACKAGE__->export('Test::Base::Filter', @EXPORT);
+}
 
 # $TEST_NGINX_* is expanded by the harness; ${VAR} by the module itself.
 our $HttpConfig = <<'_EOC_';
@@ -28,6 +37,66 @@ our $Locations = <<'_EOC_';
 _EOC_
 
 my $JSON = JSON::PP->new->canonical;
+
+# A gateway suite's blocks carry only their own sections: those they leave
+# out are the gateway's nginx.conf fragments and the suite's YAML file.
+sub gateway_suite {
+    my (%o) = @_;
+    TB::Nginx::add_block_preprocessor(sub {
+        my $b = shift;
+        $b->set_value(http_config => $o{http_config} // $HttpConfig)
+            unless defined $b->http_config;
+        $b->set_value(config => $o{config} // $Locations)
+            unless defined $b->config;
+        $b->set_value(user_files => $o{yaml})
+            if defined $o{yaml} && !defined $b->user_files;
+    });
+}
+
+# The YAML of a pool, as a --- user_files entry:
+#   accounts => N             a1..aN (sk-a1...) on the mock's ports 1..N
+#   accounts => [{...}, ...]  each { id, port => 1..4 (a mock port, the
+#                             default 1) or dead => 1, and any other key
+#                             of an account, written as YAML flow values }
+#   keys => [{...}, ...]      the keys; default: tenant-key (tenant) and
+#                             admin-key (admin); [] for none (open mode)
+#   yaml => "..."             other sections, YAML text, written first
+sub pool_yaml {
+    my (%o) = @_;
+    my @acc = ref $o{accounts} ? @{ $o{accounts} }
+            : map { { id => "a$_", port => $_ } } 1 .. ($o{accounts} // 1);
+    my @keys = $o{keys} ? @{ $o{keys} }
+             : ({ key => 'tenant-key', name => 'tenant' },
+                { key => 'admin-key', name => 'admin', admin => 'true' });
+    my $port = sub {
+        my $p = shift // 1;
+        $p eq 'dead' ? '${TEST_NGINX_DEAD_PORT}'
+        : $p =~ /^[1-4]$/ ? '${TEST_NGINX_MOCK_PORT' . ($p == 1 ? '' : $p) . '}' : $p;
+    };
+    my $item = sub {
+        my ($h, @first) = @_;
+        my @k = (@first, grep { my $k = $_; !grep { $_ eq $k } @first } sort keys %$h);
+        my $out = '';
+        for my $i (0 .. $#k) {
+            next unless defined $h->{ $k[$i] };
+            $out .= ($out eq '' ? '  - ' : '    ') . "$k[$i]: $h->{ $k[$i] }\n";
+        }
+        $out;
+    };
+    my $y = ">>> tb.yaml\n" . ($o{yaml} // '') . "accounts:\n";
+    for my $a (@acc) {
+        my %a = %$a;
+        my $p = delete $a{port};
+        $a{api_key} //= "sk-$a{id}";
+        $a{base_url} //= 'http://127.0.0.1:' . $port->($p);
+        $y .= $item->(\%a, qw(id api_key base_url));
+    }
+    if (@keys) {
+        $y .= "keys:\n";
+        $y .= $item->($_, qw(key name)) for @keys;
+    }
+    $y;
+}
 
 sub msg_body {
     my (%o) = @_;
@@ -160,17 +229,6 @@ sub bg_result {
     my $r = $JSON->decode(<$fh>);
     close $fh;
     $r;
-}
-
-# Test::Base runs "--- x eval" sections in its filter package and the
-# harness runs "--- check" in its own: the helpers must be callable there.
-{
-    no strict 'refs';
-    for my $pkg (qw(Test::Base::Filter TB::Nginx)) {
-        for my $f (grep { /^\w+$/ } @EXPORT) {
-            *{"${pkg}::$f"} = \&{$f};
-        }
-    }
 }
 
 1;

@@ -51,8 +51,12 @@ error_log no_error_log timeout must_die skip_eval wait init log_level>; markers 
 and filters (C<eval chomp ...>) from Test::Base. With an arrayref C<--- request> the
 per-response sections must be arrayrefs too. C<$TEST_NGINX_*> is expanded in all sections but
 the Perl ones (C<init check skip_eval>); C<${TEST_NGINX_X}> is left for nginx/the module.
-Project extension: C<--- check>, Perl run after the requests in this package with C<@responses>,
-C<$resp> (the last) and C<$block>; a C<die> is a failure. C<error_log>/C<no_error_log> are
+Project extension: C<--- check>, Perl run after the requests in the suite's own package (the one
+that called C<run_tests>, so it sees what the suite imported and its C<our> variables) with
+C<@responses>, C<$resp> (the last) and C<$block>; a C<die> is a failure; C<--- init> likewise,
+before the requests. C<add_block_preprocessor(sub { my $block = shift; ... })>, as in Test::Nginx,
+runs on every block before it runs (C<$block-E<gt>set_value(section =E<gt> ...)> fills in what a
+block leaves out). C<error_log>/C<no_error_log> are
 checked once per block, after all requests.
 
 =head1 HELPERS
@@ -99,7 +103,7 @@ our @EXPORT = ((grep { !/^\$/ } @Test::Base::EXPORT), qw(note explain BAIL_OUT
     http_request http_requests_concurrent http_request_abort
     mock_start mock_stop mock_log mock_reset mock_config mock_stats
     nginx_reload nginx_pid worker_pids wait_idle error_log_since_block_start write_user_file
-    poll_until json_decode json_encode sha256_hex request_record));
+    poll_until json_decode json_encode sha256_hex request_record add_block_preprocessor));
 
 sub import {
     strict->import; warnings->import;
@@ -134,6 +138,8 @@ my %Known = map { $_ => 1 } qw(main_config http_config config user_files request
     timeout must_die skip_eval wait init log_level check no_check_leak ONLY SKIP LAST);
 
 my ($NginxPid, $MockPid, $HaveStatus, $CaDone, @LogOff, $FirstStart);
+my @Preprocessors;                  # add_block_preprocessor(), as in Test::Nginx
+my $CodePkg = 'main';               # where --- init and --- check run
 
 my %Ca = (TEST_NGINX_CA => "$Aux/tb-ca/ca.pem", TEST_NGINX_WRONG_CA => "$Aux/tb-ca/wrong-ca.pem",
           TEST_NGINX_MOCK_CERT => "$Aux/tb-ca/server.pem", TEST_NGINX_MOCK_KEY => "$Aux/tb-ca/server.key");
@@ -722,12 +728,12 @@ sub crash_check {
         or diag(join "\n", @bad[0 .. min($#bad, 29)]);
 }
 
-sub run_code {      # run --- init / --- check code here; returns the error or undef
+sub run_code {      # run --- init / --- check code in the suite's package; the error or undef
     my ($code, $what, $block, @responses) = @_;
     my $resp = $responses[-1];
     $what =~ tr/"\n//d;
     local $@;
-    return undef if eval "package TB::Nginx; no strict 'vars'; no warnings 'once';\n#line 1 \"$what\"\n$code\n;1";
+    return undef if eval "package $CodePkg; no strict 'vars'; no warnings 'once';\n#line 1 \"$what\"\n$code\n;1";
     my $err = $@ || 'unknown error'; chomp $err; $err;
 }
 
@@ -880,11 +886,15 @@ sub run_block {
     $end_check->();
 }
 
+sub add_block_preprocessor { push @Preprocessors, $_[0] }
+
 sub run_tests {
     Test::More::plan('no_plan') unless Test::More->builder->has_plan;
+    $CodePkg = caller;
     my @blocks = Test::Base::blocks();
     @blocks = shuffle @blocks unless $NoShuffle;
     for my $b (@blocks) {
+        $_->($b) for @Preprocessors;
         $b->set_value(name => "$0 " . $b->name) unless $b->name =~ /^\Q$0 /;
         my $name = $b->name;
         eval { run_block($b); 1 } or do {

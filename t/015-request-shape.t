@@ -15,16 +15,7 @@ mock_start();
 
 $ENV{TEST_NGINX_H2_PORT} //= 19180;
 
-our $Yaml = <<'_EOY_';
->>> tb.yaml
-accounts:
-  - id: a1
-    api_key: sk-a1
-    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
-keys:
-  - key: tenant-key
-    name: tenant
-_EOY_
+our $Yaml = pool_yaml(keys => [{ key => 'tenant-key', name => 'tenant' }]);
 
 our $Follow = "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n"
             . "x-api-key: tenant-key\r\nConnection: close\r\n\r\n";

@@ -11,44 +11,18 @@ mock_start();
 # nothing listens here: connecting fails at once
 $ENV{TEST_NGINX_DEAD_PORT} ||= 19109;
 
-our $Yaml = <<'_EOY_';
->>> tb.yaml
-server:
-  request_timeout_seconds: 1
-accounts:
-  - id: a1
-    api_key: sk-a1
-    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
-  - id: a2
-    api_key: sk-a2
-    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
-  - id: a3
-    api_key: sk-a3
-    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT3}
-_EOY_
+# open mode (no keys): every caller sees everything
+our $Yaml = pool_yaml(accounts => 3, keys => [],
+                      yaml => "server:\n  request_timeout_seconds: 1\n");
 
-our $YamlDead = <<'_EOY_';
->>> tb.yaml
-accounts:
-  - id: dead
-    api_key: sk-dead
-    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
-    priority: 1            # the first choice, every time
-  - id: live
-    api_key: sk-live
-    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
-_EOY_
+# the dead account is the first choice, every time
+our $YamlDead = pool_yaml(keys => [],
+                          accounts => [{ id => 'dead', port => 'dead', priority => 1 },
+                                       { id => 'live' }]);
 
-our $YamlAllDead = <<'_EOY_';
->>> tb.yaml
-accounts:
-  - id: dead1
-    api_key: sk-dead1
-    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
-  - id: dead2
-    api_key: sk-dead2
-    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
-_EOY_
+our $YamlAllDead = pool_yaml(keys => [],
+                             accounts => [{ id => 'dead1', port => 'dead' },
+                                          { id => 'dead2', port => 'dead' }]);
 
 # the k-th attempt of a request gets the k-th step, whatever its account
 sub script { "x-mock-script: $_[0]\nx-mock-script-id: " . ($_[1] // 's1') }

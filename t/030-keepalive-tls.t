@@ -8,13 +8,7 @@ workers(2);
 no_shuffle();
 mock_start();
 
-our $Yaml = <<'_EOY_';
->>> tb.yaml
-accounts:
-  - id: only
-    api_key: sk-only
-    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
-_EOY_
+our $Yaml = pool_yaml(accounts => [{ id => 'only' }], keys => []);
 
 our $YamlTls = <<'_EOY_';
 >>> tb.yaml

@@ -48,64 +48,148 @@ tb_usage_init(tb_usage_t *u)
 }
 
 
-/* the members of a usage object, v at its '{' and vend after its '}' */
+/*
+ * A usage object, v at its '{' and vend just after it: 0 when it is whole
+ * (its members, then its '}' exactly at vend - 1) with the counters it
+ * carries written to u, -1 with u untouched otherwise - a body cut short
+ * reports nothing.  One pass: the object is validated as it is read, its
+ * members' values skipped unless they are counters.  Later duplicates
+ * overwrite earlier ones; counts are never negative, and -1 would read as
+ * "unknown".
+ */
 
-void
-tb_usage_members(tb_usage_t *u, const unsigned char *v,
+int
+tb_usage_object(tb_usage_t *u, const unsigned char *v,
     const unsigned char *vend)
 {
-    size_t                i;
-    int64_t               n;
+    size_t                klen;
+    int64_t               n, *field;
+    tb_usage_t            got;
     const unsigned char  *k, *kend, *end, *val, *vale;
 
-    static const struct {
-        const char  *name;
-        size_t       len;
-        size_t       off;
-    }  fields[] = {
-        { "input_tokens", 12, offsetof(tb_usage_t, input_tokens) },
-        { "output_tokens", 13, offsetof(tb_usage_t, output_tokens) },
-        { "cache_creation_input_tokens", 27,
-          offsetof(tb_usage_t, cache_creation_input_tokens) },
-        { "cache_read_input_tokens", 23,
-          offsetof(tb_usage_t, cache_read_input_tokens) }
-    };
+    if (vend - v < 2 || *v != '{') {
+        return -1;
+    }
 
     /*
-     * one pass over the members; later duplicates overwrite earlier ones.
-     * Counts are never negative, and -1 would read as "unknown".
+     * Every value is skipped whole, so the '}' met where a member could
+     * begin or continue is the object's own; a value that runs into the
+     * end was cut short.
      */
 
+    got = *u;
     end = vend;
     v = tb_json_ws(v + 1, end);
 
-    while (v < end && *v == '"') {
+    if (v < end && *v == '}') {
+        goto done;
+    }
+
+    while (v < end) {
+
+        if (*v != '"') {
+            return -1;
+        }
+
         k = v + 1;
-        kend = tb_json_skip(v, end);
-        v = tb_json_ws(kend, end);
+        kend = tb_json_skip(v, end) - 1;
+
+        if (kend < k || kend >= end - 1 || *kend != '"') {
+            return -1;
+        }
+
+        v = tb_json_ws(kend + 1, end);
 
         if (v == end || *v != ':') {
-            break;
+            return -1;
         }
 
         val = tb_json_ws(v + 1, end);
         vale = tb_json_skip(val, end);
 
-        for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-            if (val < vale && *val >= '0' && *val <= '9'
-                && tb_json_key_eq(k, kend - 1, fields[i].name, fields[i].len)
-                && tb_json_parse_int(val, vale, &n) == 0)
-            {
-                memcpy((char *) u + fields[i].off, &n, sizeof(int64_t));
+        if (vale == val || vale >= end) {
+            return -1;
+        }
+
+        /* the four counters, by length first: keys are never escaped */
+
+        klen = (size_t) (kend - k);
+        field = NULL;
+
+        switch (klen) {
+
+        case sizeof("input_tokens") - 1:
+            if (memcmp(k, "input_tokens", klen) == 0) {
+                field = &got.input_tokens;
             }
+            break;
+
+        case sizeof("output_tokens") - 1:
+            if (memcmp(k, "output_tokens", klen) == 0) {
+                field = &got.output_tokens;
+            }
+            break;
+
+        case sizeof("cache_read_input_tokens") - 1:
+            if (memcmp(k, "cache_read_input_tokens", klen) == 0) {
+                field = &got.cache_read_input_tokens;
+            }
+            break;
+
+        case sizeof("cache_creation_input_tokens") - 1:
+            if (memcmp(k, "cache_creation_input_tokens", klen) == 0) {
+                field = &got.cache_creation_input_tokens;
+            }
+            break;
+
+        default:
+            break;
+        }
+
+        if (field == NULL && memchr(k, '\\', klen)) {
+            /* an escaped key: compare it decoded */
+            field = tb_json_key_eq(k, kend, "input_tokens", 12)
+                    ? &got.input_tokens
+                    : tb_json_key_eq(k, kend, "output_tokens", 13)
+                    ? &got.output_tokens
+                    : tb_json_key_eq(k, kend, "cache_read_input_tokens", 23)
+                    ? &got.cache_read_input_tokens
+                    : tb_json_key_eq(k, kend, "cache_creation_input_tokens",
+                                     27)
+                    ? &got.cache_creation_input_tokens : NULL;
+        }
+
+        if (field && *val >= '0' && *val <= '9'
+            && tb_json_parse_int(val, vale, &n) == 0)
+        {
+            *field = n;
         }
 
         v = tb_json_ws(vale, end);
 
-        if (v < end && *v == ',') {
-            v = tb_json_ws(v + 1, end);
+        if (v < end && *v == '}') {
+            goto done;
         }
+
+        if (v == end || *v != ',') {
+            return -1;
+        }
+
+        v = tb_json_ws(v + 1, end);
     }
+
+    /* no closing brace */
+    return -1;
+
+done:
+
+    if (v + 1 != vend) {
+        return -1;
+    }
+
+    *u = got;
+
+    return 0;
 }
 
 
@@ -115,20 +199,13 @@ tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
 {
     const unsigned char  *v, *vend;
 
-    /*
-     * Found without validating the whole response, but the usage object
-     * itself must be whole: a body cut short reports nothing.
-     */
+    /* found without validating the whole response */
 
-    if (tb_json_find(p, len, path, &v, &vend) != 0 || v == vend
-        || *v != '{' || tb_json_validate(v, (size_t) (vend - v)) != 0)
-    {
+    if (tb_json_find(p, len, path, &v, &vend) != 0) {
         return -1;
     }
 
-    tb_usage_members(u, v, vend);
-
-    return 0;
+    return tb_usage_object(u, v, vend);
 }
 
 

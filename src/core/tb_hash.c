@@ -41,10 +41,19 @@ tb_mum(uint64_t a, uint64_t b)
 static uint64_t
 tb_load64(const unsigned char *p)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t  v;
+
+    /* one load where the byte order allows it */
+    memcpy(&v, p, 8);
+
+    return v;
+#else
     return (uint64_t) p[0] | (uint64_t) p[1] << 8 | (uint64_t) p[2] << 16
            | (uint64_t) p[3] << 24 | (uint64_t) p[4] << 32
            | (uint64_t) p[5] << 40 | (uint64_t) p[6] << 48
            | (uint64_t) p[7] << 56;
+#endif
 }
 
 

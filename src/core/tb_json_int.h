@@ -64,8 +64,8 @@ int tb_json_parse_int(const unsigned char *p, const unsigned char *end,
 int tb_json_find(const unsigned char *p, size_t len, const char *path,
     const unsigned char **v, const unsigned char **vend);
 
-/* the members of a usage object, v at its '{' and vend after its '}' */
-void tb_usage_members(tb_usage_t *u, const unsigned char *v,
+/* a whole usage object read into u (0), or -1 with u untouched */
+int tb_usage_object(tb_usage_t *u, const unsigned char *v,
     const unsigned char *vend);
 
 

@@ -5,9 +5,12 @@
  */
 
 #include <string.h>
-#include <ctype.h>
 
 #include "tb_parse.h"
+
+
+/* the whitespace around a header value (no locale, no call) */
+#define tb_space(c)  ((c) == ' ' || (c) == '\t' || (c) == '\r' || (c) == '\n')
 
 
 /* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant) */
@@ -102,11 +105,11 @@ tb_parse_rfc3339(const unsigned char *p, size_t len, int64_t *ms)
 
     last = p + len;
 
-    while (p < last && isspace(*p)) {
+    while (p < last && tb_space(*p)) {
         p++;
     }
 
-    while (last > p && isspace(last[-1])) {
+    while (last > p && tb_space(last[-1])) {
         last--;
     }
 
@@ -195,11 +198,11 @@ tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec)
 
     last = p + len;
 
-    while (p < last && isspace(*p)) {
+    while (p < last && tb_space(*p)) {
         p++;
     }
 
-    while (last > p && isspace(last[-1])) {
+    while (last > p && tb_space(last[-1])) {
         last--;
     }
 
@@ -282,11 +285,11 @@ tb_parse_seconds(const unsigned char *p, size_t len, int64_t *ms)
 
     last = p + len;
 
-    while (p < last && isspace(*p)) {
+    while (p < last && tb_space(*p)) {
         p++;
     }
 
-    while (last > p && isspace(last[-1])) {
+    while (last > p && tb_space(last[-1])) {
         last--;
     }
 
@@ -336,7 +339,7 @@ tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
 
     last = p + len;
 
-    for (q = p; q < last && isspace(*q); q++) { /* void */ }
+    for (q = p; q < last && tb_space(*q); q++) { /* void */ }
 
     if (q == last || (*q >= '0' && *q <= '9')) {
         return -1;
@@ -362,11 +365,11 @@ tb_parse_int64(const unsigned char *p, size_t len, int64_t *value)
 
     last = p + len;
 
-    while (p < last && isspace(*p)) {
+    while (p < last && tb_space(*p)) {
         p++;
     }
 
-    while (last > p && isspace(last[-1])) {
+    while (last > p && tb_space(last[-1])) {
         last--;
     }
 

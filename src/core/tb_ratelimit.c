@@ -3,23 +3,19 @@
  */
 
 #include <string.h>
-#include <ctype.h>
 
 #include "tb_ratelimit.h"
 
 
+/* the window names after the prefix, indexed by TB_WIN_* */
 static const struct {
     const char               *name;
-    int                       win;
-} tb_rl_windows[] = {
-    { "requests-", TB_WIN_REQUESTS },
-    { "input-tokens-", TB_WIN_INPUT },
-    { "output-tokens-", TB_WIN_OUTPUT },
-    { NULL, 0 }
+    size_t                    len;
+} tb_rl_windows[TB_NWINDOWS] = {
+    { "requests-", sizeof("requests-") - 1 },
+    { "input-tokens-", sizeof("input-tokens-") - 1 },
+    { "output-tokens-", sizeof("output-tokens-") - 1 }
 };
-
-
-static const char  *tb_rl_fields[] = { "limit", "remaining", "reset", NULL };
 
 static const char  tb_rl_prefix[] = "anthropic-ratelimit-";
 
@@ -58,14 +54,22 @@ int
 tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
     const unsigned char *value, size_t value_len, int64_t now_ms)
 {
-    int             i, f;
-    size_t          n, len;
-    int64_t         v;
+    int                   win, f;
+    size_t                n, len;
+    int64_t               v;
     const unsigned char  *p;
 
-    if (name_len == sizeof("retry-after") - 1
-        && memcmp(name, "retry-after", name_len) == 0)
-    {
+    /*
+     * Every response header of every attempt comes through here: the
+     * names are told apart by their length and first bytes before any
+     * comparison.
+     */
+
+    if (name_len == sizeof("retry-after") - 1) {
+        if (memcmp(name, "retry-after", name_len) != 0) {
+            return 0;
+        }
+
         if (tb_parse_retry_after(value, value_len, now_ms, &v) == 0) {
             obs->retry_after_ms = v;
         }
@@ -73,10 +77,18 @@ tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
         return 1;
     }
 
+    if (name_len <= sizeof(tb_rl_prefix) - 1 || name[0] != 'a'
+        || name[1] != 'n')
+    {
+        return 0;
+    }
+
     if (name_len == sizeof("anthropic-organization-id") - 1
         && memcmp(name, "anthropic-organization-id", name_len) == 0)
     {
-        while (value_len && isspace(value[value_len - 1])) {
+        while (value_len
+               && (value[value_len - 1] == ' ' || value[value_len - 1] == '\t'))
+        {
             value_len--;
         }
 
@@ -88,37 +100,54 @@ tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
         return 1;
     }
 
-    if (!tb_rl_is_ratelimit_header(name, name_len)) {
+    if (memcmp(name, tb_rl_prefix, sizeof(tb_rl_prefix) - 1) != 0) {
         return 0;
     }
 
     p = name + sizeof(tb_rl_prefix) - 1;
     len = name_len - (sizeof(tb_rl_prefix) - 1);
 
-    for (i = 0; tb_rl_windows[i].name; i++) {
-        n = strlen(tb_rl_windows[i].name);
+    /* unified-*, tokens-*: read by nobody, but the pool's all the same */
 
-        if (len > n && memcmp(p, tb_rl_windows[i].name, n) == 0) {
-            break;
-        }
+    switch (p[0]) {
+
+    case 'r':
+        win = TB_WIN_REQUESTS;
+        break;
+
+    case 'i':
+        win = TB_WIN_INPUT;
+        break;
+
+    case 'o':
+        win = TB_WIN_OUTPUT;
+        break;
+
+    default:
+        return 1;
     }
 
-    if (tb_rl_windows[i].name == NULL) {
-        return 1;                   /* unified-*, tokens-*: not mirrored */
+    n = tb_rl_windows[win].len;
+
+    if (len <= n || memcmp(p, tb_rl_windows[win].name, n) != 0) {
+        return 1;
     }
 
     p += n;
     len -= n;
 
-    for (f = 0; tb_rl_fields[f]; f++) {
-        if (len == strlen(tb_rl_fields[f])
-            && memcmp(p, tb_rl_fields[f], len) == 0)
-        {
-            break;
-        }
-    }
+    if (len == sizeof("limit") - 1 && memcmp(p, "limit", len) == 0) {
+        f = TB_RL_LIMIT;
 
-    if (tb_rl_fields[f] == NULL) {
+    } else if (len == sizeof("reset") - 1 && memcmp(p, "reset", len) == 0) {
+        f = TB_RL_RESET;
+
+    } else if (len == sizeof("remaining") - 1
+               && memcmp(p, "remaining", len) == 0)
+    {
+        f = TB_RL_REMAINING;
+
+    } else {
         return 1;
     }
 
@@ -131,8 +160,8 @@ tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
         return 1;
     }
 
-    obs->v[tb_rl_windows[i].win][f] = v;
-    obs->has |= 1u << (tb_rl_windows[i].win * TB_RL_NFIELDS + f);
+    obs->v[win][f] = v;
+    obs->has |= 1u << (win * TB_RL_NFIELDS + f);
 
     return 1;
 }

@@ -4,6 +4,10 @@
  * first content_block_delta), error events and the usage counters.
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE             /* memmem() */
+#endif
+
 #include <string.h>
 #include <stdio.h>
 
@@ -56,7 +60,8 @@ static void tb_sse_value(tb_sse_t *s, const unsigned char *p, size_t n);
 static unsigned tb_sse_line_end(tb_sse_t *s);
 static void tb_sse_append(tb_sse_t *s, const unsigned char *p, size_t n);
 static unsigned tb_sse_dispatch(tb_sse_t *s);
-static int tb_sse_event_is(tb_sse_t *s, const char *name);
+static int tb_sse_event_is(tb_sse_t *s, const char *name, size_t n);
+#define tb_sse_event(s, lit)  tb_sse_event_is(s, lit, sizeof(lit) - 1)
 static void tb_sse_copy_str(tb_sse_t *s, const char *path, char *buf,
     size_t size);
 
@@ -76,32 +81,19 @@ tb_usage_merge_event(tb_usage_t *u, const unsigned char *p, size_t len,
     const unsigned char  *q, *end, *v, *vend;
 
     end = p + len;
-    q = p;
+    q = memmem(p, len, "\"usage\"", 7);
 
-    while (end - q >= 8) {
-        q = memchr(q, '"', (size_t) (end - q - 7));
+    if (q) {
+        v = tb_json_ws(q + 7, end);
 
-        if (q == NULL) {
-            break;
-        }
+        if (v < end && *v == ':') {
+            v = tb_json_ws(v + 1, end);
+            vend = tb_json_skip(v, end);
 
-        if (memcmp(q, "\"usage\"", 7) == 0) {
-            v = tb_json_ws(q + 7, end);
-
-            if (v < end && *v == ':') {
-                v = tb_json_ws(v + 1, end);
-                vend = tb_json_skip(v, end);
-
-                if (v < vend && *v == '{'
-                    && tb_json_validate(v, (size_t) (vend - v)) == 0)
-                {
-                    tb_usage_members(u, v, vend);
-                    return 0;
-                }
+            if (tb_usage_object(u, v, vend) == 0) {
+                return 0;
             }
         }
-
-        q++;
     }
 
     return tb_usage_merge(u, p, len, path);
@@ -333,9 +325,9 @@ tb_sse_wanted(tb_sse_t *s)
     }
 
     return s->event_len == 0
-           || tb_sse_event_is(s, "message_start")
-           || tb_sse_event_is(s, "message_delta")
-           || tb_sse_event_is(s, "error");
+           || tb_sse_event(s, "message_start")
+           || tb_sse_event(s, "message_delta")
+           || tb_sse_event(s, "error");
 }
 
 
@@ -429,7 +421,7 @@ tb_sse_line_end(tb_sse_t *s)
 
     if (s->field == TB_SSE_FIELD_EVENT
         && !s->delta
-        && tb_sse_event_is(s, "content_block_delta"))
+        && tb_sse_event(s, "content_block_delta"))
     {
         /*
          * the commit point: the gateway holds the response until here and
@@ -444,12 +436,8 @@ tb_sse_line_end(tb_sse_t *s)
 
 
 static int
-tb_sse_event_is(tb_sse_t *s, const char *name)
+tb_sse_event_is(tb_sse_t *s, const char *name, size_t n)
 {
-    size_t  n;
-
-    n = strlen(name);
-
     return !s->event_long && s->event_len == n
            && memcmp(s->event, name, n) == 0;
 }

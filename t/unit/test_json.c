@@ -939,6 +939,30 @@ TB_TEST(usage_merge)
                                       "\"output_tokens\":-0}}"), "usage"), 0);
     TB_CHECK_INT(u.input_tokens, 25);
     TB_CHECK_INT(u.output_tokens, 16);
+
+    /* an object that is not whole changes nothing, wherever it breaks */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":7,"
+                                      "\"cache_creation\":{\"a\":1}"),
+                                "usage"), -1);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":7,}}"),
+                                "usage"), -1);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":7 "
+                                      "\"input_tokens\":8}}"), "usage"), -1);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\" 7}}"),
+                                "usage"), -1);
+    TB_CHECK_INT(u.output_tokens, 16);
+
+    /* nested objects and strings are skipped, braces in them too */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"service_tier\":\"{\","
+                                      "\"cache_creation\":{\"ephemeral_5m"
+                                      "_input_tokens\":3},\"output_tokens\""
+                                      " : 17 }}"), "usage"), 0);
+    TB_CHECK_INT(u.output_tokens, 17);
+
+    /* an escaped key is read decoded */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output\\u005ftokens\""
+                                      ":18}}"), "usage"), 0);
+    TB_CHECK_INT(u.output_tokens, 18);
 }
 
 

@@ -36,12 +36,6 @@ sub attempts_ok {
     $log;
 }
 
-{
-    no strict 'refs';
-    for my $pkg (qw(TB::Nginx Test::Base::Filter)) {
-        *{"${pkg}::$_"} = \&{$_} for qw(script attempts_ok);
-    }
-}
 
 gateway_suite(yaml => $Yaml);
 run_tests();

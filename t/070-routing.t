@@ -61,12 +61,6 @@ sub admin {
 
 sub record { request_record($_[0]) }
 
-{
-    no strict 'refs';
-    for my $pkg (qw(TB::Nginx Test::Base::Filter)) {
-        *{"${pkg}::$_"} = \&{$_} for qw(yaml_with post admin record);
-    }
-}
 
 gateway_suite(yaml => $Yaml);
 run_tests();

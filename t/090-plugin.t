@@ -33,12 +33,6 @@ sub post {
     http_request(method => 'POST', path => '/v1/messages', body => $_[0]);
 }
 
-{
-    no strict 'refs';
-    for my $pkg (qw(TB::Nginx Test::Base::Filter)) {
-        *{"${pkg}::$_"} = \&{$_} for qw(yaml_for post);
-    }
-}
 
 gateway_suite(yaml => $Yaml);
 run_tests();

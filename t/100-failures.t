@@ -55,12 +55,6 @@ sub send_msg {
 
 sub id_of { my $c = shift; $c =~ s/^sk-//; $c }
 
-{
-    no strict 'refs';
-    for my $pkg (qw(TB::Nginx Test::Base::Filter)) {
-        *{"${pkg}::$_"} = \&{$_} for qw(script send_msg id_of);
-    }
-}
 
 gateway_suite(yaml => $Yaml);
 run_tests();

@@ -66,12 +66,6 @@ sub tags { [map { $_->{headers}{'x-tag'} // '-' } @{ mock_log() }] }
 
 sub record { request_record($_[0]) }
 
-{
-    no strict 'refs';
-    for my $pkg (qw(TB::Nginx Test::Base::Filter)) {
-        *{"${pkg}::$_"} = \&{$_} for qw(msg blocker queued tags record);
-    }
-}
 
 gateway_suite(yaml => $Yaml);
 run_tests();

@@ -5,7 +5,7 @@ package TB::Gateway;
 
 use strict;
 use warnings;
-use parent 'Exporter';
+use Exporter 'import';
 use JSON::PP ();
 use POSIX ();
 use Time::HiRes ();
@@ -16,13 +16,7 @@ our @EXPORT = qw($HttpConfig $Locations gateway_suite pool_yaml
                  admin_get admin_post pool_status account_of quiet_pool_ok
                  bg_request bg_result);
 
-# The suite gets the helpers, and so does Test::Base::Filter, the package
-# in which Test::Base evaluates "--- request eval" and the like.
-sub import {
-    my $pkg = shift;
-    __PACKAGE__->export_to_level(1, $pkg, @EXPORT);
-    __PACKAGE__->export('Test::Base::Filter', @EXPORT);
-}
+
 
 # $TEST_NGINX_* is expanded by the harness; ${VAR} by the module itself.
 our $HttpConfig = <<'_EOC_';

@@ -56,7 +56,7 @@ that called C<run_tests>, so it sees what the suite imported and its C<our> vari
 C<@responses>, C<$resp> (the last) and C<$block>; a C<die> is a failure; C<--- init> likewise,
 before the requests. C<add_block_preprocessor(sub { my $block = shift; ... })>, as in Test::Nginx,
 runs on every block before it runs (C<$block-E<gt>set_value(section =E<gt> ...)> fills in what a
-block leaves out). C<error_log>/C<no_error_log> are
+block leaves out). C<--- x eval> sections are evaluated in the suite's package as well. C<error_log>/C<no_error_log> are
 checked once per block, after all requests.
 
 =head1 HELPERS
@@ -887,6 +887,21 @@ sub run_block {
 }
 
 sub add_block_preprocessor { push @Preprocessors, $_[0] }
+
+# "--- x eval" sections run in the suite's package too, where its own subs
+# and what it imported are (Test::Base evaluates them in its filter's).
+{
+    require Test::Base::Filter;
+    no warnings 'redefine';
+    *Test::Base::Filter::eval = sub {
+        my $self = shift;
+        $self->assert_scalar(@_);
+        my @return = CORE::eval("package $CodePkg; no strict 'vars'; no warnings 'once';\n"
+                                . "#line 1 \"--- eval section\"\n" . shift);
+        return $@ if $@;
+        return @return;
+    };
+}
 
 sub run_tests {
     Test::More::plan('no_plan') unless Test::More->builder->has_plan;

@@ -279,7 +279,7 @@ unlike($rs->[1]{body}, qr/smuggled/, '... not the bytes past the first one');
 my $log = ::upstream_saw(['POST /v1/messages', 'POST /v1/messages'], 'an overlong response');
 isnt($log->[1]{conn}, $log->[0]{conn}, 'the second request went on a new connection');
 --- error_log
-upstream sent more data than specified
+sent more than its Content-Length: its connection is not kept
 
 
 

@@ -198,6 +198,8 @@ static const tb_conf_field_t  tb_conf_retry[] = {
            retry_first_token_grace_seconds, 20, TB_GE0),
     TB_NUM("prelude_timeout_seconds", TB_CF, retry_prelude_timeout_seconds,
            30, TB_GE0),
+    TB_INT("hold_response_bytes", TB_CF, retry_hold_response_bytes,
+           4194304, TB_RANGE(0, 1073741824)),
     TB_END
 };
 

@@ -159,6 +159,10 @@ typedef struct {
     double                    retry_backoff_max_seconds;  /* 8 */
     double                    retry_first_token_grace_seconds; /* 20 */
     double                    retry_prelude_timeout_seconds;   /* 30 */
+    int64_t                   retry_hold_response_bytes;  /* 4 MiB: a
+                                                             JSON answer is
+                                                             held whole up
+                                                             to this size */
 
     /* breaker */
     int64_t                   breaker_failure_threshold;       /* 5 */

@@ -111,7 +111,7 @@ typedef struct {
     tb_config_t                   *tbcf;
     tb_keytab_t                    keytab;
 
-    ngx_array_t                    accounts;  /* ngx_http_tokenbiryani_account_t */
+    ngx_array_t                    accounts;  /* of ..._account_t */
 
     ngx_uint_t                     keepalive;
     ngx_msec_t                     keepalive_timeout;
@@ -167,10 +167,13 @@ typedef struct {
     int64_t                        headers_ms;
     ngx_uint_t                     stale;         /* its answer older news */
     tb_rl_obs_t                    obs;
+    size_t                         held;          /* bytes in ctx->hold */
 
     unsigned                       is_sse:1;
     unsigned                       peek_eof:1;
     unsigned                       done:1;        /* the body is complete */
+    unsigned                       whole:1;       /* ... and all in hold */
+    unsigned                       overlong:1;    /* more than its framing */
     unsigned                       error_after_commit:1;
     unsigned                       classified:1;  /* ctx->outcome is its */
 } ngx_http_tokenbiryani_response_t;
@@ -225,8 +228,8 @@ typedef struct {
     /* the response the client gets */
     tb_sse_t                      *sse;       /* a stream's parser */
     tb_usage_t                     usage;
-    u_char                        *json;      /* a JSON response, for usage */
-    size_t                         json_len;
+    u_char                        *hold;      /* a JSON answer, held whole */
+    size_t                         hold_size;
     int64_t                        started_ms;
     int64_t                        ttft_ms;
 
@@ -260,7 +263,6 @@ typedef struct {
     unsigned                       probed:1;      /* holds the probe slot */
     unsigned                       pausing:1;     /* drop the upstream */
     unsigned                       waiting:1;     /* in the local list */
-    unsigned                       json_overflow:1;
     unsigned                       own_error:1;   /* body is ours */
     unsigned                       rewrite_body:1;
 } ngx_http_tokenbiryani_ctx_t;

@@ -28,6 +28,9 @@ static ngx_int_t ngx_http_tokenbiryani_peek_stream(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+static void ngx_http_tokenbiryani_unchunk(ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_decide(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
@@ -631,6 +634,20 @@ ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
     if (status != NGX_HTTP_OK || !ctx->resp.is_sse
         || ctx->kind != NGX_HTTP_TB_MESSAGES)
     {
+        if (status >= 200 && status < 300 && !ctx->resp.is_sse) {
+
+            /*
+             * A JSON answer is the client's only once it is whole: one cut
+             * short, broken or late is an attempt that failed.
+             */
+
+            rc = ngx_http_tokenbiryani_hold(r, ctx);
+
+            if (rc != NGX_OK) {
+                return rc;
+            }
+        }
+
         ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
         return ngx_http_tokenbiryani_commit(r, ctx);
     }
@@ -852,6 +869,211 @@ ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
 }
 
 
+/*
+ * Holds a 2xx body that is not a stream until it is complete, in a buffer
+ * of its own (ctx->hold) that grows to its Content-Length at once, or by
+ * doubling for a chunked one: O(size) memory and copying.  u->buffer is
+ * emptied after each read so that the next one has room.  NGX_OK once the
+ * body is whole (resp.whole), or when it cannot or need not be held: no
+ * body, one delimited by the connection's close, or one larger than
+ * retry.hold_response_bytes, which goes on as it comes.  NGX_AGAIN for
+ * more; NGX_HTTP_UPSTREAM_INVALID_HEADER for a broken chunked encoding or
+ * a Messages body that is not JSON.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    off_t                               want, clen;
+    u_char                             *p;
+    size_t                              n, size, bound;
+    ngx_int_t                           rc;
+    ngx_buf_t                           tmp;
+    ngx_http_upstream_t                *u;
+    ngx_http_tokenbiryani_response_t   *resp;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    u = r->upstream;
+    resp = &ctx->resp;
+    clen = u->headers_in.content_length_n;
+
+    if (r->method == NGX_HTTP_HEAD
+        || u->headers_in.status_n == NGX_HTTP_NO_CONTENT
+        || (!u->headers_in.chunked && clen <= 0))
+    {
+        /* no body, or one only the close delimits: nothing to hold */
+        return NGX_OK;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    bound = (size_t) tmcf->tbcf->retry_hold_response_bytes;
+
+    if (!u->headers_in.chunked && clen > (off_t) bound) {
+        return NGX_OK;
+    }
+
+    n = u->buffer.last - resp->peek_pos;
+
+    if (u->headers_in.chunked) {
+        want = n;
+
+    } else {
+        want = ngx_min((off_t) n, clen - (off_t) resp->held);
+
+        if ((off_t) n > want) {
+            /* bytes past its length: not this response's */
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "tokenbiryani: account \"%V\" sent more than its "
+                          "Content-Length: its connection is not kept",
+                          &ctx->account->id);
+            resp->overlong = 1;
+        }
+    }
+
+    if (resp->held + want > ctx->hold_size) {
+        size = u->headers_in.chunked
+               ? ngx_max(2 * ctx->hold_size,
+                         ngx_max(resp->held + (size_t) want,
+                                 u->conf->buffer_size))
+               : (size_t) clen;
+
+        p = ngx_pnalloc(r->pool, size);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (resp->held) {
+            ngx_memcpy(p, ctx->hold, resp->held);
+        }
+
+        ctx->hold = p;
+        ctx->hold_size = size;
+    }
+
+    if (u->headers_in.chunked) {
+
+        /* where the last chunk is: the raw bytes are held as they came */
+
+        ngx_memzero(&tmp, sizeof(ngx_buf_t));
+        tmp.pos = resp->peek_pos;
+        tmp.last = u->buffer.last;
+
+        for ( ;; ) {
+            rc = ngx_http_parse_chunked(r, &tmp, &resp->peek_chunked);
+
+            if (rc == NGX_OK) {
+                n = ngx_min((off_t) (tmp.last - tmp.pos),
+                            resp->peek_chunked.size);
+                tmp.pos += n;
+                resp->peek_chunked.size -= n;
+                continue;
+            }
+
+            break;
+        }
+
+        if (rc == NGX_ERROR) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "tokenbiryani: account \"%V\" sent an invalid "
+                          "chunked response", &ctx->account->id);
+            return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        }
+
+        if (rc == NGX_DONE) {
+            resp->done = 1;
+            resp->overlong = (tmp.pos != tmp.last);
+            want = tmp.pos - resp->peek_pos;
+        }
+    }
+
+    ngx_memcpy(ctx->hold + resp->held, resp->peek_pos, (size_t) want);
+    resp->held += (size_t) want;
+
+    /* the next read goes where this one began */
+    u->buffer.last = resp->body_start;
+    resp->peek_pos = resp->body_start;
+
+    if (!u->headers_in.chunked) {
+        resp->done = ((off_t) resp->held == clen);
+    }
+
+    if (!resp->done) {
+
+        if (resp->held > bound) {
+            /* a chunked body larger than the bound: on as it comes */
+            return NGX_OK;
+        }
+
+        return NGX_AGAIN;
+    }
+
+    resp->whole = 1;
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES && u->headers_in.chunked) {
+        ngx_http_tokenbiryani_unchunk(ctx);
+    }
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES && !u->headers_in.chunked
+        && tb_json_validate(ctx->hold, resp->held) != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "tokenbiryani: account \"%V\" answered 2xx with a "
+                      "body that is not JSON", &ctx->account->id);
+        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A whole chunked Message, decoded in place: it goes on to the client with
+ * a Content-Length, and its usage is read from it.
+ */
+
+static void
+ngx_http_tokenbiryani_unchunk(ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    u_char               *w;
+    size_t                n;
+    ngx_int_t             rc;
+    ngx_buf_t             tmp;
+    ngx_http_chunked_t    chunked;
+    ngx_http_request_t   *r;
+    ngx_http_upstream_t  *u;
+
+    r = ctx->request;
+    u = r->upstream;
+
+    ngx_memzero(&tmp, sizeof(ngx_buf_t));
+    ngx_memzero(&chunked, sizeof(ngx_http_chunked_t));
+    tmp.pos = ctx->hold;
+    tmp.last = ctx->hold + ctx->resp.held;
+    w = ctx->hold;
+
+    for ( ;; ) {
+        rc = ngx_http_parse_chunked(r, &tmp, &chunked);
+
+        if (rc != NGX_OK) {
+            break;
+        }
+
+        /* decoded bytes are never ahead of the raw ones: memmove */
+        n = ngx_min((off_t) (tmp.last - tmp.pos), chunked.size);
+        ngx_memmove(w, tmp.pos, n);
+        w += n;
+        tmp.pos += n;
+        chunked.size -= n;
+    }
+
+    ctx->resp.held = w - ctx->hold;
+
+    u->headers_in.chunked = 0;
+    u->headers_in.content_length_n = ctx->resp.held;
+}
+
+
 /* a classified response: to the client, or on to the next attempt */
 
 static ngx_int_t
@@ -877,8 +1099,17 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
 
     u = r->upstream;
 
-    /* hand the whole body on from its first byte */
-    u->buffer.pos = ctx->resp.body_start;
+    if (ctx->resp.held) {
+        /* the body held: the upstream hands it on from there */
+        u->buffer.start = ctx->hold;
+        u->buffer.pos = ctx->hold;
+        u->buffer.last = ctx->hold + ctx->resp.held;
+        u->buffer.end = ctx->hold + ctx->hold_size;
+
+    } else {
+        /* hand the whole body on from its first byte */
+        u->buffer.pos = ctx->resp.body_start;
+    }
 
     ctx->committed = 1;
 
@@ -992,7 +1223,8 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
          * Bytes past the Content-Length are not this response's, and could
          * be read as the next one's: the connection is not kept.
          */
-        overlong = (u->length >= 0 && bytes > u->length);
+        overlong = (u->length >= 0 && bytes > u->length)
+                   || ctx->resp.overlong;
 
         rc = ngx_http_upstream_non_buffered_filter(data, bytes);
 
@@ -1064,7 +1296,7 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
             u->keepalive = !u->headers_in.connection_close;
             u->length = 0;
 
-            if (buf->pos != buf->last) {
+            if (buf->pos != buf->last || ctx->resp.overlong) {
                 ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                               "tokenbiryani: account \"%V\" sent data after "
                               "the last chunk", &ctx->account->id);
@@ -1092,72 +1324,35 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
 /*
  * Decoded body bytes on their way to the client: a stream's go through
  * the SSE parser for its usage and errors (what the peek fed it, it has
- * seen); a JSON Message is kept, up to 1 MB (larger ones settle on the
- * estimate), to read its usage when it is complete.
+ * seen).  A JSON answer was held whole: its usage is read there.
  */
 
 static void
 ngx_http_tokenbiryani_body_bytes_in(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last)
 {
-    u_char    *buf;
-    size_t     n, size, skip;
-    unsigned   seen;
+    size_t    skip;
+    unsigned  seen;
 
-    if (ctx->sse && ctx->resp.is_sse) {
-
-        if (ctx->resp.sse_skip) {
-            skip = ngx_min((size_t) (last - p), (size_t) ctx->resp.sse_skip);
-            ctx->resp.sse_skip -= skip;
-            p += skip;
-        }
-
-        if (p == last) {
-            return;
-        }
-
-        seen = tb_sse_feed(ctx->sse, p, last - p);
-
-        if ((seen & TB_SSE_ERROR) && ctx->committed) {
-            ctx->resp.error_after_commit = 1;
-        }
-
+    if (ctx->sse == NULL || !ctx->resp.is_sse) {
         return;
     }
 
-    n = last - p;
+    if (ctx->resp.sse_skip) {
+        skip = ngx_min((size_t) (last - p), (size_t) ctx->resp.sse_skip);
+        ctx->resp.sse_skip -= skip;
+        p += skip;
+    }
 
-    if (n == 0 || ctx->json_overflow || ctx->kind != NGX_HTTP_TB_MESSAGES
-        || r->upstream->headers_in.status_n != NGX_HTTP_OK)
-    {
+    if (p == last) {
         return;
     }
 
-    if (ctx->json_len + n > 1024 * 1024) {
-        ctx->json_overflow = 1;
-        return;
+    seen = tb_sse_feed(ctx->sse, p, last - p);
+
+    if ((seen & TB_SSE_ERROR) && ctx->committed) {
+        ctx->resp.error_after_commit = 1;
     }
-
-    size = ctx->json ? ngx_align(ctx->json_len, 4096) : 0;
-
-    if (ctx->json == NULL || ctx->json_len + n > size) {
-        size = ngx_align(ctx->json_len + n, 4096) * 2;
-
-        buf = ngx_pnalloc(r->pool, size);
-        if (buf == NULL) {
-            ctx->json_overflow = 1;
-            return;
-        }
-
-        if (ctx->json_len) {
-            ngx_memcpy(buf, ctx->json, ctx->json_len);
-        }
-
-        ctx->json = buf;
-    }
-
-    ngx_memcpy(ctx->json + ctx->json_len, p, n);
-    ctx->json_len += n;
 }
 
 
@@ -1245,8 +1440,10 @@ ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
     if (ctx->committed && ctx->resp.is_sse && ctx->sse) {
         ctx->usage = ctx->sse->usage;
 
-    } else if (ctx->committed && ctx->json && !ctx->json_overflow) {
-        (void) tb_usage_merge(&ctx->usage, ctx->json, ctx->json_len,
+    } else if (ctx->committed && ctx->resp.whole
+               && ctx->kind == NGX_HTTP_TB_MESSAGES)
+    {
+        (void) tb_usage_merge(&ctx->usage, ctx->hold, ctx->resp.held,
                               "usage");
     }
 

@@ -113,7 +113,8 @@ GENERIC_ERROR_TYPES = {
 # steps that go through the normal pipeline (auth, window, cache) and
 # produce a message, possibly failing while sending it
 MESSAGE_STEPS = ("ok", "preerr", "midfail", "midfail-error",
-                 "slow-prelude", "drip", "ping-preerr", "overlong", "accel")
+                 "slow-prelude", "drip", "ping-preerr", "overlong", "accel",
+                 "chunked", "chunked-midfail", "badjson")
 
 # what an upstream that misbehaves on purpose adds: nginx's own control
 # headers, which a proxy must never obey
@@ -1436,10 +1437,15 @@ class Mock:
     def send_json_ok(self, conn, req, entry, gen, cred, obj, extra, mode,
                      mode_ms):
         body = compact(obj).encode()
+        if mode == "badjson":
+            body = body[:len(body) // 2] + b"not json"
         headers = self.base_headers(entry, "application/json", cred)
         headers += extra
         if mode == "accel":
             headers += ACCEL_HEADERS
+        if mode in ("chunked", "chunked-midfail"):
+            return self.send_json_chunked(conn, req, entry, gen, headers,
+                                          body, mode)
         headers.append(("content-length", str(len(body))))
         keep = req.keep_alive and mode != "midfail"
         if not keep:
@@ -1468,11 +1474,20 @@ class Mock:
             size = max(1, -(-len(body) // n))
             pieces = [body[i:i + size] for i in range(0, len(body), size)]
             conn.send(head)
+            sent = b""
             for i, pc in enumerate(pieces):
                 time.sleep(mode_ms / 1000.0)
                 if i == len(pieces) - 1:
                     self.finish(entry, gen, body)
-                conn.send(pc)
+                try:
+                    conn.send(pc)
+                except OSError:
+                    if i < len(pieces) - 1:
+                        entry["client_aborted"] = True
+                        self.finish(entry, gen, sent)
+                    conn.close()
+                    return False
+                sent += pc
             return keep
         self.finish(entry, gen, body)
         if mode == "overlong":
@@ -1480,6 +1495,28 @@ class Mock:
             return keep
         conn.send(head + body)
         return keep
+
+    def send_json_chunked(self, conn, req, entry, gen, headers, body, mode):
+        """A JSON answer in three chunks; chunked-midfail: the first one,
+        then a close without the last chunk."""
+        headers.append(("transfer-encoding", "chunked"))
+        if not req.keep_alive or mode == "chunked-midfail":
+            headers.append(("connection", "close"))
+        entry["status"] = 200
+        third = max(1, len(body) // 3)
+        pieces = [body[:third], body[third:2 * third], body[2 * third:]]
+        if mode == "chunked-midfail":
+            self.finish(entry, gen, pieces[0])
+            try:
+                conn.send(response_head(200, headers) + chunk(pieces[0]))
+            except OSError:
+                pass
+            conn.shutdown_close()
+            return False
+        self.finish(entry, gen, body)
+        conn.send(response_head(200, headers)
+                  + b"".join(chunk(pc) for pc in pieces if pc) + b"0\r\n\r\n")
+        return req.keep_alive
 
     def stream(self, conn, req, entry, gen, cred, rl, msg_id, model, text,
                usage, stop_reason, mode, mode_ms):

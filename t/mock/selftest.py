@@ -637,6 +637,29 @@ def t_stream_steps(env):
           "overlong: then the smuggled one (%r)" % r2.body)
     c.close()
 
+    # chunked JSON, whole and cut, and a 200 that is not JSON
+    c = Client(env.p1)
+    r = c.request("POST", "/v1/messages", msg_body(),
+                  dict(H, **{"x-mock-script": "chunked"}))
+    check(r.status == 200 and r.headers.get("transfer-encoding") == "chunked"
+          and json.loads(r.body)["type"] == "message",
+          "chunked: a whole JSON answer in chunks")
+    c.close()
+    c = Client(env.p1)
+    c.send_raw(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\n"
+               b"x-mock-script: chunked-midfail\r\ncontent-type: "
+               b"application/json\r\ncontent-length: %d\r\n\r\n%s"
+               % (len(json.dumps(msg_body())), json.dumps(msg_body()).encode()))
+    data = c.f.read()
+    check(data.startswith(b"HTTP/1.1 200") and not data.endswith(b"0\r\n\r\n"),
+          "chunked-midfail: no last chunk")
+    c.close()
+    c = Client(env.p1)
+    r = c.request("POST", "/v1/messages", msg_body(),
+                  dict(H, **{"x-mock-script": "badjson"}))
+    check(r.status == 200 and r.body.endswith(b"not json"), "badjson body")
+    c.close()
+
     # accel: nginx control headers on a normal response
     for stream in (False, True):
         c = Client(env.p1)

@@ -193,6 +193,52 @@ done:
 }
 
 
+/* tb_usage_message(): the root's "usage" member, seen by the walk */
+
+static int
+tb_usage_key(tb_json_walk_t *w, const unsigned char *k, size_t len,
+    unsigned esc)
+{
+    return esc ? tb_json_key_eq(k, k + len, "usage", 5)
+               : len == 5 && memcmp(k, "usage", 5) == 0;
+}
+
+
+static void
+tb_usage_value(tb_json_walk_t *w, const unsigned char *v, size_t len)
+{
+    tb_usage_t  *u = w->data;
+
+    /* the last duplicate wins, as everywhere */
+    (void) tb_usage_object(u, v, v + len);
+}
+
+
+int
+tb_usage_message(tb_usage_t *u, const unsigned char *p, size_t len)
+{
+    tb_usage_t      got;
+    tb_json_walk_t  w;
+
+    got = *u;
+
+    memset(&w, 0, sizeof(tb_json_walk_t));
+    w.start = p;
+    w.end = p + len;
+    w.key = tb_usage_key;
+    w.value = tb_usage_value;
+    w.data = &got;
+
+    if (tb_json_walk(&w) != 0) {
+        return -1;
+    }
+
+    *u = got;
+
+    return 0;
+}
+
+
 int
 tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
     const char *path)

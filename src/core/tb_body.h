@@ -70,5 +70,12 @@ void tb_usage_init(tb_usage_t *u);
 int tb_usage_merge(tb_usage_t *u, const unsigned char *p, size_t len,
     const char *path);
 
+/*
+ * A whole Message: validates the document (strict RFC 8259) and reads its
+ * root's usage in the same pass.  0, or -1 with u untouched when it is not
+ * one valid JSON document.
+ */
+int tb_usage_message(tb_usage_t *u, const unsigned char *p, size_t len);
+
 
 #endif /* TB_BODY_H */

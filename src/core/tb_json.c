@@ -43,21 +43,6 @@ static int tb_json_lookup(const unsigned char *p, size_t len,
     const char *path, const unsigned char **v, const unsigned char **vend);
 
 
-/* the whitespace of RFC 8259 */
-
-const unsigned char *
-tb_json_ws(const unsigned char *p, const unsigned char *end)
-{
-    while (p < end
-           && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-    {
-        p++;
-    }
-
-    return p;
-}
-
-
 static int
 tb_json_fail(tb_json_walk_t *w, const unsigned char *p, const char *msg)
 {

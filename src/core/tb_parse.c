@@ -359,7 +359,7 @@ tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
 int
 tb_parse_int64(const unsigned char *p, size_t len, int64_t *value)
 {
-    int                   neg;
+    int                   neg, big;
     int64_t               v;
     const unsigned char  *last;
 
@@ -384,12 +384,16 @@ tb_parse_int64(const unsigned char *p, size_t len, int64_t *value)
         return -1;
     }
 
+    /* 18 digits never overflow: only longer numbers are checked */
+
+    big = (last - p > 18);
+
     for (v = 0; p < last; p++) {
         if (*p < '0' || *p > '9') {
             return -1;
         }
 
-        if (v > (INT64_MAX - (*p - '0')) / 10) {
+        if (big && v > (INT64_MAX - (*p - '0')) / 10) {
             return -1;
         }
 

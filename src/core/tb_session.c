@@ -15,7 +15,8 @@
 
 /*
  * Is the string "base64" anywhere in a JSON text?  Quotes are rare in a
- * body next to its text, and memchr() finds them fast.
+ * body next to its text, and memchr() finds them fast (faster than
+ * memmem(), measured).
  */
 
 static int
@@ -41,6 +42,8 @@ tb_has_base64(const unsigned char *p, size_t len)
 
     return 0;
 }
+
+
 #define TB_SESSION_MAX_DEPTH  64         /* deeper values are hashed raw */
 
 

@@ -4,10 +4,6 @@
  * first content_block_delta), error events and the usage counters.
  */
 
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE             /* memmem() */
-#endif
-
 #include <string.h>
 #include <stdio.h>
 
@@ -81,9 +77,16 @@ tb_usage_merge_event(tb_usage_t *u, const unsigned char *p, size_t len,
     const unsigned char  *q, *end, *v, *vend;
 
     end = p + len;
-    q = memmem(p, len, "\"usage\"", 7);
 
-    if (q) {
+    /* it is the last member: looked for from the end */
+
+    for (q = end - 7; q >= p; q--) {
+        if (*q == '"' && memcmp(q, "\"usage\"", 7) == 0) {
+            break;
+        }
+    }
+
+    if (q >= p) {
         v = tb_json_ws(q + 7, end);
 
         if (v < end && *v == ':') {
@@ -223,6 +226,24 @@ tb_sse_feed(tb_sse_t *s, const unsigned char *p, size_t n)
                 s->saw_cr = (c == '\r');
                 p++;
                 rc |= tb_sse_dispatch(s);
+                break;
+            }
+
+            /* the two lines every event is made of, whole in the buffer */
+
+            if (c == 'e' && end - p >= 7 && memcmp(p, "event: ", 7) == 0) {
+                p += 7;
+                s->field = TB_SSE_FIELD_EVENT;
+                tb_sse_value_begin(s);
+                s->state = TB_SSE_ST_VALUE;
+                break;
+            }
+
+            if (c == 'd' && end - p >= 6 && memcmp(p, "data: ", 6) == 0) {
+                p += 6;
+                s->field = TB_SSE_FIELD_DATA;
+                tb_sse_value_begin(s);
+                s->state = TB_SSE_ST_VALUE;
                 break;
             }
 

@@ -110,6 +110,8 @@ typedef struct {
     ngx_str_t                      config_file;
     tb_config_t                   *tbcf;
     tb_keytab_t                    keytab;
+    u_char                       **pools;     /* per key: its accounts,
+                                                 1 per pool index */
 
     ngx_array_t                    accounts;  /* of ..._account_t */
 

@@ -14,6 +14,8 @@ static void ngx_http_tokenbiryani_config_cleanup(void *data);
 static ngx_int_t ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac);
 static const char *ngx_http_tokenbiryani_conf_getenv(const char *name);
+static ngx_int_t ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
 
 
 ngx_int_t
@@ -104,6 +106,59 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
             != NGX_OK)
         {
             return NGX_ERROR;
+        }
+    }
+
+    return ngx_http_tokenbiryani_key_pools(cf, tmcf);
+}
+
+
+/*
+ * A key's pool as flags over the accounts, once per configuration: a
+ * request reads them instead of comparing names.  NULL for a key that may
+ * use every account.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    size_t                            i, j, k;
+    tb_config_t                      *tbcf;
+    tb_key_conf_t                    *kc;
+    ngx_http_tokenbiryani_account_t  *a;
+
+    tbcf = tmcf->tbcf;
+    a = tmcf->accounts.elts;
+
+    if (tbcf->nkeys == 0) {
+        return NGX_OK;
+    }
+
+    tmcf->pools = ngx_pcalloc(cf->pool, tbcf->nkeys * sizeof(u_char *));
+    if (tmcf->pools == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (k = 0; k < tbcf->nkeys; k++) {
+        kc = &tbcf->keys[k];
+
+        if (kc->pool.n == 0) {
+            continue;
+        }
+
+        tmcf->pools[k] = ngx_pcalloc(cf->pool, tmcf->accounts.nelts + 1);
+        if (tmcf->pools[k] == NULL) {
+            return NGX_ERROR;
+        }
+
+        for (i = 0; i < tmcf->accounts.nelts; i++) {
+            for (j = 0; j < kc->pool.n; j++) {
+                if (ngx_strcmp(kc->pool.items[j], a[i].conf->id) == 0) {
+                    tmcf->pools[k][i] = 1;
+                    break;
+                }
+            }
         }
     }
 

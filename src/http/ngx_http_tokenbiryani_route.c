@@ -29,7 +29,7 @@ ngx_int_t
 ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
 {
-    size_t                              j;
+    u_char                             *pool;
     int64_t                             input, max_tokens;
     ngx_uint_t                          i, n;
     tb_cand_t                          *c;
@@ -54,6 +54,8 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
     /* what the decisions of this request read of each account */
 
+    pool = kc ? tmcf->pools[kc - tmcf->tbcf->keys] : NULL;
+
     for (i = 0; i < n; i++) {
         c = &ctx->cands[i];
 
@@ -63,17 +65,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->supported = a[i].supported;
         c->tried = 0;
         c->spend_capped = 0;
-        c->in_pool = 1;
-
-        if (kc && kc->pool.n) {
-            for (j = 0; j < kc->pool.n; j++) {
-                if (ngx_strcmp(kc->pool.items[j], a[i].conf->id) == 0) {
-                    break;
-                }
-            }
-
-            c->in_pool = (j < kc->pool.n);
-        }
+        c->in_pool = pool ? pool[i] : 1;
     }
 
     if (ctx->kind != NGX_HTTP_TB_MESSAGES) {

@@ -1014,8 +1014,10 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
         ngx_http_tokenbiryani_unchunk(ctx);
     }
 
-    if (ctx->kind == NGX_HTTP_TB_MESSAGES && !u->headers_in.chunked
-        && tb_json_validate(ctx->hold, resp->held) != 0)
+    /* a Message is read once: valid JSON, and its usage */
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES
+        && tb_usage_message(&ctx->usage, ctx->hold, resp->held) != 0)
     {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "tokenbiryani: account \"%V\" answered 2xx with a "
@@ -1439,12 +1441,6 @@ ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
 
     if (ctx->committed && ctx->resp.is_sse && ctx->sse) {
         ctx->usage = ctx->sse->usage;
-
-    } else if (ctx->committed && ctx->resp.whole
-               && ctx->kind == NGX_HTTP_TB_MESSAGES)
-    {
-        (void) tb_usage_merge(&ctx->usage, ctx->hold, ctx->resp.held,
-                              "usage");
     }
 
     if (ctx->committed && ctx->resp.classified

@@ -966,6 +966,35 @@ TB_TEST(usage_merge)
 }
 
 
+TB_TEST(usage_of_a_message)
+{
+    tb_usage_t  u;
+
+    /* only the root's usage counts, not one a tool's input carries */
+    tb_usage_init(&u);
+    TB_CHECK_INT(tb_usage_message(&u, S("{\"type\":\"message\",\"content\":"
+        "[{\"type\":\"tool_use\",\"input\":{\"usage\":{\"input_tokens\""
+        ":1,\"output_tokens\":1}}}],\"usage\":{\"input_tokens\":250,"
+        "\"output_tokens\":30}}")), 0);
+    TB_CHECK_INT(u.input_tokens, 250);
+    TB_CHECK_INT(u.output_tokens, 30);
+    TB_CHECK_INT(u.cache_read_input_tokens, -1);
+
+    /* a document that is not JSON reports nothing, and says so */
+    tb_usage_init(&u);
+    TB_CHECK_INT(tb_usage_message(&u, S("{\"usage\":{\"input_tokens\":5}"
+                                        "not json")), -1);
+    TB_CHECK_INT(u.input_tokens, -1);
+    TB_CHECK_INT(tb_usage_message(&u, S("{\"usage\":{\"input_tokens\":5")),
+                 -1);
+    TB_CHECK_INT(u.input_tokens, -1);
+
+    /* no usage: valid, nothing read */
+    TB_CHECK_INT(tb_usage_message(&u, S("{\"type\":\"message\"}")), 0);
+    TB_CHECK_INT(u.input_tokens, -1);
+}
+
+
 /* tb_sse_* */
 
 
@@ -1737,6 +1766,7 @@ main(void)
     TB_RUN(escape_round_trip);
 
     TB_RUN(usage_merge);
+    TB_RUN(usage_of_a_message);
 
     TB_RUN(sse_full_stream);
     TB_RUN(sse_commit_at_event_line);

@@ -77,7 +77,7 @@ tb_conf_show(const char *s, char *buf)
 {
     size_t  i;
 
-    for (i = 0; s[i] != '\0' && i < TB_CONF_SHOWLEN - 4; i++) {
+    for (i = 0; i < TB_CONF_SHOWLEN - 4 && s[i] != '\0'; i++) {
         buf[i] = ((unsigned char) s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
     }
 
@@ -425,8 +425,13 @@ static int
 tb_conf_scalar(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     const char *what, char **out, int *is_null)
 {
+    /* written on every path, the failing ones included */
+    *out = NULL;
+    *is_null = 0;
+
     if (node->type != YAML_SCALAR_NODE) {
-        return tb_conf_expected(ctx, node, path, what);
+        (void) tb_conf_expected(ctx, node, path, what);
+        return TB_CONF_ERROR;
     }
 
     return tb_conf_expand(ctx, node, path, out, is_null);
@@ -623,6 +628,8 @@ tb_conf_choice(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     int      i, is_null, rc;
     char    *s, known[TB_CONF_PATHLEN], show[TB_CONF_SHOWLEN];
     size_t   n;
+
+    *index = -1;
 
     if (tb_conf_scalar(ctx, node, path, "a string", &s, &is_null)
         != TB_CONF_OK)

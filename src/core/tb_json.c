@@ -64,7 +64,7 @@ int
 tb_json_walk(tb_json_walk_t *w)
 {
     unsigned              depth, esc, take;
-    uint64_t              stack[(TB_JSON_MAX_DEPTH + 63) / 64];
+    uint64_t              stack[(TB_JSON_MAX_DEPTH + 63) / 64] = { 0 };
     const unsigned char  *p, *end, *k, *cap;
 
     p = w->start;

@@ -170,7 +170,7 @@ tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
 
         want = need->n[w] + st->reserved[w] + st->pending[w];
 
-        if (win->limit < 0 || want > win->limit) {
+        if (win->limit <= 0 || want > win->limit) {
             /* only leases coming back can make room: not knowable */
             return 0;
         }

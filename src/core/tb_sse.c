@@ -572,7 +572,8 @@ tb_sse_dispatch(tb_sse_t *s)
             old = s->usage;
 
             tb_usage_merge_event(&s->usage, s->data, s->data_len,
-                                 name[9] == 't' ? "message.usage" : "usage");
+                                 memcmp(name, "message_start", 13) == 0
+                                 ? "message.usage" : "usage");
 
             if (memcmp(&old, &s->usage, sizeof(tb_usage_t)) != 0) {
                 rc |= TB_SSE_USAGE;

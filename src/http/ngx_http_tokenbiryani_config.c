@@ -316,8 +316,8 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    a->auth_header.data = ngx_pnalloc(cf->pool, len);
-    if (a->auth_header.data == NULL && len) {
+    a->auth_header.data = ngx_pnalloc(cf->pool, len + 1);
+    if (a->auth_header.data == NULL) {
         return NGX_ERROR;
     }
 
@@ -344,6 +344,7 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
 
     p = ngx_cpymem(fp.data, a->base_url.data, a->base_url.len);
     *p++ = '\n';
+
     ngx_memcpy(p, a->auth_header.data, a->auth_header.len);
 
     tb_sha256(fp.data, fp.len, digest);

@@ -30,6 +30,10 @@ ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
                                             r->headers_out.status);
     }
 
+    if (ctx->err_type == NULL) {
+        ctx->err_type = ngx_http_tokenbiryani_error_type(ctx->err_status);
+    }
+
     if (ctx->err_json.len) {
         *json = ctx->err_json;
         return NGX_OK;

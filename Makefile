@@ -31,7 +31,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libtest-base-perl perl python3 openssl curl procps \
               clang clang-tools cppcheck
 
-.PHONY: all deps build unit analyze test test-asan test-valgrind fuzz bench-core \
+.PHONY: all deps build unit analyze sdk test test-asan test-valgrind fuzz bench-core \
         bench-cache \
         bench-overhead bench-stampede run stop clean
 
@@ -65,10 +65,20 @@ unit: deps $(UNIT_BINS)
 	    echo "$$(basename $$t): $$(echo "$$out" | grep -c '^ok') passed, $$(echo "$$out" | grep -c '^not ok') failed"; \
 	done; exit $$fail
 
-test: build analyze unit
+test: build analyze unit sdk
 	@/usr/bin/python3 t/mock/selftest.py
 	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) \
 	    TEST_NGINX_PLUGIN=$(PLUGIN) prove -r -j1 t/
+
+# The official SDK, from npm, at the version t/sdk/package-lock.json pins:
+# t/065-sdk.t drives the gateway with it as a user's program would.
+sdk: deps t/sdk/node_modules/.package-lock.json
+
+t/sdk/node_modules/.package-lock.json: t/sdk/package.json t/sdk/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	    || $(MAKE) deps DEB_PKGS="nodejs npm"
+	@cd t/sdk && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 # A second pair of eyes: clang's static analyzer (scan-build) over a build
 # of the module of its own, cppcheck over the same sources, and the stages'

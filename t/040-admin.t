@@ -222,7 +222,7 @@ GET /healthz
 
 
 
-=== TEST 9: every account disabled: healthz 503, requests 503 overloaded_error
+=== TEST 9: every account disabled: healthz 503, requests 403 permission_error
 --- user_files eval
 $::Yaml =~ s/(  - id: a\d\n)/$1    enabled: false\n/gr
 --- request eval
@@ -230,9 +230,9 @@ $::Yaml =~ s/(  - id: a\d\n)/$1    enabled: false\n/gr
 --- more_headers eval
 ["", "x-api-key: tenant-key"]
 --- error_code eval
-[503, 503]
+[503, 403]
 --- response_body_like eval
-['"status":"no_capacity"', '"type":"overloaded_error"']
+['"status":"no_capacity"', '"type":"permission_error"']
 --- check
 is(scalar @{ mock_log() }, 0, 'nothing sent upstream');
 is(account(status(), 'a1')->{state}, 'disabled', 'shown as disabled');

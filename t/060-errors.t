@@ -164,16 +164,17 @@ ok(!grep({ $_->{credential} eq 'sk-a3' } @$log[0 .. 5]), 'haiku never on opus-on
 
 
 
-=== TEST 8: no account can serve the model: 503 overloaded_error, at once
+=== TEST 8: no account can serve the model: 404 not_found_error, at once, not to be retried
 --- user_files eval
 $::Yaml =~ s/(  - id: a[12]\n)/$1    models: ["claude-opus-*"]\n/gr
 --- request eval
 "POST /v1/messages\n" . msg_body(model => 'claude-haiku-4-5')
 --- more_headers
 x-api-key: tenant-key
---- error_code: 503
+--- error_code: 404
 --- check
-json_error_ok($resp, 503, 'overloaded_error', qr/model "claude-haiku-4-5"/);
+json_error_ok($resp, 404, 'not_found_error', qr/model "claude-haiku-4-5"/);
+is($resp->{headers}{'x-should-retry'}, 'false', 'x-should-retry: false');
 is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 
 

@@ -181,14 +181,16 @@ is_deeply($_->{rejected_models}, [], "$_->{id}: no refused model")
 --- check
 my $r = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
                      headers => { 'x-api-key' => 'pin-a1', script('403-model,ok', 'x') });
-is($r->{status}, 503, 'the only account of the key refused the model');
+is($r->{status}, 404, 'the only account of the key refused the model: 404');
+is(json_decode($r->{body})->{error}{type}, 'not_found_error', 'not_found_error');
+is($r->{headers}{'x-should-retry'}, 'false', 'not to be retried');
 like(json_decode($r->{body})->{error}{message},
      qr/no account in this pool can serve this request: none supports model "claude-sonnet-4-6"/,
      'and the client is told why');
 is(scalar @{ mock_log() }, 1, 'sent once');
 my $r2 = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
                       headers => { 'x-api-key' => 'pin-a1' });
-is($r2->{status}, 503, 'at once the next time');
+is($r2->{status}, 404, 'at once the next time');
 is(scalar @{ mock_log() }, 1, 'without asking the upstream again');
 my $r3 = http_request(method => 'POST', path => '/v1/messages',
                       body => msg_body(model => 'claude-haiku-4-5'),
@@ -433,21 +435,24 @@ ok(!grep({ !defined $_->{limits}{input_tokens}{limit} } @{ pool_status()->{accou
 my $n = scalar @{ mock_log() };
 my $big = http_request(method => 'POST', path => '/v1/messages',
                        body => big_body(40_000), headers => { 'x-api-key' => 'admin-key' });
-is($big->{status}, 503, 'larger than every window: 503');
+is($big->{status}, 400, 'larger than every window: 400');
 my $e = json_decode($big->{body})->{error};
-is($e->{type}, 'overloaded_error', 'overloaded_error');
+is($e->{type}, 'invalid_request_error', 'invalid_request_error');
+is($big->{headers}{'x-should-retry'}, 'false', 'not to be retried');
 like($e->{message}, qr/^no account in this pool can serve this request: it exceeds every account's rate limit \(about \d+ input tokens, max_tokens 64\)$/,
      $e->{message});
 
 my $long = http_request(method => 'POST', path => '/v1/messages',
                         body => msg_body(max_tokens => 5000), headers => { 'x-api-key' => 'admin-key' });
-is($long->{status}, 503, 'max_tokens over every output window: 503');
+is($long->{status}, 400, 'max_tokens over every output window: 400');
 like(json_decode($long->{body})->{error}{message}, qr/max_tokens 5000\)$/, 'saying so');
 
 admin_post('/admin/accounts/a1/disable');
 my $pin = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
                        headers => { 'x-api-key' => 'pin-a1' });
-is($pin->{status}, 503, "the key's only account disabled: 503");
+is($pin->{status}, 403, "the key's only account disabled: 403");
+is(json_decode($pin->{body})->{error}{type}, 'permission_error', 'permission_error');
+is($pin->{headers}{'x-should-retry'}, 'false', 'not to be retried');
 is(json_decode($pin->{body})->{error}{message},
    "no account in this pool can serve this request: every account is disabled or outside this key's pool",
    'saying so');

@@ -279,7 +279,7 @@ quiet_pool_ok();
 for (1 .. 3) {
     my $r = http_request(msg('x-api-key' => 'rpm-key'),
                          body => msg_body(model => 'claude-haiku-4-5'));
-    is($r->{status}, 503, "a model no account supports: 503 ($_)");
+    is($r->{status}, 404, "a model no account supports: 404 ($_)");
 }
 my $bad = http_request(msg('x-api-key' => 'rpm-key', 'x-tokenbiryani-priority' => 'urgent'));
 is($bad->{status}, 400, 'an unknown priority: 400');

@@ -266,6 +266,7 @@ typedef struct {
     unsigned                       pausing:1;     /* drop the upstream */
     unsigned                       waiting:1;     /* in the local list */
     unsigned                       own_error:1;   /* body is ours */
+    unsigned                       final:1;       /* x-should-retry: false */
     unsigned                       rewrite_body:1;
 } ngx_http_tokenbiryani_ctx_t;
 

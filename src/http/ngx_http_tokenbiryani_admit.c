@@ -389,7 +389,9 @@ ngx_http_tokenbiryani_refuse_final(ngx_http_request_t *r,
 
 /*
  * No account could ever serve the request: say which of the reasons it is
- * (the verdicts of the decision just made).
+ * (the verdicts of the decision just made), with a status no client
+ * library retries -- the official SDKs retry 408, 409, 429 and 5xx -- and
+ * x-should-retry: false, which they obey before looking at the status.
  */
 
 ngx_int_t
@@ -419,23 +421,25 @@ ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
         }
     }
 
+    ctx->final = 1;
+
     if (exceeds) {
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-            "overloaded_error",
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+            "invalid_request_error",
             "no account in this pool can serve this request: it exceeds "
             "every account's rate limit (about %L input tokens, max_tokens "
             "%L)", ctx->need.n[TB_WIN_INPUT], ctx->need.max_tokens);
 
     } else if (model) {
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-            "overloaded_error",
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
+            "not_found_error",
             "no account in this pool can serve this request: none supports "
             "model \"%s\"%s", ctx->body.model,
             ctx->key && ctx->key->pool.n ? " in this key's pool" : "");
 
     } else {
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-            "overloaded_error",
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+            "permission_error",
             "no account in this pool can serve this request: every account "
             "is disabled%s", ctx->key && ctx->key->pool.n
                              ? " or outside this key's pool" : "");

@@ -32,6 +32,8 @@ static ngx_str_t  ngx_http_tb_request_id_header =
 static ngx_str_t  ngx_http_tb_account_header =
     ngx_string("x-tokenbiryani-account");
 static ngx_str_t  ngx_http_tb_retry_after = ngx_string("retry-after");
+static ngx_str_t  ngx_http_tb_should_retry = ngx_string("x-should-retry");
+static ngx_str_t  ngx_http_tb_false = ngx_string("false");
 
 
 ngx_int_t
@@ -112,6 +114,19 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
 
         if (ngx_http_tokenbiryani_add_header(r, &ngx_http_tb_retry_after,
                                              &value)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->final && !ctx->committed
+        && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
+    {
+        /* no attempt of this request can ever succeed: clients, stop */
+
+        if (ngx_http_tokenbiryani_add_header(r, &ngx_http_tb_should_retry,
+                                             &ngx_http_tb_false)
             != NGX_OK)
         {
             return NGX_ERROR;

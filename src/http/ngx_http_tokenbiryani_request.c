@@ -11,6 +11,9 @@
 
 static ngx_int_t ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r,
     ngx_str_t *key);
+static ngx_int_t ngx_http_tokenbiryani_open_check(ngx_http_request_t *r,
+    ngx_uint_t need_admin);
+static ngx_uint_t ngx_http_tokenbiryani_loopback_host(u_char *p, size_t len);
 
 
 ngx_http_tokenbiryani_ctx_t *
@@ -155,7 +158,7 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
     if (tmcf->keytab.n == 0) {
         /* open mode, allowed on loopback only (checked at startup) */
         ctx->admin = 1;
-        return NGX_OK;
+        return ngx_http_tokenbiryani_open_check(r, need_admin);
     }
 
     if (ngx_http_tokenbiryani_key_from_request(r, &key) != NGX_OK) {
@@ -184,4 +187,171 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Open mode serves programs on the operator's machine, not web pages in
+ * the operator's browser.  A page elsewhere can reach 127.0.0.1 with a
+ * simple request (a text/plain POST needs no preflight), or read answers
+ * through a name it rebinds to 127.0.0.1; so the Host must be a loopback
+ * name or address, a request a browser marks cross-site (Origin not
+ * loopback, "null", or Sec-Fetch-Site: cross-site) is refused, and an
+ * admin write must say application/json, which no page can send
+ * cross-origin without a preflight the gateway never grants.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_open_check(ngx_http_request_t *r, ngx_uint_t need_admin)
+{
+    u_char           *p, *last, *host;
+    ngx_table_elt_t  *h;
+
+    if (r->headers_in.host
+        && !ngx_http_tokenbiryani_loopback_host(r->headers_in.server.data,
+                                                r->headers_in.server.len))
+    {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+            "permission_error",
+            "this gateway has no keys and answers only requests addressed "
+            "to a loopback name or address, not to Host \"%V\"",
+            &r->headers_in.server);
+        return NGX_HTTP_FORBIDDEN;
+    }
+
+    h = ngx_http_tokenbiryani_find_header(r, "sec-fetch-site",
+                                          sizeof("sec-fetch-site") - 1);
+
+    if (h && h->value.len == sizeof("cross-site") - 1
+        && ngx_strncasecmp(h->value.data, (u_char *) "cross-site",
+                           h->value.len) == 0)
+    {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+            "permission_error",
+            "this gateway has no keys and refuses cross-site requests "
+            "from web pages (Sec-Fetch-Site: cross-site)");
+        return NGX_HTTP_FORBIDDEN;
+    }
+
+    h = ngx_http_tokenbiryani_find_header(r, "origin", sizeof("origin") - 1);
+
+    if (h) {
+        p = h->value.data;
+        last = p + h->value.len;
+        host = NULL;
+
+        if (h->value.len > sizeof("http://") - 1
+            && ngx_strncasecmp(p, (u_char *) "http://", 7) == 0)
+        {
+            host = p + 7;
+
+        } else if (h->value.len > sizeof("https://") - 1
+                   && ngx_strncasecmp(p, (u_char *) "https://", 8) == 0)
+        {
+            host = p + 8;
+        }
+
+        if (host) {
+            /* the host ends at the port, or at the end: an origin has no path */
+
+            if (*host == '[') {
+                p = ngx_strlchr(host, last, ']');
+                p = (p == NULL) ? last : p + 1;
+
+            } else {
+                p = ngx_strlchr(host, last, ':');
+                p = (p == NULL) ? last : p;
+            }
+
+            if (p < last) {
+                if (*p != ':' || p + 1 == last) {
+                    host = NULL;
+
+                } else {
+                    for (last--; last > p; last--) {
+                        if (*last < '0' || *last > '9') {
+                            host = NULL;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+
+        if (host == NULL
+            || !ngx_http_tokenbiryani_loopback_host(host, p - host))
+        {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+                "permission_error",
+                "this gateway has no keys and refuses requests from web "
+                "pages of another origin (Origin: %V)", &h->value);
+            return NGX_HTTP_FORBIDDEN;
+        }
+    }
+
+    if (need_admin && !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        h = r->headers_in.content_type;
+
+        if (h == NULL
+            || h->value.len < sizeof("application/json") - 1
+            || ngx_strncasecmp(h->value.data, (u_char *) "application/json",
+                               sizeof("application/json") - 1) != 0
+            || (h->value.len > sizeof("application/json") - 1
+                && h->value.data[sizeof("application/json") - 1] != ';'
+                && h->value.data[sizeof("application/json") - 1] != ' '))
+        {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                "this gateway has no keys: an admin %V must be sent with "
+                "Content-Type: application/json", &r->method_name);
+            return NGX_HTTP_UNSUPPORTED_MEDIA_TYPE;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* localhost and the names under it (RFC 6761), 127.0.0.0/8, [::1] */
+
+static ngx_uint_t
+ngx_http_tokenbiryani_loopback_host(u_char *p, size_t len)
+{
+    in_addr_t  a;
+#if (NGX_HAVE_INET6)
+    u_char     a6[16];
+#endif
+
+    static const size_t  lh = sizeof("localhost") - 1;
+
+    if (len && p[len - 1] == '.') {
+        /* the root's dot */
+        len--;
+    }
+
+    if (len == 0) {
+        return 0;
+    }
+
+    if (len >= lh
+        && ngx_strncasecmp(p + len - lh, (u_char *) "localhost", lh) == 0
+        && (len == lh || p[len - lh - 1] == '.'))
+    {
+        return 1;
+    }
+
+    if (p[0] == '[') {
+#if (NGX_HAVE_INET6)
+        if (len > 2 && p[len - 1] == ']'
+            && ngx_inet6_addr(p + 1, len - 2, a6) == NGX_OK)
+        {
+            return IN6_IS_ADDR_LOOPBACK((struct in6_addr *) a6);
+        }
+#endif
+        return 0;
+    }
+
+    a = ngx_inet_addr(p, len);
+
+    return a != INADDR_NONE && (ntohl(a) >> 24) == 127;
 }

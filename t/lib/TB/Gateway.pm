@@ -160,7 +160,8 @@ sub credentials_of { [map { $_->{credential} // '-' } @{ $_[0] }] }
 sub admin_get {
     my ($path, $key) = @_;
     my $r = TB::Nginx::http_request(method => 'GET', path => $path,
-                                    headers => { 'x-api-key' => $key // 'admin-key' });
+                                    headers => { 'x-api-key' => $key // 'admin-key',
+                                         'content-type' => 'application/json' });
     die "GET $path: " . ($r->{status} // 'no response') . " $r->{body}\n"
         unless ($r->{status} // 0) == 200;
     TB::Nginx::json_decode($r->{body});
@@ -169,7 +170,8 @@ sub admin_get {
 sub admin_post {
     my ($path, $key) = @_;
     TB::Nginx::http_request(method => 'POST', path => $path, body => '',
-                            headers => { 'x-api-key' => $key // 'admin-key' });
+                            headers => { 'x-api-key' => $key // 'admin-key',
+                                         'content-type' => 'application/json' });
 }
 
 sub pool_status { admin_get('/admin/status', @_) }

@@ -472,6 +472,80 @@ def prompt_items(body):
     return items
 
 
+def validate_request(body, count_tokens):
+    """What the Messages API checks before it counts a token: the message
+    of its 400 invalid_request_error, or None.  The messages follow the
+    API's own ("max_tokens: Field required")."""
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def is_num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    def blocks(v, where):
+        if not isinstance(v, list):
+            return "%s: Input should be a valid list" % where
+        for i, b in enumerate(v):
+            if not isinstance(b, dict):
+                return "%s.%d: Input should be a valid dictionary" % (where, i)
+            if not isinstance(b.get("type"), str):
+                return "%s.%d.type: Field required" % (where, i)
+            if b["type"] == "text" and not isinstance(b.get("text"), str):
+                return "%s.%d.text: Field required" % (where, i)
+        return None
+
+    if not count_tokens:
+        if "max_tokens" not in body:
+            return "max_tokens: Field required"
+        if not is_int(body["max_tokens"]):
+            return "max_tokens: Input should be a valid integer"
+        if body["max_tokens"] < 1:
+            return "max_tokens: Input should be greater than or equal to 1"
+    if "messages" not in body:
+        return "messages: Field required"
+    msgs = body["messages"]
+    if not isinstance(msgs, list):
+        return "messages: Input should be a valid list"
+    if not msgs:
+        return "messages: at least one message is required"
+    for i, m in enumerate(msgs):
+        where = "messages.%d" % i
+        if not isinstance(m, dict):
+            return "%s: Input should be a valid dictionary" % where
+        if "role" not in m:
+            return "%s.role: Field required" % where
+        if m["role"] not in ("user", "assistant"):
+            return "%s.role: Input should be 'user' or 'assistant'" % where
+        if "content" not in m:
+            return "%s.content: Field required" % where
+        c = m["content"]
+        if not isinstance(c, str):
+            err = blocks(c, where + ".content")
+            if err:
+                return err
+    if "system" in body and not isinstance(body["system"], str):
+        err = blocks(body["system"], "system")
+        if err:
+            return err
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return "stream: Input should be a valid boolean"
+    if "temperature" in body:
+        t = body["temperature"]
+        if not is_num(t):
+            return "temperature: Input should be a valid number"
+        if t < 0 or t > 1:
+            return "temperature: Input should be less than or equal to 1" \
+                if t > 1 else \
+                "temperature: Input should be greater than or equal to 0"
+    if "tools" in body:
+        if not isinstance(body["tools"], list):
+            return "tools: Input should be a valid list"
+        for i, t in enumerate(body["tools"]):
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                return "tools.%d.name: Field required" % i
+    return None
+
+
 def analyse_prompt(body):
     """(total tokens, [(prefix tokens, prefix key)] per breakpoint).
 
@@ -1265,6 +1339,10 @@ class Mock:
             return self.send_error(conn, req, entry, gen, cred, 400,
                                    "invalid_request_error",
                                    "model: Field required", now=now)
+        err = validate_request(body_obj, p == "/v1/messages/count_tokens")
+        if err:
+            return self.send_error(conn, req, entry, gen, cred, 400,
+                                   "invalid_request_error", err, now=now)
         try:
             total, bps = analyse_prompt(body_obj)
         except (ValueError, TypeError, RecursionError) as e:

@@ -996,10 +996,57 @@ def t_other_endpoints(env):
     check(st == 400, "missing model 400")
     st, h, o, _ = api(env, "POST", "/v1/messages", b"[1,2]", H)
     check(st == 400, "non-object body 400")
-    st, h, o, _ = api(env, "POST", "/v1/messages",
-                      {"model": MODEL, "messages": "odd", "tools": 7,
-                       "system": {"x": 1}}, H)
-    check(st == 200, "odd shapes tolerated")
+    # what the API checks, with its messages
+    good = {"model": MODEL, "max_tokens": 16,
+            "messages": [{"role": "user", "content": "hi"}]}
+    for change, want in (
+            ({"max_tokens": None}, "max_tokens: Field required"),
+            ({"max_tokens": 0},
+             "max_tokens: Input should be greater than or equal to 1"),
+            ({"max_tokens": "16"}, "max_tokens: Input should be a valid integer"),
+            ({"max_tokens": True}, "max_tokens: Input should be a valid integer"),
+            ({"messages": None}, "messages: Field required"),
+            ({"messages": "odd"}, "messages: Input should be a valid list"),
+            ({"messages": []}, "messages: at least one message is required"),
+            ({"messages": [{"role": "system", "content": "x"}]},
+             "messages.0.role: Input should be 'user' or 'assistant'"),
+            ({"messages": [{"content": "x"}]}, "messages.0.role: Field required"),
+            ({"messages": [{"role": "user"}]}, "messages.0.content: Field required"),
+            ({"messages": [{"role": "user", "content": [{"text": "x"}]}]},
+             "messages.0.content.0.type: Field required"),
+            ({"system": {"x": 1}}, "system: Input should be a valid list"),
+            ({"stream": "yes"}, "stream: Input should be a valid boolean"),
+            ({"temperature": 2},
+             "temperature: Input should be less than or equal to 1"),
+            ({"tools": 7}, "tools: Input should be a valid list"),
+            ({"tools": [{"description": "x"}]}, "tools.0.name: Field required")):
+        b = dict(good)
+        for k, v in change.items():
+            if v is None:
+                del b[k]
+            else:
+                b[k] = v
+        st, h, o, _ = api(env, "POST", "/v1/messages", b, H)
+        check(st == 400 and o["error"]["message"] == want,
+              "%s: 400 %r (got %s %r)" % (change, want, st,
+                                          o and o.get("error")))
+        check_error_shape(o, "invalid_request_error", str(change))
+    st, h, o, _ = api(env, "POST", "/v1/messages", good, H)
+    check(st == 200, "a valid request: 200")
+    b = dict(good, system=[{"type": "text", "text": "s"}],
+             messages=[{"role": "user", "content": [{"type": "text",
+                                                     "text": "hi"}]},
+                       {"role": "assistant", "content": "ok"},
+                       {"role": "user", "content": "again"}])
+    st, h, o, _ = api(env, "POST", "/v1/messages", b, H)
+    check(st == 200, "blocks, system blocks, several turns: 200")
+    st, h, o, _ = api(env, "POST", "/v1/messages/count_tokens",
+                      {"model": MODEL, "messages": good["messages"]}, H)
+    check(st == 200, "count_tokens needs no max_tokens")
+    st, h, o, _ = api(env, "POST", "/v1/messages/count_tokens",
+                      {"model": MODEL}, H)
+    check(st == 400 and o["error"]["message"] == "messages: Field required",
+          "count_tokens needs messages")
 
 
 def t_http_edges(env):

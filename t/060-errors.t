@@ -187,3 +187,28 @@ x-api-key: haiku-key
 --- error_code: 403
 --- response_headers
 content-type: application/json
+
+
+
+=== TEST 10: a body only the upstream can judge goes once, and its 400 comes back verbatim
+--- check
+# the gateway checks what it routes on (JSON, model, stream, max_tokens when
+# present); the rest is the upstream's: without max_tokens, or with messages
+# that are not a list, the API (and the mock) answer 400
+for my $body ('{"model":"claude-sonnet-4-6","messages":[{"role":"user","content":"hi"}]}',
+              '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":"hi"}',
+              '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"system","content":"hi"}]}') {
+    my $n = scalar @{ mock_log() };
+    my $r = http_request(method => 'POST', path => '/v1/messages', body => $body,
+                         headers => { 'x-api-key' => 'tenant-key' });
+    is($r->{status}, 400, "400 for $body");
+    my $e = eval { json_decode($r->{body}) } || {};
+    is($e->{error}{type}, 'invalid_request_error', 'invalid_request_error');
+    like($e->{error}{message}, qr/^(?:max_tokens: Field required|messages: Input should be a valid list|messages\.0\.role: Input should be 'user' or 'assistant')$/,
+         "the upstream's words: $e->{error}{message}");
+    unlike($e->{request_id} // '', qr/^tbr_/, 'its body, not one the gateway made');
+    like($r->{headers}{'x-tokenbiryani-account'} // '', qr/^a[12]$/, 'named by the account that judged it');
+    my $log = mock_log($n);
+    is(scalar @$log, 1, 'sent exactly once');
+    is($log->[0]{status}, 400, 'and refused there');
+}

@@ -36,8 +36,6 @@ static void ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
 static cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
 static cJSON *ngx_http_tokenbiryani_window_json(tb_window_t *w, int64_t now);
-static ngx_int_t ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r,
-    ngx_int_t status, cJSON *root);
 static cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);
 
@@ -101,6 +99,12 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_admin_request(r,
                    uri->data + sizeof("/admin/requests/") - 1,
                    uri->len - (sizeof("/admin/requests/") - 1));
+    }
+
+    if (uri->len == sizeof("/admin/events") - 1
+        && ngx_strncmp(uri->data, "/admin/events", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_events(r);
     }
 
     if (uri->len == sizeof("/admin/strategies") - 1
@@ -1222,7 +1226,7 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r, ngx_int_t status,
     cJSON *root)
 {

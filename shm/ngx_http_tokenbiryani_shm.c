@@ -100,6 +100,24 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_ERROR;
     }
 
+    /* a request leaves two to four events: room for as many requests */
+
+    if (ngx_http_tokenbiryani_events_init(zone,
+            4 * (ngx_uint_t) zone->tbcf->observability_event_buffer)
+        != NGX_OK)
+    {
+        ngx_shmtx_unlock(&shpool->mutex);
+
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "tokenbiryani zone \"%V\" is too small for %ui "
+                      "events (%uz bytes each): make the zone larger or "
+                      "observability.event_buffer smaller",
+                      &shm_zone->shm.name,
+                      4 * (ngx_uint_t) zone->tbcf->observability_event_buffer,
+                      sizeof(ngx_http_tokenbiryani_event_t));
+        return NGX_ERROR;
+    }
+
     sh->generation++;
 
     for (i = 0; i < sh->nslots; i++) {

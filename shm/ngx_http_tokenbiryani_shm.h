@@ -258,6 +258,57 @@ ngx_uint_t ngx_http_tokenbiryani_estimator_snapshot(
     ngx_pool_t *pool);
 
 
+/* the events ring (shm/ngx_http_tokenbiryani_events.c) */
+
+/*
+ * One admission or settlement event, as plain data: its codes (type,
+ * what, kind) are the caller's to define and to name.
+ */
+typedef struct {
+    uint64_t                       seq;           /* its id; 0: being written */
+    int64_t                        at_ms;
+    u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
+    ngx_pid_t                      pid;
+    int32_t                        slot;          /* the account; -1 none */
+    uint16_t                       status;        /* settlement */
+    uint8_t                        type;
+    uint8_t                        what;          /* decision, or next */
+    uint8_t                        kind;          /* settlement's class */
+    uint8_t                        attempt;
+    uint8_t                        affinity;      /* admission */
+    uint8_t                        probe;         /* admission */
+    uint16_t                       eligible;      /* admission */
+    float                          score;         /* admission */
+    int64_t                        need[TB_NWINDOWS];
+    int64_t                        remaining[TB_NWINDOWS]; /* before */
+    int64_t                        soonest_ms;    /* 0: none */
+    int64_t                        usage[4];      /* in, out, cache r/w */
+    int64_t                        retry_after_ms;
+    int64_t                        latency_ms;
+} ngx_http_tokenbiryani_event_t;
+
+/* (re)sized at the zone's init; 0: no ring */
+ngx_int_t ngx_http_tokenbiryani_events_init(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t size);
+
+/*
+ * A place in the ring, numbered, for the caller to fill in place and then
+ * publish; NULL when there is no ring.  No lock is taken.
+ */
+ngx_http_tokenbiryani_event_t *ngx_http_tokenbiryani_events_reserve(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t *seq);
+void ngx_http_tokenbiryani_events_publish(ngx_http_tokenbiryani_event_t *ev,
+    uint64_t seq);
+
+/* the events after since, oldest first; *dropped: those no longer held */
+ngx_uint_t ngx_http_tokenbiryani_events_read(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t since,
+    ngx_http_tokenbiryani_event_t *out, ngx_uint_t max, uint64_t *dropped);
+
+/* the newest event's id, 0 if none */
+uint64_t ngx_http_tokenbiryani_events_last(ngx_http_tokenbiryani_zone_t *zone);
+
+
 /* the request inspector (shm/ngx_http_tokenbiryani_inspect.c) */
 
 typedef struct {

@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a34      /* "tbz4" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a35      /* "tbz5" */
 
 
 /* one held reservation */
@@ -57,6 +57,15 @@ typedef struct {
 } ngx_http_tokenbiryani_affinity_t;
 
 
+/* the events ring: never freed, see shm/ngx_http_tokenbiryani_events.c */
+typedef struct {
+    ngx_uint_t                     size;
+    uint64_t                       seq;           /* the last taken */
+    uint64_t                       first;         /* this ring's first */
+    ngx_http_tokenbiryani_event_t  ev[1];
+} ngx_http_tokenbiryani_event_ring_t;
+
+
 struct ngx_http_tokenbiryani_shm_s {
     uint32_t                       magic;
     uint64_t                       generation;    /* configurations loaded */
@@ -87,6 +96,9 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nmodels;
     tb_est_t                      *models[NGX_HTTP_TB_ESTIMATORS];
     uint64_t                       models_clock;
+
+    /* admission and settlement events */
+    ngx_http_tokenbiryani_event_ring_t *events;
 
     /* the request inspector */
     ngx_http_tokenbiryani_record_t *ring;

@@ -269,3 +269,80 @@ $::Yaml =~ s/^keys:.*//msr
 --- check
 ok(exists $responses[1]{headers}{'anthropic-ratelimit-requests-limit'},
    'the operator sees the limit headers in open mode');
+
+
+
+=== TEST 12: events at nginx's usual log level: in order, polled by id, nothing secret
+--- log_level: notice
+--- user_files eval
+$::Yaml =~ s/^accounts:/observability:\n  event_buffer: 8\naccounts:/mr
+--- check
+sub events {
+    my $q = shift // '';
+    my $r = http_request(method => 'GET', path => "/admin/events$q",
+                         headers => { 'x-api-key' => 'admin-key' });
+    die "events: $r->{status} $r->{body}\n" unless ($r->{status} // 0) == 200;
+    json_decode($r->{body});
+}
+my $e0 = events();
+is_deeply($e0->{events}, [], 'none yet');
+is($e0->{next}, 0, 'next 0');
+# a success, a retried 529, a queued-then-refused model: on both workers
+my @r = (send_msg(), send_msg('x-mock-script' => '529,ok', 'x-mock-script-id' => 'e1'));
+is($_->{status}, 200, 'served') for @r;
+my $bad = http_request(method => 'POST', path => '/v1/messages',
+                       body => msg_body(model => 'claude-nope', text => 'SECRET-PROMPT'),
+                       headers => { 'x-api-key' => 'tenant-key' });
+ok($bad->{status} == 200 || $bad->{status} == 400 || $bad->{status} == 404, 'answered');
+my $all = events();
+my @ev = @{ $all->{events} };
+ok(@ev >= 6, scalar(@ev) . ' events');
+is_deeply([map { $_->{id} } @ev], [1 .. scalar @ev], 'numbered 1.. in order');
+is($all->{next}, $ev[-1]{id}, 'next is the last id');
+is($all->{dropped}, 0, 'none dropped');
+my @mine = grep { $_->{request_id} eq $r[0]{headers}{'x-tokenbiryani-request-id'} } @ev;
+is_deeply([map { "$_->{type}:" . ($_->{decision} // $_->{next}) } @mine],
+          ['admission:admit', 'settlement:done'], 'a success: admitted, then done');
+is($mine[0]{account}, $r[0]{headers}{'x-tokenbiryani-account'}, 'on the account that answered');
+ok($mine[0]{need}{input_tokens} > 0 && $mine[0]{need}{requests} == 1, 'with its need');
+like($mine[0]{reason}, qr/^score \d\.\d{3}, \d+ eligible, affinity \w+/, 'and the reason');
+ok(exists $mine[0]{remaining_before}{input_tokens}, 'and what was left before');
+is($mine[1]{status}, 200, 'settled 200');
+is($mine[1]{class}, 'ok', 'class ok');
+ok($mine[1]{usage}{output_tokens} > 0, 'with its usage');
+like($mine[1]{at}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/, 'an RFC 3339 time');
+like($mine[1]{worker}, qr/^\d+$/, 'and the worker');
+my @retried = grep { $_->{request_id} eq $r[1]{headers}{'x-tokenbiryani-request-id'} } @ev;
+is_deeply([map { "$_->{type}:" . ($_->{decision} // $_->{next}) . ":$_->{attempt}" } @retried],
+          ['admission:admit:1', 'settlement:backoff:1', 'admission:admit:2', 'settlement:done:2'],
+          'a 529, retried after a backoff: both attempts');
+is($retried[1]{class}, 'overloaded', 'the first was overloaded');
+is($retried[1]{status}, 529, 'with its status');
+my $text = json_encode($all);
+unlike($text, qr/SECRET-PROMPT|sk-a1|sk-a2|admin-key|tenant-key/, 'no prompt, no credential, no key');
+# polling from the last id: only what is new
+my $last = $all->{next};
+send_msg();
+my $more = events("?since=$last");
+is_deeply([map { $_->{type} } @{ $more->{events} }], ['admission', 'settlement'], 'since: the new ones only');
+is($more->{events}[0]{id}, $last + 1, 'numbered on');
+my $lim = events('?since=0&limit=2');
+is(scalar @{ $lim->{events} }, 2, 'limit');
+# the ring holds 4 x event_buffer = 32: turn it over, and the reader is told
+send_msg() for 1 .. 20;
+my $late = events("?since=$last");
+ok($late->{dropped} > 0, "$late->{dropped} dropped for a reader that fell behind");
+is($late->{events}[0]{id}, $last + 1 + $late->{dropped}, 'the rest from the oldest held');
+is($late->{last}, $late->{events}[-1]{id}, 'up to the newest');
+# bad arguments
+for my $q ('?since=x', '?limit=0', '?limit=-1') {
+    my $b = http_request(method => 'GET', path => "/admin/events$q",
+                         headers => { 'x-api-key' => 'admin-key' });
+    is($b->{status}, 400, "$q: 400");
+}
+is(http_request(method => 'GET', path => '/admin/events',
+                headers => { 'x-api-key' => 'tenant-key' })->{status}, 403, 'admins only');
+unlike(error_log_since_block_start(), qr/event=(?:admission|settlement)/,
+       'while the error log at notice has none of them');
+my %workers = map { $_->{worker} => 1 } @{ events('?since=0&limit=1000')->{events} };
+ok(scalar(keys %workers) >= 1, 'events carry their worker');

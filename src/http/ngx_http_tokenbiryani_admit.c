@@ -156,8 +156,8 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
             return ngx_http_tokenbiryani_refuse_unservable(r, ctx);
         }
 
-        ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "queue",
-                                            "earlier waiters go first");
+        ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
+                                              NGX_HTTP_TB_QUEUE_BEHIND, 0);
 
         /* it has not tried: it may as soon as its turn comes */
         *gen = 0;
@@ -196,14 +196,14 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
     }
 
     if (!ctx->decision.servable) {
-        ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "refuse",
-                                            "no account can serve");
+        ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
+                                              NGX_HTTP_TB_REFUSE, 0);
 
         return ngx_http_tokenbiryani_refuse_unservable(r, ctx);
     }
 
-    ngx_http_tokenbiryani_log_admission(r, ctx, NULL, NULL, "queue",
-                                        "saturated");
+    ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
+                                          NGX_HTTP_TB_QUEUE_SATURATED, 0);
 
     return NGX_HTTP_TB_QUEUE;
 }

@@ -239,7 +239,7 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
 
     if (r->connection->error || ctx->committed) {
         pc->tries = 0;
-        ngx_http_tokenbiryani_log_settlement(r, ctx, a, "not retried");
+        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_RETURNED);
         return;
     }
 
@@ -282,7 +282,7 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
             delay = ctx->deadline_ms - now;
         }
 
-        ngx_http_tokenbiryani_log_settlement(r, ctx, a, "backoff");
+        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_BACKOFF);
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
@@ -298,7 +298,7 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
     switch (rc) {
 
     case NGX_HTTP_TB_GO:
-        ngx_http_tokenbiryani_log_settlement(r, ctx, a, "retry");
+        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_RETRY);
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
@@ -308,7 +308,7 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
         return;
 
     case NGX_HTTP_TB_WAIT:
-        ngx_http_tokenbiryani_log_settlement(r, ctx, a, "queue");
+        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_QUEUE);
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
@@ -320,7 +320,7 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
         return;
 
     default:
-        ngx_http_tokenbiryani_log_settlement(r, ctx, a, "give up");
+        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_GIVE_UP);
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "

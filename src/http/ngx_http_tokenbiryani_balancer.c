@@ -216,7 +216,7 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
     ngx_http_tokenbiryani_end_attempt(r, ctx, pc, failed);
 
     if (!failed) {
-        ngx_http_tokenbiryani_log_settlement(r, ctx, ctx->account, "done");
+        ngx_http_tokenbiryani_event_settlement(r, ctx, ctx->account, NGX_HTTP_TB_NEXT_DONE);
 
         if (c && r->upstream->keepalive) {
             ngx_http_tokenbiryani_keepalive_put(pc, r, ctx->account);

@@ -1,8 +1,10 @@
 /*
- * tokenbiryani: the events every request leaves in the error log, at info
- * level: one admission line per decision that leases (or queues, or
- * refuses) and one settlement line per attempt.  Counts and classes only:
- * never prompt text, never a credential.
+ * tokenbiryani: the events every request leaves: one admission event per
+ * decision that leases (or queues, or refuses) and one settlement event
+ * per attempt.  Each goes into the zone's events ring, which
+ * GET /admin/events serves whatever the log level, and, at info level,
+ * into the error log as one line.  Counts, codes and ids only: never
+ * prompt text, never a credential.
  */
 
 
@@ -12,25 +14,72 @@
 
 static ngx_str_t  ngx_http_tb_none = ngx_string("-");
 
+static const char  *ngx_http_tb_decisions[NGX_HTTP_TB_NDECISIONS] = {
+    "admit", "lost", "queue", "queue", "refuse"
+};
+
+static const char  *ngx_http_tb_nexts[NGX_HTTP_TB_NNEXTS] = {
+    "done", "not retried", "backoff", "retry", "queue", "give up"
+};
+
 
 void
-ngx_http_tokenbiryani_log_admission(ngx_http_request_t *r,
+ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
-    int64_t *remaining, const char *decision, const char *reason)
+    const int64_t *remaining, ngx_uint_t what, ngx_uint_t probe)
 {
-    ngx_int_t  w;
-    u_char    *p;
-    u_char     rem[96];
+    u_char                             *p;
+    int64_t                             now;
+    uint64_t                            seq;
+    ngx_uint_t                          w;
+    ngx_http_tokenbiryani_event_t      *ev, local;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    u_char                              rem[96], reason[128];
 
-    if (r->connection->log->log_level < NGX_LOG_INFO) {
-        return;
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    now = ngx_http_tokenbiryani_now_ms();
+
+    ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, &seq);
+    if (ev == NULL) {
+        if (r->connection->log->log_level < NGX_LOG_INFO) {
+            return;
+        }
+
+        /* no ring: the log line still wants the fields */
+        ev = &local;
+        seq = 0;
     }
 
-    p = rem;
+    ev->at_ms = now;
+    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+    ev->pid = ngx_pid;
+    ev->slot = a ? (int32_t) a->slot : -1;
+    ev->status = 0;
+    ev->type = NGX_HTTP_TB_EVENT_ADMISSION;
+    ev->what = (uint8_t) what;
+    ev->kind = 0;
+    ev->attempt = (uint8_t) ngx_min(ctx->attempts + 1, 255);
+    ev->affinity = (uint8_t) ctx->decision.affinity;
+    ev->probe = (uint8_t) probe;
+    ev->eligible = (uint16_t) ctx->decision.eligible;
+    ev->score = (a && ctx->decision.chosen >= 0)
+                ? (float) ctx->outs[ctx->decision.chosen].score : 0;
 
-    if (remaining) {
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        ev->need[w] = ctx->need.n[w];
+        ev->remaining[w] = remaining ? remaining[w] : TB_UNKNOWN;
+    }
+
+    ev->soonest_ms = ctx->decision.soonest ? ctx->decision.soonest - now : 0;
+    ngx_memzero(ev->usage, sizeof(ev->usage));
+    ev->retry_after_ms = 0;
+    ev->latency_ms = 0;
+
+    if (r->connection->log->log_level >= NGX_LOG_INFO) {
+        p = rem;
+
         for (w = 0; w < TB_NWINDOWS; w++) {
-            if (remaining[w] == TB_UNKNOWN) {
+            if (!remaining || remaining[w] == TB_UNKNOWN) {
                 p = ngx_snprintf(p, rem + sizeof(rem) - p, "%s?",
                                  w ? "/" : "");
             } else {
@@ -39,51 +88,158 @@ ngx_http_tokenbiryani_log_admission(ngx_http_request_t *r,
             }
         }
 
-    } else {
-        p = ngx_cpymem(p, "-", 1);
+        if (!remaining) {
+            p = ngx_cpymem(rem, "-", 1);
+        }
+
+        (void) ngx_http_tokenbiryani_event_reason(ev, reason, sizeof(reason));
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "tokenbiryani: event=admission request=%*s attempt=%ui "
+                      "account=%V need=%L/%L/%L remaining_before=%*s "
+                      "decision=%s reason=\"%s\" soonest_ms=%L",
+                      (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
+                      ctx->attempts + 1, a ? &a->id : &ngx_http_tb_none,
+                      ev->need[TB_WIN_REQUESTS], ev->need[TB_WIN_INPUT],
+                      ev->need[TB_WIN_OUTPUT], (size_t) (p - rem), rem,
+                      ngx_http_tb_decisions[what], reason, ev->soonest_ms);
     }
 
-    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "tokenbiryani: event=admission request=%*s attempt=%ui "
-                  "account=%V need=%L/%L/%L remaining_before=%*s "
-                  "decision=%s reason=\"%s\" soonest_ms=%L",
-                  (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                  ctx->attempts + 1, a ? &a->id : &ngx_http_tb_none,
-                  ctx->need.n[TB_WIN_REQUESTS], ctx->need.n[TB_WIN_INPUT],
-                  ctx->need.n[TB_WIN_OUTPUT], (size_t) (p - rem), rem,
-                  decision, reason,
-                  ctx->decision.soonest
-                  ? ctx->decision.soonest - ngx_http_tokenbiryani_now_ms()
-                  : (int64_t) 0);
+    if (seq) {
+        ngx_http_tokenbiryani_events_publish(ev, seq);
+    }
 }
 
 
 void
-ngx_http_tokenbiryani_log_settlement(ngx_http_request_t *r,
+ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
-    const char *next)
+    ngx_uint_t next)
 {
-    const tb_rule_t  *rule;
+    int64_t                             now;
+    uint64_t                            seq;
+    const tb_rule_t                    *rule;
+    ngx_http_tokenbiryani_event_t      *ev, local;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
-    if (r->connection->log->log_level < NGX_LOG_INFO || a == NULL) {
+    if (a == NULL) {
         return;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    now = ngx_http_tokenbiryani_now_ms();
+
+    ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, &seq);
+    if (ev == NULL) {
+        if (r->connection->log->log_level < NGX_LOG_INFO) {
+            return;
+        }
+
+        ev = &local;
+        seq = 0;
     }
 
     rule = ctx->resp.classified ? ctx->outcome.rule : NULL;
 
-    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "tokenbiryani: event=settlement request=%*s attempt=%ui "
-                  "account=%V status=%ui class=%s account_action=%s "
-                  "breaker=%s usage=%L/%L/%L/%L retry_after_ms=%L "
-                  "latency_ms=%L next=\"%s\"",
-                  (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                  ctx->attempts, &a->id, ctx->resp.status.code,
-                  rule ? rule->name : "cancelled",
-                  rule ? tb_account_action_name(rule->account) : "none",
-                  rule ? tb_outcome_name(rule->breaker) : "neutral",
-                  ctx->usage.input_tokens, ctx->usage.output_tokens,
-                  ctx->usage.cache_read_input_tokens,
-                  ctx->usage.cache_creation_input_tokens,
-                  ctx->resp.obs.retry_after_ms,
-                  ngx_http_tokenbiryani_now_ms() - ctx->attempt_ms, next);
+    ev->at_ms = now;
+    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+    ev->pid = ngx_pid;
+    ev->slot = (int32_t) a->slot;
+    ev->status = (uint16_t) ctx->resp.status.code;
+    ev->type = NGX_HTTP_TB_EVENT_SETTLEMENT;
+    ev->what = (uint8_t) next;
+    ev->kind = (uint8_t) (rule ? ctx->outcome.kind : TB_NKINDS);
+    ev->attempt = (uint8_t) ngx_min(ctx->attempts, 255);
+    ev->affinity = 0;
+    ev->probe = 0;
+    ev->eligible = 0;
+    ev->score = 0;
+    ngx_memzero(ev->need, sizeof(ev->need));
+    ngx_memzero(ev->remaining, sizeof(ev->remaining));
+    ev->soonest_ms = 0;
+    ev->usage[0] = ctx->usage.input_tokens;
+    ev->usage[1] = ctx->usage.output_tokens;
+    ev->usage[2] = ctx->usage.cache_read_input_tokens;
+    ev->usage[3] = ctx->usage.cache_creation_input_tokens;
+    ev->retry_after_ms = ctx->resp.obs.retry_after_ms;
+    ev->latency_ms = now - ctx->attempt_ms;
+
+    if (r->connection->log->log_level >= NGX_LOG_INFO) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "tokenbiryani: event=settlement request=%*s attempt=%ui "
+                      "account=%V status=%ui class=%s account_action=%s "
+                      "breaker=%s usage=%L/%L/%L/%L retry_after_ms=%L "
+                      "latency_ms=%L next=\"%s\"",
+                      (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
+                      ctx->attempts, &a->id, ctx->resp.status.code,
+                      rule ? rule->name : "cancelled",
+                      rule ? tb_account_action_name(rule->account) : "none",
+                      rule ? tb_outcome_name(rule->breaker) : "neutral",
+                      ev->usage[0], ev->usage[1], ev->usage[2], ev->usage[3],
+                      ev->retry_after_ms, ev->latency_ms,
+                      ngx_http_tb_nexts[next]);
+    }
+
+    if (seq) {
+        ngx_http_tokenbiryani_events_publish(ev, seq);
+    }
+}
+
+
+const char *
+ngx_http_tokenbiryani_event_type_name(ngx_uint_t type)
+{
+    return type == NGX_HTTP_TB_EVENT_ADMISSION ? "admission" : "settlement";
+}
+
+
+const char *
+ngx_http_tokenbiryani_event_what_name(const ngx_http_tokenbiryani_event_t *ev)
+{
+    if (ev->type == NGX_HTTP_TB_EVENT_ADMISSION) {
+        return ev->what < NGX_HTTP_TB_NDECISIONS
+               ? ngx_http_tb_decisions[ev->what] : "unknown";
+    }
+
+    return ev->what < NGX_HTTP_TB_NNEXTS ? ngx_http_tb_nexts[ev->what]
+                                         : "unknown";
+}
+
+
+u_char *
+ngx_http_tokenbiryani_event_reason(const ngx_http_tokenbiryani_event_t *ev,
+    u_char *buf, size_t len)
+{
+    u_char  *p;
+
+    switch (ev->what) {
+
+    case NGX_HTTP_TB_ADMIT:
+        p = ngx_snprintf(buf, len - 1, "score %.3f, %ui eligible, "
+                         "affinity %s%s", (double) ev->score,
+                         (ngx_uint_t) ev->eligible,
+                         tb_affinity_name((tb_affinity_e) ev->affinity),
+                         ev->probe ? ", half-open probe" : "");
+        break;
+
+    case NGX_HTTP_TB_LOST:
+        p = ngx_snprintf(buf, len - 1, "another worker took the capacity");
+        break;
+
+    case NGX_HTTP_TB_QUEUE_BEHIND:
+        p = ngx_snprintf(buf, len - 1, "earlier waiters go first");
+        break;
+
+    case NGX_HTTP_TB_QUEUE_SATURATED:
+        p = ngx_snprintf(buf, len - 1, "saturated");
+        break;
+
+    default:
+        p = ngx_snprintf(buf, len - 1, "no account can serve");
+        break;
+    }
+
+    *p = '\0';
+
+    return p;
 }

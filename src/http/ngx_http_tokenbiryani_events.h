@@ -1,5 +1,6 @@
 /*
- * The admission and settlement events, as error_log lines at info.
+ * The admission and settlement events: in the zone's events ring always,
+ * and as error_log lines at info.
  */
 
 #ifndef _NGX_HTTP_TOKENBIRYANI_EVENTS_H_INCLUDED_
@@ -9,15 +10,48 @@
 #include "ngx_http_tokenbiryani.h"
 
 
-/* a decision: remaining (per window, before the lease) may be NULL */
-void ngx_http_tokenbiryani_log_admission(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
-    int64_t *remaining, const char *decision, const char *reason);
+#define NGX_HTTP_TB_EVENT_ADMISSION    1
+#define NGX_HTTP_TB_EVENT_SETTLEMENT   2
 
-/* an attempt's end, and what comes next */
-void ngx_http_tokenbiryani_log_settlement(ngx_http_request_t *r,
+/* what a decision did */
+#define NGX_HTTP_TB_ADMIT              0      /* leased */
+#define NGX_HTTP_TB_LOST               1      /* another worker was first */
+#define NGX_HTTP_TB_QUEUE_BEHIND       2      /* earlier waiters go first */
+#define NGX_HTTP_TB_QUEUE_SATURATED    3
+#define NGX_HTTP_TB_REFUSE             4      /* no account ever could */
+#define NGX_HTTP_TB_NDECISIONS         5
+
+/* what came after an attempt */
+#define NGX_HTTP_TB_NEXT_DONE          0
+#define NGX_HTTP_TB_NEXT_RETURNED      1      /* not retried */
+#define NGX_HTTP_TB_NEXT_BACKOFF       2
+#define NGX_HTTP_TB_NEXT_RETRY         3
+#define NGX_HTTP_TB_NEXT_QUEUE         4
+#define NGX_HTTP_TB_NEXT_GIVE_UP       5
+#define NGX_HTTP_TB_NNEXTS             6
+
+
+/*
+ * A decision on account a (NULL: none chosen); remaining: its windows
+ * before the lease, or NULL.
+ */
+void ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
-    const char *next);
+    const int64_t *remaining, ngx_uint_t what, ngx_uint_t probe);
+
+/* an attempt's end on a, and what comes next */
+void ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
+    ngx_uint_t next);
+
+/* the words for an event's codes */
+const char *ngx_http_tokenbiryani_event_type_name(ngx_uint_t type);
+const char *ngx_http_tokenbiryani_event_what_name(
+    const ngx_http_tokenbiryani_event_t *ev);
+
+/* an admission's reason in words, NUL-terminated, into buf */
+u_char *ngx_http_tokenbiryani_event_reason(
+    const ngx_http_tokenbiryani_event_t *ev, u_char *buf, size_t len);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_EVENTS_H_INCLUDED_ */

@@ -143,14 +143,12 @@ ngx_http_tokenbiryani_account_t *
 ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t lease)
 {
-    u_char                             *p;
     size_t                              j;
     int64_t                             rem[TB_NWINDOWS];
-    ngx_uint_t                          i, n, tries, probed, logging;
+    ngx_uint_t                          i, n, tries, probed;
     tb_route_in_t                       in;
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    u_char                              reason[128];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     a = tmcf->accounts.elts;
@@ -167,8 +165,6 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
                                                                        : 0;
     }
 
-    logging = (r->connection->log->log_level >= NGX_LOG_INFO);
-
     for (tries = 0; tries < 3; tries++) {
 
         in.now = ngx_http_tokenbiryani_now_ms();
@@ -182,10 +178,8 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 
         i = (ngx_uint_t) ctx->decision.chosen;
 
-        if (logging) {
-            for (j = 0; j < TB_NWINDOWS; j++) {
-                rem[j] = tb_window_available(a[i].sh, (int) j, in.now);
-            }
+        for (j = 0; j < TB_NWINDOWS; j++) {
+            rem[j] = tb_window_available(a[i].sh, (int) j, in.now);
         }
 
         probed = 0;
@@ -194,21 +188,10 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
                                                 a[i].conf, &ctx->need, in.now,
                                                 &ctx->lease, &probed);
 
-        if (logging) {
-            p = ngx_snprintf(reason, sizeof(reason) - 1,
-                             "score %.3f, %ui eligible, affinity %s%s",
-                             ctx->outs[i].score,
-                             (ngx_uint_t) ctx->decision.eligible,
-                             tb_affinity_name(ctx->decision.affinity),
-                             probed ? ", half-open probe" : "");
-            *p = '\0';
-
-            ngx_http_tokenbiryani_log_admission(r, ctx, &a[i], rem,
-                              ctx->lease.id ? "admit" : "lost",
-                              ctx->lease.id ? (char *) reason
-                                            : "another worker took the "
-                                              "capacity");
-        }
+        ngx_http_tokenbiryani_event_admission(r, ctx, &a[i], rem,
+                                              ctx->lease.id ? NGX_HTTP_TB_ADMIT
+                                                            : NGX_HTTP_TB_LOST,
+                                              probed);
 
         if (ctx->lease.id) {
             ctx->probed = probed;

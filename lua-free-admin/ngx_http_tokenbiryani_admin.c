@@ -38,6 +38,8 @@ static cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
 static cJSON *ngx_http_tokenbiryani_window_json(tb_window_t *w, int64_t now);
 static cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);
+static ngx_int_t ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r,
+    cJSON *root);
 
 
 ngx_int_t
@@ -193,6 +195,10 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     }
 
     cJSON_AddItemToObject(root, "queue", obj);
+
+    if (ngx_http_tokenbiryani_keys_json(r, root) != NGX_OK) {
+        goto failed;
+    }
 
     arr = cJSON_AddArrayToObject(root, "accounts");
     if (arr == NULL) {
@@ -1267,4 +1273,63 @@ ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name, u_char *data,
     buf[n] = '\0';
 
     return cJSON_AddStringToObject(obj, name, buf);
+}
+
+
+/*
+ * The keys by name - never their material - with what each holds across
+ * workers and its limits (null: none).
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
+{
+    size_t                              i;
+    cJSON                              *arr, *k;
+    ngx_uint_t                          inflight, queued;
+    const tb_key_conf_t                *kc;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    arr = cJSON_AddArrayToObject(root, "keys");
+    if (arr == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < tmcf->tbcf->nkeys; i++) {
+        kc = &tmcf->tbcf->keys[i];
+
+        ngx_http_tokenbiryani_key_usage(&tmcf->zone, kc->name_hash,
+                                        &inflight, &queued);
+
+        k = cJSON_CreateObject();
+        if (k == NULL) {
+            return NGX_ERROR;
+        }
+
+        cJSON_AddItemToArray(arr, k);
+
+        if (cJSON_AddStringToObject(k, "name", kc->name) == NULL
+            || cJSON_AddBoolToObject(k, "admin", kc->admin) == NULL
+            || cJSON_AddNumberToObject(k, "inflight", (double) inflight)
+               == NULL
+            || cJSON_AddNumberToObject(k, "queued", (double) queued) == NULL
+            || (kc->max_inflight >= 0
+                ? cJSON_AddNumberToObject(k, "max_inflight",
+                                          (double) kc->max_inflight)
+                : cJSON_AddNullToObject(k, "max_inflight")) == NULL
+            || (kc->max_queued >= 0
+                ? cJSON_AddNumberToObject(k, "max_queued",
+                                          (double) kc->max_queued)
+                : cJSON_AddNullToObject(k, "max_queued")) == NULL
+            || (kc->rpm >= 0
+                ? cJSON_AddNumberToObject(k, "rpm", (double) kc->rpm)
+                : cJSON_AddNullToObject(k, "rpm")) == NULL)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
 }

@@ -18,23 +18,32 @@ static void ngx_http_tokenbiryani_lease_drop(
 ngx_uint_t
 ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t slot, const tb_account_conf_t *conf, const tb_need_t *need,
-    int64_t now, ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed)
+    uint64_t key, int64_t key_max, int64_t now,
+    ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed)
 {
-    int                             took;
-    ngx_slab_pool_t                *shpool;
-    ngx_http_tokenbiryani_shm_t    *sh;
-    ngx_http_tokenbiryani_lease_t  *lease;
+    int                                took;
+    ngx_slab_pool_t                   *shpool;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_lease_t     *lease;
+    ngx_http_tokenbiryani_keystate_t  *ks;
 
     sh = zone->sh;
     shpool = zone->shpool;
 
     ngx_shmtx_lock(&shpool->mutex);
 
+    ks = ngx_http_tokenbiryani_keystate_locked(zone, key);
+
+    if (ks && key_max >= 0 && ks->inflight >= (ngx_uint_t) key_max) {
+        ngx_shmtx_unlock(&shpool->mutex);
+        return NGX_HTTP_TB_LEASE_KEY_FULL;
+    }
+
     lease = ngx_http_tokenbiryani_alloc_locked(zone,
                                   sizeof(ngx_http_tokenbiryani_lease_t));
     if (lease == NULL) {
         ngx_shmtx_unlock(&shpool->mutex);
-        return 0;
+        return NGX_HTTP_TB_LEASE_NONE;
     }
 
     if (!tb_lease_reserve(sh->slots[slot], conf, &zone->breaker, need, now,
@@ -42,9 +51,14 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     {
         ngx_slab_free_locked(shpool, lease);
         ngx_shmtx_unlock(&shpool->mutex);
-        return 0;
+        return NGX_HTTP_TB_LEASE_NONE;
     }
 
+    if (ks) {
+        ks->inflight++;
+    }
+
+    lease->ks = ks;
     lease->id = ++sh->seq;
     lease->slot = slot;
     lease->need = *need;
@@ -61,7 +75,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     ticket->id = lease->id;
     *probed = took;
 
-    return 1;
+    return NGX_HTTP_TB_LEASE_TAKEN;
 }
 
 
@@ -111,6 +125,10 @@ ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_shm_t *sh,
         /* leases taken from now on are sent after this one ended */
         tb_lease_release(sh->slots[lease->slot], &lease->need, usage,
                          headers_ms, (unsigned) stale, sh->seq);
+    }
+
+    if (lease->ks) {
+        lease->ks->inflight--;
     }
 
     ngx_queue_remove(&lease->queue);

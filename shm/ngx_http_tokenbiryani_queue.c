@@ -25,6 +25,19 @@
 #define NGX_HTTP_TB_WAITER_DEAD_MS    10000
 
 
+static void
+ngx_http_tokenbiryani_waiter_drop_locked(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_http_tokenbiryani_waiter_t *w)
+{
+    if (w->ks) {
+        w->ks->queued--;
+    }
+
+    ngx_queue_remove(&w->queue);
+    sh->nwaiting--;
+}
+
+
 static ngx_uint_t
 ngx_http_tokenbiryani_waiter_blocked(ngx_http_tokenbiryani_shm_t *sh,
     ngx_http_tokenbiryani_waiter_t *w, int64_t now)
@@ -41,11 +54,12 @@ ngx_http_tokenbiryani_waiter_blocked(ngx_http_tokenbiryani_shm_t *sh,
 
 ngx_uint_t
 ngx_http_tokenbiryani_queue_add(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_uint_t cls, u_char *request_id, int64_t now, ngx_uint_t *depth,
-    ngx_http_tokenbiryani_ticket_t *ticket)
+    ngx_uint_t cls, u_char *request_id, uint64_t key, int64_t key_max,
+    int64_t now, ngx_uint_t *depth, ngx_http_tokenbiryani_ticket_t *ticket)
 {
-    ngx_http_tokenbiryani_shm_t     *sh;
-    ngx_http_tokenbiryani_waiter_t  *w;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_waiter_t    *w;
+    ngx_http_tokenbiryani_keystate_t  *ks;
 
     sh = zone->sh;
 
@@ -59,6 +73,15 @@ ngx_http_tokenbiryani_queue_add(ngx_http_tokenbiryani_zone_t *zone,
         return NGX_HTTP_TB_QUEUE_FULL;
     }
 
+    ks = ngx_http_tokenbiryani_keystate_locked(zone, key);
+
+    if (ks && key_max >= 0 && ks->queued >= (ngx_uint_t) key_max) {
+        *depth = ks->queued;
+        sh->queue_full++;
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return NGX_HTTP_TB_QUEUE_KEY_FULL;
+    }
+
     w = ngx_http_tokenbiryani_alloc_locked(zone,
                                     sizeof(ngx_http_tokenbiryani_waiter_t));
     if (w == NULL) {
@@ -66,6 +89,11 @@ ngx_http_tokenbiryani_queue_add(ngx_http_tokenbiryani_zone_t *zone,
         return NGX_HTTP_TB_QUEUE_NOMEM;
     }
 
+    if (ks) {
+        ks->queued++;
+    }
+
+    w->ks = ks;
     w->id = ++sh->seq;
     w->pid = ngx_pid;
     w->cls = cls ? 1 : 0;
@@ -107,8 +135,7 @@ ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_zone_t *zone,
     /* another worker may have dropped it as stale: the id tells */
 
     if (w->id == ticket->id) {
-        ngx_queue_remove(&w->queue);
-        sh->nwaiting--;
+        ngx_http_tokenbiryani_waiter_drop_locked(sh, w);
 
         switch (why) {
         case NGX_HTTP_TB_QUEUE_SERVED:
@@ -248,8 +275,7 @@ ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_zone_t *zone,
                               (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
                               w->request_id, w->pid);
 
-                ngx_queue_remove(q);
-                sh->nwaiting--;
+                ngx_http_tokenbiryani_waiter_drop_locked(sh, w);
                 sh->queue_stale++;
                 w->id = 0;
                 ngx_slab_free_locked(zone->shpool, w);
@@ -465,4 +491,76 @@ ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return k;
+}
+
+
+ngx_http_tokenbiryani_keystate_t *
+ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key)
+{
+    ngx_queue_t                       *q;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    if (key == 0) {
+        return NULL;
+    }
+
+    sh = zone->sh;
+
+    for (q = ngx_queue_head(&sh->keys);
+         q != ngx_queue_sentinel(&sh->keys);
+         q = ngx_queue_next(q))
+    {
+        ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
+
+        if (ks->key == key) {
+            return ks;
+        }
+    }
+
+    ks = ngx_http_tokenbiryani_alloc_locked(zone,
+                                sizeof(ngx_http_tokenbiryani_keystate_t));
+    if (ks == NULL) {
+        /* counted nowhere: the key goes unlimited rather than refused */
+        return NULL;
+    }
+
+    ks->key = key;
+    ks->inflight = 0;
+    ks->queued = 0;
+    ngx_queue_insert_tail(&sh->keys, &ks->queue);
+
+    return ks;
+}
+
+
+void
+ngx_http_tokenbiryani_key_usage(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, ngx_uint_t *inflight, ngx_uint_t *queued)
+{
+    ngx_queue_t                       *q;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    sh = zone->sh;
+    *inflight = 0;
+    *queued = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (q = ngx_queue_head(&sh->keys);
+         q != ngx_queue_sentinel(&sh->keys);
+         q = ngx_queue_next(q))
+    {
+        ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
+
+        if (ks->key == key) {
+            *inflight = ks->inflight;
+            *queued = ks->queued;
+            break;
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }

@@ -52,6 +52,7 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->waiting[0]);
         ngx_queue_init(&sh->waiting[1]);
         ngx_queue_init(&sh->rpm);
+        ngx_queue_init(&sh->keys);
 
         /* a waiter that never tried has blocked_gen 0: never current */
         sh->cap_gen = 1;

@@ -153,14 +153,20 @@ void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
 
 /* leases (shm/ngx_http_tokenbiryani_lease.c) */
 
+#define NGX_HTTP_TB_LEASE_NONE         0      /* the account cannot */
+#define NGX_HTTP_TB_LEASE_TAKEN        1
+#define NGX_HTTP_TB_LEASE_KEY_FULL     2      /* the key holds key_max */
+
 /*
  * Re-checks and reserves in one step under the lock, all of the need or
- * nothing: 1 with *ticket set, 0 when the account cannot take it now.
+ * nothing, counted against the key (a hash of its name; 0: none) unless
+ * it already holds key_max leases (-1: no limit).  TAKEN with *ticket set.
  */
 ngx_uint_t ngx_http_tokenbiryani_lease_take(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot,
-    const tb_account_conf_t *conf, const tb_need_t *need, int64_t now,
-    ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed);
+    const tb_account_conf_t *conf, const tb_need_t *need, uint64_t key,
+    int64_t key_max, int64_t now, ngx_http_tokenbiryani_ticket_t *ticket,
+    ngx_uint_t *probed);
 
 /* exactly once: a lease already given back or taken back is left alone */
 void ngx_http_tokenbiryani_lease_give_back(
@@ -182,14 +188,17 @@ ngx_uint_t ngx_http_tokenbiryani_lease_reclaim(
 #define NGX_HTTP_TB_QUEUE_OK           0
 #define NGX_HTTP_TB_QUEUE_FULL         1
 #define NGX_HTTP_TB_QUEUE_NOMEM        2
+#define NGX_HTTP_TB_QUEUE_KEY_FULL     3      /* the key has key_max */
 
 #define NGX_HTTP_TB_QUEUE_TIMEOUT      0      /* why a waiter left */
 #define NGX_HTTP_TB_QUEUE_SERVED       1
 #define NGX_HTTP_TB_QUEUE_GONE         2
 
+/* *depth: the queue's, or the key's when it is KEY_FULL */
 ngx_uint_t ngx_http_tokenbiryani_queue_add(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t cls, u_char *request_id,
-    int64_t now, ngx_uint_t *depth, ngx_http_tokenbiryani_ticket_t *ticket);
+    uint64_t key, int64_t key_max, int64_t now, ngx_uint_t *depth,
+    ngx_http_tokenbiryani_ticket_t *ticket);
 void ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t why);
 ngx_uint_t ngx_http_tokenbiryani_queue_clear_ahead(
@@ -229,6 +238,10 @@ void ngx_http_tokenbiryani_capacity_changed(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now);
 uint64_t ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_zone_t *zone,
     int64_t *since);
+
+/* what a key has in flight and waiting, across workers */
+void ngx_http_tokenbiryani_key_usage(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, ngx_uint_t *inflight, ngx_uint_t *queued);
 
 ngx_int_t ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t rpm, int64_t now, int64_t *retry_ms);

@@ -13,9 +13,19 @@
 #define NGX_HTTP_TB_SHM_MAGIC          0x74627a35      /* "tbz5" */
 
 
+/* a key's requests in flight and waiting, across workers; never freed */
+typedef struct {
+    ngx_queue_t                    queue;         /* in sh->keys */
+    uint64_t                       key;           /* hash of its name */
+    ngx_uint_t                     inflight;      /* leases it holds */
+    ngx_uint_t                     queued;        /* its waiters */
+} ngx_http_tokenbiryani_keystate_t;
+
+
 /* one held reservation */
 typedef struct {
     ngx_queue_t                    queue;
+    ngx_http_tokenbiryani_keystate_t *ks;         /* its key's, or NULL */
     uint64_t                       id;            /* 0: given back */
     ngx_uint_t                     slot;          /* index in slots */
     tb_need_t                      need;
@@ -28,6 +38,7 @@ typedef struct {
 /* a request waiting for capacity, in the queue every worker sees */
 typedef struct {
     ngx_queue_t                    queue;         /* in sh->waiting[cls] */
+    ngx_http_tokenbiryani_keystate_t *ks;         /* its key's, or NULL */
     uint64_t                       id;            /* 0: gone */
     ngx_pid_t                      pid;           /* the worker holding it */
     ngx_uint_t                     cls;           /* 0 interactive, 1 batch */
@@ -126,8 +137,9 @@ struct ngx_http_tokenbiryani_shm_s {
     uint64_t                       queue_left;    /* clients gone */
     uint64_t                       queue_stale;   /* of dead workers */
 
-    /* keys' rpm windows */
+    /* keys' rpm windows, and what each key has in flight and waiting */
     ngx_queue_t                    rpm;
+    ngx_queue_t                    keys;
 };
 
 
@@ -137,6 +149,10 @@ struct ngx_http_tokenbiryani_shm_s {
  */
 void *ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
     size_t size);
+
+/* a key's state, made when first asked for; NULL: key 0, or no memory */
+ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

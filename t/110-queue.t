@@ -318,3 +318,81 @@ is(record($rb)->{priority}, 'batch', 'recorded as batch');
 is(record($rb)->{request_id}, $q->{waiting}[0]{request_id}, 'the waiter listed was this request');
 bg_result($blk);
 quiet_pool_ok();
+
+
+
+=== TEST 9: fair share: a greedy key cannot take every slot or the whole queue
+--- timeout: 60
+--- user_files
+>>> tb.yaml
+server:
+  request_timeout_seconds: 20
+queue:
+  max_size: 8
+  default_max_wait_seconds: 15
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+    max_concurrency: 2
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+    max_concurrency: 2
+keys:
+  - key: admin-key
+    name: admin
+    admin: true
+  - key: greedy-key
+    name: greedy
+  - key: polite-key
+    name: polite
+--- check
+sub key_of { my $n = shift; (grep { $_->{name} eq $n } @{ pool_status()->{keys} })[0] }
+my $g = key_of('greedy');
+is($g->{max_inflight}, 3, 'the default share: 3 of the 4 slots');
+is($g->{max_queued}, 6, 'and 6 of the 8 places in the queue');
+# both accounts observed first: an account never seen takes one request at a time
+for my $i (1 .. 12) {
+    http_request(msg(), body => msg_body(text => "prime $i"));
+    last unless grep { !defined $_->{limits}{requests}{limit} } @{ pool_status()->{accounts} };
+}
+ok(!grep({ !defined $_->{limits}{requests}{limit} } @{ pool_status()->{accounts} }), 'both accounts observed');
+# nine long streams of the greedy key, from both workers
+my @greedy = map {
+    bg_request(method => 'POST', path => '/v1/messages', timeout => 30, body => stream_body(),
+               headers => { 'x-api-key' => 'greedy-key', 'x-mock-script' => 'drip:250',
+                            'x-tag' => "greedy-$_" })
+} 1 .. 9;
+ok(poll_until(10, sub { my $k = key_of('greedy'); $k->{inflight} == 3 && $k->{queued} == 6 }),
+   'the greedy key holds 3 and queues 6') or diag(explain(key_of('greedy')));
+my $inflight = 0;
+$inflight += $_->{inflight} for @{ pool_status()->{accounts} };
+is($inflight, 3, 'one slot of the pool left for the others');
+# the tenth greedy request has no place; its count_tokens waits its turn
+my $full = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
+                        headers => { 'x-api-key' => 'greedy-key' });
+is($full->{status}, 429, 'a tenth greedy request: 429');
+like(json_decode($full->{body})->{error}{message}, qr/key "greedy" already has 6 requests waiting, its max_queued/,
+     'saying the key has its places');
+my $ct = http_request(method => 'POST', path => '/v1/messages/count_tokens',
+                      body => '{"model":"claude-sonnet-4-6","messages":[{"role":"user","content":"x"}]}',
+                      headers => { 'x-api-key' => 'greedy-key', 'x-tokenbiryani-max-wait' => '0' });
+is($ct->{status}, 429, "the greedy key's count_tokens counts against its share too");
+like(json_decode($ct->{body})->{error}{message}, qr/key "greedy" holds its max_inflight of 3 requests/, 'saying so')
+    or diag($ct->{body});
+# the polite key is served at once, ahead of six greedy waiters
+my $t0 = time;
+my $p = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
+                     headers => { 'x-api-key' => 'polite-key', 'x-tag' => 'polite' });
+my $took = time - $t0;
+is($p->{status}, 200, 'the polite key: 200');
+ok($took < 0.5, sprintf('at once (%.0f ms), while the greedy streams run', $took * 1000));
+ok(key_of('greedy')->{queued} > 0, 'with greedy requests still waiting');
+my @r = map { bg_result($_) } @greedy;
+is(scalar(grep { $_->{status} == 200 } @r), 9, 'every queued greedy stream served in its turn')
+    or diag(explain([map { "$_->{status} $_->{body}" } grep { $_->{status} != 200 } @r]));
+my %k = (inflight => 0, queued => 0);
+for my $key (@{ pool_status()->{keys} }) { $k{$_} += $key->{$_} for qw(inflight queued) }
+is_deeply(\%k, { inflight => 0, queued => 0 }, 'and every count back to 0');
+quiet_pool_ok();

@@ -30,6 +30,7 @@
 #include <yaml.h>
 
 #include "tb_conf_int.h"
+#include "tb_hash.h"
 
 
 
@@ -394,6 +395,8 @@ static const tb_conf_field_t  tb_conf_key[] = {
     TB_NUM("session_cap_usd", TB_KC, session_cap_usd, TB_UNSET, TB_OPT_GE0),
     TB_INT("session_max_turns", TB_KC, session_max_turns, TB_UNSET,
            TB_OPT_GE1),
+    TB_INT("max_inflight", TB_KC, max_inflight, TB_AUTO, TB_OPT_GE1),
+    TB_INT("max_queued", TB_KC, max_queued, TB_AUTO, TB_OPT_GE0),
     TB_BOOL("admin", admin, 0),
     TB_END
 };
@@ -1135,6 +1138,67 @@ tb_conf_cmp_key_name(const void *one, const void *two)
 
 
 /*
+ * A key's fair share, where the file leaves it out: with two keys or more,
+ * no key may hold more than three quarters of its pool's concurrency
+ * (max_concurrency summed over the accounts it may use), nor more than
+ * three quarters of the queue, so one greedy key always leaves room for
+ * the others; with one key, nothing.  null says "no limit".
+ */
+static void
+tb_conf_key_shares(tb_config_t *cf, tb_account_conf_t **sorted)
+{
+    size_t              i, j;
+    int64_t             slots;
+    tb_key_conf_t      *k;
+    tb_account_conf_t  *a, **found;
+
+    for (i = 0; i < cf->nkeys; i++) {
+        k = &cf->keys[i];
+
+        /* what the zone knows the key by */
+        k->name_hash = tb_hash64(0, k->name, strlen(k->name));
+
+        if (k->max_inflight == TB_AUTO) {
+            k->max_inflight = TB_UNSET;
+
+            if (cf->nkeys > 1) {
+                slots = 0;
+
+                if (k->pool.n == 0) {
+                    for (j = 0; j < cf->naccounts; j++) {
+                        slots += cf->accounts[j].max_concurrency;
+                    }
+
+                } else {
+                    for (j = 0; j < k->pool.n; j++) {
+                        found = bsearch(k->pool.items[j], sorted,
+                                        cf->naccounts,
+                                        sizeof(tb_account_conf_t *),
+                                        tb_conf_find_account);
+                        a = found ? *found : NULL;
+                        slots += a ? a->max_concurrency : 0;
+                    }
+                }
+
+                if (slots > 0) {
+                    k->max_inflight = slots * 3 / 4 ? slots * 3 / 4 : 1;
+                }
+            }
+        }
+
+        if (k->max_queued == TB_AUTO) {
+            k->max_queued = TB_UNSET;
+
+            if (cf->nkeys > 1 && cf->queue_max_size > 0) {
+                k->max_queued = cf->queue_max_size * 3 / 4
+                                ? cf->queue_max_size * 3 / 4 : 1;
+            }
+        }
+    }
+}
+
+
+/*
  * Checks across entries, once the whole file is read: keys may come
  * before the accounts their pools name.  Sorting keeps this O(n log n)
  * for a hostile file; of several repeats, the earliest in the file is
@@ -1263,6 +1327,8 @@ tb_conf_validate(tb_conf_ctx_t *ctx)
             goto done;
         }
     }
+
+    tb_conf_key_shares(cf, acc);
 
 done:
 

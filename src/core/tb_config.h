@@ -19,6 +19,7 @@
 
 /* "not set" for the optional numbers below (caps, limits) */
 #define TB_UNSET              (-1)
+#define TB_AUTO               (-2)     /* absent: the loader decides */
 
 
 typedef struct {
@@ -109,6 +110,9 @@ typedef struct {
     double                    max_wait_seconds;       /* TB_UNSET */
     double                    session_cap_usd;        /* TB_UNSET */
     int64_t                   session_max_turns;      /* TB_UNSET */
+    int64_t                   max_inflight;           /* see tb_config.c */
+    int64_t                   max_queued;             /* see tb_config.c */
+    uint64_t                  name_hash;              /* tb_hash64(name) */
     unsigned                  admin:1;                /* false */
 
     unsigned                  line;

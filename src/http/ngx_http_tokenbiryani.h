@@ -250,6 +250,7 @@ typedef struct {
     int64_t                        woken_ms;      /* capacity to grant */
     int64_t                        retry_at;      /* its soonest, waiting */
     ngx_int_t                      retry_after;   /* ours, seconds; 0 */
+    uint64_t                       key_hash;      /* of its name; 0: none */
     ngx_int_t                      rpm_slot;      /* -1: none taken */
     int64_t                        rpm_taken;
 
@@ -267,6 +268,7 @@ typedef struct {
     unsigned                       waiting:1;     /* in the local list */
     unsigned                       own_error:1;   /* body is ours */
     unsigned                       final:1;       /* x-should-retry: false */
+    unsigned                       key_full:1;    /* at its max_inflight */
     unsigned                       rewrite_body:1;
 } ngx_http_tokenbiryani_ctx_t;
 

@@ -101,8 +101,7 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
         retry = 60000;
 
         if (kc->rpm > 0) {
-            slot = ngx_http_tokenbiryani_rpm_take(&tmcf->zone,
-                                tb_hash64(0, kc->name, ngx_strlen(kc->name)),
+            slot = ngx_http_tokenbiryani_rpm_take(&tmcf->zone, ctx->key_hash,
                                 (ngx_uint_t) kc->rpm, now, &retry);
         }
 
@@ -156,8 +155,19 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
             return ngx_http_tokenbiryani_refuse_unservable(r, ctx);
         }
 
+        /* ... or is it its own key's share that holds it back? */
+
+        if (ctx->key && ctx->key->max_inflight >= 0) {
+            ngx_http_tokenbiryani_key_usage(&tmcf->zone, ctx->key_hash,
+                                            &i, &n);
+
+            ctx->key_full = (i >= (ngx_uint_t) ctx->key->max_inflight);
+        }
+
         ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
-                                              NGX_HTTP_TB_QUEUE_BEHIND, 0);
+                                              ctx->key_full
+                                              ? NGX_HTTP_TB_QUEUE_KEY
+                                              : NGX_HTTP_TB_QUEUE_BEHIND, 0);
 
         /* it has not tried: it may as soon as its turn comes */
         *gen = 0;
@@ -202,8 +212,10 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_refuse_unservable(r, ctx);
     }
 
-    ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
-                                          NGX_HTTP_TB_QUEUE_SATURATED, 0);
+    if (!ctx->key_full) {
+        ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
+                                              NGX_HTTP_TB_QUEUE_SATURATED, 0);
+    }
 
     return NGX_HTTP_TB_QUEUE;
 }
@@ -227,7 +239,14 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
 
     if (*left <= 0 || tmcf->tbcf->queue_max_size == 0) {
 
-        if (ctx->queued) {
+        if (ctx->key_full) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "key \"%s\" holds its max_inflight of %L requests%s",
+                ctx->key->name, ctx->key->max_inflight,
+                ctx->queued ? ", and did for the whole wait" : "");
+
+        } else if (ctx->queued) {
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "waited %Ls for pool capacity without any becoming "
@@ -243,7 +262,11 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
         return NGX_HTTP_TB_FAIL;
     }
 
-    if (!ctx->decision.by_event && soonest && soonest - now > *left) {
+    /* the key's own requests end at no known time */
+
+    if (!ctx->key_full && !ctx->decision.by_event && soonest
+        && soonest - now > *left)
+    {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
             "rate_limit_error",
             "every account that can serve this request is at capacity for "
@@ -263,6 +286,15 @@ ngx_http_tokenbiryani_refuse_queue(ngx_http_request_t *r,
     if (rc == NGX_HTTP_TB_QUEUE_FULL) {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
             "rate_limit_error", "wait queue is full (%ui waiting)", depth);
+
+    } else if (rc == NGX_HTTP_TB_QUEUE_KEY_FULL) {
+        ngx_http_tokenbiryani_set_retry_after(ctx,
+                                 ngx_http_tokenbiryani_now_ms() + 1000,
+                                 ngx_http_tokenbiryani_now_ms());
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "key \"%s\" already has %ui requests waiting, its max_queued",
+            ctx->key->name, depth);
 
     } else {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
@@ -290,10 +322,19 @@ ngx_http_tokenbiryani_refuse_waited(ngx_http_request_t *r,
     ngx_http_tokenbiryani_set_retry_after(ctx, soonest ? soonest : now + 1000,
                                           now);
 
-    ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
-        "rate_limit_error",
-        "waited %Ls for pool capacity without any becoming available",
-        (ctx->waited_ms + 500) / 1000);
+    if (ctx->key_full) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "waited %Ls while key \"%s\" held its max_inflight of %L "
+            "requests", (ctx->waited_ms + 500) / 1000, ctx->key->name,
+            ctx->key->max_inflight);
+
+    } else {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "waited %Ls for pool capacity without any becoming available",
+            (ctx->waited_ms + 500) / 1000);
+    }
 
     return NGX_HTTP_TB_FAIL;
 }

@@ -356,8 +356,9 @@ ngx_http_tokenbiryani_enqueue(ngx_http_request_t *r,
     }
 
     rc = ngx_http_tokenbiryani_queue_add(&tmcf->zone, ctx->priority,
-                                         ctx->request_id, now, &depth,
-                                         &ctx->waiter);
+                                         ctx->request_id, ctx->key_hash,
+                                         ctx->key ? ctx->key->max_queued : -1,
+                                         now, &depth, &ctx->waiter);
 
     if (rc != NGX_HTTP_TB_QUEUE_OK) {
         return ngx_http_tokenbiryani_refuse_queue(r, ctx, rc, depth);
@@ -794,9 +795,8 @@ ngx_http_tokenbiryani_abandon(ngx_http_request_t *r,
     ctx->action = NGX_HTTP_TB_WAIT_NONE;
 
     if (ctx->attempts == 0 && ctx->rpm_slot >= 0 && ctx->key) {
-        ngx_http_tokenbiryani_rpm_give_back(&tmcf->zone,
-            tb_hash64(0, ctx->key->name, ngx_strlen(ctx->key->name)),
-            ctx->rpm_slot, ctx->rpm_taken);
+        ngx_http_tokenbiryani_rpm_give_back(&tmcf->zone, ctx->key_hash,
+                                            ctx->rpm_slot, ctx->rpm_taken);
     }
 
     ctx->rpm_slot = -1;

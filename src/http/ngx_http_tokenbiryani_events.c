@@ -15,7 +15,7 @@
 static ngx_str_t  ngx_http_tb_none = ngx_string("-");
 
 static const char  *ngx_http_tb_decisions[NGX_HTTP_TB_NDECISIONS] = {
-    "admit", "lost", "queue", "queue", "refuse"
+    "admit", "lost", "queue", "queue", "refuse", "queue"
 };
 
 static const char  *ngx_http_tb_nexts[NGX_HTTP_TB_NNEXTS] = {
@@ -232,6 +232,10 @@ ngx_http_tokenbiryani_event_reason(const ngx_http_tokenbiryani_event_t *ev,
 
     case NGX_HTTP_TB_QUEUE_SATURATED:
         p = ngx_snprintf(buf, len - 1, "saturated");
+        break;
+
+    case NGX_HTTP_TB_QUEUE_KEY:
+        p = ngx_snprintf(buf, len - 1, "the key holds its max_inflight");
         break;
 
     default:

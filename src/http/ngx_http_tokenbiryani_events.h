@@ -19,7 +19,8 @@
 #define NGX_HTTP_TB_QUEUE_BEHIND       2      /* earlier waiters go first */
 #define NGX_HTTP_TB_QUEUE_SATURATED    3
 #define NGX_HTTP_TB_REFUSE             4      /* no account ever could */
-#define NGX_HTTP_TB_NDECISIONS         5
+#define NGX_HTTP_TB_QUEUE_KEY          5      /* the key's max_inflight */
+#define NGX_HTTP_TB_NDECISIONS         6
 
 /* what came after an attempt */
 #define NGX_HTTP_TB_NEXT_DONE          0

@@ -178,6 +178,7 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
     }
 
     ctx->key = kc;
+    ctx->key_hash = kc->name_hash;
     ctx->admin = kc->admin;
 
     if (need_admin && !kc->admin) {

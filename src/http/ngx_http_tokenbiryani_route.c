@@ -145,7 +145,7 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 {
     size_t                              j;
     int64_t                             rem[TB_NWINDOWS];
-    ngx_uint_t                          i, n, tries, probed;
+    ngx_uint_t                          i, n, tries, probed, rc;
     tb_route_in_t                       in;
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -164,6 +164,8 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         ctx->cands[i].tried = (ctx->marks[i] & NGX_HTTP_TB_MARK_TRIED) ? 1
                                                                        : 0;
     }
+
+    ctx->key_full = 0;
 
     for (tries = 0; tries < 3; tries++) {
 
@@ -184,9 +186,18 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 
         probed = 0;
 
-        (void) ngx_http_tokenbiryani_lease_take(&tmcf->zone, a[i].slot,
-                                                a[i].conf, &ctx->need, in.now,
-                                                &ctx->lease, &probed);
+        rc = ngx_http_tokenbiryani_lease_take(&tmcf->zone, a[i].slot,
+                                 a[i].conf, &ctx->need, ctx->key_hash,
+                                 ctx->key ? ctx->key->max_inflight : -1,
+                                 in.now, &ctx->lease, &probed);
+
+        if (rc == NGX_HTTP_TB_LEASE_KEY_FULL) {
+            /* the key's share is taken: it waits for its own to end */
+            ctx->key_full = 1;
+            ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
+                                                  NGX_HTTP_TB_QUEUE_KEY, 0);
+            break;
+        }
 
         ngx_http_tokenbiryani_event_admission(r, ctx, &a[i], rem,
                                               ctx->lease.id ? NGX_HTTP_TB_ADMIT

@@ -839,6 +839,57 @@ TB_TEST(test_nullable_values)
 }
 
 
+/* a key's fair share: three quarters of its pool's slots, and of the queue */
+TB_TEST(test_key_shares)
+{
+    tb_config_t  *cf;
+
+    cf = load("accounts:\n"
+              "  - {id: a, api_key: x, max_concurrency: 16}\n"
+              "  - {id: b, api_key: y, max_concurrency: 4}\n"
+              "  - {id: c, api_key: z, max_concurrency: 1}\n"
+              "queue:\n  max_size: 10\n"
+              "keys:\n"
+              "  - {key: k1, name: all}\n"
+              "  - {key: k2, name: pool-b, pool: [b]}\n"
+              "  - {key: k3, name: pool-c, pool: [c]}\n"
+              "  - {key: k4, name: set, max_inflight: 2, max_queued: 0}\n"
+              "  - {key: k5, name: none, max_inflight: null, "
+              "max_queued: ~}\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->keys[0].max_inflight, 15);     /* 21 * 3 / 4 */
+        TB_CHECK_INT(cf->keys[0].max_queued, 7);        /* 10 * 3 / 4 */
+        TB_CHECK_INT(cf->keys[1].max_inflight, 3);
+        TB_CHECK_INT(cf->keys[2].max_inflight, 1);      /* never 0 */
+        TB_CHECK_INT(cf->keys[3].max_inflight, 2);
+        TB_CHECK_INT(cf->keys[3].max_queued, 0);        /* never waits */
+        TB_CHECK_INT(cf->keys[4].max_inflight, TB_UNSET);
+        TB_CHECK_INT(cf->keys[4].max_queued, TB_UNSET);
+        TB_CHECK(cf->keys[0].name_hash != 0
+                 && cf->keys[0].name_hash != cf->keys[1].name_hash);
+    }
+
+    tb_config_free(cf);
+
+    /* one key has no one to leave room for */
+    cf = load("accounts:\n  - {id: a, api_key: x}\n"
+              "keys:\n  - {key: k1}\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->keys[0].max_inflight, TB_UNSET);
+        TB_CHECK_INT(cf->keys[0].max_queued, TB_UNSET);
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("keys:\n  - {key: k1, max_inflight: 0}\n", "max_inflight");
+    EXPECT_ERROR("keys:\n  - {key: k1, max_queued: -1}\n", "max_queued");
+}
+
+
 TB_TEST(test_duplicate_account_id)
 {
     EXPECT_ERROR("accounts:\n"
@@ -1630,6 +1681,7 @@ main(void)
     TB_RUN(test_load_file);
     TB_RUN(test_real_getenv_and_small_errbuf);
     TB_RUN(test_lists_and_maps);
+    TB_RUN(test_key_shares);
 
     return tb_test_done();
 }

@@ -130,9 +130,10 @@ static ngx_int_t
 ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 {
     int64_t                              now;
-    ngx_uint_t                           i, n[4];
+    ngx_pid_t                            pids[64];
+    ngx_uint_t                           i, n[4], nw, held[64];
     tb_state_e                           state;
-    cJSON                               *root, *obj, *arr, *acct;
+    cJSON                               *root, *obj, *arr, *acct, *w;
     ngx_http_tokenbiryani_account_t     *a;
     ngx_http_tokenbiryani_zone_stats_t   zs;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
@@ -188,6 +189,26 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 
     cJSON_AddNumberToObject(obj, "held", (double) zs.leases_held);
     cJSON_AddNumberToObject(obj, "taken_back", (double) zs.leases_reclaimed);
+
+    /* who holds them: what a worker that died still held shows here */
+
+    nw = ngx_http_tokenbiryani_lease_owners(&tmcf->zone, pids, held, 64);
+
+    arr = cJSON_AddArrayToObject(obj, "workers");
+    if (arr == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < nw; i++) {
+        w = cJSON_CreateObject();
+        if (w == NULL) {
+            goto failed;
+        }
+
+        cJSON_AddItemToArray(arr, w);
+        cJSON_AddNumberToObject(w, "pid", (double) pids[i]);
+        cJSON_AddNumberToObject(w, "held", (double) held[i]);
+    }
 
     obj = ngx_http_tokenbiryani_queue_json(r, now);
     if (obj == NULL) {

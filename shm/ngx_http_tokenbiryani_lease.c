@@ -168,15 +168,17 @@ ngx_http_tokenbiryani_lease_renew(ngx_http_tokenbiryani_zone_t *zone,
 
 ngx_uint_t
 ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_zone_t *zone,
-    int64_t now)
+    int64_t now, ngx_uint_t expired)
 {
-    ngx_uint_t                      n;
+    ngx_uint_t                      n, gone;
     ngx_queue_t                    *q, *next;
     ngx_http_tokenbiryani_shm_t    *sh;
     ngx_http_tokenbiryani_lease_t  *lease;
+    ngx_http_tokenbiryani_owners_t  owners;
 
     sh = zone->sh;
     n = 0;
+    owners.n = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -187,16 +189,19 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_zone_t *zone,
         next = ngx_queue_next(q);
         lease = ngx_queue_data(q, ngx_http_tokenbiryani_lease_t, queue);
 
-        if (lease->expires_ms > now) {
+        gone = ngx_http_tokenbiryani_owner_gone(&owners, lease->pid);
+
+        if (!gone && !(expired && lease->expires_ms <= now)) {
             continue;
         }
 
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "tokenbiryani: took back a lease on account \"%s\" "
-                      "that worker %P stopped renewing",
+                      "%s worker %P %s",
                       lease->slot < sh->nslots ? sh->slots[lease->slot]->id
                                                : "?",
-                      lease->pid);
+                      gone ? "of" : "that", lease->pid,
+                      gone ? "which is gone" : "stopped renewing");
 
         if (lease->probed && lease->slot < sh->nslots) {
             /* a probe that will never report: the next request probes */
@@ -213,6 +218,51 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_zone_t *zone,
     if (n) {
         ngx_http_tokenbiryani_capacity_changed(zone, now);
     }
+
+    return n;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_lease_owners(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t *pids, ngx_uint_t *held, ngx_uint_t max)
+{
+    ngx_uint_t                      i, n;
+    ngx_queue_t                    *q;
+    ngx_http_tokenbiryani_shm_t    *sh;
+    ngx_http_tokenbiryani_lease_t  *lease;
+
+    sh = zone->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (q = ngx_queue_head(&sh->leases);
+         q != ngx_queue_sentinel(&sh->leases);
+         q = ngx_queue_next(q))
+    {
+        lease = ngx_queue_data(q, ngx_http_tokenbiryani_lease_t, queue);
+
+        for (i = 0; i < n; i++) {
+            if (pids[i] == lease->pid) {
+                break;
+            }
+        }
+
+        if (i == n) {
+            if (n == max) {
+                continue;
+            }
+
+            pids[n] = lease->pid;
+            held[n] = 0;
+            n++;
+        }
+
+        held[i]++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return n;
 }

@@ -564,3 +564,50 @@ ngx_http_tokenbiryani_key_usage(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_queue_reap(ngx_http_tokenbiryani_zone_t *zone)
+{
+    ngx_uint_t                       c, n;
+    ngx_queue_t                     *q, *next;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_waiter_t  *w;
+    ngx_http_tokenbiryani_owners_t   owners;
+
+    sh = zone->sh;
+    n = 0;
+    owners.n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (c = 0; c < 2; c++) {
+        for (q = ngx_queue_head(&sh->waiting[c]);
+             q != ngx_queue_sentinel(&sh->waiting[c]);
+             q = next)
+        {
+            next = ngx_queue_next(q);
+            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+
+            if (!ngx_http_tokenbiryani_owner_gone(&owners, w->pid)) {
+                continue;
+            }
+
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "tokenbiryani: dropped the queued request %*s of "
+                          "worker %P, which is gone",
+                          (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
+                          w->request_id, w->pid);
+
+            ngx_http_tokenbiryani_waiter_drop_locked(sh, w);
+            sh->queue_stale++;
+            w->id = 0;
+            ngx_slab_free_locked(zone->shpool, w);
+            n++;
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}

@@ -481,3 +481,31 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_owner_gone(ngx_http_tokenbiryani_owners_t *owners,
+    ngx_pid_t pid)
+{
+    ngx_uint_t  i, gone;
+
+    if (pid == ngx_pid) {
+        return 0;
+    }
+
+    for (i = 0; i < owners->n; i++) {
+        if (owners->pid[i] == pid) {
+            return owners->gone[i];
+        }
+    }
+
+    gone = (kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH);
+
+    if (owners->n < 8) {
+        owners->pid[owners->n] = pid;
+        owners->gone[owners->n] = (u_char) gone;
+        owners->n++;
+    }
+
+    return gone;
+}

@@ -174,13 +174,25 @@ void ngx_http_tokenbiryani_lease_give_back(
     ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
     int64_t headers_ms, ngx_uint_t stale, ngx_uint_t probe_back);
 
+/* how many leases each worker holds: at most max workers, in pids/held */
+ngx_uint_t ngx_http_tokenbiryani_lease_owners(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_pid_t *pids, ngx_uint_t *held,
+    ngx_uint_t max);
+
 /* every lease this worker holds lives another lease_timeout */
 void ngx_http_tokenbiryani_lease_renew(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now);
 
-/* takes back the leases nobody renewed; returns how many */
+/*
+ * Takes back the leases of workers that are gone and, with expired, the
+ * ones nobody renewed in time; returns how many.
+ */
 ngx_uint_t ngx_http_tokenbiryani_lease_reclaim(
-    ngx_http_tokenbiryani_zone_t *zone, int64_t now);
+    ngx_http_tokenbiryani_zone_t *zone, int64_t now, ngx_uint_t expired);
+
+/* drops the queue places of workers that are gone; returns how many */
+ngx_uint_t ngx_http_tokenbiryani_queue_reap(
+    ngx_http_tokenbiryani_zone_t *zone);
 
 
 /* the queue and the keys' rpm (shm/ngx_http_tokenbiryani_queue.c) */

@@ -150,6 +150,21 @@ struct ngx_http_tokenbiryani_shm_s {
 void *ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
     size_t size);
 
+/*
+ * Whether the worker that owns something in the zone is gone, asked of
+ * the kernel once per pid per walk: kill(pid, 0) fails with ESRCH once
+ * the master has reaped it.  A pid reused since is taken for alive, and
+ * the lease's expiry stays the backstop.
+ */
+typedef struct {
+    ngx_uint_t                     n;
+    ngx_pid_t                      pid[8];
+    u_char                         gone[8];
+} ngx_http_tokenbiryani_owners_t;
+
+ngx_uint_t ngx_http_tokenbiryani_owner_gone(
+    ngx_http_tokenbiryani_owners_t *owners, ngx_pid_t pid);
+
 /* a key's state, made when first asked for; NULL: key 0, or no memory */
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);

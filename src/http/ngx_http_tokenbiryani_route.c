@@ -22,7 +22,14 @@ static void ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev);
 
 
+/* how often a worker looks for what dead workers left in the zone */
+#define NGX_HTTP_TB_REAP_MS            250
+
+static void ngx_http_tokenbiryani_lease_reap(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
+
 static ngx_event_t  ngx_http_tokenbiryani_lease_event;
+static int64_t      ngx_http_tokenbiryani_renewed_ms;
 
 
 ngx_int_t
@@ -311,15 +318,27 @@ ngx_http_tokenbiryani_route_init_worker(ngx_cycle_t *cycle,
     ev->data = tmcf;
     ev->log = cycle->log;
 
-    /* it must not keep a worker that is shutting down alive */
+    /*
+     * It must not keep a worker that is shutting down alive, yet it goes
+     * on while such a worker still serves: cancelable, and re-armed always.
+     */
     ev->cancelable = 1;
 
-    /* renewed four times per timeout: a live worker never loses one */
-    ngx_add_timer(ev, tmcf->lease_timeout / 4);
+    /* what a worker that died before this one started left: at once */
+    ngx_http_tokenbiryani_lease_reap(tmcf, ngx_http_tokenbiryani_now_ms());
+
+    ngx_add_timer(ev, NGX_HTTP_TB_REAP_MS);
 
     return NGX_OK;
 }
 
+
+/*
+ * Every NGX_HTTP_TB_REAP_MS: what workers that are gone held - leases,
+ * probes, in-flight counts, queue places - comes back; four times per
+ * lease timeout this worker's leases are renewed and the ones nobody
+ * renewed (a worker that hangs) are taken back.
+ */
 
 static void
 ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev)
@@ -330,10 +349,25 @@ ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev)
     tmcf = ev->data;
     now = ngx_http_tokenbiryani_now_ms();
 
-    ngx_http_tokenbiryani_lease_renew(&tmcf->zone, now);
-    (void) ngx_http_tokenbiryani_lease_reclaim(&tmcf->zone, now);
-
-    if (!ngx_exiting) {
-        ngx_add_timer(ev, tmcf->lease_timeout / 4);
+    if (now - ngx_http_tokenbiryani_renewed_ms
+        >= (int64_t) tmcf->lease_timeout / 4)
+    {
+        ngx_http_tokenbiryani_renewed_ms = now;
+        ngx_http_tokenbiryani_lease_renew(&tmcf->zone, now);
+        (void) ngx_http_tokenbiryani_lease_reclaim(&tmcf->zone, now, 1);
     }
+
+    ngx_http_tokenbiryani_lease_reap(tmcf, now);
+
+    ngx_add_timer(ev, NGX_HTTP_TB_REAP_MS);
+}
+
+
+static void
+ngx_http_tokenbiryani_lease_reap(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    int64_t now)
+{
+    /* each gives back what it took (capacity, places) and says so */
+    (void) ngx_http_tokenbiryani_lease_reclaim(&tmcf->zone, now, 0);
+    (void) ngx_http_tokenbiryani_queue_reap(&tmcf->zone);
 }

@@ -13,6 +13,7 @@
 #include "ngx_http_tokenbiryani_handler.h"
 #include "ngx_http_tokenbiryani_balancer.h"
 #include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_resolve.h"
 #include "ngx_http_tokenbiryani_attempt.h"
 #include "ngx_http_tokenbiryani_filter.h"
 #include "ngx_http_tokenbiryani_admin.h"
@@ -34,6 +35,8 @@ static char *ngx_http_tokenbiryani_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_tokenbiryani_config(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_tokenbiryani_resolver_ttl(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_tokenbiryani_keepalive(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_tokenbiryani_location(ngx_conf_t *cf,
@@ -66,6 +69,13 @@ static ngx_command_t  ngx_http_tokenbiryani_commands[] = {
     { ngx_string("tokenbiryani_keepalive"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
       ngx_http_tokenbiryani_keepalive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("tokenbiryani_resolver_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_tokenbiryani_resolver_ttl,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -170,6 +180,8 @@ ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf)
     tmcf->keepalive = NGX_CONF_UNSET_UINT;
     tmcf->keepalive_timeout = NGX_CONF_UNSET_MSEC;
     tmcf->lease_timeout = NGX_CONF_UNSET_MSEC;
+    tmcf->resolver_ttl_min = NGX_CONF_UNSET_MSEC;
+    tmcf->resolver_ttl_max = NGX_CONF_UNSET_MSEC;
 
     if (ngx_array_init(&tmcf->accounts, cf->pool, 4,
                        sizeof(ngx_http_tokenbiryani_account_t))
@@ -261,6 +273,8 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(tmcf->keepalive, 64);
     ngx_conf_init_msec_value(tmcf->keepalive_timeout, 60000);
     ngx_conf_init_msec_value(tmcf->lease_timeout, 60000);
+    ngx_conf_init_msec_value(tmcf->resolver_ttl_min, 5000);
+    ngx_conf_init_msec_value(tmcf->resolver_ttl_max, 300000);
 
     if (tmcf->lease_timeout < 1000) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -747,6 +761,41 @@ ngx_http_tokenbiryani_keepalive(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
+/* tokenbiryani_resolver_ttl floor ceiling; */
+
+static char *
+ngx_http_tokenbiryani_resolver_ttl(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_tokenbiryani_main_conf_t *tmcf = conf;
+
+    ngx_str_t  *value;
+
+    if (tmcf->resolver_ttl_min != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    tmcf->resolver_ttl_min = ngx_parse_time(&value[1], 0);
+    tmcf->resolver_ttl_max = ngx_parse_time(&value[2], 0);
+
+    if (tmcf->resolver_ttl_min == (ngx_msec_t) NGX_ERROR
+        || tmcf->resolver_ttl_max == (ngx_msec_t) NGX_ERROR
+        || tmcf->resolver_ttl_min < 1000
+        || tmcf->resolver_ttl_max < tmcf->resolver_ttl_min)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid \"tokenbiryani_resolver_ttl %V %V\": "
+                           "expected a floor of at least 1s and a ceiling "
+                           "no lower than it", &value[1], &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 static char *
 ngx_http_tokenbiryani_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -848,6 +897,10 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
     }
 
     if (ngx_http_tokenbiryani_attempt_init_worker(cycle, tmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_tokenbiryani_resolve_init_worker(cycle, tmcf) != NGX_OK) {
         return NGX_ERROR;
     }
 

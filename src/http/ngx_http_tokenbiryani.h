@@ -77,8 +77,10 @@ typedef struct {
     ngx_str_t                      id;
     tb_account_conf_t             *conf;
 
-    ngx_addr_t                    *addrs;          /* resolved at load */
+    ngx_addr_t                    *addrs;          /* per worker: DNS */
     ngx_uint_t                     naddrs;
+    ngx_uint_t                     next_addr;      /* per worker */
+    in_port_t                      port;
     ngx_str_t                      host_header;    /* host[:port] */
     ngx_str_t                      ssl_name;       /* SNI, verification */
     ngx_str_t                      path_prefix;
@@ -87,6 +89,7 @@ typedef struct {
     ngx_str_t                      base_url;       /* for display */
     unsigned                       tls:1;
     unsigned                       supported:1;    /* type is proxied */
+    unsigned                       by_name:1;      /* host is a DNS name */
 
     uint64_t                       id_hash;
 
@@ -120,6 +123,8 @@ typedef struct {
     ngx_uint_t                     keepalive_requests;
 
     ngx_msec_t                     lease_timeout;
+    ngx_msec_t                     resolver_ttl_min;
+    ngx_msec_t                     resolver_ttl_max;
 
     ngx_str_t                      trusted_certificate;
 #if (NGX_HTTP_SSL)

@@ -138,7 +138,8 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
         log->latency_ms = 0;
     }
 
-    addr = &a->addrs[(ctx->attempts - 1) % a->naddrs];
+    /* the account's addresses in turn, per worker: a retry takes the next */
+    addr = &a->addrs[a->next_addr++ % a->naddrs];
 
     pc->sockaddr = addr->sockaddr;
     pc->socklen = addr->socklen;

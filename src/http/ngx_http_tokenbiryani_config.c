@@ -389,6 +389,9 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
 
     a->addrs = u.addrs;
     a->naddrs = u.naddrs;
+    a->port = u.port;
+    a->by_name = (ngx_inet_addr((u_char *) ac->host, ngx_strlen(ac->host))
+                  == INADDR_NONE && ngx_strchr(ac->host, ':') == NULL);
 
     return NGX_OK;
 }

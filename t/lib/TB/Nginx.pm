@@ -102,6 +102,7 @@ our @EXPORT = ((grep { !/^\$/ } @Test::Base::EXPORT), qw(note explain BAIL_OUT
     repeat_each server_port servroot server_root html_dir
     http_request http_requests_concurrent http_request_abort
     mock_start mock_stop mock_log mock_reset mock_config mock_stats
+    dns_start dns_stop dns_zone dns_log
     nginx_reload nginx_pid worker_pids wait_idle error_log_since_block_start write_user_file
     poll_until json_decode json_encode sha256_hex request_record add_block_preprocessor));
 
@@ -137,7 +138,7 @@ my %Known = map { $_ => 1 } qw(main_config http_config config user_files request
     response_headers_like raw_response_headers_like raw_response_headers_unlike error_log no_error_log
     timeout must_die skip_eval wait init log_level check no_check_leak ONLY SKIP LAST);
 
-my ($NginxPid, $MockPid, $HaveStatus, $CaDone, @LogOff, $FirstStart);
+my ($NginxPid, $MockPid, $DnsPid, $HaveStatus, $CaDone, @LogOff, $FirstStart);
 my @Preprocessors;                  # add_block_preprocessor(), as in Test::Nginx
 my $CodePkg = 'main';               # where --- init and --- check run
 
@@ -147,14 +148,14 @@ my %Own = (%Ca, TEST_NGINX_SERVER_PORT => $Port, TEST_NGINX_SERVROOT => $ServRoo
            TEST_NGINX_SERVER_ROOT => $ServRoot, TEST_NGINX_HTML_DIR => "$ServRoot/html");
 @ENV{keys %Own} = values %Own;     # derived from the servroot: never inherited
 my %Default = (TEST_NGINX_MOCK_PORT => 19101, TEST_NGINX_MOCK_PORT2 => 19102, TEST_NGINX_MOCK_PORT3 => 19103,
-    TEST_NGINX_MOCK_PORT4 => 19104, TEST_NGINX_MOCK_TLS_PORT => 19443);
+    TEST_NGINX_MOCK_PORT4 => 19104, TEST_NGINX_MOCK_TLS_PORT => 19443, TEST_NGINX_DNS_PORT => 19153);
 $ENV{$_} //= $Default{$_} for keys %Default;
 
 for my $sig (qw(INT TERM HUP)) {
     $SIG{$sig} = sub { diag("caught SIG$sig, stopping nginx and the mock"); exit 1 }
         if !defined $SIG{$sig} || $SIG{$sig} eq 'DEFAULT';
 }
-END { if ($$ == $OrigPid) { local $?; stop_nginx(); mock_stop(); } }
+END { if ($$ == $OrigPid) { local $?; stop_nginx(); mock_stop(); dns_stop(); } }
 
 # ---------------------------------------------------------------- settings
 sub master_on ()  { $Master = 'on' }
@@ -633,6 +634,7 @@ sub mock_start {
     spew($cfgf, json_encode($o{config})) if $o{config};
     my @cmd = ('/usr/bin/python3', $script,
         (map { ('--listen', "127.0.0.1:$ENV{$_}") } map { "TEST_NGINX_MOCK_PORT$_" } '', 2, 3, 4),
+        (map { ('--listen', $_) } @{ $o{listen} // [] }),
         '--tls-listen', "127.0.0.1:$ENV{TEST_NGINX_MOCK_TLS_PORT}",
         '--cert', $ENV{TEST_NGINX_MOCK_CERT}, '--key', $ENV{TEST_NGINX_MOCK_KEY},
         '--log', "$Aux/mock.log", ($o{config} ? ('--config', $cfgf) : ()),
@@ -646,6 +648,39 @@ sub mock_start {
     if (!$exited) { stop_pid($MockPid, 'TERM', 3) }
     undef $MockPid;
     die "mock_start: the mock $why; command: @cmd\n--- its output:\n" . slurp($errf);
+}
+
+# t/mock/dns.py on 127.0.0.1:$TEST_NGINX_DNS_PORT (UDP), answering from a zone
+# the test rewrites with dns_zone(); dns_log() is the questions it was asked
+sub dns_zone {
+    my $zone = shift;
+    my $f = "$Aux/dns.zone.json";
+    spew("$f.tmp", json_encode($zone));
+    rename "$f.tmp", $f or die "dns_zone: rename: $!\n";
+}
+
+sub dns_start {
+    my %o = @_;
+    die "dns_start: the DNS responder is already running\n" if $DnsPid;
+    my ($ready, $pidf, $errf, $log) = map { "$Aux/dns.$_" } qw(ready pid stderr log);
+    kill_stale($pidf, qr/dns\.py/);
+    unlink $ready, $pidf, $errf, $log;
+    dns_zone($o{zone} // { names => {} });
+    $DnsPid = spawn($errf, '/usr/bin/python3', "$TDir/mock/dns.py",
+                    '--listen', "127.0.0.1:$ENV{TEST_NGINX_DNS_PORT}", '--zone', "$Aux/dns.zone.json",
+                    '--log', $log, '--pidfile', $pidf, '--ready-file', $ready);
+    poll_until(10, sub { -s $ready }) or die "dns_start: not ready: " . slurp($errf) . "\n";
+    $DnsPid;
+}
+
+sub dns_stop {
+    return unless $DnsPid;
+    my $pid = $DnsPid; undef $DnsPid;
+    stop_pid($pid, 'TERM', 3);
+}
+
+sub dns_log {
+    [map { json_decode($_) } grep { /\S/ } split /\n/, slurp("$Aux/dns.log")];
 }
 
 sub mock_stop {

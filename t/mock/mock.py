@@ -243,7 +243,8 @@ def limits_of(s):
     out = num(s.get("output_limit"), 200000, 0)
     ct = num(s.get("count_tokens_limit"), req, 0)
     win = num(s.get("window_seconds"), 60, 0.001)
-    return (req, inp, out, ct, win)
+    mode = "fixed" if s.get("window_mode") == "fixed" else "bucket"
+    return (req, inp, out, ct, win, mode)
 
 
 # --------------------------------------------------------------------------
@@ -282,6 +283,38 @@ class Bucket:
         return max(0, int(math.floor(self.level + 1e-9)))
 
 
+class FixedWindow:
+    """A window that is full at fixed instants (every `window` seconds from
+    its start) and does not refill in between; its reset is the window's
+    end, the same instant all through the window."""
+    __slots__ = ("limit", "window", "level", "start")
+
+    def __init__(self, limit, window, now):
+        self.limit = float(limit)
+        self.window = window
+        self.level = self.limit
+        self.start = now
+
+    def refill(self, now):
+        if self.window > 0 and now >= self.start + self.window:
+            k = math.floor((now - self.start) / self.window)
+            self.start += k * self.window
+            self.level = self.limit
+
+    def wait_for(self, amount):
+        if amount <= self.level:
+            return 0.0
+        if amount > self.limit or self.window <= 0:
+            return math.inf
+        return max(0.0, self.start + self.window - time.time())
+
+    def full_at(self, now):
+        return self.start + self.window
+
+    def remaining(self):
+        return max(0, int(math.floor(self.level + 1e-9)))
+
+
 class CredState:
     def __init__(self, limits, now):
         self.requests = 0
@@ -296,13 +329,14 @@ class CredState:
         self.set_limits(limits, now)
 
     def set_limits(self, limits, now):
-        req, inp, out, ct, win = limits
+        req, inp, out, ct, win, mode = limits
         self.limits = limits
+        kind = FixedWindow if mode == "fixed" else Bucket
         self.b = {
-            "requests": Bucket(req, win, now),
-            "input": Bucket(inp, win, now),
-            "output": Bucket(out, win, now),
-            "count_tokens": Bucket(ct, win, now),
+            "requests": kind(req, win, now),
+            "input": kind(inp, win, now),
+            "output": kind(out, win, now),
+            "count_tokens": kind(ct, win, now),
         }
 
     def refill(self, now):

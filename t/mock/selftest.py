@@ -821,6 +821,34 @@ def t_window(env):
     s = [post(env, msg_body(), cred="sk-o",
               headers={"x-mock-output-tokens": "20"})[0] for _ in range(2)]
     check(s == [200, 429], "output window refuses (%s)" % s)
+    # a fixed window: no refill before its end, the same reset throughout
+    config(env, {"credentials": {"sk-f": {"requests_limit": 3,
+                                          "window_seconds": 1.5,
+                                          "window_mode": "fixed"}}})
+    seen = [post(env, msg_body("f%d" % i), cred="sk-f") for i in range(3)]
+    resets = set(h.get("anthropic-ratelimit-requests-reset")
+                 for _, h, _, _ in seen)
+    check([x[0] for x in seen] == [200] * 3, "fixed: 3 admitted")
+    check(len(resets) == 1, "fixed: one reset instant all through (%s)"
+          % resets)
+    time.sleep(0.4)
+    st, h, o, _ = post(env, msg_body("f3"), cred="sk-f")
+    check(st == 429 and h.get("anthropic-ratelimit-requests-remaining")
+          == "0", "fixed: nothing back before the end (%s)" % st)
+    end = parse_time(list(resets)[0])
+    while time.time() < end + 0.05:
+        time.sleep(0.05)
+    st, h, o, _ = post(env, msg_body("f4"), cred="sk-f")
+    check(st == 200 and h.get("anthropic-ratelimit-requests-remaining")
+          == "2", "fixed: full again after its end (%s %s)" % (
+              st, h.get("anthropic-ratelimit-requests-remaining")))
+    check(parse_time(h.get("anthropic-ratelimit-requests-reset")) > end,
+          "fixed: the next window's end")
+
+
+def parse_time(v):
+    t = datetime.datetime.strptime(v, "%Y-%m-%dT%H:%M:%SZ")
+    return t.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def long_system(n=6000, tag="A"):

@@ -485,6 +485,13 @@ ngx_http_tokenbiryani_window_json(tb_window_t *win, int64_t now)
         cJSON_AddNullToObject(w, "reset_at");
     }
 
+    /* how it comes back, as configured or learned from its headers */
+
+    cJSON_AddStringToObject(w, "replenishment",
+                            win->refill == TB_REFILL_BUCKET ? "token_bucket"
+                            : win->refill == TB_REFILL_FIXED ? "fixed_window"
+                            : "unknown");
+
     return w;
 }
 
@@ -877,7 +884,7 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
     double                              rate;
     ngx_uint_t                          i, n;
     tb_est_t                           *copies[NGX_HTTP_TB_ESTIMATORS];
-    cJSON                              *root, *models, *m;
+    cJSON                              *root, *models, *m, *in;
     tb_config_t                        *cf;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -932,6 +939,26 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
 
         } else {
             cJSON_AddNullToObject(m, "undershoot_rate");
+        }
+
+        /* the input estimate: tokens per 1,000 text bytes once calibrated */
+
+        in = cJSON_AddObjectToObject(m, "input");
+        if (in == NULL) {
+            cJSON_Delete(root);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        cJSON_AddNumberToObject(in, "samples", copies[i]->in_n);
+
+        if (tb_est_input_ratio(copies[i])) {
+            cJSON_AddBoolToObject(in, "calibrated", 1);
+            cJSON_AddNumberToObject(in, "tokens_per_kb",
+                (double) tb_est_input_ratio(copies[i]) / 1000);
+
+        } else {
+            cJSON_AddBoolToObject(in, "calibrated", 0);
+            cJSON_AddNullToObject(in, "tokens_per_kb");
         }
     }
 

@@ -25,11 +25,11 @@ ngx_http_tokenbiryani_affinity_clock(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
-/* the owner's slot index, or -1 */
+/* the owner's slot index, or -1; *cached: its cached prompt, in tokens */
 
 ngx_int_t
 ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t session, int64_t now)
+    uint64_t session, int64_t now, int64_t *cached)
 {
     ngx_int_t                          slot;
     ngx_http_tokenbiryani_shm_t       *sh;
@@ -37,6 +37,7 @@ ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_zone_t *zone,
 
     sh = zone->sh;
     slot = -1;
+    *cached = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -45,6 +46,7 @@ ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_zone_t *zone,
     if (e) {
         if (e->expires > ngx_http_tokenbiryani_affinity_clock(sh, now)) {
             slot = e->slot;
+            *cached = (int64_t) e->cached * 64;
 
         } else {
             ngx_http_tokenbiryani_affinity_delete(sh, zone->shpool, e);
@@ -59,11 +61,16 @@ ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_zone_t *zone,
 
 void
 ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t session, ngx_uint_t slot, int64_t now)
+    uint64_t session, ngx_uint_t slot, int64_t cached, int64_t now)
 {
     ngx_slab_pool_t                   *shpool;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_affinity_t  *e;
+
+    if (slot > 65535) {
+        /* an entry holds 16 bits of slot */
+        return;
+    }
 
     sh = zone->sh;
     shpool = zone->shpool;
@@ -90,7 +97,11 @@ ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_queue_insert_head(&sh->aff_lru, &e->lru);
 
-    e->slot = (uint32_t) slot;
+    e->slot = (uint16_t) slot;
+
+    /* rounded down: what is discounted for it is never more than it holds */
+    cached /= 64;
+    e->cached = (uint16_t) (cached < 0 ? 0 : ngx_min(cached, 65535));
     e->expires = ngx_http_tokenbiryani_affinity_clock(sh, now)
                  + (uint32_t) zone->tbcf->affinity_ttl_seconds;
 

@@ -31,17 +31,15 @@ ngx_http_tokenbiryani_est_find(ngx_http_tokenbiryani_shm_t *sh,
 
 
 int64_t
-ngx_http_tokenbiryani_estimate_output(ngx_http_tokenbiryani_zone_t *zone,
-    const char *model, size_t len, int64_t max_tokens)
+ngx_http_tokenbiryani_estimate(ngx_http_tokenbiryani_zone_t *zone,
+    const char *model, size_t len, int64_t max_tokens, int64_t text_bytes,
+    int64_t fixed, int64_t *output, ngx_uint_t *calibrated)
 {
-    int64_t                       lease;
+    int                           cal;
+    int64_t                       input;
     uint64_t                      hash;
     tb_est_t                     *e;
     ngx_http_tokenbiryani_shm_t  *sh;
-
-    if (!zone->tbcf->output_estimate_adaptive) {
-        return tb_est_lease(NULL, zone->tbcf, max_tokens);
-    }
 
     sh = zone->sh;
     len = ngx_min(len, TB_EST_MODEL_MAX);
@@ -55,18 +53,24 @@ ngx_http_tokenbiryani_estimate_output(ngx_http_tokenbiryani_zone_t *zone,
         e->last_used = ++sh->models_clock;
     }
 
-    lease = tb_est_lease(e, zone->tbcf, max_tokens);
+    *output = tb_est_lease(zone->tbcf->output_estimate_adaptive ? e : NULL,
+                           zone->tbcf, max_tokens);
+
+    input = tb_est_input(e, text_bytes, fixed,
+                         zone->tbcf->estimate_safety_margin, &cal);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    return lease;
+    *calibrated = cal;
+
+    return input;
 }
 
 
 void
 ngx_http_tokenbiryani_estimator_observe(
     ngx_http_tokenbiryani_zone_t *zone, const char *model, size_t len,
-    int64_t leased, int64_t actual)
+    int64_t leased, int64_t actual, int64_t text_bytes, int64_t prompt)
 {
     uint32_t                      window;
     uint64_t                      hash;
@@ -75,7 +79,7 @@ ngx_http_tokenbiryani_estimator_observe(
     ngx_slab_pool_t              *shpool;
     ngx_http_tokenbiryani_shm_t  *sh;
 
-    if (actual <= 0) {
+    if (actual <= 0 && prompt <= 0) {
         return;
     }
 
@@ -121,6 +125,10 @@ ngx_http_tokenbiryani_estimator_observe(
     e->last_used = ++sh->models_clock;
 
     tb_est_observe(e, leased, actual);
+
+    if (text_bytes > 0) {
+        tb_est_observe_input(e, text_bytes, prompt);
+    }
 
     ngx_shmtx_unlock(&shpool->mutex);
 }

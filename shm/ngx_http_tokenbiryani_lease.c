@@ -62,6 +62,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     lease->id = ++sh->seq;
     lease->slot = slot;
     lease->need = *need;
+    lease->reads_count = conf->cache_reads_count;
     lease->expires_ms = now + zone->lease_timeout;
     lease->pid = ngx_pid;
     lease->probed = took;
@@ -124,7 +125,8 @@ ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_shm_t *sh,
     if (lease->slot < sh->nslots) {
         /* leases taken from now on are sent after this one ended */
         tb_lease_release(sh->slots[lease->slot], &lease->need, usage,
-                         headers_ms, (unsigned) stale, sh->seq);
+                         headers_ms, (unsigned) stale, sh->seq,
+                         (int) lease->reads_count);
     }
 
     if (lease->ks) {

@@ -141,6 +141,7 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         }
 
         slot->live = 1;
+        slot->replenishment = za[i].replenishment;
         za[i].st = slot;
     }
 

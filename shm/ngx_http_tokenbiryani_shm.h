@@ -52,6 +52,7 @@ typedef struct {
     u_char                        *id;
     size_t                         id_len;
     u_char                         fingerprint[8];   /* credential + host */
+    int                            replenishment;    /* TB_REFILL_* */
 
     /* set when the zone is initialised */
     tb_account_state_t            *st;
@@ -263,21 +264,36 @@ void ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_zone_t *zone,
 
 /* affinity (shm/ngx_http_tokenbiryani_affinity.c) */
 
-/* the owner's slot, or -1 */
+/*
+ * The owner's slot, or -1, and the prompt tokens its cache holds for the
+ * session (what its last answer read and wrote there).
+ */
 ngx_int_t ngx_http_tokenbiryani_affinity_get(
-    ngx_http_tokenbiryani_zone_t *zone, uint64_t session, int64_t now);
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t session, int64_t now,
+    int64_t *cached);
 void ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t session, ngx_uint_t slot, int64_t now);
+    uint64_t session, ngx_uint_t slot, int64_t cached, int64_t now);
 
 
 /* estimators (shm/ngx_http_tokenbiryani_estimator.c) */
 
-int64_t ngx_http_tokenbiryani_estimate_output(
-    ngx_http_tokenbiryani_zone_t *zone, const char *model, size_t len,
-    int64_t max_tokens);
+/*
+ * A request's output lease (tb_est_lease) into *output, and its input
+ * lease returned: calibrated from the model's answers when it can be
+ * (*calibrated), else the fixed guess with the safety margin.
+ */
+int64_t ngx_http_tokenbiryani_estimate(ngx_http_tokenbiryani_zone_t *zone,
+    const char *model, size_t len, int64_t max_tokens, int64_t text_bytes,
+    int64_t fixed, int64_t *output, ngx_uint_t *calibrated);
+
+/*
+ * One answer: its output against the output leased; its prompt tokens
+ * (all of them, cache reads included) for text_bytes of text (0: not a
+ * sample).
+ */
 void ngx_http_tokenbiryani_estimator_observe(
     ngx_http_tokenbiryani_zone_t *zone, const char *model, size_t len,
-    int64_t leased, int64_t actual);
+    int64_t leased, int64_t actual, int64_t text_bytes, int64_t prompt);
 ngx_uint_t ngx_http_tokenbiryani_estimator_snapshot(
     ngx_http_tokenbiryani_zone_t *zone, tb_est_t **copies, ngx_uint_t max,
     ngx_pool_t *pool);

@@ -32,6 +32,8 @@ typedef struct {
     int64_t                        expires_ms;
     ngx_pid_t                      pid;
     ngx_uint_t                     probed;        /* holds the breaker's */
+    ngx_uint_t                     reads_count;   /* the account counts
+                                                     cache reads */
 } ngx_http_tokenbiryani_lease_t;
 
 
@@ -63,7 +65,9 @@ typedef struct {
 typedef struct {
     ngx_rbtree_node_t              node;          /* key: the session */
     ngx_queue_t                    lru;
-    uint32_t                       slot;
+    uint16_t                       slot;
+    uint16_t                       cached;        /* prompt cached there,
+                                                     in 64-token units */
     uint32_t                       expires;       /* s since the epoch */
 } ngx_http_tokenbiryani_affinity_t;
 

@@ -189,7 +189,7 @@ tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
     int       w;
     unsigned  result;
 
-    result = tb_mirror_apply(&a->mirror, obs, now_ms);
+    result = tb_mirror_apply(&a->mirror, obs, now_ms, a->replenishment);
 
     for (w = 0; w < TB_NWINDOWS; w++) {
         if ((result & (1u << (w + TB_MIRROR_FRESH)))

@@ -73,6 +73,7 @@ typedef struct {
 
     char                      id[TB_ID_MAX + 1];
     uint32_t                  live;           /* configured now */
+    int                       replenishment;  /* TB_REFILL_*, configured */
     uint64_t                  gen;            /* bumped on (re)assignment */
     unsigned char             fingerprint[8]; /* of credential + base_url */
 

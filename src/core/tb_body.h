@@ -60,6 +60,21 @@ typedef struct {
     int64_t                   cache_read_input_tokens;
 } tb_usage_t;
 
+
+/* every prompt token the answer counted, cache reads and writes too; -1 */
+static inline int64_t
+tb_usage_prompt(const tb_usage_t *u)
+{
+    if (u->input_tokens < 0) {
+        return -1;
+    }
+
+    return u->input_tokens
+           + (u->cache_read_input_tokens > 0 ? u->cache_read_input_tokens : 0)
+           + (u->cache_creation_input_tokens > 0
+              ? u->cache_creation_input_tokens : 0);
+}
+
 void tb_usage_init(tb_usage_t *u);
 
 /*

@@ -31,6 +31,7 @@
 
 #include "tb_conf_int.h"
 #include "tb_hash.h"
+#include "tb_ratelimit.h"
 
 
 
@@ -46,6 +47,9 @@ static int tb_conf_base_url(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 static int tb_conf_headers(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
+static int tb_conf_replenishment(tb_conf_ctx_t *ctx,
+    const tb_conf_field_t *f, yaml_node_t *node, const char *path,
+    void *base);
 static int tb_conf_key_priority(tb_conf_ctx_t *ctx,
     const tb_conf_field_t *f, yaml_node_t *node, const char *path,
     void *base);
@@ -77,6 +81,7 @@ TB_BIT_SETTER(tb_config_t, observability_log_bodies)
 TB_BIT_SETTER(tb_config_t, pricing_builtin)
 TB_BIT_SETTER(tb_account_conf_t, enabled)
 TB_BIT_SETTER(tb_account_conf_t, observable_limits)
+TB_BIT_SETTER(tb_account_conf_t, cache_reads_count)
 TB_BIT_SETTER(tb_key_conf_t, admin)
 
 
@@ -379,6 +384,8 @@ static const tb_conf_field_t  tb_conf_account[] = {
     TB_SECTION("options", offsetof(TB_AC, options), tb_conf_options),
     TB_BOOL("observable_limits", observable_limits, 1),
     TB_NUM("assumed_headroom", TB_AC, assumed_headroom, .5, TB_UNIT),
+    TB_CUSTOM("replenishment", tb_conf_replenishment),
+    TB_BOOL("cache_reads_count", cache_reads_count, 0),
     TB_END
 };
 
@@ -405,6 +412,11 @@ static const tb_conf_field_t  tb_conf_key[] = {
 /* the account types, in tb_account_type_e order, then aliases */
 static const char *const  tb_conf_account_types[] = {
     "anthropic_api", "bedrock", "vertex", "oauth", "anthropic", NULL
+};
+
+/* in TB_REFILL_* order */
+static const char *const  tb_conf_replenishments[] = {
+    "auto", "token_bucket", "fixed_window", NULL
 };
 
 static const char *const  tb_conf_priorities[] = {
@@ -512,6 +524,25 @@ tb_conf_key_priority(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
                                              ? TB_PRIORITY_BATCH
                                              : TB_PRIORITY_INTERACTIVE;
     }
+
+    return TB_CONF_OK;
+}
+
+
+static int
+tb_conf_replenishment(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
+    yaml_node_t *node, const char *path, void *base)
+{
+    int  index;
+
+    if (tb_conf_choice(ctx, node, path, tb_conf_replenishments, &index)
+        != TB_CONF_OK)
+    {
+        return TB_CONF_ERROR;
+    }
+
+    ((tb_account_conf_t *) base)->replenishment = (index == -1)
+                                                  ? TB_REFILL_AUTO : index;
 
     return TB_CONF_OK;
 }

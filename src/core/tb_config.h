@@ -93,7 +93,9 @@ typedef struct {
     tb_kvlist_t               headers;                /* extra upstream */
     tb_account_options_t      options;
     unsigned                  observable_limits:1;    /* true */
+    unsigned                  cache_reads_count:1;    /* false */
     double                    assumed_headroom;       /* 0.5 */
+    int                       replenishment;          /* TB_REFILL_*, auto */
 
     unsigned                  line;                   /* of "- id:" */
 } tb_account_conf_t;

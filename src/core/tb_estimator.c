@@ -174,3 +174,70 @@ tb_est_lease(const tb_est_t *e, const tb_config_t *cf, int64_t max_tokens)
 
     return v < max_tokens ? v : max_tokens;
 }
+
+
+void
+tb_est_observe_input(tb_est_t *e, int64_t text_bytes, int64_t tokens)
+{
+    uint32_t  v, i;
+    uint64_t  r;
+
+    if (text_bytes < 64 || tokens <= 0) {
+        return;
+    }
+
+    r = (uint64_t) tokens * 1000000 / (uint64_t) text_bytes;
+    v = r > UINT32_MAX ? UINT32_MAX : (uint32_t) r;
+
+    if (e->in_n == TB_EST_INPUT_SAMPLES) {
+        i = tb_est_lower_bound(e->in_sorted, e->in_n, e->in_ring[e->in_head]);
+        memmove(&e->in_sorted[i], &e->in_sorted[i + 1],
+                (e->in_n - i - 1) * sizeof(uint32_t));
+        e->in_n--;
+    }
+
+    e->in_ring[e->in_head] = v;
+    e->in_head = (e->in_head + 1) % TB_EST_INPUT_SAMPLES;
+
+    i = tb_est_lower_bound(e->in_sorted, e->in_n, v);
+    memmove(&e->in_sorted[i + 1], &e->in_sorted[i],
+            (e->in_n - i) * sizeof(uint32_t));
+    e->in_sorted[i] = v;
+    e->in_n++;
+}
+
+
+uint32_t
+tb_est_input_ratio(const tb_est_t *e)
+{
+    if (e == NULL || e->in_n < TB_EST_INPUT_MIN) {
+        return 0;
+    }
+
+    return tb_est_nearest_rank(e->in_sorted, e->in_n, TB_EST_INPUT_Q);
+}
+
+
+int64_t
+tb_est_input(const tb_est_t *e, int64_t text_bytes, int64_t fixed,
+    double margin, int *calibrated)
+{
+    int64_t   tokens;
+    uint32_t  ratio;
+
+    ratio = tb_est_input_ratio(e);
+
+    if (ratio) {
+        *calibrated = 1;
+        /* rounded up: a token short is a token over the window */
+        tokens = fixed + (int64_t) (((uint64_t) text_bytes * ratio + 999999)
+                                    / 1000000);
+
+    } else {
+        *calibrated = 0;
+        tokens = (int64_t) ((fixed + (text_bytes * 2 + 6) / 7) * margin
+                            + 0.999);
+    }
+
+    return tokens > 0 ? tokens : 1;
+}

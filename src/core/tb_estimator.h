@@ -26,6 +26,17 @@
 
 #define TB_EST_MODEL_MAX      64
 
+/*
+ * The input estimate, calibrated: per model the last TB_EST_INPUT_SAMPLES
+ * ratios of the prompt tokens an answer counted to the request's text
+ * bytes (in tokens per million bytes); once TB_EST_INPUT_MIN are held, a
+ * lease's input is their nearest-rank p95 times the request's text bytes,
+ * so it follows the upstream's tokenizer and needs no safety margin.
+ */
+#define TB_EST_INPUT_SAMPLES  64
+#define TB_EST_INPUT_MIN      8
+#define TB_EST_INPUT_Q        0.95
+
 
 typedef struct {
     uint64_t                  model_hash;
@@ -46,6 +57,12 @@ typedef struct {
 
     uint64_t                  last_used;      /* for eviction */
 
+    /* the input estimate's ratios: a ring, and the same sorted */
+    uint32_t                  in_n;
+    uint32_t                  in_head;
+    uint32_t                  in_ring[TB_EST_INPUT_SAMPLES];
+    uint32_t                  in_sorted[TB_EST_INPUT_SAMPLES];
+
     /*
      * window uint32_t samples in arrival order (a ring), the same samples
      * kept sorted, then window undershoot bytes (a ring)
@@ -65,6 +82,24 @@ void tb_est_init(tb_est_t *e, const char *model, size_t len,
  * sorted copy is updated in place, so it is cheap under a lock.
  */
 void tb_est_observe(tb_est_t *e, int64_t leased, int64_t actual);
+
+/*
+ * One answer's prompt: tokens counted (input, cache reads and writes
+ * together) for text_bytes of text (requests with base64 payloads are
+ * not samples: their fixed part is a guess).
+ */
+void tb_est_observe_input(tb_est_t *e, int64_t text_bytes, int64_t tokens);
+
+/*
+ * A lease's input tokens for text_bytes of text and fixed tokens of
+ * payloads: calibrated when e holds enough samples, else the fixed guess
+ * (3.5 bytes a token) times margin.  *calibrated says which.
+ */
+int64_t tb_est_input(const tb_est_t *e, int64_t text_bytes, int64_t fixed,
+    double margin, int *calibrated);
+
+/* the calibrated tokens per million bytes (p95), 0 while not calibrated */
+uint32_t tb_est_input_ratio(const tb_est_t *e);
 
 /* the undershoot rate, or -1 while fewer than min_samples records exist */
 double tb_est_undershoot_rate(const tb_est_t *e, int64_t min_samples);

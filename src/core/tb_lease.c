@@ -65,9 +65,10 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
 void
 tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
     const tb_usage_t *usage, int64_t headers_ms, unsigned stale,
-    uint64_t seq)
+    uint64_t seq, int reads_count)
 {
     int           w;
+    int64_t       hold;
     tb_window_t  *out;
 
     for (w = 0; w < TB_NWINDOWS; w++) {
@@ -78,8 +79,24 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
         }
 
         if (w != TB_WIN_OUTPUT && (stale & (1u << (w + TB_MIRROR_STALE)))) {
-            /* the mirror may not count it yet: keep holding it */
-            st->pending[w] += need->n[w];
+
+            /*
+             * The mirror may not count it yet: keep holding it - what the
+             * answer says the window counted, when it says, rather than
+             * the estimate leased (a cache that missed counts more).
+             */
+
+            hold = need->n[w];
+
+            if (w == TB_WIN_INPUT && usage && usage->input_tokens >= 0) {
+                hold = usage->input_tokens
+                       + (usage->cache_creation_input_tokens > 0
+                          ? usage->cache_creation_input_tokens : 0)
+                       + (reads_count && usage->cache_read_input_tokens > 0
+                          ? usage->cache_read_input_tokens : 0);
+            }
+
+            st->pending[w] += hold;
             st->pending_seq[w] = seq;
         }
     }

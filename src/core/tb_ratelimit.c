@@ -167,11 +167,51 @@ tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
 }
 
 
+/*
+ * What two observations of a window in one period say of how it comes
+ * back.  A token bucket refills between resets, and its reset (when it is
+ * full again) moves later as it is drawn from faster than it refills; a
+ * fixed window only falls until its reset, which stays where it was.  A
+ * fall too small to have moved a bucket's reset past the header's
+ * one-second grain (a twentieth of the limit, for a minute's window) says
+ * nothing yet.
+ */
+static void
+tb_window_learn(tb_window_t *win, int64_t prev_remaining, int64_t now_ms)
+{
+    int64_t  fell, enough;
+
+    if (win->period_reset_ms == 0 || now_ms >= win->period_reset_ms
+        || prev_remaining < 0)
+    {
+        /* a new period: what it starts from */
+        win->period_reset_ms = win->reset_ms;
+        win->period_remaining = win->remaining;
+        return;
+    }
+
+    if (win->remaining > prev_remaining
+        || win->reset_ms > win->period_reset_ms + 1500)
+    {
+        win->refill = TB_REFILL_BUCKET;
+        return;
+    }
+
+    fell = win->period_remaining - win->remaining;
+    enough = win->limit / 20 > 2 ? win->limit / 20 : 2;
+
+    if (fell >= enough && win->reset_ms >= win->period_reset_ms - 1500) {
+        win->refill = TB_REFILL_FIXED;
+    }
+}
+
+
 unsigned
-tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
+tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
+    int refill)
 {
     int           w, f;
-    int64_t       level;
+    int64_t       level, prev_remaining;
     unsigned      bit, rem, reset, result;
     tb_window_t  *win;
 
@@ -217,6 +257,8 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
             continue;
         }
 
+        prev_remaining = win->remaining;
+
         for (f = 0; f < TB_RL_NFIELDS; f++) {
             bit = 1u << (w * TB_RL_NFIELDS + f);
 
@@ -238,6 +280,13 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms)
 
             win->observed_ms = now_ms;
             win->seq = obs->seq;
+        }
+
+        if (refill != TB_REFILL_AUTO) {
+            win->refill = refill;
+
+        } else if ((obs->has & rem) && (obs->has & reset)) {
+            tb_window_learn(win, prev_remaining, now_ms);
         }
 
         if (obs->has & rem) {

@@ -21,6 +21,12 @@
 #include "tb_parse.h"
 
 
+/* how a window comes back: learned from its headers, or configured */
+#define TB_REFILL_AUTO        0        /* not known yet: as fixed */
+#define TB_REFILL_BUCKET      1        /* a token bucket: linear refill */
+#define TB_REFILL_FIXED       2        /* full again at fixed instants */
+
+
 enum {
     TB_WIN_REQUESTS = 0,
     TB_WIN_INPUT,
@@ -44,6 +50,11 @@ typedef struct {
     int64_t                   reset_ms;       /* 0: unknown */
     int64_t                   observed_ms;    /* 0: never observed */
     uint64_t                  seq;            /* its request's order */
+
+    /* how it comes back (TB_REFILL_*), and the evidence it is learned by */
+    int                       refill;         /* 0: not known yet */
+    int64_t                   period_reset_ms;
+    int64_t                   period_remaining;
 } tb_window_t;
 
 
@@ -83,7 +94,9 @@ int tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name,
 int tb_rl_is_ratelimit_header(const unsigned char *name, size_t len);
 
 /*
- * Folds a response's headers into the mirror.  Responses can arrive in
+ * Folds a response's headers into the mirror, and with refill
+ * TB_REFILL_AUTO learns from them how each window comes back (else refill
+ * is what the account was configured with).  Responses can arrive in
  * another order than their requests were admitted upstream: an answer to
  * a request sent before the one the window was last read from is older
  * news, and only lowers what the window holds, never raises it (with
@@ -92,7 +105,7 @@ int tb_rl_is_ratelimit_header(const unsigned char *name, size_t len);
  * were older news (bits 4-6).
  */
 unsigned tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs,
-    int64_t now_ms);
+    int64_t now_ms, int refill);
 
 /* tb_mirror_apply()'s result: per window, 1 << TB_WIN_*, shifted by */
 #define TB_MIRROR_FRESH       0       /* the remaining count was taken */
@@ -102,10 +115,13 @@ unsigned tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs,
 
 /*
  * A window's level at now.  Never observed: TB_UNKNOWN (reads as full);
- * once its reset has passed it reads as refilled to its limit; in between
- * it replenishes linearly from the remaining count seen toward the limit
- * at the reset time - Anthropic's limits are token buckets whose reset
- * header is when the bucket is full again.
+ * once its reset has passed it reads as refilled to its limit.  Before
+ * that, a token bucket (Anthropic documents its limits as such, the reset
+ * header being when the bucket is full again) replenishes linearly from
+ * the remaining count seen toward the limit at the reset time; a fixed
+ * window, or one not yet known to be a bucket, holds what it had until
+ * its reset (a window with no usable reset is taken for a bucket
+ * refilling its limit per minute, so that it never stays empty).
  */
 static inline int64_t
 tb_window_level_inline(const tb_window_t *w, int64_t now)
@@ -123,6 +139,11 @@ tb_window_level_inline(const tb_window_t *w, int64_t now)
 
     if (w->reset_ms && now >= w->reset_ms) {
         return w->limit;
+    }
+
+    if (w->refill != TB_REFILL_BUCKET && w->reset_ms > w->observed_ms) {
+        /* nothing comes back before the reset until it is known to */
+        return w->remaining;
     }
 
     elapsed = now - w->observed_ms;

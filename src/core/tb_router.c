@@ -175,6 +175,17 @@ tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
             return 0;
         }
 
+        if (win->refill != TB_REFILL_BUCKET && win->reset_ms > now) {
+            /* nothing before its reset, all of it then */
+            at = win->reset_ms;
+
+            if (at > latest) {
+                latest = at;
+            }
+
+            continue;
+        }
+
         if (win->reset_ms > win->observed_ms) {
             span = win->reset_ms - win->observed_ms;
 
@@ -249,8 +260,8 @@ tb_probing(const tb_account_conf_t *conf, const tb_account_state_t *st,
  */
 
 static tb_verdict_e
-tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
-    tb_cand_out_t *o)
+tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
+    const tb_cand_t *c, tb_cand_out_t *o)
 {
     int                        fits, exceeds;
     double                     h, f;
@@ -286,7 +297,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
                                                                               \
         avail = tb_level(win, in->now) - st->reserved[wi] - st->pending[wi];  \
                                                                               \
-        if (avail < in->need.n[wi]) {                                         \
+        if (avail < need->n[wi]) {                                            \
             fits = 0;                                                         \
             avail = avail > 0 ? avail : 0;                                    \
         }                                                                     \
@@ -297,9 +308,9 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
         }                                                                     \
     }
 
-    tb_route_window(TB_WIN_REQUESTS, in->need.n[TB_WIN_REQUESTS])
-    tb_route_window(TB_WIN_INPUT, in->need.n[TB_WIN_INPUT])
-    tb_route_window(TB_WIN_OUTPUT, in->need.max_tokens)
+    tb_route_window(TB_WIN_REQUESTS, need->n[TB_WIN_REQUESTS])
+    tb_route_window(TB_WIN_INPUT, need->n[TB_WIN_INPUT])
+    tb_route_window(TB_WIN_OUTPUT, need->max_tokens)
 
 #undef tb_route_window
 
@@ -362,11 +373,11 @@ tb_route_filter(const tb_route_in_t *in, const tb_cand_t *c,
     }
 
     if (!fits) {
-        o->available_at = tb_fits_at(st, &in->need, in->now);
+        o->available_at = tb_fits_at(st, need, in->now);
         return TB_V_HEADROOM;
     }
 
-    if (!tb_need_empty(&in->need) && tb_probing(conf, st, in->now)) {
+    if (!tb_need_empty(need) && tb_probing(conf, st, in->now)) {
         o->available_at = st->probe_ms + TB_PROBE_MS;
         return TB_V_HEADROOM;
     }
@@ -416,7 +427,11 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
         o->headroom = 0;
         o->score = 0;
 
-        o->verdict = tb_route_filter(in, &c[i], o);
+        /* the owner counts less of the prompt: its cache holds the rest */
+        o->verdict = tb_route_filter(in, ((int) i == in->owner
+                                          && in->owner_discount)
+                                         ? &in->owner_need : &in->need,
+                                     &c[i], o);
 
         if (o->verdict != TB_V_ELIGIBLE) {
             if (tb_route_saturated(o->verdict)) {

@@ -119,6 +119,10 @@ typedef struct {
     uint64_t                  model_hash;      /* tb_hash64(0, model) */
     tb_breaker_conf_t         breaker;
     tb_need_t                 need;
+    tb_need_t                 owner_need;      /* with owner_discount: the
+                                                  owner's, what it counts
+                                                  once its cache is read */
+    unsigned                  owner_discount:1;
     uint64_t                  session;         /* 0: no session key */
     int                       owner;           /* candidate index, or -1 */
     uint64_t                  cursor;          /* round-robin position */

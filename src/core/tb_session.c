@@ -502,6 +502,21 @@ tb_estimate_block(const tb_str_t *block, size_t *b64, int64_t *tokens)
 int64_t
 tb_estimate_input(const unsigned char *body, size_t len, const tb_body_t *b)
 {
+    int64_t  text, fixed;
+
+    tb_estimate_input_parts(body, len, b, &text, &fixed);
+
+    /* 3.5 bytes a token over-counts English a little: the safe side */
+    fixed += (text * 2 + 6) / 7;
+
+    return fixed > 0 ? fixed : 1;
+}
+
+
+void
+tb_estimate_input_parts(const unsigned char *body, size_t len,
+    const tb_body_t *b, int64_t *text_bytes, int64_t *fixed_tokens)
+{
     size_t     b64;
     int64_t    tokens;
     tb_str_t   msgs, msg, content, block;
@@ -542,8 +557,6 @@ tb_estimate_input(const unsigned char *body, size_t len, const tb_body_t *b)
         b64 = len;
     }
 
-    /* 3.5 bytes a token over-counts English a little: the safe side */
-    tokens += (int64_t) (((len - b64) * 2 + 6) / 7);
-
-    return tokens > 0 ? tokens : 1;
+    *text_bytes = (int64_t) (len - b64);
+    *fixed_tokens = tokens;
 }

@@ -49,4 +49,12 @@ uint64_t tb_session_key(const unsigned char *body, size_t len,
 int64_t tb_estimate_input(const unsigned char *body, size_t len,
     const tb_body_t *b);
 
+/*
+ * The same in its two parts: the bytes that are text (the whole body but
+ * its base64 payloads), whose tokens per byte a model's estimator learns,
+ * and the tokens of the base64 payloads, estimated as above.
+ */
+void tb_estimate_input_parts(const unsigned char *body, size_t len,
+    const tb_body_t *b, int64_t *text_bytes, int64_t *fixed_tokens);
+
 #endif /* TB_SESSION_H */

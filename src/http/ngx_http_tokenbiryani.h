@@ -256,6 +256,8 @@ typedef struct {
     int64_t                        retry_at;      /* its soonest, waiting */
     ngx_int_t                      retry_after;   /* ours, seconds; 0 */
     uint64_t                       key_hash;      /* of its name; 0: none */
+    int64_t                        text_bytes;    /* an input sample, 0 */
+    int64_t                        owner_cached;  /* prompt in its cache */
     ngx_int_t                      rpm_slot;      /* -1: none taken */
     int64_t                        rpm_taken;
 

@@ -351,6 +351,7 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
 
     za->id = a->id.data;
     za->id_len = a->id.len;
+    za->replenishment = ac->replenishment;
     ngx_memcpy(za->fingerprint, digest, sizeof(za->fingerprint));
 
     if (!a->supported) {

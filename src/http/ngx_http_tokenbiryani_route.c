@@ -37,8 +37,9 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
 {
     u_char                             *pool;
-    int64_t                             input, max_tokens;
-    ngx_uint_t                          i, n;
+    int64_t                             input, output, max_tokens, text;
+    int64_t                             fixed;
+    ngx_uint_t                          i, n, calibrated;
     tb_cand_t                          *c;
     const char                         *scope;
     ngx_table_elt_t                    *h;
@@ -96,7 +97,8 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
                                   &ctx->session_source);
 
     ctx->owner = ngx_http_tokenbiryani_affinity_get(&tmcf->zone, ctx->session,
-                                             ngx_http_tokenbiryani_now_ms());
+                                             ngx_http_tokenbiryani_now_ms(),
+                                             &ctx->owner_cached);
 
     if (ctx->owner >= 0) {
         for (i = 0; i < n; i++) {
@@ -111,16 +113,20 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
     /* the need vector */
 
-    input = tb_estimate_input(body->data, body->len, &ctx->body);
-    input = (int64_t) (input * tmcf->tbcf->estimate_safety_margin + 0.999);
+    tb_estimate_input_parts(body->data, body->len, &ctx->body, &text, &fixed);
 
     max_tokens = ctx->body.max_tokens >= 0 ? ctx->body.max_tokens : 1024;
 
+    input = ngx_http_tokenbiryani_estimate(&tmcf->zone, ctx->body.model,
+                                           ctx->body.model_len, max_tokens,
+                                           text, fixed, &output, &calibrated);
+
+    /* a sample of the model's tokens per byte, when it answers */
+    ctx->text_bytes = fixed ? 0 : text;
+
     ctx->need.n[TB_WIN_REQUESTS] = 1;
-    ctx->need.n[TB_WIN_INPUT] = input > 0 ? input : 1;
-    ctx->need.n[TB_WIN_OUTPUT] = ngx_http_tokenbiryani_estimate_output(
-                                     &tmcf->zone, ctx->body.model,
-                                     ctx->body.model_len, max_tokens);
+    ctx->need.n[TB_WIN_INPUT] = input;
+    ctx->need.n[TB_WIN_OUTPUT] = output;
     ctx->need.max_tokens = max_tokens;
 
     return NGX_OK;
@@ -143,6 +149,21 @@ ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
     in->need = ctx->need;
     in->session = ctx->session;
     in->owner = ctx->owner_index;
+
+    /*
+     * Cache-aware: on an account whose contract does not count cache
+     * reads toward the input window, the owner will count the prompt less
+     * what its cache holds for the conversation, and is leased that.
+     */
+
+    if (ctx->owner_index >= 0 && ctx->owner_cached > 0
+        && !ctx->cands[ctx->owner_index].conf->cache_reads_count)
+    {
+        in->owner_need = ctx->need;
+        in->owner_need.n[TB_WIN_INPUT] = ngx_max(1,
+                               ctx->need.n[TB_WIN_INPUT] - ctx->owner_cached);
+        in->owner_discount = 1;
+    }
 }
 
 
@@ -194,7 +215,10 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         probed = 0;
 
         rc = ngx_http_tokenbiryani_lease_take(&tmcf->zone, a[i].slot,
-                                 a[i].conf, &ctx->need, ctx->key_hash,
+                                 a[i].conf,
+                                 ((int) i == in.owner && in.owner_discount)
+                                 ? &in.owner_need : &ctx->need,
+                                 ctx->key_hash,
                                  ctx->key ? ctx->key->max_inflight : -1,
                                  in.now, &ctx->lease, &probed);
 
@@ -259,7 +283,9 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     ngx_http_tokenbiryani_estimator_observe(&tmcf->zone, ctx->body.model,
                                             ctx->body.model_len,
                                             ctx->need.n[TB_WIN_OUTPUT],
-                                            ctx->usage.output_tokens);
+                                            ctx->usage.output_tokens,
+                                            ctx->text_bytes,
+                                            tb_usage_prompt(&ctx->usage));
 
     ngx_http_tokenbiryani_count_affinity(r, ctx);
 }

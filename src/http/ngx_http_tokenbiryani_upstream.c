@@ -1126,8 +1126,12 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
         tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
         ngx_http_tokenbiryani_affinity_set(&tmcf->zone, ctx->session,
-                                           ctx->account->slot,
-                                           ngx_http_tokenbiryani_now_ms());
+            ctx->account->slot,
+            (ctx->usage.cache_read_input_tokens > 0
+             ? ctx->usage.cache_read_input_tokens : 0)
+            + (ctx->usage.cache_creation_input_tokens > 0
+               ? ctx->usage.cache_creation_input_tokens : 0),
+            ngx_http_tokenbiryani_now_ms());
     }
 
     if (ctx->uconf) {

@@ -9,7 +9,17 @@ itself, and per account the peak reservation next to what the mirror had
 left at that moment.
 
     stampede.py --module build/ngx_http_tokenbiryani_module.so
-        [--requests 1000] [--rpm 60] [--itpm 30000] [--wait 5] [--json]
+        [--requests 1000] [--rpm 60] [--itpm 30000] [--wait 5]
+        [--mode bucket|fixed] [--window 60] [--json]
+
+    stampede.py --module ... --variants
+
+--variants runs four cold pools in turn - token-bucket and fixed windows,
+10 s and a minute long, each of 8 requests and about 6 requests' worth of
+input tokens - with a wait budget that spans two window ends, and prints
+for each the upstream 429s caused by over-admission (goal 0) and the
+requests served against the capacity the windows offered in that time
+(goal >= 0.90).
 """
 
 import argparse
@@ -35,6 +45,12 @@ def main():
                     help="each account's input-token window, per minute")
     ap.add_argument("--wait", type=float, default=5,
                     help="queue.default_max_wait_seconds")
+    ap.add_argument("--mode", choices=("bucket", "fixed"), default="bucket",
+                    help="the mock's windows: token buckets or fixed")
+    ap.add_argument("--window", type=float, default=60,
+                    help="the windows' length in seconds (--rpm and "
+                    "--itpm are per window)")
+    ap.add_argument("--variants", action="store_true")
     ap.add_argument("--workdir", default=os.path.join(tbbench.TOP, "build",
                                                       "bench", "stampede"))
     ap.add_argument("--json", action="store_true")
@@ -43,9 +59,67 @@ def main():
     args.workdir = os.path.abspath(args.workdir)
     os.makedirs(args.workdir, exist_ok=True)
 
+    if args.variants:
+        variants(args)
+        return
+
+    out = run(args)
+    report(args, out)
+
+
+def body_of(i):
+    return {"model": "claude-sonnet-4-6", "max_tokens": 64,
+            "messages": [{"role": "user", "content":
+                          "stampede request %d: " % i + "word " * 300}]}
+
+
+def tokens_of(body):
+    """The input tokens the mock counts for body (its own rule)."""
+    sys.path.insert(0, os.path.join(tbbench.TOP, "t", "mock"))
+    import mock as mockmod  # noqa: E402
+    return mockmod.analyse_prompt(body)[0]
+
+
+def variants(args):
+    rows = []
+    per = tokens_of(body_of(500))
+    for window, wait in ((10, 25), (60, 70)):
+        for mode in ("bucket", "fixed"):
+            args.mode, args.window, args.wait = mode, window, wait
+            args.rpm, args.itpm = 8, 6 * per + per // 2
+            out = run(args)
+            ends = int(wait // window)
+            if mode == "fixed":
+                # whole requests per window, each window on its own
+                per_account = min(args.rpm, args.itpm // per) * (1 + ends)
+            else:
+                # a bucket's refill carries over: fractions add up
+                refills = wait / window
+                per_account = int(min(args.rpm * (1 + refills),
+                                      args.itpm * (1 + refills) / per))
+            capacity = args.accounts * per_account
+            rows.append((window, mode, out, capacity))
+    print("%d requests at once, %d accounts, each window %d requests and %d "
+          "input tokens (%d requests' worth: %d tokens a request); a wait "
+          "budget that spans two window ends; a cold pool each time\n"
+          % (args.requests, args.accounts, 8, 6 * per + per // 2,
+             (6 * per + per // 2) // per, per))
+    print("| windows | kind | upstream 429s (over-admission) | served | "
+          "capacity offered | served / capacity |\n|---|---|---|---|---|---|")
+    for window, mode, out, capacity in rows:
+        print("| %ds, wait %gs | %s | **%d** | %d | %d | **%.2f** |" % (
+            window, {10: 25, 60: 70}[window],
+            "token bucket" if mode == "bucket" else "fixed window",
+            out["mock_refused_429"], out["served"], capacity,
+            out["served"] / capacity if capacity else 0))
+    print("\nreproduce: make bench-stampede BENCH_ARGS=--variants")
+
+
+def run(args):
     mock = tbbench.Mock(args.workdir, args.accounts, config={
         "defaults": {"requests_limit": args.rpm, "input_limit": args.itpm,
-                     "output_limit": 100000, "window_seconds": 60}})
+                     "output_limit": 100000, "window_seconds": args.window,
+                     "window_mode": args.mode}})
     accounts = "".join(
         "  - id: acct-%02d\n    api_key: key-%02d\n"
         "    base_url: http://127.0.0.1:%d\n    max_concurrency: 1000\n"
@@ -70,10 +144,7 @@ def main():
     ready = threading.Barrier(args.requests + 1, timeout=60)
 
     def one(i):
-        body = json.dumps({
-            "model": "claude-sonnet-4-6", "max_tokens": 64,
-            "messages": [{"role": "user", "content":
-                          "stampede request %d: " % i + "word " * 300}]})
+        body = json.dumps(body_of(i))
         req = ("POST /v1/messages HTTP/1.1\r\nHost: localhost\r\n"
                "x-api-key: bir_bench\r\ncontent-type: application/json\r\n"
                "connection: close\r\ncontent-length: %d\r\n\r\n%s"
@@ -149,14 +220,25 @@ def main():
         "nginx_errors": errors,
     }
 
+    return out
+
+
+def report(args, out):
+    served = out["served"]
+    gw429 = out["refused_by_gateway_429"]
+    wall = out["wall_s"]
+    errors = out["nginx_errors"]
+    other = out["other_samples"]
+
     if args.json:
         print(json.dumps(out, indent=1))
         return
 
     print("%d requests started at once; %d accounts, each %d requests and "
-          "%d input tokens a minute; queue wait %gs; nginx with the module, "
+          "%d input tokens per %gs %s; queue wait %gs; nginx with the module, "
           "2 workers\n" % (args.requests, args.accounts, args.rpm, args.itpm,
-                           args.wait))
+                           args.window, "token bucket" if args.mode == "bucket"
+                           else "fixed window", args.wait))
     print("| | count |\n|---|---|")
     print("| 429s the mock had to send (admitted past a window) | **%d** |"
           % out["mock_refused_429"])
@@ -165,7 +247,7 @@ def main():
           % (out["queued"], out["queue_served"], out["queue_timed_out"]))
     print("| refused by the gateway itself, 429 with retry-after | %d |"
           % gw429)
-    print("| other outcomes | %d %s |" % (len(other), out["other_samples"]))
+    print("| other outcomes | %d %s |" % (out["other"], other))
     print("| requests the mock received | %d |" % out["mock_requests"])
     print("\n| account | peak reserved (requests / input) | mirror had then "
           "(requests / input) |\n|---|---|---|")

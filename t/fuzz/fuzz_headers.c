@@ -35,7 +35,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void) tb_parse_int64(data, size, &v);
 
     tb_mirror_init(&m);
-    tb_mirror_apply(&m, &obs, T0);
+    tb_mirror_apply(&m, &obs, T0, (int) (size % 3));
     (void) tb_rl_obs_blocked_until(&obs);
 
     return 0;

@@ -8,6 +8,7 @@
 
 #include "tb_config.h"
 #include "tb_router.h"
+#include "tb_ratelimit.h"
 #include "tb_test.h"
 
 
@@ -890,6 +891,31 @@ TB_TEST(test_key_shares)
 }
 
 
+TB_TEST(test_replenishment)
+{
+    tb_config_t  *cf;
+
+    cf = load("accounts:\n"
+              "  - {id: a, api_key: x}\n"
+              "  - {id: b, api_key: y, replenishment: token_bucket}\n"
+              "  - {id: c, api_key: z, replenishment: fixed_window}\n"
+              "  - {id: d, api_key: w, replenishment: auto}\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->accounts[0].replenishment, TB_REFILL_AUTO);
+        TB_CHECK_INT(cf->accounts[1].replenishment, TB_REFILL_BUCKET);
+        TB_CHECK_INT(cf->accounts[2].replenishment, TB_REFILL_FIXED);
+        TB_CHECK_INT(cf->accounts[3].replenishment, TB_REFILL_AUTO);
+    }
+
+    tb_config_free(cf);
+
+    EXPECT_ERROR("accounts:\n  - {id: a, api_key: x, replenishment: daily}\n",
+                 "replenishment");
+}
+
+
 TB_TEST(test_duplicate_account_id)
 {
     EXPECT_ERROR("accounts:\n"
@@ -1682,6 +1708,7 @@ main(void)
     TB_RUN(test_real_getenv_and_small_errbuf);
     TB_RUN(test_lists_and_maps);
     TB_RUN(test_key_shares);
+    TB_RUN(test_replenishment);
 
     return tb_test_done();
 }

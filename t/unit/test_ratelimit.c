@@ -224,7 +224,7 @@ TB_TEST(observe_nine_headers)
                  1);
     TB_CHECK_INT(tb_rl_obs_header(&o, S("content-type"), S("x"), T0), 0);
 
-    tb_mirror_apply(&m, &o, T0);
+    tb_mirror_apply(&m, &o, T0, TB_REFILL_AUTO);
 
     TB_CHECK_INT(m.w[TB_WIN_REQUESTS].limit, 4000);
     TB_CHECK_INT(m.w[TB_WIN_REQUESTS].remaining, 3999);
@@ -254,7 +254,7 @@ TB_TEST(observe_partial_and_bad_values)
                      S("1000"), T0);
     tb_rl_obs_header(&o, S("anthropic-ratelimit-input-tokens-remaining"),
                      S("900"), T0);
-    tb_mirror_apply(&m, &o, T0);
+    tb_mirror_apply(&m, &o, T0, TB_REFILL_AUTO);
 
     /* a later response with a garbage remaining and no limit */
     tb_rl_obs_init(&o);
@@ -265,7 +265,7 @@ TB_TEST(observe_partial_and_bad_values)
     tb_rl_obs_header(&o, S("anthropic-ratelimit-requests-remaining"),
                      S("-3"), T0 + 5);
     tb_rl_obs_header(&o, S("retry-after"), S("soon"), T0 + 5);
-    tb_mirror_apply(&m, &o, T0 + 5);
+    tb_mirror_apply(&m, &o, T0 + 5, TB_REFILL_AUTO);
 
     TB_CHECK_INT(m.w[TB_WIN_INPUT].limit, 1000);
     TB_CHECK_INT(m.w[TB_WIN_INPUT].remaining, 900);
@@ -410,6 +410,80 @@ obs_requests(tb_rl_obs_t *o, uint64_t seq, const char *remaining)
 }
 
 
+/* one observation of the requests window: remaining, reset in ms from T0 */
+static void
+see(tb_mirror_t *m, int64_t at, int64_t limit, int64_t remaining,
+    int64_t reset_in, int refill)
+{
+    tb_rl_obs_t  o;
+
+    tb_rl_obs_init(&o);
+    o.v[TB_WIN_REQUESTS][TB_RL_LIMIT] = limit;
+    o.v[TB_WIN_REQUESTS][TB_RL_REMAINING] = remaining;
+    o.v[TB_WIN_REQUESTS][TB_RL_RESET] = T0 + reset_in;
+    o.has = 7u << (TB_WIN_REQUESTS * TB_RL_NFIELDS);
+
+    tb_mirror_apply(m, &o, at, refill);
+}
+
+
+TB_TEST(replenishment_learned)
+{
+    tb_mirror_t   m;
+    tb_window_t  *w;
+
+    w = &m.w[TB_WIN_REQUESTS];
+
+    /* a bucket: its reset moves later as it is drawn from */
+    tb_mirror_init(&m);
+    see(&m, T0, 60, 50, 10000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->refill, TB_REFILL_AUTO);
+    see(&m, T0 + 100, 60, 49, 11000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->refill, TB_REFILL_AUTO);        /* within the grain */
+    see(&m, T0 + 200, 60, 47, 13000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->refill, TB_REFILL_BUCKET);
+
+    /* a bucket: it rose before its reset */
+    tb_mirror_init(&m);
+    see(&m, T0, 60, 50, 10000, TB_REFILL_AUTO);
+    see(&m, T0 + 3000, 60, 53, 7000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->refill, TB_REFILL_BUCKET);
+
+    /* a fixed window: it fell by a twentieth, its reset where it was */
+    tb_mirror_init(&m);
+    see(&m, T0, 60, 50, 10000, TB_REFILL_AUTO);
+    see(&m, T0 + 100, 60, 49, 10000, TB_REFILL_AUTO);
+    see(&m, T0 + 200, 60, 48, 10000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->refill, TB_REFILL_AUTO);        /* 2 < 3 */
+    see(&m, T0 + 300, 60, 47, 10000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->refill, TB_REFILL_FIXED);
+
+    /* the next period starts afresh: the old reset passed */
+    see(&m, T0 + 10500, 60, 59, 20000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->period_reset_ms, T0 + 20000);
+    TB_CHECK_INT(w->period_remaining, 59);
+    TB_CHECK_INT(w->refill, TB_REFILL_FIXED);       /* kept until told */
+    see(&m, T0 + 11000, 60, 58, 23000, TB_REFILL_AUTO);
+    TB_CHECK_INT(w->refill, TB_REFILL_BUCKET);      /* evidence wins */
+
+    /* an account configured says what it is, whatever it looks like */
+    tb_mirror_init(&m);
+    see(&m, T0, 60, 50, 10000, TB_REFILL_FIXED);
+    see(&m, T0 + 100, 60, 55, 10000, TB_REFILL_FIXED);
+    TB_CHECK_INT(w->refill, TB_REFILL_FIXED);
+    see(&m, T0 + 200, 60, 40, 10000, TB_REFILL_BUCKET);
+    TB_CHECK_INT(w->refill, TB_REFILL_BUCKET);
+
+    /* a fixed window holds until its reset; a bucket refills toward it */
+    tb_mirror_init(&m);
+    see(&m, T0, 60, 0, 10000, TB_REFILL_FIXED);
+    TB_CHECK_INT(tb_window_level(w, T0 + 9999), 0);
+    TB_CHECK_INT(tb_window_level(w, T0 + 10000), 60);
+    see(&m, T0, 60, 0, 10000, TB_REFILL_BUCKET);
+    TB_CHECK_INT(tb_window_level(w, T0 + 5000), 30);
+}
+
+
 TB_TEST(observe_out_of_order)
 {
     unsigned            r;
@@ -462,7 +536,7 @@ TB_TEST(observe_out_of_order)
     a.inflight = 2;
 
     tb_lease_release(&a, &need, NULL, T0,
-                     1u << (TB_WIN_REQUESTS + TB_MIRROR_STALE), 40);
+                     1u << (TB_WIN_REQUESTS + TB_MIRROR_STALE), 40, 0);
     TB_CHECK_INT(a.reserved[TB_WIN_REQUESTS], 1);
     TB_CHECK_INT(a.pending[TB_WIN_REQUESTS], 1);
     TB_CHECK_INT(a.pending[TB_WIN_INPUT], 0);
@@ -479,6 +553,47 @@ TB_TEST(observe_out_of_order)
     tb_account_observe(&a, &o, T0);
     TB_CHECK_INT(a.pending[TB_WIN_REQUESTS], 0);
     TB_CHECK_INT(tb_window_available(&a, TB_WIN_REQUESTS, T0), 29 - 1);
+
+    /*
+     * The input held as pending is what the answer counted, not the
+     * lease: a cache that missed counts more than a discounted lease, and
+     * cache reads count only where the account says they do.
+     */
+    {
+        tb_need_t   in;
+        tb_usage_t  u;
+
+        memset(&in, 0, sizeof(in));
+        in.n[TB_WIN_REQUESTS] = 1;
+        in.n[TB_WIN_INPUT] = 100;
+        u.input_tokens = 300;
+        u.output_tokens = 10;
+        u.cache_creation_input_tokens = 50;
+        u.cache_read_input_tokens = 2000;
+
+        a.reserved[TB_WIN_INPUT] = 100;
+        a.pending[TB_WIN_INPUT] = 0;
+        a.inflight = 1;
+        tb_lease_release(&a, &in, &u, T0,
+                         1u << (TB_WIN_INPUT + TB_MIRROR_STALE), 50, 0);
+        TB_CHECK_INT(a.reserved[TB_WIN_INPUT], 0);
+        TB_CHECK_INT(a.pending[TB_WIN_INPUT], 350);
+
+        a.reserved[TB_WIN_INPUT] = 100;
+        a.pending[TB_WIN_INPUT] = 0;
+        a.inflight = 1;
+        tb_lease_release(&a, &in, &u, T0,
+                         1u << (TB_WIN_INPUT + TB_MIRROR_STALE), 51, 1);
+        TB_CHECK_INT(a.pending[TB_WIN_INPUT], 2350);
+
+        /* no usage: the lease */
+        a.reserved[TB_WIN_INPUT] = 100;
+        a.pending[TB_WIN_INPUT] = 0;
+        a.inflight = 1;
+        tb_lease_release(&a, &in, NULL, T0,
+                         1u << (TB_WIN_INPUT + TB_MIRROR_STALE), 52, 0);
+        TB_CHECK_INT(a.pending[TB_WIN_INPUT], 100);
+    }
 }
 
 
@@ -502,6 +617,7 @@ main(void)
     TB_RUN(model_scopes);
     TB_RUN(account_states);
     TB_RUN(observe_out_of_order);
+    TB_RUN(replenishment_learned);
 
     return tb_test_done();
 }

@@ -137,9 +137,10 @@ TB_TEST(window_refills_continuously_then_fully)
 
     setup();
 
-    /* 40,000 of 100,000 left, full again 30 s later */
+    /* 40,000 of 100,000 left, full again 30 s later: a token bucket */
     observe(&st[0], TB_WIN_INPUT, 100000, 40000, T0 + 30000, T0);
     w = &st[0].mirror.w[TB_WIN_INPUT];
+    w->refill = TB_REFILL_BUCKET;
 
     TB_CHECK_INT(tb_window_level(w, T0), 40000);
     TB_CHECK_INT(tb_window_level(w, T0 + 15000), 70000);
@@ -156,6 +157,15 @@ TB_TEST(window_refills_continuously_then_fully)
                  30000);
     TB_CHECK_INT(tb_window_level(&st[1].mirror.w[TB_WIN_INPUT], T0 + 60000),
                  60000);
+
+    /* not yet known to be a bucket, or a fixed window: nothing before reset */
+    observe(&st[3], TB_WIN_INPUT, 100000, 40000, T0 + 30000, T0);
+    w = &st[3].mirror.w[TB_WIN_INPUT];
+    TB_CHECK_INT(tb_window_level(w, T0 + 15000), 40000);
+    TB_CHECK_INT(tb_window_level(w, T0 + 29999), 40000);
+    TB_CHECK_INT(tb_window_level(w, T0 + 30000), 100000);
+    w->refill = TB_REFILL_FIXED;
+    TB_CHECK_INT(tb_window_level(w, T0 + 29999), 40000);
 
     /* remaining seen without a limit: taken as it is */
     observe(&st[2], TB_WIN_INPUT, -1, 500, T0 + 1000, T0);
@@ -211,7 +221,14 @@ TB_TEST(fits_and_when)
 
     observe(&st[0], TB_WIN_INPUT, 100000, 10000, T0 + 45000, T0);
 
+    /* not known to refill before its reset: then, all at once */
     TB_CHECK(!tb_fits(&st[0], &need, T0));
+    TB_CHECK_INT(tb_fits_at(&st[0], &need, T0), T0 + 45000);
+    TB_CHECK(!tb_fits(&st[0], &need, T0 + 44999));
+    TB_CHECK(tb_fits(&st[0], &need, T0 + 45000));
+
+    /* a token bucket */
+    st[0].mirror.w[TB_WIN_INPUT].refill = TB_REFILL_BUCKET;
 
     /* 10,000 -> 100,000 over 45 s: 2,000 a second; 30,000 in 10 s */
     TB_CHECK_INT(tb_fits_at(&st[0], &need, T0), T0 + 10001);
@@ -624,8 +641,8 @@ TB_TEST(leases_are_all_or_nothing)
     TB_CHECK_INT(st[0].peak_reserved[TB_WIN_INPUT], 800);
     TB_CHECK_INT(st[0].peak_available[TB_WIN_INPUT], 1000);
 
-    tb_lease_release(&st[0], &need, NULL, 0, 0, 0);
-    tb_lease_release(&st[0], &need, NULL, 0, 0, 0);
+    tb_lease_release(&st[0], &need, NULL, 0, 0, 0, 0);
+    tb_lease_release(&st[0], &need, NULL, 0, 0, 0, 0);
 
     for (i = 0; i < TB_NWINDOWS; i++) {
         TB_CHECK_INT(st[0].reserved[i], 0);
@@ -638,7 +655,7 @@ TB_TEST(leases_are_all_or_nothing)
     conf[0].max_concurrency = 1;
     TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     TB_CHECK(!tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
-    tb_lease_release(&st[0], &need, NULL, 0, 0, 0);
+    tb_lease_release(&st[0], &need, NULL, 0, 0, 0, 0);
 }
 
 
@@ -707,7 +724,7 @@ TB_TEST(concurrency_only_leases_skip_the_probe)
     decide(&in, &d);
     TB_CHECK(out[0].verdict == TB_V_ELIGIBLE || out[0].verdict == TB_V_CHOSEN);
 
-    tb_lease_release(&st[0], &slot, NULL, 0, 0, 0);
+    tb_lease_release(&st[0], &slot, NULL, 0, 0, 0, 0);
     TB_CHECK_INT(st[0].leases, 1);
     TB_CHECK_INT(st[0].inflight, 3);
 }
@@ -730,13 +747,13 @@ TB_TEST(release_reconciles_output_once_headers_are_old)
     u.output_tokens = 1200;
 
     /* the headers observed were this response's: its output is not in */
-    tb_lease_release(&st[0], &need, &u, T0, 0, 0);
+    tb_lease_release(&st[0], &need, &u, T0, 0, 0, 0);
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
 
     /* a newer observation already knows better */
     TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     st[0].mirror.w[TB_WIN_OUTPUT].observed_ms = T0 + 10;
-    tb_lease_release(&st[0], &need, &u, T0, 0, 0);
+    tb_lease_release(&st[0], &need, &u, T0, 0, 0, 0);
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
 }
 
@@ -786,6 +803,88 @@ new_est(void)
     tb_est_init(e, "claude-x", 8, 1, 200, 0.95);
 
     return e;
+}
+
+
+/* the input estimate learns the model's tokens per byte from its answers */
+/* the owner is judged on what it will count: the prompt less its cache */
+TB_TEST(owner_needs_only_the_uncached_part)
+{
+    tb_decision_t  d;
+    tb_route_in_t  in;
+
+    setup();
+
+    /* every account has 500 input tokens left; the prompt is 1,000 */
+    observe(&st[0], TB_WIN_INPUT, 100000, 500, T0 + 60000, T0);
+    observe(&st[1], TB_WIN_INPUT, 100000, 500, T0 + 60000, T0);
+    observe(&st[2], TB_WIN_INPUT, 100000, 500, T0 + 60000, T0);
+    observe(&st[3], TB_WIN_INPUT, 100000, 500, T0 + 60000, T0);
+
+    in = input("sticky_headroom", 2, 42);
+    TB_CHECK_INT(decide(&in, &d), -1);
+    TB_CHECK_INT(out[2].verdict, TB_V_HEADROOM);
+
+    /* its cache holds 900 of them: the owner fits, and only the owner */
+    in.owner_need = in.need;
+    in.owner_need.n[TB_WIN_INPUT] = 100;
+    in.owner_discount = 1;
+    TB_CHECK_INT(decide(&in, &d), 2);
+    TB_CHECK_INT(d.affinity, TB_AFF_HONORED);
+    TB_CHECK_INT(out[0].verdict, TB_V_HEADROOM);
+}
+
+
+TB_TEST(input_estimate_calibrated)
+{
+    int        i, cal;
+    int64_t    est;
+    tb_est_t  *e;
+
+    e = new_est();
+
+    /* uncalibrated: 3.5 bytes a token, times the margin */
+    est = tb_est_input(e, 7000, 0, 1.15, &cal);
+    TB_CHECK_INT(cal, 0);
+    TB_CHECK_INT(est, 2300);
+    TB_CHECK_INT(tb_est_input(NULL, 7000, 100, 1.0, &cal), 2100);
+
+    /* a tokenizer of 4 bytes a token: 250 per 1,000 bytes */
+    for (i = 0; i < TB_EST_INPUT_MIN - 1; i++) {
+        tb_est_observe_input(e, 4000, 1000);
+    }
+
+    (void) tb_est_input(e, 7000, 0, 1.15, &cal);
+    TB_CHECK_INT(cal, 0);
+
+    tb_est_observe_input(e, 4000, 1000);
+    est = tb_est_input(e, 7000, 0, 1.15, &cal);
+    TB_CHECK_INT(cal, 1);
+    TB_CHECK_INT(est, 1750);                /* no margin on top */
+    TB_CHECK_INT(tb_est_input(e, 7000, 300, 1.15, &cal), 2050);
+
+    /* the p95 of what came: a few denser prompts lift it */
+    for (i = 0; i < 56; i++) {
+        tb_est_observe_input(e, 4000, 1000);
+    }
+    for (i = 0; i < 8; i++) {
+        tb_est_observe_input(e, 4000, 1200);
+    }
+    TB_CHECK_INT(tb_est_input_ratio(e), 300000);
+
+    /* the ring rolls: 64 samples of 200 per 1,000 bytes replace them */
+    for (i = 0; i < TB_EST_INPUT_SAMPLES; i++) {
+        tb_est_observe_input(e, 5000, 1000);
+    }
+    TB_CHECK_INT(tb_est_input_ratio(e), 200000);
+
+    /* not samples: tiny bodies, nothing counted */
+    tb_est_observe_input(e, 10, 5000);
+    tb_est_observe_input(e, 5000, 0);
+    TB_CHECK_INT(e->in_n, TB_EST_INPUT_SAMPLES);
+    TB_CHECK_INT(tb_est_input_ratio(e), 200000);
+
+    free(e);
 }
 
 
@@ -1064,6 +1163,8 @@ main(void)
     TB_RUN(unseen_limits_admit_one_probe_at_a_time);
     TB_RUN(release_reconciles_output_once_headers_are_old);
     TB_RUN(peak_reservation_never_exceeds_the_mirror);
+    TB_RUN(owner_needs_only_the_uncached_part);
+    TB_RUN(input_estimate_calibrated);
     TB_RUN(estimator_needs_twenty_samples);
     TB_RUN(estimator_nearest_rank_p95);
     TB_RUN(estimator_window_rolls);

@@ -12,7 +12,7 @@
 static void ngx_http_tokenbiryani_lease_drop(
     ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
     ngx_http_tokenbiryani_lease_t *lease, const tb_usage_t *usage,
-    int64_t headers_ms, ngx_uint_t stale);
+    int64_t headers_ms);
 
 
 ngx_uint_t
@@ -83,7 +83,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
 void
 ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
-    int64_t headers_ms, ngx_uint_t stale, ngx_uint_t probe_back)
+    int64_t headers_ms, ngx_uint_t probe_back)
 {
     ngx_http_tokenbiryani_shm_t    *sh;
     ngx_http_tokenbiryani_lease_t  *lease;
@@ -104,7 +104,7 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
         }
 
         ngx_http_tokenbiryani_lease_drop(sh, zone->shpool, lease, usage,
-                                         headers_ms, stale);
+                                         headers_ms);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -120,12 +120,12 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
 static void
 ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_lease_t *lease,
-    const tb_usage_t *usage, int64_t headers_ms, ngx_uint_t stale)
+    const tb_usage_t *usage, int64_t headers_ms)
 {
     if (lease->slot < sh->nslots) {
         /* leases taken from now on are sent after this one ended */
         tb_lease_release(sh->slots[lease->slot], &lease->need, usage,
-                         headers_ms, (unsigned) stale, sh->seq,
+                         headers_ms, sh->seq, lease->id,
                          (int) lease->reads_count);
     }
 
@@ -210,7 +210,7 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_zone_t *zone,
             sh->slots[lease->slot]->breaker.probe = 0;
         }
 
-        ngx_http_tokenbiryani_lease_drop(sh, zone->shpool, lease, NULL, 0, 0);
+        ngx_http_tokenbiryani_lease_drop(sh, zone->shpool, lease, NULL, 0);
         sh->leases_reclaimed++;
         n++;
     }

@@ -173,7 +173,7 @@ ngx_uint_t ngx_http_tokenbiryani_lease_take(
 void ngx_http_tokenbiryani_lease_give_back(
     ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
-    int64_t headers_ms, ngx_uint_t stale, ngx_uint_t probe_back);
+    int64_t headers_ms, ngx_uint_t probe_back);
 
 /* how many leases each worker holds: at most max workers, in pids/held */
 ngx_uint_t ngx_http_tokenbiryani_lease_owners(

@@ -182,24 +182,95 @@ tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
 }
 
 
+/*
+ * pending, from the releases kept: what each window's latest answer may
+ * not count; releases every window surely counts are dropped.
+ */
+static void
+tb_account_pending(tb_account_state_t *a)
+{
+    int            w, keep;
+    uint32_t       i, j;
+    uint64_t       s;
+    tb_release_t  *r;
+
+    a->pending[TB_WIN_REQUESTS] = 0;
+    a->pending[TB_WIN_INPUT] = 0;
+
+    for (i = 0, j = 0; i < a->nreleased; i++) {
+        r = &a->released[i];
+        keep = 0;
+
+        for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
+            s = a->mirror.w[w].seq;
+
+            if (r->n[w] == 0 || r->ended < s) {
+                /* nothing of it there, or that window's answer counts it */
+                continue;
+            }
+
+            /* an answer newer by number may still count less: kept */
+            keep = 1;
+
+            if (r->own != s) {
+                a->pending[w] += r->n[w];
+            }
+        }
+
+        if (keep) {
+            a->released[j++] = *r;
+        }
+    }
+
+    a->nreleased = j;
+}
+
+
 unsigned
 tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
     int64_t now_ms)
 {
-    int       w;
     unsigned  result;
 
     result = tb_mirror_apply(&a->mirror, obs, now_ms, a->replenishment);
 
-    for (w = 0; w < TB_NWINDOWS; w++) {
-        if ((result & (1u << (w + TB_MIRROR_FRESH)))
-            && (obs->seq == 0 || obs->seq > a->pending_seq[w]))
-        {
-            a->pending[w] = 0;
-        }
+    if (obs->seq == 0) {
+        /* no order known: taken as the newest, counting everything */
+        a->nreleased = 0;
     }
 
+    tb_account_pending(a);
+
     return result;
+}
+
+
+void
+tb_account_released(tb_account_state_t *a, uint64_t ended, uint64_t own,
+    int64_t requests, int64_t input)
+{
+    tb_release_t  *r;
+
+    if (a->nreleased == TB_RELEASES) {
+        /*
+         * Full: the two oldest become one, pending until an answer sent
+         * after the later of them ended (never taken for its own)
+         */
+        a->released[1].n[0] += a->released[0].n[0];
+        a->released[1].n[1] += a->released[0].n[1];
+        a->released[1].own = 0;
+        memmove(&a->released[0], &a->released[1],
+                (TB_RELEASES - 1) * sizeof(tb_release_t));
+        a->nreleased--;
+    }
+
+    r = &a->released[a->nreleased++];
+    r->ended = ended;
+    r->own = own;
+    r->n[0] = requests;
+    r->n[1] = input;
+
+    tb_account_pending(a);
 }
 
 

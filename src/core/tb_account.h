@@ -32,6 +32,25 @@ typedef enum {
 } tb_state_e;
 
 
+/*
+ * A lease that ended, kept until the mirror surely counts it.  The
+ * upstream admits requests in an order of its own: an answer includes
+ * every request that ended before its own was leased (it was sent after
+ * them), and its own; of the others, sent concurrently, it may include
+ * any, none or some - its count may be older than a request that already
+ * ended.  So an ended request stays pending while the window's latest
+ * answer (mirror seq S) was leased no later than it ended (ended >= S)
+ * and is not its own answer (own != S).
+ */
+#define TB_RELEASES           32
+
+typedef struct {
+    uint64_t                  ended;          /* the lease sequence then */
+    uint64_t                  own;            /* its lease; 0: unknown */
+    int64_t                   n[2];           /* requests, input */
+} tb_release_t;
+
+
 typedef struct {
 
     /*
@@ -43,14 +62,11 @@ typedef struct {
     int64_t                   reserved[TB_NWINDOWS];
 
     /*
-     * Settled, but maybe not counted by the mirror yet: requests whose own
-     * answer was older news than the mirror's (the upstream may have
-     * admitted them after the request the mirror was last read from).
-     * Counted like a reservation until an answer to a request sent after
-     * they ended (pending_seq) is read.
+     * Settled, but maybe not counted by the mirror yet (requests and
+     * input): the sum over the releases below that the window's latest
+     * answer may not include, counted like a reservation.
      */
     int64_t                   pending[TB_NWINDOWS];
-    uint64_t                  pending_seq[TB_NWINDOWS];
     int64_t                   leases;         /* leases held */
     int64_t                   probe_ms;       /* first lease, unobserved */
     int64_t                   inflight;       /* atomic */
@@ -68,6 +84,10 @@ typedef struct {
     uint32_t                  nfailures;      /* 1s among them */
 
     tb_mirror_t               mirror;
+
+    /* the releases the mirror may not count yet, oldest first */
+    tb_release_t              released[TB_RELEASES];
+    uint32_t                  nreleased;
 
     /* the rest: reports, reasons, counters */
 
@@ -143,6 +163,10 @@ int tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
  */
 unsigned tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
     int64_t now_ms);
+
+/* an ended lease (see tb_release_t); pending updated.  Under the lock. */
+void tb_account_released(tb_account_state_t *a, uint64_t ended,
+    uint64_t own, int64_t requests, int64_t input);
 
 /* an operator's re-enable: every state and the breaker cleared */
 void tb_account_clear(tb_account_state_t *a);

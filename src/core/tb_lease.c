@@ -64,11 +64,11 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
 
 void
 tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
-    const tb_usage_t *usage, int64_t headers_ms, unsigned stale,
-    uint64_t seq, int reads_count)
+    const tb_usage_t *usage, int64_t headers_ms, uint64_t seq, uint64_t own,
+    int reads_count)
 {
     int           w;
-    int64_t       hold;
+    int64_t       input;
     tb_window_t  *out;
 
     for (w = 0; w < TB_NWINDOWS; w++) {
@@ -77,28 +77,26 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
         if (st->reserved[w] < 0) {
             st->reserved[w] = 0;
         }
+    }
 
-        if (w != TB_WIN_OUTPUT && (stale & (1u << (w + TB_MIRROR_STALE)))) {
+    /*
+     * Held as pending while the mirror may not count it: for the input,
+     * what the answer says the window counted when it says, rather than
+     * the estimate leased (a cache that missed counts more).
+     */
 
-            /*
-             * The mirror may not count it yet: keep holding it - what the
-             * answer says the window counted, when it says, rather than
-             * the estimate leased (a cache that missed counts more).
-             */
+    input = need->n[TB_WIN_INPUT];
 
-            hold = need->n[w];
+    if (usage && usage->input_tokens >= 0) {
+        input = usage->input_tokens
+                + (usage->cache_creation_input_tokens > 0
+                   ? usage->cache_creation_input_tokens : 0)
+                + (reads_count && usage->cache_read_input_tokens > 0
+                   ? usage->cache_read_input_tokens : 0);
+    }
 
-            if (w == TB_WIN_INPUT && usage && usage->input_tokens >= 0) {
-                hold = usage->input_tokens
-                       + (usage->cache_creation_input_tokens > 0
-                          ? usage->cache_creation_input_tokens : 0)
-                       + (reads_count && usage->cache_read_input_tokens > 0
-                          ? usage->cache_read_input_tokens : 0);
-            }
-
-            st->pending[w] += hold;
-            st->pending_seq[w] = seq;
-        }
+    if (need->n[TB_WIN_REQUESTS] || input) {
+        tb_account_released(st, seq, own, need->n[TB_WIN_REQUESTS], input);
     }
 
     if (!tb_need_empty(need) && st->leases > 0) {

@@ -29,16 +29,15 @@ int tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
  * Gives a lease back, exactly once per reserve.  With the attempt's actual
  * usage (NULL if unknown), output the account produced after the response
  * headers were observed is taken from the mirror: the headers of a
- * response are sent before its output exists.  stale is what
- * tb_account_observe() said of the attempt's own answer: for the windows
- * where it was older news, the need stays held as pending until an answer
- * to a request sent after this one ended (lease sequence > seq) is read;
- * for the input window, what the answer says it counted when it says
- * (its cache reads too with reads_count).
+ * response are sent before its output exists.  Its request and input stay
+ * held as pending while the mirror may not count them (tb_release_t): seq
+ * is the lease sequence now, own the lease's own number; the input held is
+ * what the answer says the window counted when it says (its cache reads
+ * too with reads_count).
  */
 void tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
-    const tb_usage_t *usage, int64_t headers_ms, unsigned stale,
-    uint64_t seq, int reads_count);
+    const tb_usage_t *usage, int64_t headers_ms, uint64_t seq, uint64_t own,
+    int reads_count);
 
 
 #endif /* TB_LEASE_H */

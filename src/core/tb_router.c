@@ -150,6 +150,31 @@ tb_fits(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
 }
 
 
+/*
+ * A window short of its limit not yet known to be a bucket or a fixed
+ * window: its reset is when it is full at the latest; a bucket's next
+ * answers would say sooner.  Not a time to refuse a request for.
+ */
+static int
+tb_refill_unsure(const tb_account_state_t *st, int64_t now)
+{
+    int                 w;
+    const tb_window_t  *win;
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        win = &st->mirror.w[w];
+
+        if (win->refill == TB_REFILL_AUTO && win->remaining >= 0
+            && win->remaining < win->limit && win->reset_ms > now)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 int64_t
 tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
 {
@@ -176,7 +201,10 @@ tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
         }
 
         if (win->refill != TB_REFILL_BUCKET && win->reset_ms > now) {
-            /* nothing before its reset, all of it then */
+            /*
+             * Nothing before its reset, all of it then (not yet known to
+             * be a bucket: at the latest then, see tb_refill_unsure())
+             */
             at = win->reset_ms;
 
             if (at > latest) {
@@ -445,7 +473,9 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
                     || o->verdict == TB_V_SPEND
                     || ((o->verdict == TB_V_HEADROOM
                          || o->verdict == TB_V_CIRCUIT)
-                        && (o->available_at == 0 || c[i].st->leases > 0)))
+                        && (o->available_at == 0 || c[i].st->leases > 0))
+                    || (o->verdict == TB_V_HEADROOM
+                        && tb_refill_unsure(c[i].st, in->now)))
                 {
                     d->by_event = 1;
                 }

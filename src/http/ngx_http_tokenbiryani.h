@@ -172,7 +172,6 @@ typedef struct {
     u_char                        *errbody;       /* an error's body */
     size_t                         errbody_len;
     int64_t                        headers_ms;
-    ngx_uint_t                     stale;         /* its answer older news */
     tb_rl_obs_t                    obs;
     size_t                         held;          /* bytes in ctx->hold */
 

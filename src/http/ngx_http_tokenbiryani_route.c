@@ -271,7 +271,7 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     ngx_http_tokenbiryani_lease_give_back(&tmcf->zone, &ctx->lease,
                                           success ? &ctx->usage : NULL,
                                           ctx->resp.headers_ms,
-                                          ctx->resp.stale, ctx->probed);
+                                          ctx->probed);
     ctx->probed = 0;
 
     if (!success || ctx->account == NULL

@@ -221,11 +221,15 @@ TB_TEST(fits_and_when)
 
     observe(&st[0], TB_WIN_INPUT, 100000, 10000, T0 + 45000, T0);
 
-    /* not known to refill before its reset: then, all at once */
+    /* not known to refill before its reset: at the latest then */
     TB_CHECK(!tb_fits(&st[0], &need, T0));
     TB_CHECK_INT(tb_fits_at(&st[0], &need, T0), T0 + 45000);
     TB_CHECK(!tb_fits(&st[0], &need, T0 + 44999));
     TB_CHECK(tb_fits(&st[0], &need, T0 + 45000));
+
+    /* a fixed window: at its reset, all at once */
+    st[0].mirror.w[TB_WIN_INPUT].refill = TB_REFILL_FIXED;
+    TB_CHECK_INT(tb_fits_at(&st[0], &need, T0), T0 + 45000);
 
     /* a token bucket */
     st[0].mirror.w[TB_WIN_INPUT].refill = TB_REFILL_BUCKET;
@@ -329,6 +333,7 @@ TB_TEST(every_verdict_string)
     st[0].breaker.open = 1;
     st[0].breaker.opened_ms = T0;
     observe(&st[1], TB_WIN_INPUT, 100000, 10, T0 + 60000, T0);
+    st[1].mirror.w[TB_WIN_INPUT].refill = TB_REFILL_BUCKET;
     cand[2].supported = 0;
     decide(&in, &d);
 

@@ -987,8 +987,10 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
         }
     }
 
-    ngx_memcpy(ctx->hold + resp->held, resp->peek_pos, (size_t) want);
-    resp->held += (size_t) want;
+    if (want) {
+        ngx_memcpy(ctx->hold + resp->held, resp->peek_pos, (size_t) want);
+        resp->held += (size_t) want;
+    }
 
     /* the next read goes where this one began */
     u->buffer.last = resp->body_start;

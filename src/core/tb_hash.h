@@ -1,7 +1,9 @@
 /*
  * A fast 64-bit hash for affinity keys, tie-breaks and model names: not
- * cryptographic (keys are compared by SHA-256 elsewhere), but well mixed,
- * deterministic across processes and machines, and quick on long inputs.
+ * cryptographic, but well mixed, deterministic across processes and
+ * machines, and quick on long inputs.  And SipHash-2-4 with its 128-bit
+ * output, a keyed pseudorandom function, for what an attacker must not be
+ * able to steer: the digests virtual keys are compared by.
  *
  * Plain C, no nginx headers.
  */
@@ -26,6 +28,13 @@ void tb_hash_sep(tb_hash_t *st, unsigned tag);
 uint64_t tb_hash_final(const tb_hash_t *st);
 
 uint64_t tb_hash64(uint64_t seed, const void *p, size_t n);
+
+#define TB_SIPHASH_KEY_LEN    16
+#define TB_SIPHASH_LEN        16
+
+/* SipHash-2-4-128 of p under key, as its reference implementation gives */
+void tb_siphash128(const unsigned char key[TB_SIPHASH_KEY_LEN],
+    const void *p, size_t n, unsigned char out[TB_SIPHASH_LEN]);
 
 /* combines two hashes (order matters): a 64x64->128-bit multiply, folded */
 static inline uint64_t

@@ -10,6 +10,7 @@
 #define OPENSSL_SUPPRESS_DEPRECATED  1
 
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include "tb_keys.h"
@@ -40,14 +41,19 @@ tb_keytab_build(tb_keytab_t *t, const tb_config_t *cf)
         return 0;
     }
 
+    if (RAND_bytes(t->secret, sizeof(t->secret)) != 1) {
+        return -1;
+    }
+
     t->ents = calloc(cf->nkeys, sizeof(tb_keyent_t));
     if (t->ents == NULL) {
+        OPENSSL_cleanse(t->secret, sizeof(t->secret));
         return -1;
     }
 
     for (i = 0; i < cf->nkeys; i++) {
-        tb_sha256(cf->keys[i].key, strlen(cf->keys[i].key),
-                  t->ents[i].digest);
+        tb_siphash128(t->secret, cf->keys[i].key, strlen(cf->keys[i].key),
+                      t->ents[i].digest);
         t->ents[i].conf = &cf->keys[i];
     }
 
@@ -65,6 +71,8 @@ tb_keytab_free(tb_keytab_t *t)
         free(t->ents);
     }
 
+    OPENSSL_cleanse(t->secret, sizeof(t->secret));
+
     t->ents = NULL;
     t->n = 0;
 }
@@ -78,7 +86,7 @@ tb_digest_eq(const unsigned char *a, const unsigned char *b)
 
     d = 0;
 
-    for (i = 0; i < TB_DIGEST_LEN; i += 8) {
+    for (i = 0; i < TB_KEY_DIGEST_LEN; i += 8) {
         memcpy(&x, a + i, 8);
         memcpy(&y, b + i, 8);
         d |= x ^ y;
@@ -92,14 +100,14 @@ const tb_key_conf_t *
 tb_keytab_lookup(const tb_keytab_t *t, const unsigned char *key, size_t len)
 {
     size_t                i;
-    unsigned char         digest[TB_DIGEST_LEN];
+    unsigned char         digest[TB_KEY_DIGEST_LEN];
     const tb_key_conf_t  *found;
 
-    if (len == 0) {
+    if (len == 0 || t->n == 0) {
         return NULL;
     }
 
-    tb_sha256(key, len, digest);
+    tb_siphash128(t->secret, key, len, digest);
 
     found = NULL;
 

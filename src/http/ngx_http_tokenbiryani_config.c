@@ -98,7 +98,17 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
                         (int64_t) (tbcf->breaker_cooldown_seconds * 1000);
 
     if (tb_keytab_build(&tmcf->keytab, tbcf) != 0) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "tokenbiryani: no memory or no randomness for the key "
+                      "table");
         return NGX_ERROR;
+    }
+
+    /* from here on the keys exist only as their digests */
+
+    for (i = 0; i < tbcf->nkeys; i++) {
+        ngx_explicit_memzero(tbcf->keys[i].key,
+                             ngx_strlen(tbcf->keys[i].key));
     }
 
     for (i = 0; i < tbcf->naccounts; i++) {

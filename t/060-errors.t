@@ -197,14 +197,14 @@ content-type: application/json
 # that are not a list, the API (and the mock) answer 400
 for my $body ('{"model":"claude-sonnet-4-6","messages":[{"role":"user","content":"hi"}]}',
               '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":"hi"}',
-              '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"system","content":"hi"}]}') {
+              '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"tool","content":"hi"}]}') {
     my $n = scalar @{ mock_log() };
     my $r = http_request(method => 'POST', path => '/v1/messages', body => $body,
                          headers => { 'x-api-key' => 'tenant-key' });
     is($r->{status}, 400, "400 for $body");
     my $e = eval { json_decode($r->{body}) } || {};
     is($e->{error}{type}, 'invalid_request_error', 'invalid_request_error');
-    like($e->{error}{message}, qr/^(?:max_tokens: Field required|messages: Input should be a valid list|messages\.0\.role: Input should be 'user' or 'assistant')$/,
+    like($e->{error}{message}, qr/^(?:max_tokens: Field required|messages: Input should be a valid list|messages\.0\.role: Input should be 'user', 'assistant' or 'system')$/,
          "the upstream's words: $e->{error}{message}");
     unlike($e->{request_id} // '', qr/^tbr_/, 'its body, not one the gateway made');
     like($r->{headers}{'x-tokenbiryani-account'} // '', qr/^a[12]$/, 'named by the account that judged it');
@@ -212,3 +212,10 @@ for my $body ('{"model":"claude-sonnet-4-6","messages":[{"role":"user","content"
     is(scalar @$log, 1, 'sent exactly once');
     is($log->[0]{status}, 400, 'and refused there');
 }
+# a system message among the turns is the API's to accept (Claude Code sends
+# one after the first user message)
+is(http_request(method => 'POST', path => '/v1/messages',
+                body => '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":'
+                      . '[{"role":"user","content":"hi"},{"role":"system","content":"agents"}]}',
+                headers => { 'x-api-key' => 'tenant-key' })->{status},
+   200, 'a system message among the turns: 200');

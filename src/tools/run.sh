@@ -124,6 +124,7 @@ http {
         client_body_buffer_size  1m;
 
         location /v1/          { tokenbiryani_pass; }
+        location /             { tokenbiryani_pass; }
         location /admin/       { tokenbiryani_admin; }
         location = /healthz    { tokenbiryani_healthz; }
     }

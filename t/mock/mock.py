@@ -548,8 +548,11 @@ def validate_request(body, count_tokens):
             return "%s: Input should be a valid dictionary" % where
         if "role" not in m:
             return "%s.role: Field required" % where
-        if m["role"] not in ("user", "assistant"):
-            return "%s.role: Input should be 'user' or 'assistant'" % where
+        # a system message may stand among the turns (Claude Code sends
+        # one after the first user message): it applies from there on
+        if m["role"] not in ("user", "assistant", "system"):
+            return ("%s.role: Input should be 'user', 'assistant' or "
+                    "'system'" % where)
         if "content" not in m:
             return "%s.content: Field required" % where
         c = m["content"]

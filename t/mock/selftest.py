@@ -1036,8 +1036,9 @@ def t_other_endpoints(env):
             ({"messages": None}, "messages: Field required"),
             ({"messages": "odd"}, "messages: Input should be a valid list"),
             ({"messages": []}, "messages: at least one message is required"),
-            ({"messages": [{"role": "system", "content": "x"}]},
-             "messages.0.role: Input should be 'user' or 'assistant'"),
+            ({"messages": [{"role": "tool", "content": "x"}]},
+             "messages.0.role: Input should be 'user', 'assistant' or "
+             "'system'"),
             ({"messages": [{"content": "x"}]}, "messages.0.role: Field required"),
             ({"messages": [{"role": "user"}]}, "messages.0.content: Field required"),
             ({"messages": [{"role": "user", "content": [{"text": "x"}]}]},
@@ -1068,6 +1069,11 @@ def t_other_endpoints(env):
                        {"role": "user", "content": "again"}])
     st, h, o, _ = api(env, "POST", "/v1/messages", b, H)
     check(st == 200, "blocks, system blocks, several turns: 200")
+    # what Claude Code sends: a system message after the first user turn
+    b = dict(good, messages=[{"role": "user", "content": "hi"},
+                             {"role": "system", "content": "agents: ..."}])
+    st, h, o, _ = api(env, "POST", "/v1/messages", b, H)
+    check(st == 200, "a system message among the turns: 200 (got %s)" % st)
     st, h, o, _ = api(env, "POST", "/v1/messages/count_tokens",
                       {"model": MODEL, "messages": good["messages"]}, H)
     check(st == 200, "count_tokens needs no max_tokens")

@@ -92,9 +92,16 @@ tb_usage_object(tb_usage_t *u, const unsigned char *v,
         }
 
         k = v + 1;
-        kend = tb_json_skip(v, end) - 1;
 
-        if (kend < k || kend >= end - 1 || *kend != '"') {
+        /* a key ends at the first quote unless a backslash precedes it */
+
+        kend = memchr(k, '"', (size_t) (end - k));
+
+        if (kend != NULL && kend[-1] == '\\') {
+            kend = tb_json_skip(v, end) - 1;
+        }
+
+        if (kend == NULL || kend < k || kend >= end - 1 || *kend != '"') {
             return -1;
         }
 
@@ -105,7 +112,18 @@ tb_usage_object(tb_usage_t *u, const unsigned char *v,
         }
 
         val = tb_json_ws(v + 1, end);
-        vale = tb_json_skip(val, end);
+
+        /* the counters are plain integers: their digits end them */
+
+        for (vale = val; vale < end && *vale >= '0' && *vale <= '9'; vale++) {
+            /* void */
+        }
+
+        if (vale == val || vale == end
+            || *vale == '.' || *vale == 'e' || *vale == 'E')
+        {
+            vale = tb_json_skip(val, end);
+        }
 
         if (vale == val || vale >= end) {
             return -1;

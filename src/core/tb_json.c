@@ -804,12 +804,12 @@ tb_json_key_eq(const unsigned char *k, const unsigned char *end,
 const unsigned char *
 tb_json_skip(const unsigned char *p, const unsigned char *end)
 {
-    size_t         depth;
-    uint64_t       x, q, b, t;
-    unsigned char  c;
+    size_t                depth;
+    uint64_t              x, q, b, t;
+    unsigned char         c;
+    const unsigned char  *s;
 
     depth = 0;
-    t = 0;
 
     while (p < end) {
         c = *p;
@@ -825,6 +825,9 @@ tb_json_skip(const unsigned char *p, const unsigned char *end)
 
                 /* to the next quote or backslash, 8 bytes at a time */
 
+                s = p;
+                t = 0;
+
                 while (end - p >= 8) {
                     memcpy(&x, p, 8);
                     q = x ^ (TB_JSON_ONES * '"');
@@ -839,17 +842,29 @@ tb_json_skip(const unsigned char *p, const unsigned char *end)
                     p += 8;
                 }
 
-                if (end - p < 8 || t == 0) {
-                    p++;
+                if (t) {
+                    /* the lowest flagged byte is exact */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__)                            \
+    && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                    p += __builtin_ctzll(t) / 8;
+#else
+                    while (*p != '"' && *p != '\\') {
+                        p++;
+                    }
+#endif
                     continue;
                 }
 
-#if defined(__GNUC__) && defined(__BYTE_ORDER__)                            \
-    && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-                p += __builtin_ctzll(t) / 8;
-#else
-                p++;
-#endif
+                /*
+                 * Fewer than 8 bytes left: one byte at a time, but only
+                 * past a byte the loop's condition has seen; after word
+                 * steps the byte at p is still unread (it may be the
+                 * closing quote).
+                 */
+
+                if (p == s) {
+                    p++;
+                }
             }
 
             if (p < end) {

@@ -922,6 +922,28 @@ TB_TEST(usage_merge)
     TB_CHECK_INT(u.cache_creation_input_tokens, 3);
     TB_CHECK_INT(u.cache_read_input_tokens, 4);
 
+    /* a string whose closing quote follows whole 8-byte words with fewer
+     * than 8 bytes left: the quote is read, not stepped over */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":3,"
+        "\"x\":\"abcdefgh\"}}"), "usage"), 0);
+    TB_CHECK_INT(u.output_tokens, 3);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"abcdefghijklmnop\":6,"
+        "\"output_tokens\":4}}"), "usage"), 0);
+    TB_CHECK_INT(u.output_tokens, 4);
+
+    /* keys with escapes: decoded, or ended by a quote no backslash escapes */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tok\\u0065ns\":9,"
+        "\"a\\\"b\":1}}"), "usage"), 0);
+    TB_CHECK_INT(u.output_tokens, 9);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"a\\\"\":1,"
+        "\"output_tokens\":10}}"), "usage"), 0);
+    TB_CHECK_INT(u.output_tokens, 10);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":2e1}}"),
+                                "usage"), 0);
+    TB_CHECK_INT(u.output_tokens, 10);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":15,"
+        "\"input_tokens\":25}}"), "usage"), 0);
+
     TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{}}"), "usage"), 0);
     TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":null}"), "usage"), -1);
     TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":[1]}"), "usage"), -1);

@@ -527,6 +527,8 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
         conf = c[i].conf;
 
         if (s->terms) {
+            /* a plugin fills the terms it names; the others count 0 */
+            memset(o->terms, 0, sizeof(o->terms));
             s->terms(s->data, in, c, out, i, n, o->terms);
 
             for (score = 0, t = 0; t < TB_TERMS; t++) {

@@ -150,8 +150,8 @@ struct tb_strategy_s {
     /*
      * A strategy may compute its own terms instead (a plugin's): for the
      * eligible candidate c[index] of the count in c[], it fills terms[]
-     * (names in term_names, NULL-terminated when fewer than TB_TERMS) and
-     * the score is their sum.  out[] has every candidate's verdict, so a
+     * (names in term_names, NULL-terminated when fewer than TB_TERMS; the
+     * terms it does not name are 0) and the score is their sum.  out[] has every candidate's verdict, so a
      * term can be normalised over the eligible ones.
      */
 

@@ -478,6 +478,43 @@ TB_TEST(round_robin_rotates)
 }
 
 
+static void
+only_third(void *data, const tb_route_in_t *in, const tb_cand_t *c,
+    const tb_cand_out_t *o, size_t index, size_t count, double *terms)
+{
+    terms[0] = (index == 2) ? 1.0 : 0;
+}
+
+
+TB_TEST(plugin_terms_it_does_not_name_count_zero)
+{
+    size_t         i, t;
+    tb_decision_t  d;
+    tb_route_in_t  in;
+    tb_strategy_t  s;
+
+    setup();
+
+    memset(&s, 0, sizeof(s));
+    s.name = "only_third";
+    s.terms = only_third;
+    s.term_names[0] = "third";
+
+    in = input("sticky_headroom", -1, 5);
+    in.strategy = &s;
+
+    /* what a previous decision left in out[]: not the plugin's terms */
+    for (i = 0; i < NACCTS; i++) {
+        for (t = 0; t < TB_TERMS; t++) {
+            out[i].terms[t] = (i == 0) ? 1e9 : 0;
+        }
+    }
+
+    TB_CHECK_INT(decide(&in, &d), 2);
+    TB_CHECK(out[0].terms[TB_TERMS - 1] == 0);
+}
+
+
 TB_TEST(priority_fails_over_in_order)
 {
     tb_decision_t  d;
@@ -1159,6 +1196,7 @@ main(void)
     TB_RUN(headroom_wins_without_an_owner);
     TB_RUN(affinity_beats_a_headroom_gap);
     TB_RUN(round_robin_rotates);
+    TB_RUN(plugin_terms_it_does_not_name_count_zero);
     TB_RUN(priority_fails_over_in_order);
     TB_RUN(cost_tiered_drains_the_cheap_tier_first);
     TB_RUN(least_loaded_and_error_rate);

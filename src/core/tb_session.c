@@ -384,32 +384,90 @@ tb_hash_tools(tb_hash_t *h, const unsigned char *body, const tb_span_t *sp)
 }
 
 
+/*
+ * The role and content of the message object at p, in one pass over its
+ * members (the last duplicate wins, as everywhere); *next is just past the
+ * object.  -1 when p holds no object.
+ */
+
+static int
+tb_message_fields(const unsigned char *p, const unsigned char *end,
+    tb_str_t *role, tb_str_t *content, const unsigned char **next)
+{
+    tb_str_t   k, v;
+    tb_iter_t  it;
+
+    if (p >= end || *p != '{') {
+        return -1;
+    }
+
+    it.p = p + 1;
+    it.end = end;
+    it.close = '}';
+    it.first = 1;
+
+    role->p = NULL;
+    role->len = 0;
+    content->p = NULL;
+    content->len = 0;
+
+    while (tb_iter_member(&it, &k, &v) == 0) {
+        if (k.len == 4 && memcmp(k.p, "role", 4) == 0) {
+            *role = v;
+
+        } else if (k.len == 7 && memcmp(k.p, "content", 7) == 0) {
+            *content = v;
+        }
+    }
+
+    p = tb_ws(it.p, end);
+    *next = (p < end && *p == '}') ? p + 1 : tb_skip_value(p, end);
+
+    return 0;
+}
+
+
 static void
 tb_hash_first_user_message(tb_hash_t *h, const unsigned char *body,
     const tb_span_t *sp)
 {
-    tb_str_t   msgs, msg, role, content;
-    tb_iter_t  it;
+    tb_str_t              role, content;
+    const unsigned char  *p, *end, *next;
 
-    msgs.p = body + sp->off;
-    msgs.len = sp->len;
+    p = body + sp->off;
+    end = p + sp->len;
 
-    if (tb_iter_begin(&it, msgs.p, msgs.len, '[') != 0) {
+    if (sp->len < 2 || *p != '[') {
         return;
     }
 
-    while (tb_iter_elem(&it, &msg) == 0) {
-        if (tb_member(&msg, "role", &role) != 0
-            || !tb_str_is(&role, "\"user\""))
-        {
-            continue;
+    end--;                                  /* at the closing ']' */
+    p = tb_ws(p + 1, end);
+
+    /* a message is not skipped before its members are read: the first
+     * user message, the one looked for, is mostly the first element */
+
+    while (p < end) {
+        if (tb_message_fields(p, end, &role, &content, &next) == 0) {
+            if (tb_str_is(&role, "\"user\"")) {
+                if (content.len) {
+                    tb_hash_value(h, &content, 0);
+                }
+
+                return;
+            }
+
+        } else {
+            next = tb_skip_value(p, end);
         }
 
-        if (tb_member(&msg, "content", &content) == 0) {
-            tb_hash_value(h, &content, 0);
+        p = tb_ws(next, end);
+
+        if (p >= end || *p != ',') {
+            return;
         }
 
-        return;
+        p = tb_ws(p + 1, end);
     }
 }
 

@@ -139,7 +139,12 @@ my ($grew) = sort { $b <=> $a } map { $hwm[$_] - $::Hwm0[$_] } 0 .. $#hwm;
 my $per = $grew / $n;
 note(sprintf 'peak worker memory grew %.1f MB for a %.1f MB answer: %.2f bytes per answer byte',
              $grew / 1e6, $n / 1e6, $per);
-cmp_ok($per, '<', 3, 'memory per answer byte stays below 3');
+SKIP: {
+    # memcheck's shadow memory and redzones count in the worker's peak
+    skip 'under valgrind the peak is memcheck\'s as much as the module\'s', 1
+        if $ENV{TEST_NGINX_VALGRIND};
+    cmp_ok($per, '<', 3, 'memory per answer byte stays below 3');
+}
 my $rec = request_record($resp->{headers}{'x-tokenbiryani-request-id'});
 is($rec->{usage}{output_tokens}, 450000, "the usage read from the held answer");
 

@@ -18,7 +18,7 @@ RUNDIR     := $(TOP)/.run
 CC         ?= cc
 UNIT_CFLAGS = -std=c99 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror \
               -Wpointer-arith -Wno-unused-parameter -Isrc/core
-UNIT_LIBS   = -lyaml -lcrypto -lm
+UNIT_LIBS   = -lyaml -lcrypto -lsqlite3 -lm
 
 CORE_SRCS  := $(wildcard src/core/*.c)
 UNIT_SRCS  := $(wildcard t/unit/test_*.c)
@@ -27,7 +27,7 @@ UNIT_BINS  := $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
 # packages: build (nginx-dev recipe), module libraries, tests, the mock
 DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libssl-dev libpcre2-dev zlib1g-dev \
-              libcjson-dev libyaml-dev libhiredis-dev \
+              libcjson-dev libyaml-dev libhiredis-dev libsqlite3-dev \
               libtest-base-perl perl python3 openssl curl procps \
               clang clang-tools cppcheck
 

@@ -8,14 +8,74 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_config.h"
 #include "tb_hash.h"
+#include "tb_store.h"
 
 
 static void ngx_http_tokenbiryani_config_cleanup(void *data);
+static ngx_int_t ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
 static ngx_int_t ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac);
 static const char *ngx_http_tokenbiryani_conf_getenv(const char *name);
 static ngx_int_t ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
+
+
+/*
+ * store.backend: sqlite - the file (store.path, relative to the YAML
+ * file's directory) is created, put in WAL mode and checked here, in the
+ * master or in nginx -t, so that a file that cannot serve is named before
+ * any worker starts.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    u_char      *p;
+    size_t       dir, len;
+    const char  *path;
+    char         err[NGX_MAX_ERROR_STR];
+
+    path = tmcf->tbcf->store_path;
+    len = ngx_strlen(path);
+
+    if (len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %s: store.path is empty",
+                           tmcf->config_file.data);
+        return NGX_ERROR;
+    }
+
+    if (path[0] != '/') {
+        dir = 0;
+
+        for (p = tmcf->config_file.data;
+             p < tmcf->config_file.data + tmcf->config_file.len;
+             p++)
+        {
+            if (*p == '/') {
+                dir = p - tmcf->config_file.data + 1;
+            }
+        }
+
+        p = ngx_pnalloc(cf->pool, dir + len + 1);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(p, tmcf->config_file.data, dir);
+        ngx_memcpy(p + dir, path, len + 1);
+        path = (const char *) p;
+    }
+
+    if (tb_store_check(path, 2000, err, sizeof(err)) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "tokenbiryani: %s", err);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
 
 
 ngx_int_t
@@ -78,6 +138,12 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
                            (ngx_uint_t) tbcf->routing_strategy_line,
                            tbcf->routing_strategy, (size_t) (p - names),
                            names);
+        return NGX_ERROR;
+    }
+
+    if (ngx_strcmp(tbcf->store_backend, "sqlite") == 0
+        && ngx_http_tokenbiryani_check_store(cf, tmcf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

@@ -1,0 +1,146 @@
+# The SQLite store file: created, in WAL mode and checked at every load;
+# a file that cannot serve stops nginx -t and start, naming the problem.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+use IPC::Open2;
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Store = <<'_EOY_';
+store:
+  backend: sqlite
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+keys:
+  - key: tenant-key
+    name: tenant
+_EOY_
+
+# runs python3's sqlite3 on a file: what the code prints
+sub sqlite_py {
+    my ($file, $code) = @_;
+    my $out = `python3 -c 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+$code' '$file' 2>&1`;
+    chomp $out;
+    $out;
+}
+
+# nginx -t on this block's nginx.conf with another tb.yaml
+sub nginx_t {
+    my $yaml = shift;
+    write_user_file('tb.yaml', $yaml);
+    my $out = `nginx -t -p ${\ servroot()}/ -c conf/nginx.conf 2>&1`;
+    ($? >> 8, $out);
+}
+
+{
+    no strict 'refs';
+    *{"TB::Nginx::$_"} = \&{$_} for qw(sqlite_py nginx_t);
+}
+
+gateway_suite();
+run_tests();
+
+__DATA__
+
+=== TEST 1: the store file is created beside the YAML, in WAL mode, with its schema, and nginx serves
+--- user_files eval
+">>> tb.yaml\n$::Store"
+--- request eval
+"POST /v1/messages\n" . msg_body()
+--- more_headers
+x-api-key: tenant-key
+--- error_code: 200
+--- check
+my $db = servroot() . '/html/tokenbiryani.db';
+ok(-f $db, 'store.path is relative to the YAML file');
+is(sqlite_py($db, 'print(db.execute("PRAGMA journal_mode").fetchone()[0])'), 'wal',
+   'in WAL mode');
+is(sqlite_py($db, 'print(db.execute("SELECT value FROM tb_meta WHERE name = \"schema\"").fetchone()[0])'),
+   '1', 'with its schema');
+my ($rc, $out) = nginx_t($::Store);
+is($rc, 0, 'and nginx -t passes again on the same file') or diag($out);
+
+
+
+=== TEST 2: files that cannot serve stop nginx -t, each named with its problem
+--- user_files eval
+">>> tb.yaml\n$::Store"
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my $dir = servroot() . '/html';
+my $yaml = sub { my $path = shift; $::Store =~ s/backend: sqlite\n/backend: sqlite\n  path: $path\n/r };
+
+# not a database
+TB::Nginx::spew("$dir/text.db", "this is a text file, not a database\n" x 100);
+my ($rc, $out) = nginx_t($yaml->('text.db'));
+isnt($rc, 0, 'a text file: nginx -t fails');
+like($out, qr{tokenbiryani: the store file "\S+/text\.db" is not an SQLite database}, 'named') or diag($out);
+
+# a directory that does not exist, and a directory in the file's place
+($rc, $out) = nginx_t($yaml->("$dir/no/such/dir/tb.db"));
+isnt($rc, 0, 'a missing directory: nginx -t fails');
+like($out, qr{the store file "\S+/no/such/dir/tb\.db" cannot be opened or created}, 'named') or diag($out);
+mkdir "$dir/adir.db";
+($rc, $out) = nginx_t($yaml->('adir.db'));
+isnt($rc, 0, 'a directory: nginx -t fails');
+like($out, qr{the store file "\S+/adir\.db" cannot be opened or created}, 'named') or diag($out);
+
+# corrupt: a real database whose pages were overwritten
+sqlite_py("$dir/bad.db", 'db.execute("CREATE TABLE t (x TEXT)")
+for i in range(2000): db.execute("INSERT INTO t VALUES (?)", ("row %d " % i * 20,))
+db.execute("CREATE INDEX ti ON t (x)")');
+open(my $f, '+<', "$dir/bad.db") or die "bad.db: $!";
+binmode $f;
+seek($f, 4096 * 3, 0);
+print $f "\xff" x (4096 * 4);
+close $f;
+($rc, $out) = nginx_t($yaml->('bad.db'));
+isnt($rc, 0, 'corrupt pages: nginx -t fails');
+like($out, qr{the store file "\S+/bad\.db" is corrupt}, 'named') or diag($out);
+
+# written by a newer version
+sqlite_py("$dir/new.db", 'db.execute("CREATE TABLE tb_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+db.execute("INSERT INTO tb_meta VALUES (\"schema\", \"99\")")');
+($rc, $out) = nginx_t($yaml->('new.db'));
+isnt($rc, 0, 'a newer schema: nginx -t fails');
+like($out, qr{the store file "\S+/new\.db" has schema 99, this build reads up to 1}, 'named') or diag($out);
+
+# the file the running nginx uses is untouched by all of this
+is(http_request(method => 'GET', path => '/healthz')->{status}, 200, 'still serving');
+
+
+
+=== TEST 3: a store file another process holds locked: named, after a bounded wait
+--- user_files eval
+">>> tb.yaml\n$::Store"
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my $db = servroot() . '/html/tokenbiryani.db';
+# another process takes the write lock and says so; it holds it until its
+# standard input closes
+my $pid = open2(my $from, my $to, 'python3', '-c', 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+db.execute("ROLLBACK")', $db);
+is(scalar <$from>, "locked\n", 'another process holds the write lock');
+my ($rc, $out) = nginx_t($::Store);
+isnt($rc, 0, 'nginx -t fails');
+like($out, qr{the store file "\S+/tokenbiryani\.db" is locked by another process}, 'named') or diag($out);
+close $to;
+waitpid($pid, 0);
+($rc, $out) = nginx_t($::Store);
+is($rc, 0, 'once the lock is gone, nginx -t passes') or diag($out);

@@ -494,11 +494,34 @@ ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
+/* a key's counters, or NULL: the zone's lock is held */
+
+static ngx_http_tokenbiryani_keystate_t *
+ngx_http_tokenbiryani_keystate_find(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key)
+{
+    ngx_queue_t                       *q;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    for (q = ngx_queue_head(&zone->sh->keys);
+         q != ngx_queue_sentinel(&zone->sh->keys);
+         q = ngx_queue_next(q))
+    {
+        ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
+
+        if (ks->key == key) {
+            return ks;
+        }
+    }
+
+    return NULL;
+}
+
+
 ngx_http_tokenbiryani_keystate_t *
 ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key)
 {
-    ngx_queue_t                       *q;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_keystate_t  *ks;
 
@@ -508,15 +531,9 @@ ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
 
     sh = zone->sh;
 
-    for (q = ngx_queue_head(&sh->keys);
-         q != ngx_queue_sentinel(&sh->keys);
-         q = ngx_queue_next(q))
-    {
-        ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
-
-        if (ks->key == key) {
-            return ks;
-        }
+    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
+    if (ks) {
+        return ks;
     }
 
     ks = ngx_http_tokenbiryani_alloc_locked(zone,
@@ -539,28 +556,14 @@ void
 ngx_http_tokenbiryani_key_usage(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t *inflight, ngx_uint_t *queued)
 {
-    ngx_queue_t                       *q;
-    ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_keystate_t  *ks;
-
-    sh = zone->sh;
-    *inflight = 0;
-    *queued = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (q = ngx_queue_head(&sh->keys);
-         q != ngx_queue_sentinel(&sh->keys);
-         q = ngx_queue_next(q))
-    {
-        ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
+    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
 
-        if (ks->key == key) {
-            *inflight = ks->inflight;
-            *queued = ks->queued;
-            break;
-        }
-    }
+    *inflight = ks ? ks->inflight : 0;
+    *queued = ks ? ks->queued : 0;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }

@@ -14,6 +14,7 @@
 #include <openssl/sha.h>
 
 #include "tb_keys.h"
+#include "tb_parse.h"
 
 
 void
@@ -132,17 +133,10 @@ tb_keytab_lookup(const tb_keytab_t *t, const unsigned char *key, size_t len)
 void
 tb_key_label(const unsigned char *key, size_t len, char out[9])
 {
-    size_t         i;
     unsigned char  digest[TB_DIGEST_LEN];
 
-    static const char  hex[] = "0123456789abcdef";
-
     tb_sha256(key, len, digest);
-
-    for (i = 0; i < 4; i++) {
-        out[i * 2] = hex[digest[i] >> 4];
-        out[i * 2 + 1] = hex[digest[i] & 0xf];
-    }
+    tb_format_hex(digest, 4, out);
 
     out[8] = '\0';
 }

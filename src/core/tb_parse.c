@@ -465,3 +465,17 @@ tb_format_rfc3339(int64_t ms, char *buf, size_t size)
     memcpy(buf, tmp, len);
     buf[len] = '\0';
 }
+
+
+void
+tb_format_hex(const unsigned char *p, size_t n, char *out)
+{
+    size_t  i;
+
+    static const char  hex[] = "0123456789abcdef";
+
+    for (i = 0; i < n; i++) {
+        out[2 * i] = hex[p[i] >> 4];
+        out[2 * i + 1] = hex[p[i] & 0xf];
+    }
+}

@@ -13,8 +13,9 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
+#include "tb_keys.h"
+#include "tb_parse.h"
 #include "tb_seal.h"
 
 
@@ -152,11 +153,8 @@ tb_b64_decode(const char *s, size_t len, unsigned char *out, size_t size)
 int
 tb_seal_key_parse(tb_seal_key_t *k, const char *hex, size_t len)
 {
-    int            hi, lo;
-    size_t         i;
-    unsigned char  digest[SHA256_DIGEST_LENGTH];
-
-    static const char  hx[] = "0123456789abcdef";
+    int     hi, lo;
+    size_t  i;
 
     while (len && (*hex == ' ' || *hex == '\t' || *hex == '\r'
                    || *hex == '\n'))
@@ -187,14 +185,8 @@ tb_seal_key_parse(tb_seal_key_t *k, const char *hex, size_t len)
         k->key[i] = (unsigned char) (hi << 4 | lo);
     }
 
-    SHA256(k->key, TB_SEAL_KEY_LEN, digest);
-
-    for (i = 0; i < TB_SEAL_KID_LEN / 2; i++) {
-        k->kid[2 * i] = hx[digest[i] >> 4];
-        k->kid[2 * i + 1] = hx[digest[i] & 15];
-    }
-
-    k->kid[TB_SEAL_KID_LEN] = '\0';
+    /* the key's label is its id: the first 8 hex digits of its SHA-256 */
+    tb_key_label(k->key, TB_SEAL_KEY_LEN, k->kid);
 
     return 0;
 }
@@ -204,12 +196,9 @@ static int
 tb_seal_key_create(const char *path, char *err, size_t errsize)
 {
     int            fd;
-    size_t         i;
     ssize_t        w;
     char           hex[2 * TB_SEAL_KEY_LEN + 1];
     unsigned char  raw[TB_SEAL_KEY_LEN];
-
-    static const char  hx[] = "0123456789abcdef";
 
     if (RAND_bytes(raw, sizeof(raw)) != 1) {
         snprintf(err, errsize, "no randomness to create the secret key "
@@ -217,11 +206,7 @@ tb_seal_key_create(const char *path, char *err, size_t errsize)
         return -1;
     }
 
-    for (i = 0; i < TB_SEAL_KEY_LEN; i++) {
-        hex[2 * i] = hx[raw[i] >> 4];
-        hex[2 * i + 1] = hx[raw[i] & 15];
-    }
-
+    tb_format_hex(raw, TB_SEAL_KEY_LEN, hex);
     hex[2 * TB_SEAL_KEY_LEN] = '\n';
     OPENSSL_cleanse(raw, sizeof(raw));
 

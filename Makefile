@@ -18,7 +18,7 @@ RUNDIR     := $(TOP)/.run
 CC         ?= cc
 UNIT_CFLAGS = -std=c99 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror \
               -Wpointer-arith -Wno-unused-parameter -Isrc/core
-UNIT_LIBS   = -lyaml -lcrypto -lsqlite3 -lm
+UNIT_LIBS   = -lyaml -lcjson -lcrypto -lsqlite3 -lm
 
 CORE_SRCS  := $(wildcard src/core/*.c)
 UNIT_SRCS  := $(wildcard t/unit/test_*.c)
@@ -183,7 +183,7 @@ bench-overhead: build
 
 # libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
 # the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/
-FUZZERS      := body sse headers classify config
+FUZZERS      := body sse headers classify config keyspec
 FUZZ_SECONDS ?= 60
 
 fuzz: deps

@@ -17,6 +17,7 @@
 #include "ngx_http_tokenbiryani_attempt.h"
 #include "ngx_http_tokenbiryani_filter.h"
 #include "ngx_http_tokenbiryani_admin.h"
+#include "ngx_http_tokenbiryani_store.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -27,6 +28,7 @@ static char *ngx_http_tokenbiryani_merge_loc_conf(ngx_conf_t *cf,
 static ngx_int_t ngx_http_tokenbiryani_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_tokenbiryani_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle);
+static void ngx_http_tokenbiryani_exit_worker(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_tokenbiryani_check_open_mode(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 static ngx_uint_t ngx_http_tokenbiryani_loopback(struct sockaddr *sa);
@@ -137,7 +139,7 @@ ngx_module_t  ngx_http_tokenbiryani_module = {
     ngx_http_tokenbiryani_init_worker,        /* init process */
     NULL,                                     /* init thread */
     NULL,                                     /* exit thread */
-    NULL,                                     /* exit process */
+    ngx_http_tokenbiryani_exit_worker,        /* exit process */
     NULL,                                     /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -685,7 +687,7 @@ ngx_http_tokenbiryani_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     /* the zone gets its handle, which holds nothing of the http module */
-    shm_zone->init = ngx_http_tokenbiryani_zone_init;
+    shm_zone->init = ngx_http_tokenbiryani_store_zone_init;
     shm_zone->data = &tmcf->zone;
 
     tmcf->zone.shm_zone = shm_zone;
@@ -904,5 +906,25 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    if (ngx_http_tokenbiryani_store_init_worker(cycle, tmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_tokenbiryani_route_init_worker(cycle, tmcf);
+}
+
+
+static void
+ngx_http_tokenbiryani_exit_worker(ngx_cycle_t *cycle)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_tokenbiryani_module);
+
+    if (tmcf == NULL || !tmcf->used) {
+        return;
+    }
+
+    ngx_http_tokenbiryani_store_exit_worker(cycle, tmcf);
 }

@@ -13,6 +13,8 @@
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_config.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_keys.h"
+#include "ngx_http_tokenbiryani_store.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r);
@@ -40,6 +42,8 @@ static cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);
 static ngx_int_t ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r,
     cJSON *root);
+static ngx_int_t ngx_http_tokenbiryani_store_json(ngx_http_request_t *r,
+    cJSON *root, int64_t now);
 
 
 ngx_int_t
@@ -71,6 +75,15 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         }
 
         return ngx_http_tokenbiryani_admin_status(r);
+    }
+
+    if (uri->len >= sizeof("/admin/keys") - 1
+        && ngx_strncmp(uri->data, "/admin/keys", sizeof("/admin/keys") - 1)
+           == 0
+        && (uri->len == sizeof("/admin/keys") - 1
+            || uri->data[sizeof("/admin/keys") - 1] == '/'))
+    {
+        return ngx_http_tokenbiryani_admin_keys(r);
     }
 
     if (uri->len > sizeof("/admin/accounts/") - 1
@@ -217,7 +230,9 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 
     cJSON_AddItemToObject(root, "queue", obj);
 
-    if (ngx_http_tokenbiryani_keys_json(r, root) != NGX_OK) {
+    if (ngx_http_tokenbiryani_keys_json(r, root) != NGX_OK
+        || ngx_http_tokenbiryani_store_json(r, root, now) != NGX_OK)
+    {
         goto failed;
     }
 
@@ -1332,10 +1347,11 @@ ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name, u_char *data,
 static ngx_int_t
 ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
 {
-    size_t                              i;
+    size_t                              i, nfile;
     cJSON                              *arr, *k;
-    ngx_uint_t                          inflight, queued;
+    ngx_uint_t                          inflight, queued, n;
     const tb_key_conf_t                *kc;
+    ngx_http_tokenbiryani_rkent_t      *ents;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -1345,8 +1361,15 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
         return NGX_ERROR;
     }
 
-    for (i = 0; i < tmcf->tbcf->nkeys; i++) {
-        kc = &tmcf->tbcf->keys[i];
+    ents = ngx_http_tokenbiryani_rkeys(tmcf, &n);
+    if (ents == NULL) {
+        return NGX_ERROR;
+    }
+
+    nfile = tmcf->tbcf->nkeys;
+
+    for (i = 0; i < nfile + n; i++) {
+        kc = (i < nfile) ? &tmcf->tbcf->keys[i] : &ents[i - nfile].ks.conf;
 
         ngx_http_tokenbiryani_key_usage(&tmcf->zone, kc->name_hash,
                                         &inflight, &queued);
@@ -1359,6 +1382,8 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
         cJSON_AddItemToArray(arr, k);
 
         if (cJSON_AddStringToObject(k, "name", kc->name) == NULL
+            || cJSON_AddStringToObject(k, "source",
+                                       i < nfile ? "file" : "minted") == NULL
             || cJSON_AddBoolToObject(k, "admin", kc->admin) == NULL
             || cJSON_AddNumberToObject(k, "inflight", (double) inflight)
                == NULL
@@ -1377,6 +1402,61 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
         {
             return NGX_ERROR;
         }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The store behind the zone: which, and whether its writes work; when
+ * they do not, since when and why, in the words of the one log line.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
+    int64_t now)
+{
+    cJSON                                *obj;
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
+    ngx_http_tokenbiryani_store_state_t   st;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    obj = cJSON_AddObjectToObject(root, "store");
+    if (obj == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        return (cJSON_AddStringToObject(obj, "backend", "memory") == NULL
+                || cJSON_AddStringToObject(obj, "state", "memory only")
+                   == NULL)
+               ? NGX_ERROR : NGX_OK;
+    }
+
+    ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
+
+    if (cJSON_AddStringToObject(obj, "backend", "sqlite") == NULL
+        || ngx_http_tokenbiryani_add_str(obj, "path", tmcf->store_path.data,
+                                         tmcf->store_path.len) == NULL
+        || cJSON_AddStringToObject(obj, "state",
+                                   st.degraded ? "degraded" : "ok") == NULL
+        || (st.degraded
+            ? cJSON_AddStringToObject(obj, "error", (char *) st.error)
+            : cJSON_AddNullToObject(obj, "error")) == NULL
+        || (st.since_ms
+            ? cJSON_AddNumberToObject(obj, "state_for_seconds",
+                                      (double) (now - st.since_ms) / 1000)
+            : cJSON_AddNullToObject(obj, "state_for_seconds")) == NULL
+        || (st.flushed_ms
+            ? cJSON_AddNumberToObject(obj, "flushed_seconds_ago",
+                                      (double) (now - st.flushed_ms) / 1000)
+            : cJSON_AddNullToObject(obj, "flushed_seconds_ago")) == NULL
+        || cJSON_AddNumberToObject(obj, "write_failures",
+                                   (double) st.failures) == NULL)
+    {
+        return NGX_ERROR;
     }
 
     return NGX_OK;

@@ -174,3 +174,30 @@ ngx_http_tokenbiryani_events_last(ngx_http_tokenbiryani_zone_t *zone)
 
     return ring ? __atomic_load_n(&ring->seq, __ATOMIC_ACQUIRE) : 0;
 }
+
+
+/*
+ * An event read back from the store, under its own number, by the master
+ * before any worker writes: the numbers go on from the newest.
+ */
+
+void
+ngx_http_tokenbiryani_events_restore(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_event_t *ev)
+{
+    ngx_http_tokenbiryani_event_ring_t  *ring;
+
+    ring = zone->sh->events;
+
+    if (ring == NULL || ev->seq <= ring->seq) {
+        return;
+    }
+
+    if (ring->seq == 0 || ring->first > ev->seq) {
+        ring->first = ev->seq;
+    }
+
+    ngx_memcpy(&ring->ev[(ev->seq - 1) % ring->size], ev,
+               sizeof(ngx_http_tokenbiryani_event_t));
+    ring->seq = ev->seq;
+}

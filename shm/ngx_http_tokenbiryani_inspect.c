@@ -90,3 +90,63 @@ ngx_http_tokenbiryani_inspect_find(ngx_http_tokenbiryani_zone_t *zone,
 
     return rc;
 }
+
+
+/* the records after since, oldest first, at most max; how many */
+
+ngx_uint_t
+ngx_http_tokenbiryani_inspect_since(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t since, ngx_http_tokenbiryani_record_t *out, ngx_uint_t max)
+{
+    uint64_t                      seq, oldest;
+    ngx_uint_t                    n;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (sh->ring_size) {
+        oldest = (sh->ring_seq > sh->ring_size)
+                 ? sh->ring_seq - sh->ring_size + 1 : 1;
+
+        for (seq = ngx_max(since + 1, oldest);
+             seq <= sh->ring_seq && n < max;
+             seq++)
+        {
+            ngx_memcpy(&out[n], &sh->ring[(seq - 1) % sh->ring_size],
+                       sizeof(ngx_http_tokenbiryani_record_t));
+
+            if (out[n].seq == seq) {
+                n++;
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}
+
+
+/* a record read back from the store, under its own number (the master) */
+
+void
+ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_record_t *rec)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (sh->ring_size && rec->seq > sh->ring_seq) {
+        ngx_memcpy(&sh->ring[(rec->seq - 1) % sh->ring_size], rec,
+                   sizeof(ngx_http_tokenbiryani_record_t));
+        sh->ring_seq = rec->seq;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}

@@ -53,6 +53,8 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->waiting[1]);
         ngx_queue_init(&sh->rpm);
         ngx_queue_init(&sh->keys);
+        ngx_queue_init(&sh->rkeys);
+        sh->rkeys_gen = 1;
 
         /* a waiter that never tried has blocked_gen 0: never current */
         sh->cap_gen = 1;
@@ -478,6 +480,8 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->leases_held = sh->nleases;
     stats->leases_reclaimed = sh->leases_reclaimed;
     stats->ring_size = sh->ring_size;
+    stats->ring_seq = sh->ring_seq;
+    stats->events_size = sh->events ? sh->events->size : 0;
     stats->nwaiting = sh->nwaiting;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -509,4 +513,49 @@ ngx_http_tokenbiryani_owner_gone(ngx_http_tokenbiryani_owners_t *owners,
     }
 
     return gone;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len)
+{
+    ngx_uint_t                            i;
+    ngx_http_tokenbiryani_shm_t          *sh;
+    tb_account_state_t                   *slot;
+    ngx_http_tokenbiryani_zone_account_t  za;
+
+    sh = zone->sh;
+
+    if (len == 0 || len > TB_ID_MAX) {
+        return -1;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (i = 0; i < sh->nslots; i++) {
+        if (ngx_strlen(sh->slots[i]->id) == len
+            && ngx_strncmp(sh->slots[i]->id, id, len) == 0)
+        {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+            return (ngx_int_t) i;
+        }
+    }
+
+    ngx_memzero(&za, sizeof(za));
+    za.id = (u_char *) id;
+    za.id_len = len;
+
+    slot = ngx_http_tokenbiryani_zone_slot(sh, zone->shpool, &za, &i);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return slot ? (ngx_int_t) i : -1;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_zone_nslots(ngx_http_tokenbiryani_zone_t *zone)
+{
+    return __atomic_load_n(&zone->sh->nslots, __ATOMIC_ACQUIRE);
 }

@@ -117,6 +117,18 @@ void ngx_http_tokenbiryani_zone_set_enabled(
 void ngx_http_tokenbiryani_zone_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t slot, tb_account_state_t *copy);
 
+/*
+ * The slot of an account id, made (not live, no credential) when the
+ * configuration has none: for history written under an account since
+ * removed.  -1: no memory.
+ */
+ngx_int_t ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len);
+
+/* how many slots the zone has made */
+ngx_uint_t ngx_http_tokenbiryani_zone_nslots(
+    ngx_http_tokenbiryani_zone_t *zone);
+
 /* an account's id by slot (ids never change once made); NULL if none */
 const char *ngx_http_tokenbiryani_zone_slot_id(
     ngx_http_tokenbiryani_zone_t *zone, int64_t slot);
@@ -145,6 +157,8 @@ typedef struct {
     uint64_t                       leases_held;
     uint64_t                       leases_reclaimed;
     ngx_uint_t                     ring_size;
+    uint64_t                       ring_seq;      /* the newest record */
+    ngx_uint_t                     events_size;
     ngx_uint_t                     nwaiting;
 } ngx_http_tokenbiryani_zone_stats_t;
 
@@ -349,6 +363,10 @@ ngx_uint_t ngx_http_tokenbiryani_events_read(
 /* the newest event's id, 0 if none */
 uint64_t ngx_http_tokenbiryani_events_last(ngx_http_tokenbiryani_zone_t *zone);
 
+/* one read back from the store, by the master before workers start */
+void ngx_http_tokenbiryani_events_restore(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_event_t *ev);
+
 
 /* the request inspector (shm/ngx_http_tokenbiryani_inspect.c) */
 
@@ -415,6 +433,77 @@ ngx_uint_t ngx_http_tokenbiryani_inspect_list(
 ngx_int_t ngx_http_tokenbiryani_inspect_find(
     ngx_http_tokenbiryani_zone_t *zone, u_char *id,
     ngx_http_tokenbiryani_record_t *out);
+
+/* for the store: the records after since, oldest first; one read back */
+ngx_uint_t ngx_http_tokenbiryani_inspect_since(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t since,
+    ngx_http_tokenbiryani_record_t *out, ngx_uint_t max);
+void ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_record_t *rec);
+
+
+
+/* minted keys and the store's state (shm/ngx_http_tokenbiryani_rkeys.c) */
+
+#define NGX_HTTP_TB_RKEY_OK            0
+#define NGX_HTTP_TB_RKEY_EXISTS        1      /* that name is taken */
+#define NGX_HTTP_TB_RKEY_NONE          2      /* no key of that name */
+#define NGX_HTTP_TB_RKEY_NOMEM         3
+
+/* a new key (digest given), or another spec for one (digest NULL) */
+ngx_uint_t ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *name, size_t name_len, const u_char *digest,
+    const u_char *spec, size_t spec_len);
+ngx_uint_t ngx_http_tokenbiryani_rkey_delete(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t len);
+
+/* changes with every put and delete; read without the lock */
+uint64_t ngx_http_tokenbiryani_rkeys_gen(ngx_http_tokenbiryani_zone_t *zone);
+
+typedef struct {
+    ngx_str_t                      name;
+    u_char                         digest[32];
+    ngx_str_t                      spec;          /* NUL-terminated */
+} ngx_http_tokenbiryani_rkey_view_t;
+
+/* a copy of every minted key into pool (*out: rkey_view_t), and its gen */
+ngx_int_t ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pool_t *pool, ngx_array_t *out, uint64_t *gen);
+
+
+/*
+ * The durable store as every worker sees it: whether its writes work, the
+ * first error since they stopped, and how far the history is written.
+ * The flusher is the one worker that writes history.
+ */
+typedef struct {
+    ngx_uint_t                     degraded;
+    int64_t                        since_ms;      /* of the state */
+    int64_t                        flushed_ms;    /* the last flush */
+    uint64_t                       records_seq;   /* written up to */
+    uint64_t                       events_seq;
+    uint64_t                       flushes;
+    uint64_t                       failures;
+    ngx_pid_t                      flusher;
+    u_char                         error[256];
+} ngx_http_tokenbiryani_store_state_t;
+
+/*
+ * A write's outcome; 1 when it changed the state (from working to
+ * degraded or back), for the one log line.  err: NULL when it worked.
+ */
+ngx_uint_t ngx_http_tokenbiryani_store_report(
+    ngx_http_tokenbiryani_zone_t *zone, const char *err, int64_t now);
+void ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t records_seq, uint64_t events_seq, int64_t now);
+void ngx_http_tokenbiryani_store_snapshot(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_store_state_t *copy);
+
+/* whether this worker writes the history: elected while the last is gone */
+ngx_uint_t ngx_http_tokenbiryani_store_flusher(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_pid_t pid);
+void ngx_http_tokenbiryani_store_unelect(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t pid);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_SHM_H_INCLUDED_ */

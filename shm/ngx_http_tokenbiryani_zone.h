@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a35      /* "tbz5" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a36      /* "tbz6" */
 
 
 /* a key's requests in flight and waiting, across workers; never freed */
@@ -70,6 +70,16 @@ typedef struct {
                                                      in 64-token units */
     uint32_t                       expires;       /* s since the epoch */
 } ngx_http_tokenbiryani_affinity_t;
+
+
+/* a minted key: its name, digest and spec (tb_keyspec_json) */
+typedef struct {
+    ngx_queue_t                    queue;         /* in sh->rkeys */
+    u_char                         digest[32];    /* SHA-256 of the key */
+    size_t                         name_len;
+    size_t                         spec_len;
+    u_char                         data[1];       /* name, then spec */
+} ngx_http_tokenbiryani_rkey_t;
 
 
 /* the events ring: never freed, see shm/ngx_http_tokenbiryani_events.c */
@@ -144,6 +154,14 @@ struct ngx_http_tokenbiryani_shm_s {
     /* keys' rpm windows, and what each key has in flight and waiting */
     ngx_queue_t                    rpm;
     ngx_queue_t                    keys;
+
+    /* minted keys; the generation changes with each change */
+    ngx_queue_t                    rkeys;
+    ngx_uint_t                     nrkeys;
+    ngx_atomic_t                   rkeys_gen;
+
+    /* the durable store behind the zone */
+    ngx_http_tokenbiryani_store_state_t  store;
 };
 
 

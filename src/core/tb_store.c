@@ -2,6 +2,7 @@
  * The SQLite store file: opened and checked (see tb_store.h).
  */
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,34 @@
 #include "tb_store.h"
 
 
+struct tb_store_s {
+    sqlite3                  *db;
+    char                      path[1024];
+    char                      err[1536];
+};
+
+
 static const char  tb_store_schema[] =
     "CREATE TABLE IF NOT EXISTS tb_meta ("
     "  name  TEXT PRIMARY KEY NOT NULL,"
     "  value TEXT NOT NULL"
     ");"
-    "INSERT OR IGNORE INTO tb_meta (name, value) VALUES ('schema', '1');";
+    "INSERT OR IGNORE INTO tb_meta (name, value) VALUES ('schema', '1');"
+    "CREATE TABLE IF NOT EXISTS tb_keys ("
+    "  name   TEXT PRIMARY KEY NOT NULL,"
+    "  digest BLOB NOT NULL UNIQUE,"
+    "  spec   TEXT NOT NULL"
+    ");"
+    "CREATE TABLE IF NOT EXISTS tb_history ("
+    "  kind   INTEGER NOT NULL,"
+    "  seq    INTEGER NOT NULL,"
+    "  data   BLOB NOT NULL,"
+    "  PRIMARY KEY (kind, seq)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tb_slots ("
+    "  slot   INTEGER PRIMARY KEY NOT NULL,"
+    "  id     TEXT NOT NULL"
+    ");";
 
 
 static const char *
@@ -109,25 +132,27 @@ tb_store_text(sqlite3 *db, const char *sql, char *buf, size_t size)
 }
 
 
-int
-tb_store_check(const char *path, int busy_ms, char *err, size_t errsize)
+/*
+ * WAL mode kept across closes (the -wal and -shm files stay, so a worker
+ * running as another user than the master that created them never needs
+ * to create them in a directory it may not write), checked with
+ * quick_check when asked, the schema made and its version read under the
+ * write lock: 0, or -1 with the message in err.
+ */
+static int
+tb_store_prepare(sqlite3 *db, const char *path, int busy_ms, int check,
+    char *err, size_t errsize)
 {
-    int       rc;
-    long      schema;
-    char      buf[256];
-    sqlite3  *db;
-
-    db = NULL;
-
-    rc = sqlite3_open_v2(path, &db,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                         | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        return tb_store_fail(db, rc, path, "open", err, errsize);
-    }
+    int   rc, persist;
+    long  schema;
+    char  buf[256];
 
     (void) sqlite3_extended_result_codes(db, 1);
     (void) sqlite3_busy_timeout(db, busy_ms);
+
+    persist = 1;
+    (void) sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL,
+                                &persist);
 
     /* reading the header finds a file that is no database at all */
 
@@ -143,16 +168,25 @@ tb_store_check(const char *path, int busy_ms, char *err, size_t errsize)
         return -1;
     }
 
-    rc = tb_store_text(db, "PRAGMA quick_check", buf, sizeof(buf));
+    /* an acknowledged admin write is on the disk, not only in a cache */
+
+    rc = sqlite3_exec(db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
-        return tb_store_fail(db, rc, path, "quick_check", err, errsize);
+        return tb_store_fail(db, rc, path, "synchronous=FULL", err, errsize);
     }
 
-    if (strcmp(buf, "ok") != 0) {
-        snprintf(err, errsize, "the store file \"%s\" is corrupt "
-                 "(quick_check: %s)", path, buf);
-        sqlite3_close(db);
-        return -1;
+    if (check) {
+        rc = tb_store_text(db, "PRAGMA quick_check", buf, sizeof(buf));
+        if (rc != SQLITE_OK) {
+            return tb_store_fail(db, rc, path, "quick_check", err, errsize);
+        }
+
+        if (strcmp(buf, "ok") != 0) {
+            snprintf(err, errsize, "the store file \"%s\" is corrupt "
+                     "(quick_check: %s)", path, buf);
+            sqlite3_close(db);
+            return -1;
+        }
     }
 
     /* the write lock, once: a file another process holds is found now */
@@ -192,10 +226,439 @@ tb_store_check(const char *path, int busy_ms, char *err, size_t errsize)
         return tb_store_fail(db, rc, path, "COMMIT", err, errsize);
     }
 
+    return 0;
+}
+
+
+static sqlite3 *
+tb_store_connect(const char *path, int busy_ms, int check, char *err,
+    size_t errsize)
+{
+    int       rc;
+    sqlite3  *db;
+
+    db = NULL;
+
+    rc = sqlite3_open_v2(path, &db,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                         | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        (void) tb_store_fail(db, rc, path, "open", err, errsize);
+        return NULL;
+    }
+
+    if (tb_store_prepare(db, path, busy_ms, check, err, errsize) != 0) {
+        return NULL;
+    }
+
+    return db;
+}
+
+
+int
+tb_store_check(const char *path, int busy_ms, char *err, size_t errsize)
+{
+    int       rc;
+    sqlite3  *db;
+
+    db = tb_store_connect(path, busy_ms, 1, err, errsize);
+    if (db == NULL) {
+        return -1;
+    }
+
     rc = sqlite3_close(db);
     if (rc != SQLITE_OK) {
         return tb_store_fail(NULL, rc, path, "close", err, errsize);
     }
 
     return 0;
+}
+
+
+tb_store_t *
+tb_store_open(const char *path, int busy_ms, char *err, size_t errsize)
+{
+    tb_store_t  *s;
+
+    s = calloc(1, sizeof(tb_store_t));
+    if (s == NULL) {
+        snprintf(err, errsize, "the store file \"%s\": no memory", path);
+        return NULL;
+    }
+
+    snprintf(s->path, sizeof(s->path), "%s", path);
+
+    s->db = tb_store_connect(path, busy_ms, 0, err, errsize);
+    if (s->db == NULL) {
+        free(s);
+        return NULL;
+    }
+
+    return s;
+}
+
+
+void
+tb_store_close(tb_store_t *s)
+{
+    if (s) {
+        (void) sqlite3_close(s->db);
+        free(s);
+    }
+}
+
+
+const char *
+tb_store_error(const tb_store_t *s)
+{
+    return s->err;
+}
+
+
+/* the reason of a failed call, kept; TB_STORE_ERROR */
+static int
+tb_store_failed(tb_store_t *s, int rc, const char *what)
+{
+    const char  *problem;
+
+    problem = tb_store_problem(rc);
+
+    if (problem) {
+        snprintf(s->err, sizeof(s->err), "the store file \"%s\" %s (%s: %s)",
+                 s->path, problem, what, sqlite3_errmsg(s->db));
+
+    } else {
+        snprintf(s->err, sizeof(s->err), "the store file \"%s\": %s failed: "
+                 "%s", s->path, what, sqlite3_errmsg(s->db));
+    }
+
+    return TB_STORE_ERROR;
+}
+
+
+/* one statement, its ? bound by the format: t text, b 32-byte blob,
+ * i int64, z blob with its length (two arguments) */
+static int
+tb_store_run(tb_store_t *s, const char *what, const char *sql,
+    const char *fmt, ...)
+{
+    int            rc, i;
+    va_list        ap;
+    const void    *p;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, what);
+    }
+
+    va_start(ap, fmt);
+
+    for (i = 0; fmt[i]; i++) {
+        switch (fmt[i]) {
+
+        case 't':
+            rc = sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1,
+                                   SQLITE_STATIC);
+            break;
+
+        case 'b':
+            rc = sqlite3_bind_blob(st, i + 1, va_arg(ap, const void *), 32,
+                                   SQLITE_STATIC);
+            break;
+
+        case 'z':
+            p = va_arg(ap, const void *);
+            rc = sqlite3_bind_blob(st, i + 1, p, (int) va_arg(ap, size_t),
+                                   SQLITE_STATIC);
+            break;
+
+        default: /* 'i' */
+            rc = sqlite3_bind_int64(st, i + 1,
+                                    (sqlite3_int64) va_arg(ap, int64_t));
+            break;
+        }
+
+        if (rc != SQLITE_OK) {
+            break;
+        }
+    }
+
+    va_end(ap);
+
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+    }
+
+    sqlite3_finalize(st);
+
+    if (rc == SQLITE_DONE) {
+        return TB_STORE_OK;
+    }
+
+    if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE) {
+        return TB_STORE_EXISTS;
+    }
+
+    return tb_store_failed(s, rc, what);
+}
+
+
+int
+tb_store_key_insert(tb_store_t *s, const char *name,
+    const unsigned char digest[32], const char *spec)
+{
+    return tb_store_run(s, "insert a key",
+                        "INSERT INTO tb_keys (name, digest, spec) "
+                        "VALUES (?, ?, ?)", "tbt", name, digest, spec);
+}
+
+
+int
+tb_store_key_update(tb_store_t *s, const char *name, const char *spec)
+{
+    int  rc;
+
+    rc = tb_store_run(s, "update a key",
+                      "UPDATE tb_keys SET spec = ? WHERE name = ?", "tt",
+                      spec, name);
+
+    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
+        return TB_STORE_NONE;
+    }
+
+    return rc;
+}
+
+
+int
+tb_store_key_delete(tb_store_t *s, const char *name)
+{
+    int  rc;
+
+    rc = tb_store_run(s, "delete a key", "DELETE FROM tb_keys WHERE name = ?",
+                      "t", name);
+
+    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
+        return TB_STORE_NONE;
+    }
+
+    return rc;
+}
+
+
+int
+tb_store_keys(tb_store_t *s, tb_store_key_pt cb, void *data)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, "SELECT name, digest, spec FROM tb_keys "
+                            "ORDER BY name", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read the keys");
+    }
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (sqlite3_column_bytes(st, 1) != 32
+            || sqlite3_column_text(st, 0) == NULL
+            || sqlite3_column_text(st, 2) == NULL)
+        {
+            continue;
+        }
+
+        if (cb(data, (const char *) sqlite3_column_text(st, 0),
+               sqlite3_column_blob(st, 1),
+               (const char *) sqlite3_column_text(st, 2))
+            != 0)
+        {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK
+                             : tb_store_failed(s, rc, "read the keys");
+}
+
+
+int
+tb_store_begin(tb_store_t *s)
+{
+    int  rc;
+
+    rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+
+    return rc == SQLITE_OK ? TB_STORE_OK : tb_store_failed(s, rc, "BEGIN");
+}
+
+
+int
+tb_store_commit(tb_store_t *s)
+{
+    int  rc;
+
+    rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+    if (rc == SQLITE_OK) {
+        return TB_STORE_OK;
+    }
+
+    (void) tb_store_failed(s, rc, "COMMIT");
+    (void) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+
+    return TB_STORE_ERROR;
+}
+
+
+void
+tb_store_rollback(tb_store_t *s)
+{
+    if (!sqlite3_get_autocommit(s->db)) {
+        (void) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+}
+
+
+int
+tb_store_history_put(tb_store_t *s, int kind, uint64_t seq, const void *data,
+    size_t len)
+{
+    return tb_store_run(s, "write history",
+                        "INSERT OR REPLACE INTO tb_history (kind, seq, data) "
+                        "VALUES (?, ?, ?)", "iiz", (int64_t) kind,
+                        (int64_t) seq, data, len);
+}
+
+
+int
+tb_store_history_prune(tb_store_t *s, int kind, uint64_t keep)
+{
+    return tb_store_run(s, "prune history",
+                        "DELETE FROM tb_history WHERE kind = ? AND seq <= "
+                        "(SELECT seq FROM tb_history WHERE kind = ? "
+                        "ORDER BY seq DESC LIMIT 1 OFFSET ?)", "iii",
+                        (int64_t) kind, (int64_t) kind, (int64_t) keep);
+}
+
+
+int
+tb_store_history(tb_store_t *s, int kind, uint64_t limit, tb_store_blob_pt cb,
+    void *data)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, "SELECT seq, data FROM (SELECT seq, data "
+                            "FROM tb_history WHERE kind = ? ORDER BY seq "
+                            "DESC LIMIT ?) ORDER BY seq", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read history");
+    }
+
+    (void) sqlite3_bind_int64(st, 1, kind);
+    (void) sqlite3_bind_int64(st, 2, (sqlite3_int64) limit);
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cb(data, (uint64_t) sqlite3_column_int64(st, 0),
+               sqlite3_column_blob(st, 1),
+               (size_t) sqlite3_column_bytes(st, 1))
+            != 0)
+        {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK
+                             : tb_store_failed(s, rc, "read history");
+}
+
+
+int
+tb_store_meta_put(tb_store_t *s, const char *name, const char *value)
+{
+    return tb_store_run(s, "write tb_meta",
+                        "INSERT OR REPLACE INTO tb_meta (name, value) "
+                        "VALUES (?, ?)", "tt", name, value);
+}
+
+
+int
+tb_store_meta_get(tb_store_t *s, const char *name, char *buf, size_t size)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+    const char    *t;
+
+    rc = sqlite3_prepare_v2(s->db, "SELECT value FROM tb_meta WHERE name = ?",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read tb_meta");
+    }
+
+    (void) sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+
+    buf[0] = '\0';
+    rc = sqlite3_step(st);
+
+    if (rc == SQLITE_ROW) {
+        t = (const char *) sqlite3_column_text(st, 0);
+        snprintf(buf, size, "%s", t ? t : "");
+        rc = SQLITE_DONE;
+
+    } else if (rc == SQLITE_DONE) {
+        sqlite3_finalize(st);
+        return TB_STORE_NONE;
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK
+                             : tb_store_failed(s, rc, "read tb_meta");
+}
+
+
+int
+tb_store_slot_put(tb_store_t *s, uint64_t slot, const char *id)
+{
+    return tb_store_run(s, "write a slot",
+                        "INSERT OR REPLACE INTO tb_slots (slot, id) "
+                        "VALUES (?, ?)", "it", (int64_t) slot, id);
+}
+
+
+int
+tb_store_slots(tb_store_t *s, tb_store_slot_pt cb, void *data)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, "SELECT slot, id FROM tb_slots", -1, &st,
+                            NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read the slots");
+    }
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (sqlite3_column_text(st, 1) == NULL) {
+            continue;
+        }
+
+        if (cb(data, (uint64_t) sqlite3_column_int64(st, 0),
+               (const char *) sqlite3_column_text(st, 1))
+            != 0)
+        {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK
+                             : tb_store_failed(s, rc, "read the slots");
 }

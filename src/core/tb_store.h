@@ -9,6 +9,7 @@
 #define TB_STORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 
 #define TB_STORE_SCHEMA       1
@@ -23,5 +24,70 @@
  * held by another process is waited for.
  */
 int tb_store_check(const char *path, int busy_ms, char *err, size_t errsize);
+
+
+/*
+ * An open store: one connection, used by one thread at a time (a
+ * worker's writes run one task at a time in nginx's thread pool; the
+ * master reads it before workers start).  Every call that fails leaves
+ * its reason in tb_store_error().
+ */
+typedef struct tb_store_s  tb_store_t;
+
+#define TB_STORE_OK           0
+#define TB_STORE_ERROR       -1
+#define TB_STORE_EXISTS       1       /* a key of that name is stored */
+#define TB_STORE_NONE         2       /* no key of that name */
+
+tb_store_t *tb_store_open(const char *path, int busy_ms, char *err,
+    size_t errsize);
+void tb_store_close(tb_store_t *s);
+const char *tb_store_error(const tb_store_t *s);
+
+/* a minted key: its name, SHA-256 digest and spec (tb_keyspec_json) */
+int tb_store_key_insert(tb_store_t *s, const char *name,
+    const unsigned char digest[32], const char *spec);
+int tb_store_key_update(tb_store_t *s, const char *name, const char *spec);
+int tb_store_key_delete(tb_store_t *s, const char *name);
+
+typedef int (*tb_store_key_pt)(void *data, const char *name,
+    const unsigned char *digest, const char *spec);
+
+/* every stored key, by name; a callback's nonzero return stops */
+int tb_store_keys(tb_store_t *s, tb_store_key_pt cb, void *data);
+
+/*
+ * History: inspector records (TB_STORE_RECORDS) and events
+ * (TB_STORE_EVENTS), each a numbered blob of the layout its writer
+ * names; the newest keep of a kind are kept.
+ */
+#define TB_STORE_RECORDS      1
+#define TB_STORE_EVENTS       2
+
+int tb_store_begin(tb_store_t *s);
+int tb_store_commit(tb_store_t *s);
+void tb_store_rollback(tb_store_t *s);
+
+int tb_store_history_put(tb_store_t *s, int kind, uint64_t seq,
+    const void *data, size_t len);
+int tb_store_history_prune(tb_store_t *s, int kind, uint64_t keep);
+
+typedef int (*tb_store_blob_pt)(void *data, uint64_t seq, const void *blob,
+    size_t len);
+
+/* the newest limit of a kind, oldest first */
+int tb_store_history(tb_store_t *s, int kind, uint64_t limit,
+    tb_store_blob_pt cb, void *data);
+
+/* a small named value (tb_meta) */
+int tb_store_meta_put(tb_store_t *s, const char *name, const char *value);
+int tb_store_meta_get(tb_store_t *s, const char *name, char *buf,
+    size_t size);
+
+/* the account ids of the zone's slots, for history written under them */
+int tb_store_slot_put(tb_store_t *s, uint64_t slot, const char *id);
+
+typedef int (*tb_store_slot_pt)(void *data, uint64_t slot, const char *id);
+int tb_store_slots(tb_store_t *s, tb_store_slot_pt cb, void *data);
 
 #endif /* TB_STORE_H */

@@ -113,6 +113,11 @@ typedef struct {
     ngx_str_t                      config_file;
     tb_config_t                   *tbcf;
     tb_keytab_t                    keytab;
+
+    /* store.backend: sqlite - the file, the pool its writes run in */
+    ngx_str_t                      store_path;   /* NUL-terminated */
+    void                          *thread_pool;  /* ngx_thread_pool_t */
+    ngx_cycle_t                   *cycle;        /* being configured */
     u_char                       **pools;     /* per key: its accounts,
                                                  1 per pool index */
 
@@ -191,6 +196,8 @@ typedef struct {
     u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
     ngx_uint_t                     kind;      /* NGX_HTTP_TB_MESSAGES, ... */
     const tb_key_conf_t           *key;       /* NULL in open mode */
+    u_char                        *pool;      /* the key's accounts, 1 per
+                                                 pool index; NULL: all */
 
     tb_body_t                      body;
 

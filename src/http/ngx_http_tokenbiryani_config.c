@@ -9,6 +9,7 @@
 #include "ngx_http_tokenbiryani_config.h"
 #include "tb_hash.h"
 #include "tb_store.h"
+#include "ngx_http_tokenbiryani_store.h"
 
 
 static void ngx_http_tokenbiryani_config_cleanup(void *data);
@@ -74,7 +75,7 @@ ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    return NGX_OK;
+    return ngx_http_tokenbiryani_store_conf(cf, tmcf, path);
 }
 
 

@@ -7,6 +7,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_keys.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r,
@@ -150,15 +151,22 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t need_admin)
 {
     ngx_str_t                           key;
+    ngx_uint_t                          n;
     const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     if (tmcf->keytab.n == 0) {
-        /* open mode, allowed on loopback only (checked at startup) */
-        ctx->admin = 1;
-        return ngx_http_tokenbiryani_open_check(r, need_admin);
+        if (ngx_http_tokenbiryani_rkeys(tmcf, &n) == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (n == 0) {
+            /* open mode, allowed on loopback only (checked at startup) */
+            ctx->admin = 1;
+            return ngx_http_tokenbiryani_open_check(r, need_admin);
+        }
     }
 
     if (ngx_http_tokenbiryani_key_from_request(r, &key) != NGX_OK) {
@@ -169,17 +177,36 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
         return NGX_HTTP_UNAUTHORIZED;
     }
 
-    kc = tb_keytab_lookup(&tmcf->keytab, key.data, key.len);
+    kc = tmcf->keytab.n ? tb_keytab_lookup(&tmcf->keytab, key.data, key.len)
+                        : NULL;
 
-    if (kc == NULL) {
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
-            "authentication_error", "invalid key");
-        return NGX_HTTP_UNAUTHORIZED;
+    if (kc) {
+        ctx->key = kc;
+        ctx->pool = tmcf->pools[kc - tmcf->tbcf->keys];
+        ctx->key_hash = kc->name_hash;
+        ctx->admin = kc->admin;
+
+    } else {
+        /* none of the file's: a minted key, or none */
+
+        switch (ngx_http_tokenbiryani_rkey_auth(r, ctx, &key)) {
+
+        case NGX_OK:
+            kc = ctx->key;
+            break;
+
+        case NGX_DECLINED:
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
+                "authentication_error", "invalid key");
+            return NGX_HTTP_UNAUTHORIZED;
+
+        case NGX_ABORT:
+            return NGX_HTTP_UNAUTHORIZED;
+
+        default:
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
-
-    ctx->key = kc;
-    ctx->key_hash = kc->name_hash;
-    ctx->admin = kc->admin;
 
     if (need_admin && !kc->admin) {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,

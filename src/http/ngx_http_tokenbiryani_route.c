@@ -62,7 +62,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
     /* what the decisions of this request read of each account */
 
-    pool = kc ? tmcf->pools[kc - tmcf->tbcf->keys] : NULL;
+    pool = ctx->pool;
 
     for (i = 0; i < n; i++) {
         c = &ctx->cands[i];

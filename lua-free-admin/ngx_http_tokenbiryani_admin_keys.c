@@ -1,0 +1,654 @@
+/*
+ * /admin/keys: virtual keys minted, listed, rescoped and revoked at
+ * runtime.
+ *
+ *   GET    /admin/keys          every key, the file's and the minted ones
+ *   POST   /admin/keys          mints: 201 {"key": "bir_...", "record"}
+ *   GET    /admin/keys/{name}   one key
+ *   PATCH  /admin/keys/{name}   rescopes a minted key
+ *   DELETE /admin/keys/{name}   revokes a minted key
+ *
+ * A key's secret appears once, in the answer that minted it; the zone
+ * and the store keep its SHA-256 digest.  With a store, a write answers
+ * once its row is committed, and the zone - every worker - has it from
+ * then on; a store that cannot be written changes nothing and says so.
+ * The YAML file's keys are the file's: listed, never changed (409).
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_keys.h"
+#include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_admin.h"
+
+
+typedef struct {
+    ngx_http_tokenbiryani_job_t    job;
+    ngx_http_request_t            *request;
+    ngx_uint_t                     op;
+    char                          *name;
+    char                          *spec;
+    char                           secret[TB_KEYSPEC_SECRET_LEN + 1];
+    u_char                         digest[32];
+} ngx_http_tokenbiryani_key_write_t;
+
+
+static void ngx_http_tokenbiryani_keys_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r,
+    u_char *body, size_t len);
+static void ngx_http_tokenbiryani_keys_written(
+    ngx_http_tokenbiryani_job_t *job);
+static ngx_int_t ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_key_write_t *kw);
+static cJSON *ngx_http_tokenbiryani_key_record(const tb_keyspec_t *ks,
+    const char *source);
+static const tb_keyspec_t *ngx_http_tokenbiryani_minted(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *name, size_t len,
+    ngx_uint_t *n);
+
+
+/* the name in /admin/keys/{name}; an empty one for /admin/keys */
+static ngx_str_t *
+ngx_http_tokenbiryani_keys_name(ngx_http_request_t *r)
+{
+    ngx_str_t  *name;
+
+    name = ngx_palloc(r->pool, sizeof(ngx_str_t));
+    if (name == NULL) {
+        return NULL;
+    }
+
+    name->data = r->uri.data + sizeof("/admin/keys") - 1;
+    name->len = r->uri.len - (sizeof("/admin/keys") - 1);
+
+    if (name->len) {
+        /* past the slash */
+        name->data++;
+        name->len--;
+    }
+
+    return name;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
+{
+    size_t                              i;
+    ngx_int_t                           rc;
+    ngx_str_t                          *name;
+    ngx_uint_t                          n;
+    cJSON                              *root, *arr, *rec;
+    tb_keyspec_t                        ks;
+    const tb_keyspec_t                 *minted;
+    ngx_http_tokenbiryani_rkent_t      *ents;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    name = ngx_http_tokenbiryani_keys_name(r);
+    if (name == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        if ((name->len == 0 && r->method != NGX_HTTP_POST)
+            || (name->len && !(r->method & (NGX_HTTP_PATCH|NGX_HTTP_DELETE))))
+        {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                       "invalid_request_error",
+                       "%V expects %s, not %V", &r->uri,
+                       name->len ? "GET, PATCH or DELETE" : "GET or POST",
+                       &r->method_name);
+        }
+
+        /* the body, then the write */
+
+        r->request_body_in_single_buf = 1;
+
+        rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_tokenbiryani_keys_body);
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+            return rc;
+        }
+
+        return NGX_DONE;
+    }
+
+    if (name->len) {
+        for (i = 0; i < tmcf->tbcf->nkeys; i++) {
+            if (ngx_strlen(tmcf->tbcf->keys[i].name) == name->len
+                && ngx_strncmp(tmcf->tbcf->keys[i].name, name->data,
+                               name->len) == 0)
+            {
+                ngx_memzero(&ks, sizeof(ks));
+                ks.conf = tmcf->tbcf->keys[i];
+
+                rec = ngx_http_tokenbiryani_key_record(&ks, "file");
+                return rec ? ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK,
+                                                              rec)
+                           : NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+        }
+
+        minted = ngx_http_tokenbiryani_minted(tmcf, name->data, name->len,
+                                              &n);
+        if (minted == NULL) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                       "not_found_error", "no key \"%*s\"",
+                       ngx_min(name->len, 64), name->data);
+        }
+
+        rec = ngx_http_tokenbiryani_key_record(minted, "minted");
+        return rec ? ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, rec)
+                   : NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    root = cJSON_CreateObject();
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    arr = cJSON_AddArrayToObject(root, "keys");
+    if (arr == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < tmcf->tbcf->nkeys; i++) {
+        ngx_memzero(&ks, sizeof(ks));
+        ks.conf = tmcf->tbcf->keys[i];
+
+        rec = ngx_http_tokenbiryani_key_record(&ks, "file");
+        if (rec == NULL) {
+            goto failed;
+        }
+
+        cJSON_AddItemToArray(arr, rec);
+    }
+
+    ents = ngx_http_tokenbiryani_rkeys(tmcf, &n);
+    if (ents == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < n; i++) {
+        rec = ngx_http_tokenbiryani_key_record(&ents[i].ks, "minted");
+        if (rec == NULL) {
+            goto failed;
+        }
+
+        cJSON_AddItemToArray(arr, rec);
+    }
+
+    if (cJSON_AddStringToObject(root, "store",
+                                ngx_http_tokenbiryani_store_on(tmcf)
+                                ? "sqlite" : "memory")
+        == NULL)
+    {
+        goto failed;
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+
+failed:
+
+    cJSON_Delete(root);
+
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+
+/* the minted key of that name in this worker's copy, or NULL */
+static const tb_keyspec_t *
+ngx_http_tokenbiryani_minted(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const u_char *name, size_t len, ngx_uint_t *n)
+{
+    ngx_uint_t                      i;
+    ngx_http_tokenbiryani_rkent_t  *ents;
+
+    ents = ngx_http_tokenbiryani_rkeys(tmcf, n);
+    if (ents == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < *n; i++) {
+        if (ngx_strlen(ents[i].ks.conf.name) == len
+            && ngx_strncmp(ents[i].ks.conf.name, name, len) == 0)
+        {
+            return &ents[i].ks;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* a key as the API shows it: its scope, where it comes from, its use */
+static cJSON *
+ngx_http_tokenbiryani_key_record(const tb_keyspec_t *ks, const char *source)
+{
+    char   *text;
+    cJSON  *rec;
+
+    text = tb_keyspec_json(ks);
+    if (text == NULL) {
+        return NULL;
+    }
+
+    rec = cJSON_Parse(text);
+    free(text);
+
+    if (rec == NULL) {
+        return NULL;
+    }
+
+    if (cJSON_AddStringToObject(rec, "source", source) == NULL) {
+        cJSON_Delete(rec);
+        return NULL;
+    }
+
+    if (source[0] == 'f') {
+        /* the file's keys have no date of their own */
+        cJSON_DeleteItemFromObjectCaseSensitive(rec, "created");
+        cJSON_DeleteItemFromObjectCaseSensitive(rec, "expires_at");
+    }
+
+    return rec;
+}
+
+
+static void
+ngx_http_tokenbiryani_keys_body(ngx_http_request_t *r)
+{
+    size_t        len;
+    u_char       *body;
+    ngx_int_t     rc;
+    ngx_chain_t  *cl;
+
+    body = NULL;
+    len = 0;
+
+    if (r->request_body && r->request_body->bufs) {
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            if (cl->buf->in_file) {
+                rc = ngx_http_tokenbiryani_send_error(r,
+                         NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
+                         "an admin request's body must fit in "
+                         "client_body_buffer_size");
+                ngx_http_finalize_request(r, rc);
+                return;
+            }
+
+            len += cl->buf->last - cl->buf->pos;
+        }
+
+        body = ngx_pnalloc(r->pool, len + 1);
+        if (body == NULL) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        len = 0;
+
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            len = ngx_cpymem(body + len, cl->buf->pos,
+                             cl->buf->last - cl->buf->pos) - body;
+        }
+
+        body[len] = '\0';
+    }
+
+    rc = ngx_http_tokenbiryani_keys_write(r, body, len);
+
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+static int
+ngx_http_tokenbiryani_key_account(void *data, const char *id)
+{
+    ngx_http_tokenbiryani_main_conf_t *tmcf = data;
+
+    ngx_uint_t                        i;
+    ngx_http_tokenbiryani_account_t  *a;
+
+    a = tmcf->accounts.elts;
+
+    for (i = 0; i < tmcf->accounts.nelts; i++) {
+        if (ngx_strcmp(a[i].conf->id, id) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* the write checked and prepared; sent to the store, or to the zone */
+static ngx_int_t
+ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
+    size_t len)
+{
+    ngx_int_t                           rc;
+    ngx_str_t                          *name;
+    ngx_uint_t                          n;
+    tb_keyspec_t                        ks;
+    const tb_keyspec_t                 *minted;
+    ngx_http_tokenbiryani_key_write_t  *kw;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    char                                err[512];
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    name = ngx_http_tokenbiryani_keys_name(r);
+    if (name == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    kw = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_key_write_t));
+    if (kw == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    kw->request = r;
+
+    if (name->len) {
+        if (!tb_keyspec_valid_name((char *) name->data, name->len)) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                       "not_found_error", "no key of that name: a key's name "
+                       "is 1 to 64 letters, digits, '.', '_' or '-'");
+        }
+
+        if (ngx_http_tokenbiryani_yaml_key(tmcf, name->data, name->len)) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                       "invalid_request_error", "key \"%V\" is the YAML "
+                       "file's: change it there and reload", name);
+        }
+
+        minted = ngx_http_tokenbiryani_minted(tmcf, name->data, name->len,
+                                              &n);
+        if (minted == NULL) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                       "not_found_error", "no key \"%V\"", name);
+        }
+
+        kw->name = ngx_pnalloc(r->pool, name->len + 1);
+        if (kw->name == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_cpystrn((u_char *) kw->name, name->data, name->len + 1);
+
+        if (r->method == NGX_HTTP_DELETE) {
+            kw->op = NGX_HTTP_TB_JOB_KEY_DELETE;
+            goto write;
+        }
+
+        /* PATCH: the changes onto a copy of what is there */
+
+        if (tb_keyspec_copy(&ks, minted) != 0) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (tb_keyspec_parse(&ks, (char *) body, len, TB_KEYSPEC_PATCH,
+                             ngx_http_tokenbiryani_key_account, tmcf,
+                             (int64_t) ngx_time(), err, sizeof(err))
+            != 0)
+        {
+            tb_keyspec_free(&ks);
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error", "%s", err);
+        }
+
+        kw->op = NGX_HTTP_TB_JOB_KEY_UPDATE;
+
+    } else {
+        if (tb_keyspec_parse(&ks, (char *) body, len, TB_KEYSPEC_CREATE,
+                             ngx_http_tokenbiryani_key_account, tmcf,
+                             (int64_t) ngx_time(), err, sizeof(err))
+            != 0)
+        {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error", "%s", err);
+        }
+
+        n = ngx_strlen(ks.conf.name);
+
+        if (ngx_http_tokenbiryani_yaml_key(tmcf, (u_char *) ks.conf.name, n)
+            || ngx_http_tokenbiryani_minted(tmcf, (u_char *) ks.conf.name, n,
+                                            &n)
+               != NULL)
+        {
+            rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                     "invalid_request_error", "a key named \"%s\" exists",
+                     ks.conf.name);
+            tb_keyspec_free(&ks);
+            return rc;
+        }
+
+        /* minting the first key ends open mode: it must let its holder
+         * in to /admin */
+
+        if (tmcf->keytab.n == 0 && n == 0 && !ks.conf.admin) {
+            tb_keyspec_free(&ks);
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                       "invalid_request_error", "this gateway has no keys "
+                       "yet, and the first key minted ends open mode: mint "
+                       "an admin key first (\"admin\": true)");
+        }
+
+        if (tb_keyspec_secret(kw->secret, kw->digest) != 0) {
+            tb_keyspec_free(&ks);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        kw->name = ngx_pnalloc(r->pool, ngx_strlen(ks.conf.name) + 1);
+        if (kw->name == NULL) {
+            tb_keyspec_free(&ks);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(kw->name, ks.conf.name, ngx_strlen(ks.conf.name) + 1);
+
+        kw->op = NGX_HTTP_TB_JOB_KEY_INSERT;
+    }
+
+    /* the spec, in the request's pool */
+
+    {
+        char    *text;
+        size_t   tlen;
+
+        text = tb_keyspec_json(&ks);
+        tb_keyspec_free(&ks);
+
+        if (text == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        tlen = ngx_strlen(text);
+
+        kw->spec = ngx_pnalloc(r->pool, tlen + 1);
+        if (kw->spec == NULL) {
+            free(text);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(kw->spec, text, tlen + 1);
+        free(text);
+    }
+
+write:
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        return ngx_http_tokenbiryani_keys_apply(r, kw);
+    }
+
+    kw->job.op = kw->op;
+    kw->job.name = kw->name;
+    kw->job.digest = kw->digest;
+    kw->job.spec = kw->spec;
+    kw->job.done = ngx_http_tokenbiryani_keys_written;
+    kw->job.data = kw;
+
+    if (ngx_http_tokenbiryani_store_post(tmcf, &kw->job) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_tokenbiryani_keys_written(ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_key_write_t *kw = job->data;
+
+    ngx_int_t            rc;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = kw->request;
+    c = r->connection;
+
+    switch (job->rc) {
+
+    case TB_STORE_OK:
+        rc = ngx_http_tokenbiryani_keys_apply(r, kw);
+        break;
+
+    case TB_STORE_EXISTS:
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                 "invalid_request_error", "a key named \"%s\" exists",
+                 kw->name);
+        break;
+
+    case TB_STORE_NONE:
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                 "not_found_error", "no key \"%s\"", kw->name);
+        break;
+
+    default:
+        rc = ngx_http_tokenbiryani_send_error(r,
+                 NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
+                 "nothing was changed: the store cannot be written (%s)",
+                 job->err);
+        break;
+    }
+
+    ngx_explicit_memzero(kw->secret, sizeof(kw->secret));
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* the write into the zone, where every worker sees it, and the answer */
+static ngx_int_t
+ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_key_write_t *kw)
+{
+    size_t                              nlen;
+    ngx_uint_t                          rc;
+    cJSON                              *root, *rec;
+    tb_keyspec_t                        ks;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    char                                err[256];
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    nlen = ngx_strlen(kw->name);
+
+    if (kw->op == NGX_HTTP_TB_JOB_KEY_DELETE) {
+        rc = ngx_http_tokenbiryani_rkey_delete(&tmcf->zone,
+                                               (u_char *) kw->name, nlen);
+
+    } else {
+        rc = ngx_http_tokenbiryani_rkey_put(&tmcf->zone, (u_char *) kw->name,
+                 nlen, kw->op == NGX_HTTP_TB_JOB_KEY_INSERT ? kw->digest
+                                                            : NULL,
+                 (u_char *) kw->spec, ngx_strlen(kw->spec));
+    }
+
+    switch (rc) {
+
+    case NGX_HTTP_TB_RKEY_OK:
+        break;
+
+    case NGX_HTTP_TB_RKEY_EXISTS:
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                   "invalid_request_error", "a key named \"%s\" exists",
+                   kw->name);
+
+    case NGX_HTTP_TB_RKEY_NONE:
+        if (kw->op == NGX_HTTP_TB_JOB_KEY_DELETE) {
+            /* revoked meanwhile by another request: it is gone either way */
+            break;
+        }
+
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                   "not_found_error", "no key \"%s\"", kw->name);
+
+    default:
+        return ngx_http_tokenbiryani_send_error(r,
+                   NGX_HTTP_INSUFFICIENT_STORAGE, "api_error",
+                   "the zone is full: make tokenbiryani_zone larger%s",
+                   ngx_http_tokenbiryani_store_on(tmcf)
+                   ? " (the store has the key: it is loaded at the next "
+                     "start)" : "");
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                  "tokenbiryani: key \"%s\" %s by an operator", kw->name,
+                  kw->op == NGX_HTTP_TB_JOB_KEY_INSERT ? "minted"
+                  : kw->op == NGX_HTTP_TB_JOB_KEY_UPDATE ? "rescoped"
+                  : "revoked");
+
+    root = cJSON_CreateObject();
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (kw->op == NGX_HTTP_TB_JOB_KEY_DELETE) {
+        if (cJSON_AddStringToObject(root, "revoked", kw->name) == NULL) {
+            cJSON_Delete(root);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+    }
+
+    if (tb_keyspec_parse(&ks, kw->spec, ngx_strlen(kw->spec),
+                         TB_KEYSPEC_STORED, NULL, NULL, 0, err, sizeof(err))
+        != 0)
+    {
+        cJSON_Delete(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rec = ngx_http_tokenbiryani_key_record(&ks, "minted");
+    tb_keyspec_free(&ks);
+
+    if (rec == NULL) {
+        cJSON_Delete(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (kw->op == NGX_HTTP_TB_JOB_KEY_UPDATE) {
+        cJSON_Delete(root);
+        return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, rec);
+    }
+
+    if (cJSON_AddStringToObject(root, "key", kw->secret) == NULL) {
+        cJSON_Delete(rec);
+        cJSON_Delete(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cJSON_AddItemToObject(root, "record", rec);
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_CREATED, root);
+}

@@ -1,0 +1,333 @@
+/*
+ * Minted keys in the zone, and the state of the durable store behind it.
+ *
+ * The zone holds each minted key as its name, the SHA-256 digest of its
+ * secret and its spec (JSON text); workers keep a parsed copy and rebuild
+ * it when the generation moves, so a key minted, rescoped or revoked in
+ * one worker holds in every worker from its next request.
+ */
+
+
+#include "ngx_http_tokenbiryani_zone.h"
+
+
+static ngx_http_tokenbiryani_rkey_t *
+ngx_http_tokenbiryani_rkey_find_locked(ngx_http_tokenbiryani_shm_t *sh,
+    const u_char *name, size_t len)
+{
+    ngx_queue_t                   *q;
+    ngx_http_tokenbiryani_rkey_t  *k;
+
+    for (q = ngx_queue_head(&sh->rkeys);
+         q != ngx_queue_sentinel(&sh->rkeys);
+         q = ngx_queue_next(q))
+    {
+        k = ngx_queue_data(q, ngx_http_tokenbiryani_rkey_t, queue);
+
+        if (k->name_len == len && ngx_memcmp(k->data, name, len) == 0) {
+            return k;
+        }
+    }
+
+    return NULL;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *name, size_t name_len, const u_char *digest,
+    const u_char *spec, size_t spec_len)
+{
+    ngx_uint_t                     rc;
+    ngx_http_tokenbiryani_shm_t   *sh;
+    ngx_http_tokenbiryani_rkey_t  *old, *k;
+
+    sh = zone->sh;
+    rc = NGX_HTTP_TB_RKEY_OK;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    old = ngx_http_tokenbiryani_rkey_find_locked(sh, name, name_len);
+
+    if (digest && old) {
+        rc = NGX_HTTP_TB_RKEY_EXISTS;
+        goto done;
+    }
+
+    if (digest == NULL && old == NULL) {
+        rc = NGX_HTTP_TB_RKEY_NONE;
+        goto done;
+    }
+
+    k = ngx_slab_alloc_locked(zone->shpool,
+                              offsetof(ngx_http_tokenbiryani_rkey_t, data)
+                              + name_len + spec_len + 1);
+    if (k == NULL) {
+        rc = NGX_HTTP_TB_RKEY_NOMEM;
+        goto done;
+    }
+
+    ngx_memcpy(k->digest, digest ? digest : old->digest, 32);
+    k->name_len = name_len;
+    k->spec_len = spec_len;
+    ngx_memcpy(k->data, name, name_len);
+    ngx_memcpy(k->data + name_len, spec, spec_len);
+    k->data[name_len + spec_len] = '\0';
+
+    if (old) {
+        ngx_queue_insert_after(&old->queue, &k->queue);
+        ngx_queue_remove(&old->queue);
+        ngx_slab_free_locked(zone->shpool, old);
+
+    } else {
+        ngx_queue_insert_tail(&sh->rkeys, &k->queue);
+        sh->nrkeys++;
+    }
+
+    (void) ngx_atomic_fetch_add(&sh->rkeys_gen, 1);
+
+done:
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return rc;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *name, size_t len)
+{
+    ngx_uint_t                     rc;
+    ngx_http_tokenbiryani_shm_t   *sh;
+    ngx_http_tokenbiryani_rkey_t  *k;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    k = ngx_http_tokenbiryani_rkey_find_locked(sh, name, len);
+
+    if (k == NULL) {
+        rc = NGX_HTTP_TB_RKEY_NONE;
+
+    } else {
+        ngx_queue_remove(&k->queue);
+        ngx_slab_free_locked(zone->shpool, k);
+        sh->nrkeys--;
+        (void) ngx_atomic_fetch_add(&sh->rkeys_gen, 1);
+        rc = NGX_HTTP_TB_RKEY_OK;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return rc;
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_rkeys_gen(ngx_http_tokenbiryani_zone_t *zone)
+{
+    return (uint64_t) __atomic_load_n(&zone->sh->rkeys_gen, __ATOMIC_ACQUIRE);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pool_t *pool, ngx_array_t *out, uint64_t *gen)
+{
+    u_char                             *p;
+    size_t                              size;
+    ngx_uint_t                          n;
+    ngx_queue_t                        *q;
+    ngx_http_tokenbiryani_shm_t        *sh;
+    ngx_http_tokenbiryani_rkey_t       *k;
+    ngx_http_tokenbiryani_rkey_view_t  *v;
+
+    sh = zone->sh;
+
+    for ( ;; ) {
+        /* the size first, then the copy if it still fits: no allocation
+         * under the lock */
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        size = 0;
+        n = sh->nrkeys;
+
+        for (q = ngx_queue_head(&sh->rkeys);
+             q != ngx_queue_sentinel(&sh->rkeys);
+             q = ngx_queue_next(q))
+        {
+            k = ngx_queue_data(q, ngx_http_tokenbiryani_rkey_t, queue);
+            size += k->name_len + k->spec_len + 2;
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        if (ngx_array_init(out, pool, n ? n : 1,
+                           sizeof(ngx_http_tokenbiryani_rkey_view_t))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        p = ngx_pnalloc(pool, size ? size : 1);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        if (sh->nrkeys != n) {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+            continue;
+        }
+
+        for (q = ngx_queue_head(&sh->rkeys);
+             q != ngx_queue_sentinel(&sh->rkeys);
+             q = ngx_queue_next(q))
+        {
+            k = ngx_queue_data(q, ngx_http_tokenbiryani_rkey_t, queue);
+
+            if (k->name_len + k->spec_len + 2 > size) {
+                break;
+            }
+
+            size -= k->name_len + k->spec_len + 2;
+
+            v = ngx_array_push(out);   /* preallocated: never NULL */
+
+            ngx_memcpy(v->digest, k->digest, 32);
+
+            v->name.data = p;
+            v->name.len = k->name_len;
+            p = ngx_cpymem(p, k->data, k->name_len);
+            *p++ = '\0';
+
+            v->spec.data = p;
+            v->spec.len = k->spec_len;
+            p = ngx_cpymem(p, k->data + k->name_len, k->spec_len);
+            *p++ = '\0';
+        }
+
+        *gen = (uint64_t) sh->rkeys_gen;
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        if (q == ngx_queue_sentinel(&sh->rkeys) || out->nelts == n) {
+            return NGX_OK;
+        }
+
+        /* a spec grew between the two looks: again */
+    }
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_store_report(ngx_http_tokenbiryani_zone_t *zone,
+    const char *err, int64_t now)
+{
+    ngx_uint_t                            changed;
+    ngx_http_tokenbiryani_store_state_t  *st;
+
+    st = &zone->sh->store;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    changed = (st->degraded != (err != NULL));
+
+    if (changed) {
+        st->degraded = (err != NULL);
+        st->since_ms = now;
+
+        if (err) {
+            ngx_cpystrn(st->error, (u_char *) err, sizeof(st->error));
+        }
+    }
+
+    if (err) {
+        st->failures++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return changed;
+}
+
+
+void
+ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t records_seq, uint64_t events_seq, int64_t now)
+{
+    ngx_http_tokenbiryani_store_state_t  *st;
+
+    st = &zone->sh->store;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (records_seq > st->records_seq) {
+        st->records_seq = records_seq;
+    }
+
+    if (events_seq > st->events_seq) {
+        st->events_seq = events_seq;
+    }
+
+    st->flushed_ms = now;
+    st->flushes++;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
+ngx_http_tokenbiryani_store_snapshot(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_store_state_t *copy)
+{
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    *copy = zone->sh->store;
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_store_flusher(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t pid)
+{
+    ngx_uint_t                            mine;
+    ngx_http_tokenbiryani_owners_t        owners;
+    ngx_http_tokenbiryani_store_state_t  *st;
+
+    st = &zone->sh->store;
+    owners.n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (st->flusher == 0
+        || (st->flusher != pid
+            && ngx_http_tokenbiryani_owner_gone(&owners, st->flusher)))
+    {
+        st->flusher = pid;
+    }
+
+    mine = (st->flusher == pid);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return mine;
+}
+
+
+void
+ngx_http_tokenbiryani_store_unelect(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t pid)
+{
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (zone->sh->store.flusher == pid) {
+        zone->sh->store.flusher = 0;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}

@@ -1,0 +1,989 @@
+/*
+ * The durable store behind the zone: loaded by the master, written in the
+ * thread pool (see ngx_http_tokenbiryani_store.h).
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_store.h"
+#include "tb_keyspec.h"
+
+#if (NGX_THREADS)
+#include <ngx_thread_pool.h>
+#endif
+
+
+#define NGX_HTTP_TB_STORE_BUSY_MS      5000
+
+
+#if (NGX_THREADS)
+
+/* this worker's writer: one task, the jobs it runs and the ones waiting */
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_thread_task_t                  *task;
+    tb_store_t                         *db;         /* the thread's only */
+    ngx_http_tokenbiryani_job_t        *running;    /* the thread's */
+    ngx_http_tokenbiryani_job_t        *pending;
+    ngx_http_tokenbiryani_job_t       **last;
+    ngx_event_t                         flush;      /* every second */
+    ngx_uint_t                          flushing;   /* a flush is posted */
+} ngx_http_tokenbiryani_writer_t;
+
+
+static ngx_http_tokenbiryani_writer_t  ngx_http_tokenbiryani_writer;
+
+
+static void ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log);
+static void ngx_http_tokenbiryani_store_done(ngx_event_t *ev);
+static void ngx_http_tokenbiryani_store_run(
+    ngx_http_tokenbiryani_writer_t *w);
+static void ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev);
+static void ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job);
+
+#endif
+
+static ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+static int ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
+    ngx_http_tokenbiryani_job_t *job);
+static void ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size);
+static void ngx_http_tokenbiryani_load_history(tb_store_t *db,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
+
+
+static ngx_int_t ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+static void ngx_http_tokenbiryani_store_own(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path)
+{
+#if (NGX_THREADS)
+    size_t  len;
+
+    len = ngx_strlen(path);
+
+    tmcf->store_path.data = ngx_pnalloc(cf->pool, len + 1);
+    if (tmcf->store_path.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(tmcf->store_path.data, path, len + 1);
+    tmcf->store_path.len = len;
+
+    /* "default": made with 32 threads unless thread_pool says otherwise */
+    tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
+    if (tmcf->thread_pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    tmcf->cycle = cf->cycle;
+
+    return NGX_OK;
+
+#else
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "tokenbiryani: %s: store.backend: sqlite writes in "
+                       "nginx's thread pool, and this nginx is built without "
+                       "threads (--with-threads)", tmcf->config_file.data);
+    return NGX_ERROR;
+#endif
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_tokenbiryani_zone_t  *ozone = data;
+
+    ngx_uint_t                          fresh;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    /* the zone's handle is the first member of the main configuration */
+    tmcf = shm_zone->data;
+
+    fresh = !(ozone && ozone->sh) && !shm_zone->shm.exists;
+
+    if (ngx_http_tokenbiryani_zone_init(shm_zone, data) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        return NGX_OK;
+    }
+
+    ngx_http_tokenbiryani_store_own(tmcf, shm_zone->shm.log);
+
+    if (!fresh) {
+        /* a reload: the zone lived on, and it is the truth */
+        return NGX_OK;
+    }
+
+    return ngx_http_tokenbiryani_store_load(shm_zone, tmcf);
+}
+
+
+/*
+ * Workers run as nginx's user: a store file the master (root) created is
+ * given to that user, with its -wal and -shm files, which stay beside it
+ * (SQLITE_FCNTL_PERSIST_WAL), so no worker needs to create a file in a
+ * directory it may not write.
+ */
+
+static void
+ngx_http_tokenbiryani_store_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log)
+{
+    ngx_uint_t        i;
+    ngx_core_conf_t  *ccf;
+    u_char            path[NGX_MAX_PATH + 8];
+
+    static const char  *suffix[] = { "", "-wal", "-shm" };
+
+    if (geteuid() != 0 || tmcf->cycle == NULL) {
+        return;
+    }
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(tmcf->cycle->conf_ctx,
+                                           ngx_core_module);
+
+    if (ccf == NULL || ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT
+        || ccf->user == 0)
+    {
+        return;
+    }
+
+    for (i = 0; i < 3; i++) {
+        if (tmcf->store_path.len + 5 > NGX_MAX_PATH) {
+            return;
+        }
+
+        ngx_sprintf(path, "%V%s%Z", &tmcf->store_path, suffix[i]);
+
+        if (chown((char *) path, ccf->user, ccf->group) == -1
+            && ngx_errno != NGX_ENOENT)
+        {
+            ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
+                          "tokenbiryani: chown(\"%s\") for the workers' "
+                          "user failed: the store may not be writable by "
+                          "them", path);
+        }
+    }
+}
+
+
+/* the master, before workers start: every minted key into the zone */
+
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_log_t                          *log;
+    ngx_uint_t                          keys;
+    ngx_uint_t                          skipped;
+} ngx_http_tokenbiryani_load_t;
+
+
+static int
+ngx_http_tokenbiryani_load_key(void *data, const char *name,
+    const unsigned char *digest, const char *spec)
+{
+    ngx_http_tokenbiryani_load_t  *ld = data;
+
+    size_t        i;
+    ngx_uint_t    rc;
+    tb_keyspec_t  ks;
+    char          err[256];
+
+    if (tb_keyspec_parse(&ks, spec, ngx_strlen(spec), TB_KEYSPEC_STORED,
+                         NULL, NULL, 0, err, sizeof(err))
+        != 0
+        || ngx_strcmp(ks.conf.name, name) != 0)
+    {
+        if (ks.conf.name) {
+            tb_keyspec_free(&ks);
+        }
+
+        ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                      "tokenbiryani: the store's key \"%s\" is unreadable "
+                      "and left out: %s", name, err);
+        ld->skipped++;
+        return 0;
+    }
+
+    tb_keyspec_free(&ks);
+
+    /* a key the file defines since it was minted: the file's wins */
+
+    for (i = 0; i < ld->tmcf->tbcf->nkeys; i++) {
+        if (ngx_strcmp(ld->tmcf->tbcf->keys[i].name, name) == 0) {
+            ngx_log_error(NGX_LOG_WARN, ld->log, 0,
+                          "tokenbiryani: the minted key \"%s\" is left out: "
+                          "the YAML file has a key of that name", name);
+            ld->skipped++;
+            return 0;
+        }
+    }
+
+    rc = ngx_http_tokenbiryani_rkey_put(&ld->tmcf->zone, (u_char *) name,
+                                        ngx_strlen(name), digest,
+                                        (u_char *) spec, ngx_strlen(spec));
+    if (rc == NGX_HTTP_TB_RKEY_NOMEM) {
+        ngx_log_error(NGX_LOG_EMERG, ld->log, 0,
+                      "tokenbiryani: the zone is too small for the store's "
+                      "keys: make tokenbiryani_zone larger");
+        return -1;
+    }
+
+    ld->keys++;
+
+    return 0;
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    tb_store_t                    *db;
+    ngx_http_tokenbiryani_load_t   ld;
+    char                           err[NGX_MAX_ERROR_STR];
+
+    db = tb_store_open((char *) tmcf->store_path.data,
+                       NGX_HTTP_TB_STORE_BUSY_MS, err, sizeof(err));
+    if (db == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "tokenbiryani: %s", err);
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&ld, sizeof(ld));
+    ld.tmcf = tmcf;
+    ld.log = shm_zone->shm.log;
+
+    if (tb_store_keys(db, ngx_http_tokenbiryani_load_key, &ld)
+        != TB_STORE_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "tokenbiryani: %s", tb_store_error(db));
+        tb_store_close(db);
+        return NGX_ERROR;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                  "tokenbiryani: the store \"%V\" loaded: %ui minted keys%s",
+                  &tmcf->store_path, ld.keys,
+                  ld.skipped ? " (some left out, see above)" : "");
+
+    ngx_http_tokenbiryani_load_history(db, tmcf, shm_zone->shm.log);
+
+    tb_store_close(db);
+
+    return NGX_OK;
+}
+
+
+#if (NGX_THREADS)
+
+ngx_int_t
+ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_thread_task_t               *task;
+    ngx_http_tokenbiryani_writer_t  *w;
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        return NGX_OK;
+    }
+
+    w = &ngx_http_tokenbiryani_writer;
+
+    task = ngx_thread_task_alloc(cycle->pool, 0);
+    if (task == NULL) {
+        return NGX_ERROR;
+    }
+
+    task->handler = ngx_http_tokenbiryani_store_thread;
+    task->ctx = w;
+    task->event.handler = ngx_http_tokenbiryani_store_done;
+    task->event.data = w;
+    task->event.log = cycle->log;
+
+    w->tmcf = tmcf;
+    w->task = task;
+    w->last = &w->pending;
+
+    /* the history: written by one worker, elected, every second */
+
+    w->flush.handler = ngx_http_tokenbiryani_flush_timer;
+    w->flush.data = tmcf;      /* nginx's debug log reads it as a connection */
+    w->flush.log = cycle->log;
+    w->flush.cancelable = 1;
+
+    ngx_add_timer(&w->flush, NGX_HTTP_TB_FLUSH_MS);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev)
+{
+    ngx_http_tokenbiryani_job_t     *job;
+    ngx_http_tokenbiryani_writer_t  *w;
+
+    w = &ngx_http_tokenbiryani_writer;
+
+    if (!w->flushing
+        && ngx_http_tokenbiryani_store_flusher(&w->tmcf->zone, ngx_pid))
+    {
+        job = ngx_http_tokenbiryani_flush_collect(w->tmcf);
+
+        if (job) {
+            job->done = ngx_http_tokenbiryani_flushed;
+            job->data = w;
+            w->flushing = 1;
+
+            (void) ngx_http_tokenbiryani_store_post(w->tmcf, job);
+        }
+    }
+
+    ngx_add_timer(ev, NGX_HTTP_TB_FLUSH_MS);
+}
+
+
+static void
+ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_writer_t *w = job->data;
+
+    if (job->rc == TB_STORE_OK) {
+        ngx_http_tokenbiryani_store_flushed(&w->tmcf->zone, job->records_seq,
+                                            job->events_seq,
+                                            ngx_http_tokenbiryani_now_ms());
+    }
+
+    w->flushing = 0;
+
+    ngx_free(job);
+}
+
+
+void
+ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    tb_store_t                   *db;
+    ngx_http_tokenbiryani_job_t  *job;
+    char                          err[NGX_MAX_ERROR_STR];
+
+    /*
+     * nginx's thread pool has finished its tasks by now (its module exits
+     * first); what the last flush left is written here, the worker's last
+     * act, so a graceful stop loses no history
+     */
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)
+        || !ngx_http_tokenbiryani_store_flusher(&tmcf->zone, ngx_pid))
+    {
+        return;
+    }
+
+    job = ngx_http_tokenbiryani_flush_collect(tmcf);
+
+    if (job) {
+        db = tb_store_open((char *) tmcf->store_path.data,
+                           NGX_HTTP_TB_STORE_BUSY_MS, err, sizeof(err));
+
+        if (db == NULL) {
+            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                          "tokenbiryani: the last history of this worker is "
+                          "not written: %s", err);
+
+        } else {
+            if (ngx_http_tokenbiryani_flush_exec(db, job) == TB_STORE_OK) {
+                ngx_http_tokenbiryani_store_flushed(&tmcf->zone,
+                    job->records_seq, job->events_seq,
+                    ngx_http_tokenbiryani_now_ms());
+
+            } else {
+                ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                              "tokenbiryani: the last history of this "
+                              "worker is not written: %s", job->err);
+            }
+
+            tb_store_close(db);
+        }
+
+        ngx_free(job);
+    }
+
+    /* another worker (of the next generation) writes from now on */
+    ngx_http_tokenbiryani_store_unelect(&tmcf->zone, ngx_pid);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_writer_t  *w;
+
+    w = &ngx_http_tokenbiryani_writer;
+
+    if (w->task == NULL) {
+        return NGX_ERROR;
+    }
+
+    job->next = NULL;
+    job->rc = TB_STORE_ERROR;
+    job->err[0] = '\0';
+    job->posted = ngx_current_msec;
+
+    *w->last = job;
+    w->last = &job->next;
+
+    if (w->running == NULL) {
+        ngx_http_tokenbiryani_store_run(w);
+    }
+
+    return NGX_OK;
+}
+
+
+/* every job waiting goes to the thread as one task */
+static void
+ngx_http_tokenbiryani_store_run(ngx_http_tokenbiryani_writer_t *w)
+{
+    ngx_http_tokenbiryani_job_t  *job;
+
+    if (w->pending == NULL) {
+        return;
+    }
+
+    w->running = w->pending;
+    w->pending = NULL;
+    w->last = &w->pending;
+
+    if (ngx_thread_task_post(w->tmcf->thread_pool, w->task) == NGX_OK) {
+        return;
+    }
+
+    /* the pool's queue is full: these fail now, from the event loop */
+
+    for (job = w->running; job; job = job->next) {
+        ngx_cpystrn((u_char *) job->err,
+                    (u_char *) "the thread pool's queue is full", 
+                    sizeof(job->err));
+    }
+
+    ngx_post_event(&w->task->event, &ngx_posted_events);
+}
+
+
+static void
+ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_tokenbiryani_writer_t *w = data;
+
+    int                           rc;
+    ngx_http_tokenbiryani_job_t  *job;
+    char                          err[512];
+
+    if (w->db == NULL) {
+        w->db = tb_store_open((char *) w->tmcf->store_path.data,
+                              NGX_HTTP_TB_STORE_BUSY_MS, err, sizeof(err));
+    }
+
+    for (job = w->running; job; job = job->next) {
+        if (w->db == NULL) {
+            job->rc = TB_STORE_ERROR;
+            ngx_cpystrn((u_char *) job->err, (u_char *) err,
+                        sizeof(job->err));
+            continue;
+        }
+
+        switch (job->op) {
+
+        case NGX_HTTP_TB_JOB_KEY_INSERT:
+            rc = tb_store_key_insert(w->db, job->name, job->digest,
+                                     job->spec);
+            break;
+
+        case NGX_HTTP_TB_JOB_KEY_UPDATE:
+            rc = tb_store_key_update(w->db, job->name, job->spec);
+            break;
+
+        case NGX_HTTP_TB_JOB_KEY_DELETE:
+            rc = tb_store_key_delete(w->db, job->name);
+            break;
+
+        default: /* NGX_HTTP_TB_JOB_FLUSH */
+            rc = ngx_http_tokenbiryani_flush_exec(w->db, job);
+            break;
+        }
+
+        job->rc = rc;
+
+        if (rc == TB_STORE_ERROR) {
+            ngx_cpystrn((u_char *) job->err,
+                        (u_char *) tb_store_error(w->db), sizeof(job->err));
+        }
+    }
+
+    /* a store that failed is opened afresh next time: it may be another
+     * file by then (restored from a backup, the disk remounted) */
+
+    for (job = w->running; job; job = job->next) {
+        if (job->rc == TB_STORE_ERROR && w->db) {
+            tb_store_close(w->db);
+            w->db = NULL;
+            break;
+        }
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
+{
+    ngx_http_tokenbiryani_writer_t *w = ev->data;
+
+    const char                   *err;
+    ngx_http_tokenbiryani_job_t  *job, *next;
+
+    err = NULL;
+
+    for (job = w->running; job; job = job->next) {
+        if (job->rc == TB_STORE_ERROR) {
+            err = job->err;
+            break;
+        }
+    }
+
+    if (ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
+                                           ngx_http_tokenbiryani_now_ms()))
+    {
+        if (err) {
+            ngx_log_error(NGX_LOG_ERR, ev->log, 0,
+                          "tokenbiryani: the store cannot be written, the "
+                          "gateway serves from memory and keeps trying: %s",
+                          err);
+        } else {
+            ngx_log_error(NGX_LOG_NOTICE, ev->log, 0,
+                          "tokenbiryani: the store \"%V\" is written again",
+                          &w->tmcf->store_path);
+        }
+    }
+
+    job = w->running;
+    w->running = NULL;
+
+    for ( /* void */ ; job; job = next) {
+        next = job->next;
+        job->done(job);
+    }
+
+    ngx_http_tokenbiryani_store_run(w);
+}
+
+#else
+
+ngx_int_t
+ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    return NGX_OK;
+}
+
+
+void
+ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    return NGX_ERROR;
+}
+
+#endif
+
+
+/*
+ * History is written as the zone holds it (a record up to its last
+ * candidate, an event whole), so it is read back only by a build whose
+ * layout is the same; another build's is left in the file, unread, with
+ * one log line.
+ */
+
+static void
+ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size)
+{
+    u_char  *p;
+
+    p = ngx_snprintf(buf, size - 1, "record %uz, %d candidates, %d attempts;"
+                     " event %uz",
+                     sizeof(ngx_http_tokenbiryani_record_t),
+                     NGX_HTTP_TB_INSPECT_CANDS, NGX_HTTP_TB_INSPECT_ATTEMPTS,
+                     sizeof(ngx_http_tokenbiryani_event_t));
+    *p = '\0';
+}
+
+
+/* what the store does not have yet, from the zone; NULL: nothing new */
+static ngx_http_tokenbiryani_job_t *
+ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    u_char                               *p, *id;
+    size_t                                size;
+    uint64_t                              ev_last, dropped;
+    ngx_uint_t                            i, nrec, nev, nslots, got;
+    ngx_http_tokenbiryani_job_t          *job;
+    ngx_http_tokenbiryani_zone_stats_t    zs;
+    ngx_http_tokenbiryani_store_state_t   st;
+
+    ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
+    ev_last = ngx_http_tokenbiryani_events_last(&tmcf->zone);
+
+    nrec = (zs.ring_seq > st.records_seq)
+           ? (ngx_uint_t) ngx_min(zs.ring_seq - st.records_seq,
+                                  (uint64_t) zs.ring_size)
+           : 0;
+    nev = (ev_last > st.events_seq)
+          ? (ngx_uint_t) ngx_min(ev_last - st.events_seq,
+                                 (uint64_t) zs.events_size)
+          : 0;
+
+    if (nrec == 0 && nev == 0) {
+        return NULL;
+    }
+
+    nslots = ngx_http_tokenbiryani_zone_nslots(&tmcf->zone);
+
+    size = sizeof(ngx_http_tokenbiryani_job_t)
+           + nrec * sizeof(ngx_http_tokenbiryani_record_t)
+           + nev * sizeof(ngx_http_tokenbiryani_event_t)
+           + nslots * (sizeof(u_char *) + TB_ID_MAX + 1);
+
+    job = ngx_alloc(size, ngx_cycle->log);
+    if (job == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(job, sizeof(ngx_http_tokenbiryani_job_t));
+
+    job->op = NGX_HTTP_TB_JOB_FLUSH;
+    job->keep_records = zs.ring_size;
+    job->keep_events = zs.events_size;
+
+    p = (u_char *) (job + 1);
+
+    /* records in chunks: the lock is held for a few at a time */
+
+    job->records = (ngx_http_tokenbiryani_record_t *) p;
+    job->records_seq = st.records_seq;
+
+    while (job->nrecords < nrec) {
+        got = ngx_http_tokenbiryani_inspect_since(&tmcf->zone,
+                  job->records_seq, job->records + job->nrecords,
+                  ngx_min(nrec - job->nrecords, 32));
+        if (got == 0) {
+            break;
+        }
+
+        job->nrecords += got;
+        job->records_seq = job->records[job->nrecords - 1].seq;
+    }
+
+    p += nrec * sizeof(ngx_http_tokenbiryani_record_t);
+
+    job->events = (ngx_http_tokenbiryani_event_t *) p;
+    job->nevents = nev ? ngx_http_tokenbiryani_events_read(&tmcf->zone,
+                                                           st.events_seq,
+                                                           job->events, nev,
+                                                           &dropped)
+                       : 0;
+    job->events_seq = job->nevents ? job->events[job->nevents - 1].seq
+                                   : st.events_seq;
+
+    p += nev * sizeof(ngx_http_tokenbiryani_event_t);
+
+    /* the accounts the slots stand for, so that history outlives them */
+
+    job->slot_ids = (u_char **) p;
+    p += nslots * sizeof(u_char *);
+
+    for (i = 0; i < nslots; i++) {
+        id = (u_char *) ngx_http_tokenbiryani_zone_slot_id(&tmcf->zone,
+                                                           (int64_t) i);
+        job->slot_ids[i] = p;
+        p = ngx_cpystrn(p, id ? id : (u_char *) "", TB_ID_MAX + 1) + 1;
+    }
+
+    job->nslots = nslots;
+
+    if (job->nrecords == 0 && job->nevents == 0) {
+        ngx_free(job);
+        return NULL;
+    }
+
+    return job;
+}
+
+
+/* one transaction: the slots' ids, the history, the oldest pruned */
+static int
+ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_uint_t                       i;
+    ngx_http_tokenbiryani_record_t  *rec;
+    u_char                           layout[128];
+
+    ngx_http_tokenbiryani_history_layout(layout, sizeof(layout));
+
+    if (tb_store_begin(db) != TB_STORE_OK) {
+        goto failed;
+    }
+
+    if (tb_store_meta_put(db, "history_layout", (char *) layout)
+        != TB_STORE_OK)
+    {
+        goto failed;
+    }
+
+    for (i = 0; i < job->nslots; i++) {
+        if (job->slot_ids[i][0]
+            && tb_store_slot_put(db, i, (char *) job->slot_ids[i])
+               != TB_STORE_OK)
+        {
+            goto failed;
+        }
+    }
+
+    for (i = 0; i < job->nrecords; i++) {
+        rec = &job->records[i];
+
+        if (tb_store_history_put(db, TB_STORE_RECORDS, rec->seq, rec,
+                offsetof(ngx_http_tokenbiryani_record_t, cands)
+                + ngx_min(rec->ncands, NGX_HTTP_TB_INSPECT_CANDS)
+                  * sizeof(ngx_http_tokenbiryani_inspect_cand_t))
+            != TB_STORE_OK)
+        {
+            goto failed;
+        }
+    }
+
+    for (i = 0; i < job->nevents; i++) {
+        if (tb_store_history_put(db, TB_STORE_EVENTS, job->events[i].seq,
+                                 &job->events[i],
+                                 sizeof(ngx_http_tokenbiryani_event_t))
+            != TB_STORE_OK)
+        {
+            goto failed;
+        }
+    }
+
+    if (tb_store_history_prune(db, TB_STORE_RECORDS, job->keep_records)
+        != TB_STORE_OK
+        || tb_store_history_prune(db, TB_STORE_EVENTS, job->keep_events)
+           != TB_STORE_OK
+        || tb_store_commit(db) != TB_STORE_OK)
+    {
+        goto failed;
+    }
+
+    return TB_STORE_OK;
+
+failed:
+
+    ngx_cpystrn((u_char *) job->err, (u_char *) tb_store_error(db),
+                sizeof(job->err));
+    tb_store_rollback(db);
+
+    return TB_STORE_ERROR;
+}
+
+
+/* the master: history read back, its slots mapped onto this zone's */
+
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_int_t                          *map;      /* old slot -> new */
+    ngx_uint_t                          nmap;
+    ngx_uint_t                          records;
+    ngx_uint_t                          events;
+} ngx_http_tokenbiryani_hload_t;
+
+
+static int
+ngx_http_tokenbiryani_hload_slot(void *data, uint64_t slot, const char *id)
+{
+    ngx_http_tokenbiryani_hload_t *hl = data;
+
+    if (slot < hl->nmap) {
+        hl->map[slot] = ngx_http_tokenbiryani_zone_slot_of(&hl->tmcf->zone,
+                            (u_char *) id, ngx_strlen(id));
+    }
+
+    return 0;
+}
+
+
+static int64_t
+ngx_http_tokenbiryani_hload_map(ngx_http_tokenbiryani_hload_t *hl,
+    int64_t slot)
+{
+    return (slot >= 0 && (uint64_t) slot < hl->nmap) ? hl->map[slot] : -1;
+}
+
+
+static int
+ngx_http_tokenbiryani_hload_record(void *data, uint64_t seq, const void *blob,
+    size_t len)
+{
+    ngx_http_tokenbiryani_hload_t *hl = data;
+
+    ngx_uint_t                      i;
+    ngx_http_tokenbiryani_record_t  rec;
+
+    if (len < offsetof(ngx_http_tokenbiryani_record_t, cands)
+        || len > sizeof(ngx_http_tokenbiryani_record_t))
+    {
+        return 0;
+    }
+
+    ngx_memzero(&rec, sizeof(rec));
+    ngx_memcpy(&rec, blob, len);
+
+    rec.seq = seq;
+    rec.ncands = ngx_min(rec.ncands, (len - offsetof(
+                            ngx_http_tokenbiryani_record_t, cands))
+                         / sizeof(ngx_http_tokenbiryani_inspect_cand_t));
+    rec.nattempts = ngx_min(rec.nattempts, NGX_HTTP_TB_INSPECT_ATTEMPTS);
+    rec.key[sizeof(rec.key) - 1] = '\0';
+    rec.model[sizeof(rec.model) - 1] = '\0';
+    rec.strategy[sizeof(rec.strategy) - 1] = '\0';
+
+    rec.chosen = (int32_t) ngx_http_tokenbiryani_hload_map(hl, rec.chosen);
+
+    for (i = 0; i < rec.nattempts; i++) {
+        rec.attempts[i].slot = (uint32_t) ngx_http_tokenbiryani_hload_map(hl,
+                                              rec.attempts[i].slot);
+    }
+
+    for (i = 0; i < rec.ncands; i++) {
+        rec.cands[i].slot = (uint32_t) ngx_http_tokenbiryani_hload_map(hl,
+                                           rec.cands[i].slot);
+    }
+
+    ngx_http_tokenbiryani_inspect_restore(&hl->tmcf->zone, &rec);
+    hl->records++;
+
+    return 0;
+}
+
+
+static int
+ngx_http_tokenbiryani_hload_event(void *data, uint64_t seq, const void *blob,
+    size_t len)
+{
+    ngx_http_tokenbiryani_hload_t *hl = data;
+
+    ngx_http_tokenbiryani_event_t  ev;
+
+    if (len != sizeof(ngx_http_tokenbiryani_event_t)) {
+        return 0;
+    }
+
+    ngx_memcpy(&ev, blob, len);
+
+    ev.seq = seq;
+    ev.slot = (int32_t) ngx_http_tokenbiryani_hload_map(hl, ev.slot);
+
+    ngx_http_tokenbiryani_events_restore(&hl->tmcf->zone, &ev);
+    hl->events++;
+
+    return 0;
+}
+
+
+static void
+ngx_http_tokenbiryani_load_history(tb_store_t *db,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)
+{
+    ngx_uint_t                           i;
+    ngx_http_tokenbiryani_hload_t        hl;
+    ngx_http_tokenbiryani_zone_stats_t   zs;
+    u_char                               layout[128];
+    char                                 stored[128];
+
+    if (tb_store_meta_get(db, "history_layout", stored, sizeof(stored))
+        != TB_STORE_OK)
+    {
+        /* none written yet */
+        return;
+    }
+
+    ngx_http_tokenbiryani_history_layout(layout, sizeof(layout));
+
+    if (ngx_strcmp(layout, stored) != 0) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "tokenbiryani: the store's request history was written "
+                      "by another build (%s, this one: %s) and is not read "
+                      "back", stored, layout);
+        return;
+    }
+
+    ngx_memzero(&hl, sizeof(hl));
+    hl.tmcf = tmcf;
+    hl.nmap = 4096;
+
+    hl.map = ngx_alloc(hl.nmap * sizeof(ngx_int_t), log);
+    if (hl.map == NULL) {
+        return;
+    }
+
+    for (i = 0; i < hl.nmap; i++) {
+        hl.map[i] = -1;
+    }
+
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
+    if (tb_store_slots(db, ngx_http_tokenbiryani_hload_slot, &hl)
+        != TB_STORE_OK
+        || tb_store_history(db, TB_STORE_RECORDS, zs.ring_size,
+                            ngx_http_tokenbiryani_hload_record, &hl)
+           != TB_STORE_OK
+        || tb_store_history(db, TB_STORE_EVENTS, zs.events_size,
+                            ngx_http_tokenbiryani_hload_event, &hl)
+           != TB_STORE_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "tokenbiryani: the store's request history is not read "
+                      "back: %s", tb_store_error(db));
+    }
+
+    ngx_free(hl.map);
+
+    /* what was read back is written already */
+
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+    ngx_http_tokenbiryani_store_flushed(&tmcf->zone, zs.ring_seq,
+                                        ngx_http_tokenbiryani_events_last(
+                                            &tmcf->zone),
+                                        0);
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "tokenbiryani: the store's history read back: %ui "
+                  "requests, %ui events", hl.records, hl.events);
+}

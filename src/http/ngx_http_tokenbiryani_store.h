@@ -1,0 +1,92 @@
+/*
+ * The durable store behind the zone (store.backend: sqlite).
+ *
+ * The zone is the truth while nginx runs.  The master reads the store
+ * into a new zone before any worker starts; a worker writes to it only in
+ * nginx's thread pool, one task at a time per worker, each task taking
+ * every write queued meanwhile: the event loop never waits for the disk.
+ * An admin write answers once its row is committed; if the store cannot
+ * be written, serving goes on from the zone, the error log says why once,
+ * /admin/status shows the store degraded, and the next write that works
+ * says it resumed.
+ */
+
+#ifndef _NGX_HTTP_TOKENBIRYANI_STORE_H_INCLUDED_
+#define _NGX_HTTP_TOKENBIRYANI_STORE_H_INCLUDED_
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "tb_store.h"
+
+
+#define NGX_HTTP_TB_JOB_KEY_INSERT     1
+#define NGX_HTTP_TB_JOB_KEY_UPDATE     2
+#define NGX_HTTP_TB_JOB_KEY_DELETE     3
+#define NGX_HTTP_TB_JOB_FLUSH          4
+
+#define NGX_HTTP_TB_FLUSH_MS           1000   /* history, at least this often */
+
+
+typedef struct ngx_http_tokenbiryani_job_s  ngx_http_tokenbiryani_job_t;
+
+typedef void (*ngx_http_tokenbiryani_job_done_pt)(
+    ngx_http_tokenbiryani_job_t *job);
+
+struct ngx_http_tokenbiryani_job_s {
+    ngx_http_tokenbiryani_job_t       *next;
+    ngx_uint_t                         op;
+
+    /* what it writes: memory that lives until done is called */
+    const char                        *name;
+    const u_char                      *digest;
+    const char                        *spec;
+
+    /* NGX_HTTP_TB_JOB_FLUSH: history after what the store has */
+    ngx_http_tokenbiryani_record_t    *records;
+    ngx_uint_t                         nrecords;
+    ngx_http_tokenbiryani_event_t     *events;
+    ngx_uint_t                         nevents;
+    u_char                           **slot_ids;   /* by slot */
+    ngx_uint_t                         nslots;
+    uint64_t                           keep_records;
+    uint64_t                           keep_events;
+    uint64_t                           records_seq;  /* the newest in it */
+    uint64_t                           events_seq;
+
+    /* what happened: TB_STORE_*, and why when TB_STORE_ERROR */
+    int                                rc;
+    char                               err[512];
+    ngx_msec_t                         posted;
+
+    ngx_http_tokenbiryani_job_done_pt  done;
+    void                              *data;
+};
+
+
+/* at configuration: the file's path, and the thread pool */
+ngx_int_t ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path);
+
+/* the zone's init: the shm init, then (a new zone) the store read into it */
+ngx_int_t ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone,
+    void *data);
+
+ngx_int_t ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
+/* a worker that exits: the history it is the writer of, flushed now */
+void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
+/* whether writes go to a store (else the zone is all there is) */
+#define ngx_http_tokenbiryani_store_on(tmcf)  ((tmcf)->thread_pool != NULL)
+
+/*
+ * Queues a write; job->done is called from the event loop once it is
+ * committed or failed, never from within this call.  NGX_ERROR: no store.
+ */
+ngx_int_t ngx_http_tokenbiryani_store_post(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_job_t *job);
+
+
+#endif /* _NGX_HTTP_TOKENBIRYANI_STORE_H_INCLUDED_ */

@@ -1,0 +1,307 @@
+# Keys at runtime: minted, listed, rescoped and revoked through /admin/keys,
+# held in the zone for every worker, kept in the SQLite store across
+# restarts; the YAML file's keys are the file's.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+use IPC::Open2;
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Yaml = <<'_EOY_';
+store:
+  backend: sqlite
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+_EOY_
+
+# the access log says which worker answered what
+our $HttpConfig = $TB::Gateway::HttpConfig . <<'_EOC_';
+    log_format tbkeys '$pid $status $request_uri';
+    access_log logs/keys.log tbkeys;
+_EOC_
+
+sub db_file { servroot() . '/html/tokenbiryani.db' }
+
+sub admin {
+    my ($method, $path, $body, $key) = @_;
+    my $r = http_request(method => $method, path => $path,
+                         headers => { 'x-api-key' => $key // 'admin-key',
+                                      'content-type' => 'application/json' },
+                         body => defined $body ? (ref $body ? json_encode($body) : $body) : '');
+    my $j = eval { json_decode($r->{body}) };
+    ($r->{status}, $j, $r);
+}
+
+sub message_with {
+    my ($key, %o) = @_;
+    http_request(method => 'POST', path => '/v1/messages',
+                 headers => { 'x-api-key' => $key, 'content-type' => 'application/json',
+                              'anthropic-version' => '2023-06-01' },
+                 body => msg_body(%o));
+}
+
+sub restart {
+    my @st = TB::Nginx::stop_nginx();
+    my ($ok, $st, $why) = TB::Nginx::start_nginx();
+    die "nginx did not start again: $why\n" . TB::Nginx::slurp(servroot() . '/logs/error.log') unless $ok;
+}
+
+# runs python3's sqlite3 on the store: what the code prints
+sub sqlite_py {
+    my ($code) = @_;
+    my $out = `python3 -c 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+$code' '${\ db_file()}' 2>&1`;
+    chomp $out;
+    $out;
+}
+
+{
+    no strict 'refs';
+    *{"TB::Nginx::$_"} = \&{$_} for qw(admin message_with restart sqlite_py db_file);
+}
+
+gateway_suite(http_config => $HttpConfig, yaml => ">>> tb.yaml\n$Yaml");
+run_tests();
+
+__DATA__
+
+=== TEST 1: a minted key works at once, its secret is shown once and kept nowhere, and it still works after a restart
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'ci-bot', models => ['claude-*'], rpm => 30 });
+is($st, 201, 'minted') or diag(explain($j));
+my $secret = $j->{key};
+like($secret, qr/^bir_[A-Za-z0-9_-]{43}$/, 'bir_ and 32 random bytes in base64url');
+is($j->{record}{name}, 'ci-bot', 'its record');
+is($j->{record}{source}, 'minted', 'minted, not the file\'s');
+is($j->{record}{rpm}, 30, 'rpm');
+is_deeply($j->{record}{models}, ['claude-*'], 'models');
+ok(!grep({ defined $_ && !ref $_ && $_ eq $secret } values %{ $j->{record} }), 'the record carries no secret');
+
+is(message_with($secret)->{status}, 200, 'the minted key works at once');
+
+($st, $j) = admin(GET => '/admin/keys');
+is($st, 200, 'listed');
+is_deeply([map { "$_->{name}:$_->{source}" } @{ $j->{keys} }],
+          ['ops:file', 'tenant:file', 'ci-bot:minted'], 'the file\'s keys and the minted one');
+unlike(json_encode($j), qr/\Q$secret\E|admin-key|tenant-key/, 'no secret in the list');
+my ($s2, $one) = admin(GET => '/admin/keys/ci-bot');
+is($s2, 200, 'one key');
+is($one->{rpm}, 30, 'by name');
+
+# what the store keeps: the digest, never the secret
+my $raw = join '', map { TB::Nginx::slurp($_) } grep { -f } (db_file(), db_file() . '-wal');
+unlike($raw, qr/\Q$secret\E/, 'the secret is in neither the store file nor its WAL');
+is(sqlite_py('print(db.execute("SELECT hex(digest) FROM tb_keys WHERE name = ?", ("ci-bot",)).fetchone()[0])'),
+   uc(sha256_hex($secret)), 'the store holds its SHA-256');
+unlike(TB::Nginx::slurp(servroot() . '/logs/error.log') . TB::Nginx::slurp(servroot() . '/logs/keys.log'), qr/\Q$secret\E/,
+       'nor any log');
+
+restart();
+is(message_with($secret)->{status}, 200, 'after a restart, the key still works');
+($st, $j) = admin(GET => '/admin/keys/ci-bot');
+is($j->{rpm}, 30, 'with its scope');
+is(message_with($secret, model => 'gpt-4o')->{status}, 403, 'its models still hold') ;
+is(message_with('bir_' . ('A' x 43))->{status}, 401, 'a key that was never minted is refused');
+like(TB::Nginx::slurp(servroot() . '/logs/error.log'), qr/the store "[^"]+tokenbiryani\.db" loaded: 1 minted keys/,
+     'the master loaded it before the workers started');
+
+
+
+=== TEST 2: revoked in one worker, refused by both at once
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'shortlived' });
+is($st, 201, 'minted');
+my $secret = $j->{key};
+# both workers learn the key: requests on many connections at once
+my @ok = @{ http_requests_concurrent([map { +{ method => 'POST', path => '/v1/messages',
+    headers => { 'x-api-key' => $secret, 'content-type' => 'application/json',
+                 'anthropic-version' => '2023-06-01' }, body => msg_body() } } 1 .. 16]) };
+is(scalar(grep { $_->{status} == 200 } @ok), 16, 'served');
+($st, $j) = admin(DELETE => '/admin/keys/shortlived');
+is($st, 200, 'revoked');
+is($j->{revoked}, 'shortlived', 'says which');
+my $mark = -s servroot() . '/logs/keys.log';
+my @after = @{ http_requests_concurrent([map { +{ method => 'POST', path => '/v1/messages',
+    headers => { 'x-api-key' => $secret, 'content-type' => 'application/json',
+                 'anthropic-version' => '2023-06-01' }, body => msg_body() } } 1 .. 16]) };
+is(scalar(grep { $_->{status} == 401 } @after), 16, 'every request after the revocation is refused');
+my %pids;
+for (split /\n/, TB::Nginx::slurp(servroot() . '/logs/keys.log', $mark)) {
+    my ($pid, $status, $uri) = split / /;
+    $pids{$pid}++ if $uri eq '/v1/messages' && $status == 401;
+}
+is(scalar(keys %pids), 2, 'by both workers') or diag(explain(\%pids));
+($st) = admin(DELETE => '/admin/keys/shortlived');
+is($st, 404, 'revoking it again: 404');
+restart();
+is(message_with($secret)->{status}, 401, 'still refused after a restart');
+
+
+
+=== TEST 3: rescoping a minted key; the file's keys cannot be changed
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'team-a', pool => ['a1'] });
+is($st, 201, 'minted with a pool');
+my $secret = $j->{key};
+is(message_with($secret)->{headers}{'x-tokenbiryani-account'} // '', 'a1', 'served by its pool') ;
+($st, $j) = admin(PATCH => '/admin/keys/team-a', { pool => ['a2'], models => ['claude-haiku-*'], rpm => 5 });
+is($st, 200, 'rescoped') or diag(explain($j));
+is_deeply($j->{pool}, ['a2'], 'its pool');
+is($j->{rpm}, 5, 'its rpm');
+is(message_with($secret, model => 'claude-haiku-4-5')->{headers}{'x-tokenbiryani-account'} // '', 'a2',
+   'the new pool holds at once');
+is(message_with($secret, model => 'claude-sonnet-4-5')->{status}, 403, 'and the new models');
+($st, $j) = admin(PATCH => '/admin/keys/team-a', { rpm => undef });
+is($st, 200, 'rpm cleared with null');
+is($j->{rpm}, undef, 'no rpm');
+is_deeply($j->{pool}, ['a2'], 'the rest kept');
+restart();
+($st, $j) = admin(GET => '/admin/keys/team-a');
+is_deeply([$j->{pool}, $j->{models}], [['a2'], ['claude-haiku-*']], 'the new scope survives a restart');
+
+for my $m (qw(PATCH DELETE)) {
+    ($st, $j) = admin($m => '/admin/keys/tenant', $m eq 'PATCH' ? { rpm => 1 } : undef);
+    is($st, 409, "$m on the file's key: 409");
+    like($j->{error}{message}, qr/YAML file's/, 'says why');
+}
+is(message_with('tenant-key')->{status}, 200, 'the file\'s key untouched');
+($st, $j) = admin(PATCH => '/admin/keys/nobody', { rpm => 1 });
+is($st, 404, 'an unknown key: 404');
+
+
+
+=== TEST 4: bad input is a 400 naming the field, and nothing is written
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my @bad = (
+    ['{"name": "x",',                                   qr/not valid JSON/],
+    ['[1, 2]',                                          qr/must be a JSON object/],
+    ['{}',                                              qr/name is required/],
+    ['{"name": "x", "colour": "red"}',                  qr/unknown field "colour"/],
+    ['{"name": "x", "key": "bir_mine"}',                qr/unknown field "key": a key's secret is always drawn by the gateway/],
+    ['{"name": "x", "rpm": "ten"}',                     qr/rpm must be a number/],
+    ['{"name": "x", "rpm": 1.5}',                       qr/rpm must be a whole number/],
+    ['{"name": "x", "rpm": 0}',                         qr/rpm must be a whole number from 1/],
+    ['{"name": "x", "admin": "yes"}',                   qr/admin must be true or false/],
+    ['{"name": "x", "models": "claude-*"}',             qr/models must be an array of strings/],
+    ['{"name": "x", "models": []}',                     qr/models must name at least one model/],
+    ['{"name": "x", "pool": ["a1", "nope"]}',           qr/pool\[1\] names no account of this gateway: "nope"/],
+    ['{"name": "x", "pool": ["a1", "a1"]}',             qr/pool\[1\] repeats "a1"/],
+    ['{"name": "x", "priority": "urgent"}',             qr/priority must be "interactive" or "batch"/],
+    ['{"name": "x", "spend_cap_usd": -1}',              qr/spend_cap_usd must be a number from 0/],
+    ['{"name": "x", "expires_at": "tomorrow"}',         qr/expires_at must be a time like/],
+    ['{"name": "x", "expires_at": 1000}',               qr/expires_at is in the past/],
+    ['{"name": "x", "name": "y"}',                      qr/name appears twice/],
+    ['{"name": "../etc"}',                              qr/name must be 1 to 64 letters/],
+    ['{"name": "a\r\nX-Injected: 1"}',                  qr/name must be 1 to 64 letters/],
+    ['{"name": "' . ('n' x 65) . '"}',                  qr/name must be 1 to 64 letters/],
+    ['{"name": "x", "models": ["claude \"x"]}',         qr/models\[0\] must be 1 to 256 printable characters/],
+    ['{"name": "tenant"}',                              qr/a key named "tenant" exists/, 409],
+);
+for my $b (@bad) {
+    my ($body, $re, $want) = @$b;
+    my ($st, $j) = admin(POST => '/admin/keys', $body);
+    is($st, $want // 400, "POST $body: " . ($want // 400));
+    is($j->{type}, 'error', 'Anthropic-shaped');
+    is($j->{error}{type}, 'invalid_request_error', 'invalid_request_error');
+    like($j->{error}{message} // '', $re, 'names the problem') or diag($j->{error}{message});
+}
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'fine' });
+is($st, 201, 'a good one');
+($st, $j) = admin(POST => '/admin/keys', { name => 'fine' });
+is($st, 409, 'its name again: 409');
+for my $p (['{"admin": true}', qr/admin cannot be changed/], ['{"name": "other"}', qr/name cannot be changed/],
+           ['{"rpm": -3}', qr/rpm must be a whole number/], ['{"expires_in_seconds": null}', qr/cannot be null/]) {
+    ($st, $j) = admin(PATCH => '/admin/keys/fine', $p->[0]);
+    is($st, 400, "PATCH $p->[0]: 400");
+    like($j->{error}{message}, $p->[1], 'names it');
+}
+($st, $j) = admin(PUT => '/admin/keys/fine', '{}');
+is($st, 405, 'PUT: 405');
+($st, $j) = admin(POST => '/admin/keys', { name => 'x' }, 'tenant-key');
+is($st, 403, 'a tenant cannot mint');
+is(sqlite_py('print(db.execute("SELECT group_concat(name) FROM tb_keys").fetchone()[0])'), 'fine',
+   'only the good one was written');
+
+
+
+=== TEST 5: two workers minting at once: each name once, every acknowledged key kept
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my @reqs = ((map { +{ method => 'POST', path => '/admin/keys',
+                       headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
+                       body => json_encode({ name => "k$_" }) } } 1 .. 24),
+            (map { +{ method => 'POST', path => '/admin/keys',
+                       headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
+                       body => json_encode({ name => 'same' }) } } 1 .. 8));
+my $mark = -s servroot() . '/logs/keys.log';
+my @r = @{ http_requests_concurrent(\@reqs) };
+is(scalar(grep { $_->{status} == 201 } @r[0 .. 23]), 24, 'every distinct name minted');
+is(scalar(grep { $_->{status} == 201 } @r[24 .. 31]), 1, 'the same name: once');
+is(scalar(grep { $_->{status} == 409 } @r[24 .. 31]), 7, 'the others: 409');
+my %pids = map { (split / /)[0] => 1 } grep { / 201 \/admin\/keys$/ } split /\n/, TB::Nginx::slurp(servroot() . '/logs/keys.log', $mark);
+is(scalar(keys %pids), 2, 'both workers minted') or diag(explain(\%pids));
+my @secrets = map { json_decode($_->{body})->{key} } grep { $_->{status} == 201 } @r;
+restart();
+my $served = 0;
+for my $s (@secrets) { $served++ if message_with($s)->{status} == 200 }
+is($served, 25, 'after a restart, all 25 keys work');
+is(sqlite_py('print(db.execute("PRAGMA integrity_check").fetchone()[0])'), 'ok', 'the file is consistent');
+
+
+
+=== TEST 6: open mode: the first key minted must be an admin key, and it ends open mode
+--- user_files
+>>> tb.yaml
+store:
+  backend: sqlite
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my $open = sub { http_request(method => $_[0], path => $_[1], body => $_[2] // '',
+                              headers => { 'content-type' => 'application/json', %{ $_[3] // {} } }) };
+is($open->('GET', '/admin/keys')->{status}, 200, 'open mode: admin without a key');
+my $r = $open->('POST', '/admin/keys', '{"name": "tenant"}');
+is($r->{status}, 400, 'a first key that is not an admin key: 400');
+like(json_decode($r->{body})->{error}{message}, qr/the first key minted ends open mode/, 'says why');
+$r = $open->('POST', '/admin/keys', '{"name": "root", "admin": true}');
+is($r->{status}, 201, 'an admin key');
+my $secret = json_decode($r->{body})->{key};
+is($open->('GET', '/admin/keys')->{status}, 401, 'open mode is over');
+is($open->('GET', '/admin/keys', '', { 'x-api-key' => $secret })->{status}, 200, 'the admin key lets its holder in');
+is($open->('DELETE', '/admin/keys/root', '', { 'x-api-key' => $secret })->{status}, 200, 'revoked');
+is($open->('GET', '/admin/keys')->{status}, 200, 'no key left: open again');

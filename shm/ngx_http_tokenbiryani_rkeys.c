@@ -67,7 +67,13 @@ ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
         goto done;
     }
 
-    ngx_memcpy(k->digest, digest ? digest : old->digest, 32);
+    if (old) {
+        ngx_memcpy(k->digest, old->digest, 32);
+
+    } else {
+        ngx_memcpy(k->digest, digest, 32);
+    }
+
     k->name_len = name_len;
     k->spec_len = spec_len;
     ngx_memcpy(k->data, name, name_len);

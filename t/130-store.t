@@ -61,6 +61,11 @@ x-api-key: tenant-key
 --- check
 my $db = servroot() . '/html/tokenbiryani.db';
 ok(-f $db, 'store.path is relative to the YAML file');
+is(sprintf('%o', (stat $db)[2] & 07777), '600', 'readable by nginx alone (0600)');
+is((getpwuid((stat $db)[4]))[0], 'nobody', 'owned by the workers\' user, as are its -wal and -shm')
+    if $> == 0;
+is_deeply([map { -e "$db$_" ? sprintf('%o', (stat "$db$_")[2] & 07777) : 'absent' } qw(-wal -shm)],
+          ['600', '600'], 'which stay beside it, 0600');
 is(sqlite_py($db, 'print(db.execute("PRAGMA journal_mode").fetchone()[0])'), 'wal',
    'in WAL mode');
 is(sqlite_py($db, 'print(db.execute("SELECT value FROM tb_meta WHERE name = \"schema\"").fetchone()[0])'),

@@ -215,10 +215,10 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
                            "(\"*\" for every model)", field);
     }
 
-    out->items = n ? calloc(n, sizeof(char *)) : NULL;
+    out->items = calloc(n ? n : 1, sizeof(char *));
     out->n = 0;
 
-    if (n && out->items == NULL) {
+    if (out->items == NULL) {
         return tb_ks_error(err, errlen, "no memory");
     }
 
@@ -255,6 +255,10 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
                 return tb_ks_error(err, errlen, "%s[%zu] repeats \"%s\"",
                                    field, i, s);
             }
+        }
+
+        if (out->n == n) {
+            break;
         }
 
         out->items[out->n] = strdup(s);
@@ -351,7 +355,7 @@ tb_ks_field(tb_keyspec_t *ks, const cJSON *v, int mode,
     size_t errlen)
 {
     const char     *f;
-    int64_t         n;
+    int64_t         n = 0;
     tb_strlist_t    list;
     tb_key_conf_t  *k;
 
@@ -768,31 +772,31 @@ tb_keyspec_secret(char out[TB_KEYSPEC_SECRET_LEN + 1],
                                "vwxyz0123456789-_";
     size_t             i, o;
     uint32_t           v;
-    unsigned char      r[33];
+    unsigned char      r[32];
 
-    if (RAND_bytes(r, 32) != 1) {
+    if (RAND_bytes(r, sizeof(r)) != 1) {
         return -1;
     }
-
-    r[32] = 0;
 
     memcpy(out, "bir_", 4);
     o = 4;
 
-    /* 32 bytes: ten groups of three and two left, 43 characters */
+    /* 32 bytes: ten groups of three, 40 characters, and two bytes, 3 */
 
-    for (i = 0; i < 33; i += 3) {
+    for (i = 0; i + 3 <= sizeof(r); i += 3) {
         v = ((uint32_t) r[i] << 16) | ((uint32_t) r[i + 1] << 8) | r[i + 2];
 
         out[o++] = b64[(v >> 18) & 63];
         out[o++] = b64[(v >> 12) & 63];
         out[o++] = b64[(v >> 6) & 63];
-
-        if (i + 3 < 33) {
-            out[o++] = b64[v & 63];
-        }
+        out[o++] = b64[v & 63];
     }
 
+    v = ((uint32_t) r[30] << 16) | ((uint32_t) r[31] << 8);
+
+    out[o++] = b64[(v >> 18) & 63];
+    out[o++] = b64[(v >> 12) & 63];
+    out[o++] = b64[(v >> 6) & 63];
     out[o] = '\0';
 
     tb_sha256(out, o, digest);

@@ -128,10 +128,10 @@ ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 
 
 /*
- * Workers run as nginx's user: a store file the master (root) created is
- * given to that user, with its -wal and -shm files, which stay beside it
- * (SQLITE_FCNTL_PERSIST_WAL), so no worker needs to create a file in a
- * directory it may not write.
+ * The store file and its -wal and -shm files are made 0600 and, when the
+ * master runs as root, given to the workers' user; the -wal and -shm files
+ * stay beside it (SQLITE_FCNTL_PERSIST_WAL), so no worker needs to create
+ * a file in a directory it may not write.
  */
 
 static void
@@ -144,25 +144,28 @@ ngx_http_tokenbiryani_store_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     static const char  *suffix[] = { "", "-wal", "-shm" };
 
-    if (geteuid() != 0 || tmcf->cycle == NULL) {
+    if (tmcf->cycle == NULL || tmcf->store_path.len + 5 > NGX_MAX_PATH) {
         return;
     }
 
     ccf = (ngx_core_conf_t *) ngx_get_conf(tmcf->cycle->conf_ctx,
                                            ngx_core_module);
 
-    if (ccf == NULL || ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT
-        || ccf->user == 0)
-    {
-        return;
-    }
-
     for (i = 0; i < 3; i++) {
-        if (tmcf->store_path.len + 5 > NGX_MAX_PATH) {
-            return;
+        ngx_sprintf(path, "%V%s%Z", &tmcf->store_path, suffix[i]);
+
+        /* the history and what is sealed are nobody else's to read */
+
+        if (chmod((char *) path, 0600) == -1 && ngx_errno != NGX_ENOENT) {
+            ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
+                          "tokenbiryani: chmod(\"%s\", 0600) failed", path);
         }
 
-        ngx_sprintf(path, "%V%s%Z", &tmcf->store_path, suffix[i]);
+        if (geteuid() != 0 || ccf == NULL
+            || ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT || ccf->user == 0)
+        {
+            continue;
+        }
 
         if (chown((char *) path, ccf->user, ccf->group) == -1
             && ngx_errno != NGX_ENOENT)

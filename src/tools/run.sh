@@ -52,6 +52,8 @@ if [ -n "${ANTHROPIC_API_KEY:-}" ]; then
     mode="your ANTHROPIC_API_KEY (one real account)"
     # the credential stays in the environment: the file only names it
     cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
+store:
+  backend: sqlite                 # .run/conf/tokenbiryani.db
 accounts:
   - id: anthropic
     type: anthropic_api
@@ -77,6 +79,8 @@ else
     done
     cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
 # written by \`make run\`: four demo accounts on the mock upstream
+store:
+  backend: sqlite                 # .run/conf/tokenbiryani.db
 accounts:$accounts
 keys:
   - key: $KEY
@@ -147,6 +151,8 @@ export ANTHROPIC_BASE_URL=http://$LISTEN
 export ANTHROPIC_AUTH_TOKEN=$KEY
 
 Pool status:  curl -s http://$LISTEN/admin/status -H "x-api-key: $KEY"
+Mint a key:   curl -s http://$LISTEN/admin/keys -H "x-api-key: $KEY" -d '{"name": "me"}'
+Store:        $RUN/conf/tokenbiryani.db (minted keys and history survive make stop)
 Logs:         $RUN/logs/
 Stop it:      make stop
 EOF

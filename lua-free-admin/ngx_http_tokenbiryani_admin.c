@@ -15,6 +15,7 @@
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_settings.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r);
@@ -38,8 +39,7 @@ static void ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
 static cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
 static cJSON *ngx_http_tokenbiryani_window_json(tb_window_t *w, int64_t now);
-static cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
-    u_char *data, size_t len);
+
 static ngx_int_t ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r,
     cJSON *root);
 static ngx_int_t ngx_http_tokenbiryani_store_json(ngx_http_request_t *r,
@@ -84,6 +84,18 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
             || uri->data[sizeof("/admin/keys") - 1] == '/'))
     {
         return ngx_http_tokenbiryani_admin_keys(r);
+    }
+
+    if (uri->len == sizeof("/admin/settings") - 1
+        && ngx_strncmp(uri->data, "/admin/settings", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_settings(r);
+    }
+
+    if (uri->len == sizeof("/admin/reload") - 1
+        && ngx_strncmp(uri->data, "/admin/reload", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_reload(r);
     }
 
     if (uri->len > sizeof("/admin/accounts/") - 1
@@ -172,7 +184,8 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     cJSON_AddNumberToObject(obj, "uptime_seconds",
                             (double) (now - zs.created_ms) / 1000);
 
-    cJSON_AddStringToObject(root, "strategy", tmcf->strategy->name);
+    cJSON_AddStringToObject(root, "strategy",
+                            ngx_http_tokenbiryani_strategy(tmcf)->name);
 
     obj = cJSON_AddObjectToObject(root, "affinity");
     if (obj == NULL) {
@@ -655,6 +668,7 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     const char                           *id, *const *names;
     cJSON                                *obj, *d, *arr, *item, *terms;
     tb_cand_out_t                         o;
+    const tb_strategy_t                  *st;
     ngx_http_tokenbiryani_account_t      *a;
     ngx_http_tokenbiryani_main_conf_t    *tmcf;
     ngx_http_tokenbiryani_inspect_cand_t *ic;
@@ -809,8 +823,13 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
 
     cJSON_AddNumberToObject(d, "accounts", rec->candidates);
 
-    names = tmcf->strategy->terms || tmcf->strategy->rotate
-            ? tmcf->strategy->term_names : tb_term_names;
+    /* the terms are those of the strategy that decided */
+    st = ngx_http_tokenbiryani_find_strategy(tmcf, rec->strategy);
+    if (st == NULL) {
+        st = ngx_http_tokenbiryani_strategy(tmcf);
+    }
+
+    names = st->terms || st->rotate ? st->term_names : tb_term_names;
 
     arr = cJSON_AddArrayToObject(d, "candidates");
     if (arr == NULL) {
@@ -1023,7 +1042,7 @@ ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
 {
     ngx_uint_t                          i;
     cJSON                              *root, *arr, *item;
-    const tb_strategy_t                *st, **plugins;
+    const tb_strategy_t                *st, *cur, **plugins;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -1036,9 +1055,10 @@ ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    cur = ngx_http_tokenbiryani_strategy(tmcf);
+
     for (st = tb_builtin_strategy_table; st->name; st++) {
-        item = ngx_http_tokenbiryani_strategy_json(st, 0,
-                                                   st == tmcf->strategy);
+        item = ngx_http_tokenbiryani_strategy_json(st, 0, st == cur);
         cJSON_AddItemToArray(arr, item);
     }
 
@@ -1046,7 +1066,7 @@ ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
 
     for (i = 0; i < tmcf->plugins.nelts; i++) {
         item = ngx_http_tokenbiryani_strategy_json(plugins[i], 1,
-                                                 plugins[i] == tmcf->strategy);
+                                                   plugins[i] == cur);
         cJSON_AddItemToArray(arr, item);
     }
 
@@ -1324,7 +1344,7 @@ ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r, ngx_int_t status,
 }
 
 
-static cJSON *
+cJSON *
 ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name, u_char *data,
     size_t len)
 {

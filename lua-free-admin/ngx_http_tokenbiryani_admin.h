@@ -20,6 +20,14 @@ ngx_int_t ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r);
 /* /admin/keys (lua-free-admin/ngx_http_tokenbiryani_admin_keys.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r);
 
+/* /admin/settings, /admin/reload (..._admin_settings.c) */
+ngx_int_t ngx_http_tokenbiryani_admin_settings(ngx_http_request_t *r);
+ngx_int_t ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r);
+
+/* a string of len bytes, at most 511, added to obj as name */
+cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
+    u_char *data, size_t len);
+
 /* sends root (and frees it) as the response */
 ngx_int_t ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r,
     ngx_int_t status, cJSON *root);

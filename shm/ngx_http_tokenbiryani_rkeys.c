@@ -1,5 +1,6 @@
 /*
- * Minted keys in the zone, and the state of the durable store behind it.
+ * What operators change at runtime, in the zone: minted keys and settings,
+ * and the state of the durable store behind it.
  *
  * The zone holds each minted key as its name, the SHA-256 digest of its
  * secret and its spec (JSON text); workers keep a parsed copy and rebuild
@@ -336,4 +337,53 @@ ngx_http_tokenbiryani_store_unelect(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
+ngx_http_tokenbiryani_settings_set_strategy(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *name, size_t len)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    len = (name == NULL) ? 0 : ngx_min(len, sizeof(sh->strategy) - 1);
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ngx_memzero(sh->strategy, sizeof(sh->strategy));
+
+    if (len) {
+        ngx_memcpy(sh->strategy, name, len);
+    }
+
+    (void) ngx_atomic_fetch_add(&sh->settings_gen, 1);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_settings_gen(ngx_http_tokenbiryani_zone_t *zone)
+{
+    return (uint64_t) __atomic_load_n(&zone->sh->settings_gen,
+                                      __ATOMIC_ACQUIRE);
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_settings_strategy(ngx_http_tokenbiryani_zone_t *zone,
+    u_char *buf, size_t size)
+{
+    uint64_t  gen;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ngx_cpystrn(buf, zone->sh->strategy, size);
+    gen = zone->sh->settings_gen;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return gen;
 }

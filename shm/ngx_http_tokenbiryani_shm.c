@@ -55,6 +55,7 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->keys);
         ngx_queue_init(&sh->rkeys);
         sh->rkeys_gen = 1;
+        sh->settings_gen = 1;
 
         /* a waiter that never tried has blocked_gen 0: never current */
         sh->cap_gen = 1;

@@ -472,6 +472,16 @@ ngx_int_t ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
 
 
 /*
+ * The strategy an operator set at runtime, by name ("" or NULL: the
+ * file's), for every worker; the generation moves with each change.
+ */
+void ngx_http_tokenbiryani_settings_set_strategy(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t len);
+uint64_t ngx_http_tokenbiryani_settings_gen(ngx_http_tokenbiryani_zone_t *zone);
+uint64_t ngx_http_tokenbiryani_settings_strategy(
+    ngx_http_tokenbiryani_zone_t *zone, u_char *buf, size_t size);
+
+/*
  * The durable store as every worker sees it: whether its writes work, the
  * first error since they stopped, and how far the history is written.
  * The flusher is the one worker that writes history.

@@ -160,6 +160,10 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nrkeys;
     ngx_atomic_t                   rkeys_gen;
 
+    /* settings changed at runtime: the strategy ("": the file's) */
+    u_char                         strategy[32];
+    ngx_atomic_t                   settings_gen;
+
     /* the durable store behind the zone */
     ngx_http_tokenbiryani_store_state_t  store;
 };

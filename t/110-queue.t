@@ -110,11 +110,11 @@ quiet_pool_ok();
 
 
 === TEST 2: a lease given back in the other worker wakes the waiter at once
---- timeout: 90
+--- timeout: 150
 --- check
 my (@woken, @seen);
 my $rounds = 0;
-while (@woken < 7 && $rounds < 40) {
+while (@woken < 7 && $rounds < 100) {
     $rounds++;
     mock_reset();
     my $blk = blocker(300);

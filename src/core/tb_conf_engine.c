@@ -1342,6 +1342,33 @@ tb_conf_unknown(tb_conf_ctx_t *ctx, yaml_node_t *key, const char *path,
 }
 
 
+/* a setting the file wrote, remembered for GET /admin/settings */
+static int
+tb_conf_written(tb_conf_ctx_t *ctx, const char *path)
+{
+    char          *s, **items;
+    tb_strlist_t  *w;
+
+    w = &ctx->cf->written;
+
+    s = strdup(path);
+    if (s == NULL) {
+        return tb_conf_nomem(ctx);
+    }
+
+    items = realloc(w->items, (w->n + 1) * sizeof(char *));
+    if (items == NULL) {
+        free(s);
+        return tb_conf_nomem(ctx);
+    }
+
+    w->items = items;
+    w->items[w->n++] = s;
+
+    return TB_CONF_OK;
+}
+
+
 static int
 tb_conf_warn(tb_conf_ctx_t *ctx, unsigned line, const char *path,
     const char *why)
@@ -1432,6 +1459,13 @@ tb_conf_section(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
 
         if (rc != TB_CONF_OK) {
             break;
+        }
+
+        if (f->type != TB_CONF_SECTION && strchr(sub, '[') == NULL) {
+            rc = tb_conf_written(ctx, sub);
+            if (rc != TB_CONF_OK) {
+                break;
+            }
         }
 
         if (f->ignored != NULL) {

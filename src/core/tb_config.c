@@ -1739,6 +1739,7 @@ tb_config_free(tb_config_t *cf)
     free(cf->prices);
 
     tb_conf_strlist_free(&cf->warnings);
+    tb_conf_strlist_free(&cf->written);
     tb_conf_release(tb_conf_top, cf);
 
     free(cf);
@@ -1785,4 +1786,19 @@ tb_account_type_name(tb_account_type_e type)
     }
 
     return "unknown";
+}
+
+
+int
+tb_config_written(const tb_config_t *cf, const char *path)
+{
+    size_t  i;
+
+    for (i = 0; i < cf->written.n; i++) {
+        if (strcmp(cf->written.items[i], path) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
 }

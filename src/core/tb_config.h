@@ -243,6 +243,10 @@ typedef struct {
 
     /* notices for keys accepted but ignored ("server.port is ignored: ...") */
     tb_strlist_t              warnings;
+
+    /* the settings the file wrote, by path ("retry.max_attempts"): outside
+     * accounts[] and keys[] */
+    tb_strlist_t              written;
 } tb_config_t;
 
 
@@ -258,6 +262,9 @@ tb_config_t *tb_config_load_file(const char *path, tb_getenv_pt getenv_fn,
 tb_config_t *tb_config_load_buffer(const char *name, const char *data,
     size_t len, tb_getenv_pt getenv_fn, char *err, size_t errlen);
 void tb_config_free(tb_config_t *cf);
+
+/* whether the file wrote the setting at path ("routing.strategy") */
+int tb_config_written(const tb_config_t *cf, const char *path);
 
 /* a config with every default and no accounts or keys */
 tb_config_t *tb_config_defaults(void);

@@ -7,6 +7,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_record.h"
+#include "ngx_http_tokenbiryani_settings.h"
 
 
 void
@@ -17,6 +18,7 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_uint_t                           i, k, n, picked;
     int64_t                              now;
     const char                          *name;
+    const tb_strategy_t                 *st;
     tb_cand_out_t                       *o;
     ngx_http_tokenbiryani_account_t     *a;
     ngx_http_tokenbiryani_record_t      *rec;
@@ -47,8 +49,9 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_memcpy(rec->key, name, len);
 
     ngx_memcpy(rec->model, ctx->body.model, ctx->body.model_len);
-    len = ngx_min(ngx_strlen(tmcf->strategy->name), sizeof(rec->strategy) - 1);
-    ngx_memcpy(rec->strategy, tmcf->strategy->name, len);
+    st = ngx_http_tokenbiryani_strategy(tmcf);
+    len = ngx_min(ngx_strlen(st->name), sizeof(rec->strategy) - 1);
+    ngx_memcpy(rec->strategy, st->name, len);
 
     rec->session = ctx->session;
     rec->session_source = (uint8_t) ctx->session_source;

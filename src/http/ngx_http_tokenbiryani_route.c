@@ -12,6 +12,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_events.h"
 #include "tb_hash.h"
@@ -139,8 +140,8 @@ ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
 {
     ngx_memzero(in, sizeof(tb_route_in_t));
 
-    in->strategy = (ctx->kind == NGX_HTTP_TB_MESSAGES) ? tmcf->strategy
-                                                       : tmcf->rotate;
+    in->strategy = (ctx->kind == NGX_HTTP_TB_MESSAGES)
+                   ? ngx_http_tokenbiryani_strategy(tmcf) : tmcf->rotate;
     ngx_memcpy(in->weights, tmcf->weights, sizeof(in->weights));
     in->model = ctx->body.has_model ? ctx->body.model : NULL;
     in->model_len = ctx->body.model_len;

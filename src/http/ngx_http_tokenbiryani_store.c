@@ -6,6 +6,8 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_config.h"
+#include "ngx_http_tokenbiryani_settings.h"
 #include "tb_keyspec.h"
 
 #if (NGX_THREADS)
@@ -50,6 +52,8 @@ static int ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
 static void ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size);
 static void ngx_http_tokenbiryani_load_history(tb_store_t *db,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
+static void ngx_http_tokenbiryani_load_settings(tb_store_t *db,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
 
 
 static ngx_int_t ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
@@ -59,11 +63,60 @@ static void ngx_http_tokenbiryani_store_own(
 
 
 ngx_int_t
+ngx_http_tokenbiryani_threads_conf(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    size_t      len;
+    ngx_uint_t  i, n;
+
+#if (NGX_THREADS)
+    /* "default": made with 32 threads unless thread_pool says otherwise */
+    tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
+    if (tmcf->thread_pool == NULL) {
+        return NGX_ERROR;
+    }
+#endif
+
+    tmcf->cycle = cf->cycle;
+
+    /* the environment the file is read in, for POST /admin/reload */
+
+    for (n = 0; environ[n]; n++) { /* void */ }
+
+    tmcf->environ = ngx_pcalloc(cf->pool, (n + 1) * sizeof(char *));
+    if (tmcf->environ == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        len = ngx_strlen(environ[i]) + 1;
+
+        tmcf->environ[i] = ngx_pnalloc(cf->pool, len);
+        if (tmcf->environ[i] == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(tmcf->environ[i], environ[i], len);
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
 ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path)
 {
-#if (NGX_THREADS)
     size_t  len;
+
+    if (tmcf->thread_pool == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %s: store.backend: sqlite writes "
+                           "in nginx's thread pool, and this nginx is built "
+                           "without threads (--with-threads)",
+                           tmcf->config_file.data);
+        return NGX_ERROR;
+    }
 
     len = ngx_strlen(path);
 
@@ -75,23 +128,7 @@ ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
     ngx_memcpy(tmcf->store_path.data, path, len + 1);
     tmcf->store_path.len = len;
 
-    /* "default": made with 32 threads unless thread_pool says otherwise */
-    tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
-    if (tmcf->thread_pool == NULL) {
-        return NGX_ERROR;
-    }
-
-    tmcf->cycle = cf->cycle;
-
     return NGX_OK;
-
-#else
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "tokenbiryani: %s: store.backend: sqlite writes in "
-                       "nginx's thread pool, and this nginx is built without "
-                       "threads (--with-threads)", tmcf->config_file.data);
-    return NGX_ERROR;
-#endif
 }
 
 
@@ -109,6 +146,14 @@ ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     fresh = !(ozone && ozone->sh) && !shm_zone->shm.exists;
 
     if (ngx_http_tokenbiryani_zone_init(shm_zone, data) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* the core configuration is complete here: the pid file is known */
+
+    if (ngx_http_tokenbiryani_reloader_start(tmcf, shm_zone->shm.log)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -280,6 +325,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
                   &tmcf->store_path, ld.keys,
                   ld.skipped ? " (some left out, see above)" : "");
 
+    ngx_http_tokenbiryani_load_settings(db, tmcf, shm_zone->shm.log);
     ngx_http_tokenbiryani_load_history(db, tmcf, shm_zone->shm.log);
 
     tb_store_close(db);
@@ -297,7 +343,7 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     ngx_thread_task_t               *task;
     ngx_http_tokenbiryani_writer_t  *w;
 
-    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+    if (tmcf->thread_pool == NULL) {
         return NGX_OK;
     }
 
@@ -317,6 +363,10 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     w->tmcf = tmcf;
     w->task = task;
     w->last = &w->pending;
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        return NGX_OK;
+    }
 
     /* the history: written by one worker, elected, every second */
 
@@ -495,12 +545,21 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
     ngx_http_tokenbiryani_job_t  *job;
     char                          err[512];
 
-    if (w->db == NULL) {
-        w->db = tb_store_open((char *) w->tmcf->store_path.data,
-                              NGX_HTTP_TB_STORE_BUSY_MS, err, sizeof(err));
-    }
+    err[0] = '\0';
 
     for (job = w->running; job; job = job->next) {
+        if (job->run) {
+            /* work of its own, with no store */
+            job->rc = job->run(job);
+            continue;
+        }
+
+        if (w->db == NULL && err[0] == '\0') {
+            w->db = tb_store_open((char *) w->tmcf->store_path.data,
+                                  NGX_HTTP_TB_STORE_BUSY_MS, err,
+                                  sizeof(err));
+        }
+
         if (w->db == NULL) {
             job->rc = TB_STORE_ERROR;
             ngx_cpystrn((u_char *) job->err, (u_char *) err,
@@ -523,6 +582,10 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
             rc = tb_store_key_delete(w->db, job->name);
             break;
 
+        case NGX_HTTP_TB_JOB_SETTING:
+            rc = tb_store_meta_put(w->db, job->name, job->spec);
+            break;
+
         default: /* NGX_HTTP_TB_JOB_FLUSH */
             rc = ngx_http_tokenbiryani_flush_exec(w->db, job);
             break;
@@ -540,7 +603,7 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
      * file by then (restored from a backup, the disk remounted) */
 
     for (job = w->running; job; job = job->next) {
-        if (job->rc == TB_STORE_ERROR && w->db) {
+        if (job->run == NULL && job->rc == TB_STORE_ERROR && w->db) {
             tb_store_close(w->db);
             w->db = NULL;
             break;
@@ -555,19 +618,28 @@ ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
     ngx_http_tokenbiryani_writer_t *w = ev->data;
 
     const char                   *err;
+    ngx_uint_t                    stored;
     ngx_http_tokenbiryani_job_t  *job, *next;
 
     err = NULL;
+    stored = 0;
 
     for (job = w->running; job; job = job->next) {
+        if (job->run) {
+            continue;
+        }
+
+        stored = 1;
+
         if (job->rc == TB_STORE_ERROR) {
             err = job->err;
             break;
         }
     }
 
-    if (ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
-                                           ngx_http_tokenbiryani_now_ms()))
+    if (stored
+        && ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
+                                              ngx_http_tokenbiryani_now_ms()))
     {
         if (err) {
             ngx_log_error(NGX_LOG_ERR, ev->log, 0,
@@ -989,4 +1061,34 @@ ngx_http_tokenbiryani_load_history(tb_store_t *db,
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "tokenbiryani: the store's history read back: %ui "
                   "requests, %ui events", hl.records, hl.events);
+}
+
+
+/* the settings an operator made at runtime, over the file's */
+static void
+ngx_http_tokenbiryani_load_settings(tb_store_t *db,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)
+{
+    char  name[64];
+
+    if (tb_store_meta_get(db, "setting.routing.strategy", name, sizeof(name))
+        != TB_STORE_OK || name[0] == '\0')
+    {
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_find_strategy(tmcf, name) == NULL) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "tokenbiryani: the strategy \"%s\" set at runtime is "
+                      "not in this build or its plugins: the file's \"%s\" "
+                      "is used", name, tmcf->strategy->name);
+        return;
+    }
+
+    ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, (u_char *) name,
+                                                ngx_strlen(name));
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "tokenbiryani: routing.strategy \"%s\", set at runtime, "
+                  "from the store", name);
 }

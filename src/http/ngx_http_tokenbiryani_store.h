@@ -23,6 +23,7 @@
 #define NGX_HTTP_TB_JOB_KEY_UPDATE     2
 #define NGX_HTTP_TB_JOB_KEY_DELETE     3
 #define NGX_HTTP_TB_JOB_FLUSH          4
+#define NGX_HTTP_TB_JOB_SETTING        5      /* tb_meta: name = spec */
 
 #define NGX_HTTP_TB_FLUSH_MS           1000   /* history, at least this often */
 
@@ -30,6 +31,10 @@
 typedef struct ngx_http_tokenbiryani_job_s  ngx_http_tokenbiryani_job_t;
 
 typedef void (*ngx_http_tokenbiryani_job_done_pt)(
+    ngx_http_tokenbiryani_job_t *job);
+
+/* work of a job's own in the thread, instead of a store operation */
+typedef int (*ngx_http_tokenbiryani_job_run_pt)(
     ngx_http_tokenbiryani_job_t *job);
 
 struct ngx_http_tokenbiryani_job_s {
@@ -58,12 +63,15 @@ struct ngx_http_tokenbiryani_job_s {
     char                               err[512];
     ngx_msec_t                         posted;
 
+    ngx_http_tokenbiryani_job_run_pt   run;       /* NULL: op */
     ngx_http_tokenbiryani_job_done_pt  done;
     void                              *data;
 };
 
 
-/* at configuration: the file's path, and the thread pool */
+/* at configuration: nginx's thread pool, then the store file's path */
+ngx_int_t ngx_http_tokenbiryani_threads_conf(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
 ngx_int_t ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path);
 
@@ -79,11 +87,12 @@ void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
 /* whether writes go to a store (else the zone is all there is) */
-#define ngx_http_tokenbiryani_store_on(tmcf)  ((tmcf)->thread_pool != NULL)
+#define ngx_http_tokenbiryani_store_on(tmcf)  ((tmcf)->store_path.len != 0)
 
 /*
- * Queues a write; job->done is called from the event loop once it is
- * committed or failed, never from within this call.  NGX_ERROR: no store.
+ * Queues a write (or job->run's work); job->done is called from the event
+ * loop once it is committed or failed, never from within this call.
+ * NGX_ERROR: no thread pool.
  */
 ngx_int_t ngx_http_tokenbiryani_store_post(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_job_t *job);

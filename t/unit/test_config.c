@@ -1666,6 +1666,31 @@ TB_TEST(test_lists_and_maps)
 }
 
 
+TB_TEST(test_written)
+{
+    tb_config_t  *cf;
+
+    cf = load("routing:\n  strategy: headroom\n  weights:\n"
+                 "    cost: 0.5\nretry:\n  max_attempts: 4\n"
+                 "accounts:\n  - id: a\n    api_key: k\n    priority: 2\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK(tb_config_written(cf, "routing.strategy"));
+        TB_CHECK(tb_config_written(cf, "routing.weights.cost"));
+        TB_CHECK(tb_config_written(cf, "retry.max_attempts"));
+        TB_CHECK(!tb_config_written(cf, "retry.max_accounts"));
+        TB_CHECK(!tb_config_written(cf, "routing.weights.affinity"));
+        TB_CHECK(!tb_config_written(cf, "routing"));
+        /* an account's fields are its own, not settings */
+        TB_CHECK(!tb_config_written(cf, "accounts[0].priority"));
+        TB_CHECK(tb_config_written(cf, "accounts"));
+        TB_CHECK_INT(cf->written.n, 4);
+        tb_config_free(cf);
+    }
+}
+
+
 int
 main(void)
 {
@@ -1709,6 +1734,7 @@ main(void)
     TB_RUN(test_lists_and_maps);
     TB_RUN(test_key_shares);
     TB_RUN(test_replenishment);
+    TB_RUN(test_written);
 
     return tb_test_done();
 }

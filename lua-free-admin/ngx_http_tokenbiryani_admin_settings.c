@@ -1,0 +1,608 @@
+/*
+ * /admin/settings and /admin/reload.
+ *
+ *   GET  /admin/settings   what the gateway runs now, each value with where
+ *                          it comes from: default, file or runtime
+ *   POST /admin/settings   changes what can change at runtime (the
+ *                          strategy), for every worker, kept in the store
+ *   POST /admin/reload     reads the YAML file as nginx -s reload would, in
+ *                          the thread pool; a file that does not load
+ *                          changes nothing and is answered with the
+ *                          loader's error and its line, one that loads is
+ *                          applied by signalling the master
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_config.h"
+#include "ngx_http_tokenbiryani_settings.h"
+#include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_admin.h"
+
+
+#define NGX_HTTP_TB_SET_NUM      0
+#define NGX_HTTP_TB_SET_INT      1
+#define NGX_HTTP_TB_SET_STR      2
+
+
+typedef struct {
+    const char                    *path;
+    ngx_uint_t                     type;
+    size_t                         offset;      /* in tb_config_t */
+} ngx_http_tokenbiryani_setting_t;
+
+
+#define NGX_HTTP_TB_SET(path, type, field)                                    \
+    { path, NGX_HTTP_TB_SET_##type, offsetof(tb_config_t, field) }
+
+static const ngx_http_tokenbiryani_setting_t  ngx_http_tokenbiryani_settings[] =
+{
+    NGX_HTTP_TB_SET("routing.strategy", STR, routing_strategy),
+    NGX_HTTP_TB_SET("routing.weights.affinity", NUM, w_affinity),
+    NGX_HTTP_TB_SET("routing.weights.headroom", NUM, w_headroom),
+    NGX_HTTP_TB_SET("routing.weights.priority", NUM, w_priority),
+    NGX_HTTP_TB_SET("routing.weights.load", NUM, w_load),
+    NGX_HTTP_TB_SET("routing.weights.errors", NUM, w_errors),
+    NGX_HTTP_TB_SET("routing.weights.cost", NUM, w_cost),
+    NGX_HTTP_TB_SET("routing.affinity_ttl_seconds", NUM,
+                    affinity_ttl_seconds),
+    NGX_HTTP_TB_SET("routing.estimate_safety_margin", NUM,
+                    estimate_safety_margin),
+    NGX_HTTP_TB_SET("retry.max_attempts", INT, retry_max_attempts),
+    NGX_HTTP_TB_SET("retry.max_accounts", INT, retry_max_accounts),
+    NGX_HTTP_TB_SET("retry.deadline_seconds", NUM, retry_deadline_seconds),
+    NGX_HTTP_TB_SET("retry.backoff_base_seconds", NUM,
+                    retry_backoff_base_seconds),
+    NGX_HTTP_TB_SET("retry.backoff_max_seconds", NUM,
+                    retry_backoff_max_seconds),
+    NGX_HTTP_TB_SET("retry.first_token_grace_seconds", NUM,
+                    retry_first_token_grace_seconds),
+    NGX_HTTP_TB_SET("retry.prelude_timeout_seconds", NUM,
+                    retry_prelude_timeout_seconds),
+    NGX_HTTP_TB_SET("retry.hold_response_bytes", INT,
+                    retry_hold_response_bytes),
+    NGX_HTTP_TB_SET("breaker.failure_threshold", INT,
+                    breaker_failure_threshold),
+    NGX_HTTP_TB_SET("breaker.cooldown_seconds", NUM,
+                    breaker_cooldown_seconds),
+    NGX_HTTP_TB_SET("breaker.overloaded_cooldown_seconds", NUM,
+                    breaker_overloaded_cooldown_seconds),
+    NGX_HTTP_TB_SET("breaker.exhausted_cooldown_seconds", NUM,
+                    breaker_exhausted_cooldown_seconds),
+    NGX_HTTP_TB_SET("queue.max_size", INT, queue_max_size),
+    NGX_HTTP_TB_SET("queue.default_max_wait_seconds", NUM,
+                    queue_default_max_wait_seconds),
+    NGX_HTTP_TB_SET("store.backend", STR, store_backend),
+    NGX_HTTP_TB_SET("observability.event_buffer", INT,
+                    observability_event_buffer),
+    { NULL, 0, 0 }
+};
+
+
+typedef struct {
+    ngx_http_tokenbiryani_job_t    job;
+    ngx_http_request_t            *request;
+    ngx_uint_t                     reload;
+    u_char                        *strategy;     /* NULL: the file's */
+    tb_config_t                   *loaded;       /* the reload's */
+    char                          *path;
+    char                           err[TB_CONFIG_ERRLEN];
+} ngx_http_tokenbiryani_settings_write_t;
+
+
+/* the configuration whose environment a reload reads the file in */
+static ngx_http_tokenbiryani_main_conf_t  *ngx_http_tokenbiryani_reload_conf;
+
+
+static void ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_settings_written(
+    ngx_http_tokenbiryani_job_t *job);
+static int ngx_http_tokenbiryani_reload_read(
+    ngx_http_tokenbiryani_job_t *job);
+static ngx_int_t ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r);
+
+
+static cJSON *
+ngx_http_tokenbiryani_setting_value(const tb_config_t *cf,
+    const ngx_http_tokenbiryani_setting_t *s)
+{
+    const char  *p;
+
+    p = (const char *) cf + s->offset;
+
+    switch (s->type) {
+
+    case NGX_HTTP_TB_SET_INT:
+        return cJSON_CreateNumber((double) *(const int64_t *) (const void *) p);
+
+    case NGX_HTTP_TB_SET_STR:
+        return cJSON_CreateString(*(char *const *) (const void *) p);
+
+    default:
+        return cJSON_CreateNumber(*(const double *) (const void *) p);
+    }
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_settings(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
+        return ngx_http_tokenbiryani_settings_get(r);
+    }
+
+    if (r->method != NGX_HTTP_POST) {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                   "invalid_request_error", "%V expects GET or POST, not %V",
+                   &r->uri, &r->method_name);
+    }
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r,
+                                         ngx_http_tokenbiryani_settings_body);
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    if (r->method != NGX_HTTP_POST) {
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                   "invalid_request_error", "%V expects POST, not %V",
+                   &r->uri, &r->method_name);
+    }
+
+    rc = ngx_http_read_client_request_body(r,
+                                         ngx_http_tokenbiryani_settings_body);
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
+{
+    ngx_uint_t                              i;
+    cJSON                                  *root, *obj, *item, *opts;
+    const tb_strategy_t                    *st, *cur, **plugins;
+    ngx_http_tokenbiryani_zone_stats_t      zs;
+    ngx_http_tokenbiryani_main_conf_t      *tmcf;
+    const ngx_http_tokenbiryani_setting_t  *s;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    root = cJSON_CreateObject();
+    obj = root ? cJSON_AddObjectToObject(root, "settings") : NULL;
+    if (obj == NULL) {
+        goto failed;
+    }
+
+    cur = ngx_http_tokenbiryani_strategy(tmcf);
+
+    for (s = ngx_http_tokenbiryani_settings; s->path; s++) {
+        item = cJSON_AddObjectToObject(obj, s->path);
+        if (item == NULL) {
+            goto failed;
+        }
+
+        if (s->offset == offsetof(tb_config_t, routing_strategy)) {
+            if (cJSON_AddStringToObject(item, "value", cur->name) == NULL
+                || cJSON_AddStringToObject(item, "source",
+                       ngx_http_tokenbiryani_strategy_is_runtime(tmcf)
+                       ? "runtime"
+                       : tb_config_written(tmcf->tbcf, s->path)
+                         ? "file" : "default") == NULL
+                || cJSON_AddStringToObject(item, "file_value",
+                                           tmcf->strategy->name) == NULL
+                || cJSON_AddBoolToObject(item, "settable", 1) == NULL
+                || (opts = cJSON_AddArrayToObject(item, "options")) == NULL)
+            {
+                goto failed;
+            }
+
+            for (st = tb_builtin_strategy_table; st->name; st++) {
+                cJSON_AddItemToArray(opts, cJSON_CreateString(st->name));
+            }
+
+            plugins = tmcf->plugins.elts;
+
+            for (i = 0; i < tmcf->plugins.nelts; i++) {
+                cJSON_AddItemToArray(opts,
+                                     cJSON_CreateString(plugins[i]->name));
+            }
+
+            continue;
+        }
+
+        cJSON_AddItemToObject(item, "value",
+                              ngx_http_tokenbiryani_setting_value(tmcf->tbcf,
+                                                                  s));
+
+        if (cJSON_AddStringToObject(item, "source",
+                                    tb_config_written(tmcf->tbcf, s->path)
+                                    ? "file" : "default") == NULL
+            || cJSON_AddBoolToObject(item, "settable", 0) == NULL)
+        {
+            goto failed;
+        }
+    }
+
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
+    if (ngx_http_tokenbiryani_add_str(root, "config_file",
+                                      tmcf->config_file.data,
+                                      tmcf->config_file.len) == NULL
+        || cJSON_AddNumberToObject(root, "config_generation",
+                                   (double) zs.generation) == NULL)
+    {
+        goto failed;
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+
+failed:
+
+    cJSON_Delete(root);
+
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+
+/* the body read: the change checked, then written, or the file read */
+static void
+ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
+{
+    size_t                                  len;
+    u_char                                 *body;
+    ngx_int_t                               rc;
+    ngx_uint_t                              reload, failed;
+    ngx_chain_t                            *cl;
+    cJSON                                  *root, *v;
+    const tb_strategy_t                    *st;
+    ngx_http_tokenbiryani_main_conf_t      *tmcf;
+    ngx_http_tokenbiryani_settings_write_t *sw;
+    const ngx_http_tokenbiryani_setting_t  *s;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    reload = (r->uri.len == sizeof("/admin/reload") - 1);
+
+    sw = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_settings_write_t));
+    if (sw == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    sw->request = r;
+    sw->reload = reload;
+    sw->job.data = sw;
+    sw->job.done = ngx_http_tokenbiryani_settings_written;
+
+    if (reload) {
+        sw->path = (char *) tmcf->config_file.data;
+        ngx_http_tokenbiryani_reload_conf = tmcf;
+        sw->job.run = ngx_http_tokenbiryani_reload_read;
+        goto post;
+    }
+
+    /* the body, whole and in memory */
+
+    len = 0;
+    body = NULL;
+
+    if (r->request_body) {
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            if (cl->buf->in_file) {
+                rc = ngx_http_tokenbiryani_send_error(r,
+                         NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
+                         "an admin request's body must fit in "
+                         "client_body_buffer_size");
+                ngx_http_finalize_request(r, rc);
+                return;
+            }
+
+            len += cl->buf->last - cl->buf->pos;
+        }
+    }
+
+    body = ngx_pnalloc(r->pool, len + 1);
+    if (body == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    len = 0;
+
+    if (r->request_body) {
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            len = ngx_cpymem(body + len, cl->buf->pos,
+                             cl->buf->last - cl->buf->pos) - body;
+        }
+    }
+
+    body[len] = '\0';
+
+    root = cJSON_ParseWithLength((char *) body, len);
+
+    if (root == NULL || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                 "invalid_request_error", "the body must be a JSON object, "
+                 "such as {\"routing.strategy\": \"headroom\"}");
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    if (cJSON_GetArraySize(root) == 0) {
+        cJSON_Delete(root);
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                 "invalid_request_error", "nothing to change: name a setting");
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    rc = NGX_OK;
+    failed = 0;
+
+    cJSON_ArrayForEach(v, root) {
+        if (ngx_strcmp(v->string, "routing.strategy") == 0
+            || ngx_strcmp(v->string, "strategy") == 0)
+        {
+            if (cJSON_IsNull(v)) {
+                sw->strategy = NULL;
+                continue;
+            }
+
+            st = cJSON_IsString(v)
+                 ? ngx_http_tokenbiryani_find_strategy(tmcf, v->valuestring)
+                 : NULL;
+
+            if (st == NULL) {
+                failed = 1;
+                rc = ngx_http_tokenbiryani_send_error(r,
+                         NGX_HTTP_BAD_REQUEST, "invalid_request_error",
+                         "routing.strategy must name a strategy this gateway "
+                         "has (GET /admin/settings lists them), or be null "
+                         "for the file's");
+                break;
+            }
+
+            sw->strategy = (u_char *) st->name;
+            continue;
+        }
+
+        for (s = ngx_http_tokenbiryani_settings; s->path; s++) {
+            if (ngx_strcmp(v->string, s->path) == 0) {
+                break;
+            }
+        }
+
+        failed = 1;
+
+        if (s->path) {
+            rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                     "invalid_request_error", "%s is the file's: change it "
+                     "there and POST /admin/reload", s->path);
+        } else {
+            rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                     "invalid_request_error", "unknown setting \"%*s\" "
+                     "(settable at runtime: routing.strategy)",
+                     ngx_min(ngx_strlen(v->string), 64), v->string);
+        }
+
+        break;
+    }
+
+    cJSON_Delete(root);
+
+    if (failed) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        sw->job.rc = TB_STORE_OK;
+        ngx_http_tokenbiryani_settings_written(&sw->job);
+        return;
+    }
+
+    sw->job.op = NGX_HTTP_TB_JOB_SETTING;
+    sw->job.name = "setting.routing.strategy";
+    sw->job.spec = sw->strategy ? (char *) sw->strategy : "";
+
+post:
+
+    if (ngx_http_tokenbiryani_store_post(tmcf, &sw->job) != NGX_OK) {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                 "api_error", "this nginx has no thread pool to do it in");
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+/*
+ * The environment the master read the file in (a worker's own has only
+ * what env directives pass), as it was when this configuration loaded.
+ */
+static const char *
+ngx_http_tokenbiryani_master_getenv(const char *name)
+{
+    size_t   len;
+    char   **e;
+
+    len = ngx_strlen(name);
+
+    for (e = ngx_http_tokenbiryani_reload_conf->environ; e && *e; e++) {
+        if (ngx_strncmp(*e, name, len) == 0 && (*e)[len] == '=') {
+            return *e + len + 1;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* in the thread pool: the file read and checked */
+static int
+ngx_http_tokenbiryani_reload_read(ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_settings_write_t *sw = job->data;
+
+    sw->loaded = tb_config_load_file(sw->path,
+                                     ngx_http_tokenbiryani_master_getenv,
+                                     sw->err, sizeof(sw->err));
+
+    return sw->loaded ? TB_STORE_OK : TB_STORE_ERROR;
+}
+
+
+static cJSON *
+ngx_http_tokenbiryani_account_ids(const tb_config_t *a, const tb_config_t *b)
+{
+    size_t   i;
+    cJSON   *arr;
+
+    /* the ids of a that b does not have (b NULL: all of a's) */
+
+    arr = cJSON_CreateArray();
+    if (arr == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < a->naccounts; i++) {
+        if (b == NULL || tb_config_account(b, a->accounts[i].id) == NULL) {
+            cJSON_AddItemToArray(arr,
+                                 cJSON_CreateString(a->accounts[i].id));
+        }
+    }
+
+    return arr;
+}
+
+
+static void
+ngx_http_tokenbiryani_settings_written(ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_settings_write_t *sw = job->data;
+
+    ngx_int_t                            rc;
+    cJSON                               *root, *ids;
+    ngx_connection_t                    *c;
+    ngx_http_request_t                  *r;
+    ngx_http_tokenbiryani_zone_stats_t   zs;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
+
+    r = sw->request;
+    c = r->connection;
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (!sw->reload) {
+        if (job->rc != TB_STORE_OK) {
+            rc = ngx_http_tokenbiryani_send_error(r,
+                     NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
+                     "nothing was changed: the store cannot be written (%s)",
+                     job->err);
+            goto done;
+        }
+
+        ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone,
+            sw->strategy, sw->strategy ? ngx_strlen(sw->strategy) : 0);
+
+        ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
+                      "tokenbiryani: routing.strategy set to \"%s\" by an "
+                      "operator", sw->strategy ? (char *) sw->strategy
+                                               : tmcf->strategy->name);
+
+        rc = ngx_http_tokenbiryani_settings_get(r);
+        goto done;
+    }
+
+    /* the reload: the loader's verdict, then the master's signal */
+
+    if (sw->loaded == NULL) {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                 "invalid_request_error", "nothing was changed: %s",
+                 sw->err);
+        goto done;
+    }
+
+    if (ngx_http_tokenbiryani_find_strategy(tmcf,
+                                            sw->loaded->routing_strategy)
+        == NULL)
+    {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                 "invalid_request_error", "nothing was changed: %s:%ui: "
+                 "routing.strategy: unknown strategy \"%s\"",
+                 sw->path, (ngx_uint_t) sw->loaded->routing_strategy_line,
+                 sw->loaded->routing_strategy);
+        goto done;
+    }
+
+    if (ngx_process != NGX_PROCESS_WORKER) {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                 "invalid_request_error", "the file loads, but this nginx "
+                 "runs without a master process (master_process off): "
+                 "restart it to apply the file");
+        goto done;
+    }
+
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
+    root = cJSON_CreateObject();
+    if (root == NULL) {
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto done;
+    }
+
+    cJSON_AddBoolToObject(root, "reloading", 1);
+    cJSON_AddItemToObject(root, "accounts",
+                          ngx_http_tokenbiryani_account_ids(sw->loaded, NULL));
+    cJSON_AddItemToObject(root, "added",
+                          ngx_http_tokenbiryani_account_ids(sw->loaded,
+                                                            tmcf->tbcf));
+    cJSON_AddItemToObject(root, "removed",
+                          (ids = ngx_http_tokenbiryani_account_ids(tmcf->tbcf,
+                                                               sw->loaded)));
+    cJSON_AddStringToObject(root, "strategy", sw->loaded->routing_strategy);
+    cJSON_AddNumberToObject(root, "config_generation",
+                            (double) zs.generation);
+
+    if (ngx_http_tokenbiryani_reloader_ask(tmcf) != NGX_OK) {
+        cJSON_Delete(root);
+        rc = ngx_http_tokenbiryani_send_error(r,
+                 NGX_HTTP_INTERNAL_SERVER_ERROR, "api_error",
+                 "the file loads, but the master could not be asked to "
+                 "reload: run nginx -s reload");
+        goto done;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
+                  "tokenbiryani: reload asked by an operator: the file "
+                  "loads, the master is signalled");
+
+    rc = ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+
+done:
+
+    if (sw->loaded) {
+        tb_config_free(sw->loaded);
+        sw->loaded = NULL;
+    }
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}

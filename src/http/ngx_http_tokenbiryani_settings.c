@@ -1,0 +1,250 @@
+/*
+ * Settings changed at runtime (see ngx_http_tokenbiryani_settings.h).
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_settings.h"
+#include "ngx_http_tokenbiryani_config.h"
+
+
+typedef struct {
+    uint64_t                       gen;       /* 0: never looked */
+    const tb_strategy_t           *strategy;
+    ngx_uint_t                     runtime;
+} ngx_http_tokenbiryani_settings_cache_t;
+
+
+static ngx_http_tokenbiryani_settings_cache_t  ngx_http_tokenbiryani_settings;
+
+
+static void
+ngx_http_tokenbiryani_settings_sync(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    uint64_t                                 gen;
+    const tb_strategy_t                     *st;
+    ngx_http_tokenbiryani_settings_cache_t  *c;
+    u_char                                   name[32];
+
+    c = &ngx_http_tokenbiryani_settings;
+
+    if (c->gen && c->gen == ngx_http_tokenbiryani_settings_gen(&tmcf->zone))
+    {
+        return;
+    }
+
+    gen = ngx_http_tokenbiryani_settings_strategy(&tmcf->zone, name,
+                                                  sizeof(name));
+
+    st = name[0] ? ngx_http_tokenbiryani_find_strategy(tmcf, (char *) name)
+                 : NULL;
+
+    /* a name this configuration does not know (a plugin since removed):
+     * the file's, as the master said when it loaded the store */
+
+    c->strategy = st ? st : tmcf->strategy;
+    c->runtime = (st != NULL);
+    c->gen = gen;
+}
+
+
+const tb_strategy_t *
+ngx_http_tokenbiryani_strategy(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_http_tokenbiryani_settings_sync(tmcf);
+
+    return ngx_http_tokenbiryani_settings.strategy;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_strategy_is_runtime(
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_http_tokenbiryani_settings_sync(tmcf);
+
+    return ngx_http_tokenbiryani_settings.runtime;
+}
+
+
+/*
+ * POST /admin/reload: workers run as nginx's user and may not signal a
+ * master that runs as root.  So each configuration, as the master loads
+ * it, forks a small helper that keeps root's right to signal: it waits on
+ * a pipe whose write end only the master and the workers hold, and for
+ * each byte a worker writes it sends SIGHUP to the pid in nginx's pid
+ * file - nothing else, whatever the byte.  When every write end is gone
+ * (nginx stopped, or a later configuration took over and the workers of
+ * this one exited) it reads end of file and exits.
+ */
+
+static void
+ngx_http_tokenbiryani_reloader_close(void *data)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf = data;
+
+    if (tmcf->reload_fd != -1) {
+        (void) close(tmcf->reload_fd);
+        tmcf->reload_fd = -1;
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_reloader(int fd, const char *pidfile)
+{
+    int        pf, i;
+    char       buf[64];
+    ssize_t    n;
+    sigset_t   set;
+    ngx_pid_t  pid;
+
+    /* nothing of nginx's: its signal handlers, its files, its sockets */
+
+    sigemptyset(&set);
+    (void) sigprocmask(SIG_SETMASK, &set, NULL);
+
+    for (i = 1; i < NSIG; i++) {
+        (void) signal(i, SIG_DFL);
+    }
+
+    if (fd != 3) {
+        if (dup2(fd, 3) == -1) {
+            _exit(1);
+        }
+
+        fd = 3;
+    }
+
+    for (i = 0; i < 3; i++) {
+        (void) close(i);
+    }
+
+    if (open("/dev/null", O_RDWR) == 0) {
+        if (dup2(0, 1) == -1 || dup2(0, 2) == -1) {
+            _exit(1);
+        }
+    }
+
+    closefrom(4);
+
+    for ( ;; ) {
+        n = read(fd, buf, sizeof(buf));
+
+        if (n == 0) {
+            _exit(0);
+        }
+
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+
+            _exit(1);
+        }
+
+        pf = open(pidfile, O_RDONLY);
+        if (pf == -1) {
+            continue;
+        }
+
+        n = read(pf, buf, sizeof(buf) - 1);
+        (void) close(pf);
+
+        if (n <= 0) {
+            continue;
+        }
+
+        buf[n] = '\0';
+        pid = (ngx_pid_t) atoi(buf);
+
+        if (pid > 1) {
+            (void) kill(pid, SIGHUP);
+        }
+    }
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_reloader_start(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log)
+{
+    int                  fds[2];
+    ngx_pid_t            pid;
+    ngx_core_conf_t     *ccf;
+    ngx_pool_cleanup_t  *cln;
+    char                 pidfile[NGX_MAX_PATH];
+
+    tmcf->reload_fd = -1;
+
+    if (tmcf->cycle == NULL || ngx_test_config) {
+        return NGX_OK;
+    }
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(tmcf->cycle->conf_ctx,
+                                           ngx_core_module);
+
+    if (ccf == NULL || ccf->pid.len == 0 || ccf->pid.len >= NGX_MAX_PATH) {
+        return NGX_OK;
+    }
+
+    ngx_cpystrn((u_char *) pidfile, ccf->pid.data, ccf->pid.len + 1);
+
+    cln = ngx_pool_cleanup_add(tmcf->cycle->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (pipe2(fds, O_CLOEXEC) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, log, ngx_errno,
+                      "tokenbiryani: pipe() for /admin/reload failed");
+        return NGX_OK;
+    }
+
+    pid = fork();
+
+    if (pid == -1) {
+        ngx_log_error(NGX_LOG_ALERT, log, ngx_errno,
+                      "tokenbiryani: fork() for /admin/reload failed");
+        (void) close(fds[0]);
+        (void) close(fds[1]);
+        return NGX_OK;
+    }
+
+    if (pid == 0) {
+        (void) close(fds[1]);
+        ngx_http_tokenbiryani_reloader(fds[0], pidfile);
+        _exit(0);
+    }
+
+    (void) close(fds[0]);
+
+    if (ngx_nonblocking(fds[1]) == -1) {
+        (void) close(fds[1]);
+        return NGX_OK;
+    }
+
+    tmcf->reload_fd = fds[1];
+
+    cln->handler = ngx_http_tokenbiryani_reloader_close;
+    cln->data = tmcf;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_reloader_ask(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    if (tmcf->reload_fd == -1) {
+        return NGX_DECLINED;
+    }
+
+    /* a full pipe: reloads asked for and not yet made, this one among them */
+
+    if (write(tmcf->reload_fd, "r", 1) == -1 && ngx_errno != NGX_EAGAIN) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}

@@ -18,6 +18,7 @@
 #include "ngx_http_tokenbiryani_filter.h"
 #include "ngx_http_tokenbiryani_admin.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_settings.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -29,6 +30,7 @@ static ngx_int_t ngx_http_tokenbiryani_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_tokenbiryani_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle);
 static void ngx_http_tokenbiryani_exit_worker(ngx_cycle_t *cycle);
+static void ngx_http_tokenbiryani_exit_master(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_tokenbiryani_check_open_mode(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 static ngx_uint_t ngx_http_tokenbiryani_loopback(struct sockaddr *sa);
@@ -140,7 +142,7 @@ ngx_module_t  ngx_http_tokenbiryani_module = {
     NULL,                                     /* init thread */
     NULL,                                     /* exit thread */
     ngx_http_tokenbiryani_exit_worker,        /* exit process */
-    NULL,                                     /* exit master */
+    ngx_http_tokenbiryani_exit_master,        /* exit master */
     NGX_MODULE_V1_PADDING
 };
 
@@ -179,6 +181,7 @@ ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf)
      *     tmcf->used = 0;
      */
 
+    tmcf->reload_fd = -1;
     tmcf->keepalive = NGX_CONF_UNSET_UINT;
     tmcf->keepalive_timeout = NGX_CONF_UNSET_MSEC;
     tmcf->lease_timeout = NGX_CONF_UNSET_MSEC;
@@ -910,6 +913,8 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    ngx_http_tokenbiryani_reloader_worker(tmcf);
+
     return ngx_http_tokenbiryani_route_init_worker(cycle, tmcf);
 }
 
@@ -927,4 +932,20 @@ ngx_http_tokenbiryani_exit_worker(ngx_cycle_t *cycle)
     }
 
     ngx_http_tokenbiryani_store_exit_worker(cycle, tmcf);
+}
+
+
+static void
+ngx_http_tokenbiryani_exit_master(ngx_cycle_t *cycle)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_tokenbiryani_module);
+
+    if (tmcf == NULL) {
+        return;
+    }
+
+    ngx_http_tokenbiryani_reloader_exit(tmcf);
 }

@@ -7,6 +7,8 @@
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_config.h"
 
+#include <sys/prctl.h>
+
 
 typedef struct {
     uint64_t                       gen;       /* 0: never looked */
@@ -78,15 +80,57 @@ ngx_http_tokenbiryani_strategy_is_runtime(
  * this one exited) it reads end of file and exits.
  */
 
+/*
+ * The write ends this master holds, of every configuration not yet
+ * released: a worker closes those that are not its own configuration's,
+ * so that a helper's pipe ends when its configuration's workers are gone.
+ */
+#define NGX_HTTP_TB_RELOAD_FDS  64
+
+static int         ngx_http_tokenbiryani_reload_fds[NGX_HTTP_TB_RELOAD_FDS];
+static ngx_uint_t  ngx_http_tokenbiryani_nreload_fds;
+
+/* the helper of the configuration that runs, reaped when the master exits */
+static ngx_pid_t   ngx_http_tokenbiryani_reloader_pid;
+
+
 static void
 ngx_http_tokenbiryani_reloader_close(void *data)
 {
     ngx_http_tokenbiryani_main_conf_t  *tmcf = data;
 
-    if (tmcf->reload_fd != -1) {
-        (void) close(tmcf->reload_fd);
-        tmcf->reload_fd = -1;
+    ngx_uint_t  i;
+
+    if (tmcf->reload_fd == -1) {
+        return;
     }
+
+    for (i = 0; i < ngx_http_tokenbiryani_nreload_fds; i++) {
+        if (ngx_http_tokenbiryani_reload_fds[i] == tmcf->reload_fd) {
+            ngx_http_tokenbiryani_reload_fds[i] =
+                ngx_http_tokenbiryani_reload_fds[
+                    --ngx_http_tokenbiryani_nreload_fds];
+            break;
+        }
+    }
+
+    (void) close(tmcf->reload_fd);
+    tmcf->reload_fd = -1;
+}
+
+
+void
+ngx_http_tokenbiryani_reloader_worker(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < ngx_http_tokenbiryani_nreload_fds; i++) {
+        if (ngx_http_tokenbiryani_reload_fds[i] != tmcf->reload_fd) {
+            (void) close(ngx_http_tokenbiryani_reload_fds[i]);
+        }
+    }
+
+    ngx_http_tokenbiryani_nreload_fds = 0;
 }
 
 
@@ -98,6 +142,9 @@ ngx_http_tokenbiryani_reloader(int fd, const char *pidfile)
     ssize_t    n;
     sigset_t   set;
     ngx_pid_t  pid;
+
+    /* a name of its own (ps, and the test harness, tell it from a worker) */
+    (void) prctl(PR_SET_NAME, "tb-reloader", 0, 0, 0);
 
     /* nothing of nginx's: its signal handlers, its files, its sockets */
 
@@ -224,6 +271,16 @@ ngx_http_tokenbiryani_reloader_start(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return NGX_OK;
     }
 
+    if (ngx_http_tokenbiryani_nreload_fds == NGX_HTTP_TB_RELOAD_FDS) {
+        /* that many configurations alive at once: this one goes without */
+        (void) close(fds[1]);
+        return NGX_OK;
+    }
+
+    ngx_http_tokenbiryani_reload_fds[ngx_http_tokenbiryani_nreload_fds++] =
+        fds[1];
+    ngx_http_tokenbiryani_reloader_pid = pid;
+
     tmcf->reload_fd = fds[1];
 
     cln->handler = ngx_http_tokenbiryani_reloader_close;
@@ -247,4 +304,34 @@ ngx_http_tokenbiryani_reloader_ask(ngx_http_tokenbiryani_main_conf_t *tmcf)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The master exits: its helper's pipe is closed and the helper, which
+ * reads end of file then, reaped - not left to an init that may not reap.
+ */
+void
+ngx_http_tokenbiryani_reloader_exit(ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    int         status;
+    ngx_uint_t  i;
+
+    ngx_http_tokenbiryani_reloader_close(tmcf);
+
+    if (ngx_http_tokenbiryani_reloader_pid <= 0) {
+        return;
+    }
+
+    for (i = 0; i < 100; i++) {
+        if (waitpid(ngx_http_tokenbiryani_reloader_pid, &status, WNOHANG)
+            != 0)
+        {
+            break;
+        }
+
+        ngx_msleep(2);
+    }
+
+    ngx_http_tokenbiryani_reloader_pid = 0;
 }

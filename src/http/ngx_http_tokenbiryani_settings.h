@@ -31,5 +31,13 @@ ngx_int_t ngx_http_tokenbiryani_reloader_start(
 ngx_int_t ngx_http_tokenbiryani_reloader_ask(
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
+/* the master exits: its helper stopped and reaped */
+void ngx_http_tokenbiryani_reloader_exit(
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
+/* a worker: the write ends of other configurations' helpers closed */
+void ngx_http_tokenbiryani_reloader_worker(
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_SETTINGS_H_INCLUDED_ */

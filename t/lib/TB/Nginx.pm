@@ -216,7 +216,8 @@ sub worker_pids {     # list of pids; their number in scalar context
     # under valgrind nginx cannot retitle its processes: every child counts
     my @p = !$NginxPid ? () : $Master ne 'on' ? ($NginxPid)
           : sort { $a <=> $b } grep { my $c = cmdline($_);
-                $Valgrind || ($c =~ /worker process/ && $c !~ /shutting down/) }
+                slurp("/proc/$_/comm") !~ /^tb-reloader/      # the module's reload helper
+                && ($Valgrind || ($c =~ /worker process/ && $c !~ /shutting down/)) }
                 children_of($NginxPid);
     wantarray ? @p : scalar @p;
 }

@@ -1481,3 +1481,50 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
 
     return NGX_OK;
 }
+
+
+/*
+ * An admin write's body, whole, in memory and NUL-terminated (empty when
+ * there is none): NGX_OK, NGX_DECLINED when it went to a file (longer than
+ * client_body_buffer_size), NGX_ERROR.
+ */
+ngx_int_t
+ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r, u_char **body,
+    size_t *len)
+{
+    u_char       *p;
+    size_t        n;
+    ngx_chain_t  *cl;
+
+    n = 0;
+
+    if (r->request_body) {
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            if (cl->buf->in_file) {
+                return NGX_DECLINED;
+            }
+
+            n += cl->buf->last - cl->buf->pos;
+        }
+    }
+
+    p = ngx_pnalloc(r->pool, n + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    *body = p;
+    *len = n;
+
+    if (r->request_body) {
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            if (cl->buf->last > cl->buf->pos) {
+                p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+            }
+        }
+    }
+
+    *p = '\0';
+
+    return NGX_OK;
+}

@@ -28,6 +28,10 @@ ngx_int_t ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r);
 cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);
 
+/* an admin write's body in memory: NGX_OK, NGX_DECLINED (too long) */
+ngx_int_t ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r,
+    u_char **body, size_t *len);
+
 /* sends root (and frees it) as the response */
 ngx_int_t ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r,
     ngx_int_t status, cJSON *root);

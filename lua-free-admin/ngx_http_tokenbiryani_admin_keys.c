@@ -264,39 +264,23 @@ ngx_http_tokenbiryani_keys_body(ngx_http_request_t *r)
     size_t        len;
     u_char       *body;
     ngx_int_t     rc;
-    ngx_chain_t  *cl;
 
-    body = NULL;
-    len = 0;
+    switch (ngx_http_tokenbiryani_admin_body(r, &body, &len)) {
 
-    if (r->request_body && r->request_body->bufs) {
-        for (cl = r->request_body->bufs; cl; cl = cl->next) {
-            if (cl->buf->in_file) {
-                rc = ngx_http_tokenbiryani_send_error(r,
-                         NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
-                         "an admin request's body must fit in "
-                         "client_body_buffer_size");
-                ngx_http_finalize_request(r, rc);
-                return;
-            }
+    case NGX_OK:
+        break;
 
-            len += cl->buf->last - cl->buf->pos;
-        }
+    case NGX_DECLINED:
+        rc = ngx_http_tokenbiryani_send_error(r,
+                 NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
+                 "an admin request's body must fit in "
+                 "client_body_buffer_size");
+        ngx_http_finalize_request(r, rc);
+        return;
 
-        body = ngx_pnalloc(r->pool, len + 1);
-        if (body == NULL) {
-            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-            return;
-        }
-
-        len = 0;
-
-        for (cl = r->request_body->bufs; cl; cl = cl->next) {
-            len = ngx_cpymem(body + len, cl->buf->pos,
-                             cl->buf->last - cl->buf->pos) - body;
-        }
-
-        body[len] = '\0';
+    default:
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
     }
 
     rc = ngx_http_tokenbiryani_keys_write(r, body, len);

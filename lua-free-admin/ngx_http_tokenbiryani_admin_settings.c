@@ -84,6 +84,7 @@ typedef struct {
     ngx_http_tokenbiryani_job_t    job;
     ngx_http_request_t            *request;
     ngx_uint_t                     reload;
+    ngx_uint_t                     sync;         /* not from the pool */
     u_char                        *strategy;     /* NULL: the file's */
     tb_config_t                   *loaded;       /* the reload's */
     char                          *path;
@@ -270,7 +271,6 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
     u_char                                 *body;
     ngx_int_t                               rc;
     ngx_uint_t                              reload, failed;
-    ngx_chain_t                            *cl;
     cJSON                                  *root, *v;
     const tb_strategy_t                    *st;
     ngx_http_tokenbiryani_main_conf_t      *tmcf;
@@ -301,40 +301,23 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
 
     /* the body, whole and in memory */
 
-    len = 0;
-    body = NULL;
+    switch (ngx_http_tokenbiryani_admin_body(r, &body, &len)) {
 
-    if (r->request_body) {
-        for (cl = r->request_body->bufs; cl; cl = cl->next) {
-            if (cl->buf->in_file) {
-                rc = ngx_http_tokenbiryani_send_error(r,
-                         NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
-                         "an admin request's body must fit in "
-                         "client_body_buffer_size");
-                ngx_http_finalize_request(r, rc);
-                return;
-            }
+    case NGX_OK:
+        break;
 
-            len += cl->buf->last - cl->buf->pos;
-        }
-    }
+    case NGX_DECLINED:
+        rc = ngx_http_tokenbiryani_send_error(r,
+                 NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
+                 "an admin request's body must fit in "
+                 "client_body_buffer_size");
+        ngx_http_finalize_request(r, rc);
+        return;
 
-    body = ngx_pnalloc(r->pool, len + 1);
-    if (body == NULL) {
+    default:
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
-
-    len = 0;
-
-    if (r->request_body) {
-        for (cl = r->request_body->bufs; cl; cl = cl->next) {
-            len = ngx_cpymem(body + len, cl->buf->pos,
-                             cl->buf->last - cl->buf->pos) - body;
-        }
-    }
-
-    body[len] = '\0';
 
     root = cJSON_ParseWithLength((char *) body, len);
 
@@ -415,7 +398,9 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
     }
 
     if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        /* the zone is all there is: applied now, in this handler */
         sw->job.rc = TB_STORE_OK;
+        sw->sync = 1;
         ngx_http_tokenbiryani_settings_written(&sw->job);
         return;
     }
@@ -500,6 +485,7 @@ ngx_http_tokenbiryani_settings_written(ngx_http_tokenbiryani_job_t *job)
     ngx_http_tokenbiryani_settings_write_t *sw = job->data;
 
     ngx_int_t                            rc;
+    ngx_uint_t                           sync;
     cJSON                               *root, *ids;
     ngx_connection_t                    *c;
     ngx_http_request_t                  *r;
@@ -603,6 +589,13 @@ done:
         sw->loaded = NULL;
     }
 
+    sync = sw->sync;
+
+    /* the request, and sw in its pool, may be gone after this */
     ngx_http_finalize_request(r, rc);
-    ngx_http_run_posted_requests(c);
+
+    if (!sync) {
+        /* from the thread pool's event: as an event handler ends */
+        ngx_http_run_posted_requests(c);
+    }
 }

@@ -183,3 +183,37 @@ ok(poll_until(10, sub { admin_get('/admin/status')->{gateway}{config_generation}
 poll_until(10, sub { my $ids = join ',', map { $_->{id} } @{ admin_get('/admin/status')->{accounts} }; $ids eq 'a1,a3' })
     or fail('the new accounts serve');
 is(join(',', map { $_->{id} } @{ admin_get('/admin/status')->{accounts} }), 'a1,a3', 'a3 in, a2 out');
+
+
+
+=== TEST 5: with the memory backend the same API works, and forgets at a restart
+--- user_files
+>>> tb.yaml
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my ($st, $j) = admin(POST => '/admin/settings', { 'routing.strategy' => 'round_robin' });
+is($st, 200, 'the strategy set');
+is($j->{settings}{'routing.strategy'}{source}, 'runtime', 'at runtime');
+($st, $j) = admin(POST => '/admin/keys', { name => 'scratch' });
+is($st, 201, 'a key minted');
+my $secret = $j->{key};
+is(http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
+                headers => { 'x-api-key' => $secret, 'content-type' => 'application/json',
+                             'anthropic-version' => '2023-06-01' })->{status}, 200, 'and it works');
+is(admin_get('/admin/status')->{store}{backend}, 'memory', 'the store: memory');
+ok(!-e servroot() . '/html/tokenbiryani.db', 'no store file');
+restart();
+is(admin_get('/admin/settings')->{settings}{'routing.strategy'}{source}, 'default', 'after a restart: the strategy is the default again');
+is(http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
+                headers => { 'x-api-key' => $secret, 'content-type' => 'application/json',
+                             'anthropic-version' => '2023-06-01' })->{status}, 401, 'and the key is gone');

@@ -277,6 +277,99 @@ TB_TEST(store_keys)
 }
 
 
+static int
+tb_history_test_cb(void *data, uint64_t seq, const void *blob, size_t len)
+{
+    uint64_t  *seqs = data;
+
+    TB_CHECK_INT(len, 8);
+    TB_CHECK(memcmp(blob, &seq, 8) == 0);
+
+    seqs[++seqs[0]] = seq;
+
+    return 0;
+}
+
+
+TB_TEST(store_history)
+{
+    char         path[] = "/tmp/tb-history-XXXXXX", err[512], db[64],
+                 buf[32];
+    uint64_t     seq, seqs[16];
+    tb_store_t  *s;
+
+    TB_CHECK(mkdtemp(path) != NULL);
+    snprintf(db, sizeof(db), "%s/t.db", path);
+
+    s = tb_store_open(db, 100, err, sizeof(err));
+    TB_CHECK(s != NULL);
+
+    TB_CHECK_INT(tb_store_begin(s), TB_STORE_OK);
+
+    for (seq = 1; seq <= 10; seq++) {
+        TB_CHECK_INT(tb_store_history_put(s, TB_STORE_RECORDS, seq, &seq, 8),
+                     TB_STORE_OK);
+    }
+
+    /* written again (a flush retried after a failure): replaced */
+    seq = 4;
+    TB_CHECK_INT(tb_store_history_put(s, TB_STORE_RECORDS, 4, &seq, 8),
+                 TB_STORE_OK);
+
+    seq = 77;
+    TB_CHECK_INT(tb_store_history_put(s, TB_STORE_EVENTS, 77, &seq, 8),
+                 TB_STORE_OK);
+
+    /* the newest 6 kept */
+    TB_CHECK_INT(tb_store_history_prune(s, TB_STORE_RECORDS, 6), TB_STORE_OK);
+    TB_CHECK_INT(tb_store_commit(s), TB_STORE_OK);
+
+    memset(seqs, 0, sizeof(seqs));
+    TB_CHECK_INT(tb_store_history(s, TB_STORE_RECORDS, 100,
+                                  tb_history_test_cb, seqs), TB_STORE_OK);
+    TB_CHECK_INT(seqs[0], 6);
+    TB_CHECK_INT(seqs[1], 5);
+    TB_CHECK_INT(seqs[6], 10);
+
+    /* the newest 3 of them, oldest first */
+    memset(seqs, 0, sizeof(seqs));
+    TB_CHECK_INT(tb_store_history(s, TB_STORE_RECORDS, 3,
+                                  tb_history_test_cb, seqs), TB_STORE_OK);
+    TB_CHECK_INT(seqs[0], 3);
+    TB_CHECK_INT(seqs[1], 8);
+    TB_CHECK_INT(seqs[3], 10);
+
+    /* the other kind untouched by the prune */
+    memset(seqs, 0, sizeof(seqs));
+    TB_CHECK_INT(tb_store_history(s, TB_STORE_EVENTS, 100,
+                                  tb_history_test_cb, seqs), TB_STORE_OK);
+    TB_CHECK_INT(seqs[0], 1);
+
+    /* a rolled back transaction leaves nothing */
+    TB_CHECK_INT(tb_store_begin(s), TB_STORE_OK);
+    seq = 11;
+    TB_CHECK_INT(tb_store_history_put(s, TB_STORE_RECORDS, 11, &seq, 8),
+                 TB_STORE_OK);
+    tb_store_rollback(s);
+    memset(seqs, 0, sizeof(seqs));
+    TB_CHECK_INT(tb_store_history(s, TB_STORE_RECORDS, 100,
+                                  tb_history_test_cb, seqs), TB_STORE_OK);
+    TB_CHECK_INT(seqs[0], 6);
+
+    TB_CHECK_INT(tb_store_meta_put(s, "setting.x", "y"), TB_STORE_OK);
+    TB_CHECK_INT(tb_store_meta_get(s, "setting.x", buf, sizeof(buf)),
+                 TB_STORE_OK);
+    TB_CHECK_STR(buf, "y");
+    TB_CHECK_INT(tb_store_meta_get(s, "nope", buf, sizeof(buf)),
+                 TB_STORE_NONE);
+
+    tb_store_close(s);
+
+    snprintf(err, sizeof(err), "rm -rf %s", path);
+    TB_CHECK_INT(system(err), 0);
+}
+
+
 int
 main(void)
 {
@@ -286,6 +379,7 @@ main(void)
     TB_RUN(patch_changes_only_what_it_names);
     TB_RUN(written_and_read_back);
     TB_RUN(store_keys);
+    TB_RUN(store_history);
 
     return tb_test_done();
 }

@@ -253,28 +253,38 @@ is(sqlite_py('print(db.execute("SELECT group_concat(name) FROM tb_keys").fetchon
 
 
 === TEST 5: two workers minting at once: each name once, every acknowledged key kept
+--- timeout: 120
 --- request
 GET /healthz
 --- error_code: 200
 --- check
-my @reqs = ((map { +{ method => 'POST', path => '/admin/keys',
-                       headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
-                       body => json_encode({ name => "k$_" }) } } 1 .. 24),
-            (map { +{ method => 'POST', path => '/admin/keys',
-                       headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
-                       body => json_encode({ name => 'same' }) } } 1 .. 8));
-my $mark = -s servroot() . '/logs/keys.log';
-my @r = @{ http_requests_concurrent(\@reqs) };
-is(scalar(grep { $_->{status} == 201 } @r[0 .. 23]), 24, 'every distinct name minted');
-is(scalar(grep { $_->{status} == 201 } @r[24 .. 31]), 1, 'the same name: once');
-is(scalar(grep { $_->{status} == 409 } @r[24 .. 31]), 7, 'the others: 409');
-my %pids = map { (split / /)[0] => 1 } grep { / 201 \/admin\/keys$/ } split /\n/, TB::Nginx::slurp(servroot() . '/logs/keys.log', $mark);
-is(scalar(keys %pids), 2, 'both workers minted') or diag(explain(\%pids));
-my @secrets = map { json_decode($_->{body})->{key} } grep { $_->{status} == 201 } @r;
+# bursts on many connections until both workers have minted in one
+my (@secrets, %pids, $bursts, $distinct_ok, $same_once);
+($distinct_ok, $same_once) = (1, 1);
+while ($bursts++ < 10 && keys %pids < 2) {
+    my @reqs = ((map { +{ method => 'POST', path => '/admin/keys',
+                           headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
+                           body => json_encode({ name => "b$bursts-k$_" }) } } 1 .. 24),
+                (map { +{ method => 'POST', path => '/admin/keys',
+                           headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
+                           body => json_encode({ name => "same-$bursts" }) } } 1 .. 8));
+    my $mark = -s servroot() . '/logs/keys.log';
+    my @r = @{ http_requests_concurrent(\@reqs) };
+    $distinct_ok &&= (grep { $_->{status} == 201 } @r[0 .. 23]) == 24;
+    $same_once &&= (grep { $_->{status} == 201 } @r[24 .. 31]) == 1
+                   && (grep { $_->{status} == 409 } @r[24 .. 31]) == 7;
+    push @secrets, map { json_decode($_->{body})->{key} } grep { $_->{status} == 201 } @r;
+    my %burst = map { (split / /)[0] => 1 }
+                grep { / 201 \/admin\/keys$/ } split /\n/, TB::Nginx::slurp(servroot() . '/logs/keys.log', $mark);
+    %pids = %burst if keys %burst > keys %pids;
+}
+ok($distinct_ok, 'every distinct name minted, in every burst');
+ok($same_once, 'the same name: once, the others 409, in every burst');
+is(scalar(keys %pids), 2, "both workers minted in one burst ($bursts bursts)") or diag(explain(\%pids));
 restart();
 my $served = 0;
 for my $s (@secrets) { $served++ if message_with($s)->{status} == 200 }
-is($served, 25, 'after a restart, all 25 keys work');
+is($served, scalar @secrets, "after a restart, all " . scalar(@secrets) . ' keys work');
 is(sqlite_py('print(db.execute("PRAGMA integrity_check").fetchone()[0])'), 'ok', 'the file is consistent');
 
 

@@ -101,6 +101,8 @@ like(TB::Nginx::slurp(servroot() . '/logs/error.log'), qr/history read back: 12 
 
 # new requests number on from the old ones
 is(message_with('admin-key')->{status}, 200, 'one more');
+# its record is written as its request ends, just after the answer
+poll_until(5, sub { @{ request_ids() } == 13 });
 my $after = request_ids();
 is(scalar @$after, 13, 'thirteen');
 is_deeply([@$after[1 .. 12]], $before, 'the new one on top of the old');

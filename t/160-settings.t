@@ -54,11 +54,15 @@ sub restart {
 sub strategies_of_burst {
     my $n = shift;
     my (%st, %workers);
+    my $count = sub { scalar @{ admin_get('/admin/requests?limit=1000')->{requests} } };
     for my $round (1 .. 20) {
+        my $before = $count->();
         my $r = http_requests_concurrent([map { +{ method => 'POST', path => '/v1/messages',
             headers => { 'x-api-key' => 'tenant-key', 'content-type' => 'application/json',
                          'anthropic-version' => '2023-06-01' }, body => msg_body() } } 1 .. $n]);
         die "a request failed\n" if grep { $_->{status} != 200 } @$r;
+        # the records are written as the requests end, just after the answers
+        poll_until(5, sub { $count->() >= $before + $n }) or die "the records did not come\n";
         for (@{ admin_get("/admin/requests?limit=$n")->{requests} }) {
             $st{admin_get("/admin/requests/$_->{request_id}")->{decision}{strategy}}++;
             $workers{$_->{worker}}++;

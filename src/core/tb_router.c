@@ -537,6 +537,7 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
 
         } else if (s->rotate) {
             /* the account after the cursor first, ignoring every signal */
+            memset(o->terms, 0, sizeof(o->terms));
             o->terms[0] = -(double) ((i + n - in->cursor % n) % n);
             score = o->terms[0];
 

@@ -119,14 +119,23 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
             }
 
             ic = &rec->cands[k++];
+            ngx_memzero(ic, sizeof(ngx_http_tokenbiryani_inspect_cand_t));
+
             ic->slot = (uint32_t) a[i].slot;
             ic->verdict = (uint8_t) o->verdict;
             ic->available_at = o->available_at;
-            ic->score = (float) o->score;
             ic->headroom = (float) o->headroom;
 
-            for (len = 0; len < TB_TERMS; len++) {
-                ic->terms[len] = (float) o->terms[len];
+            /* only a candidate that was scored has a score and terms: a
+             * filtered one's are not written (the store keeps the record
+             * as it is, so nothing undefined may be in it) */
+
+            if (picked < 2) {
+                ic->score = (float) o->score;
+
+                for (len = 0; len < TB_TERMS; len++) {
+                    ic->terms[len] = (float) o->terms[len];
+                }
             }
         }
     }

@@ -455,6 +455,7 @@ TB_TEST(affinity_beats_a_headroom_gap)
 TB_TEST(round_robin_rotates)
 {
     int            i;
+    size_t         t;
     tb_decision_t  d;
     tb_route_in_t  in;
 
@@ -475,6 +476,21 @@ TB_TEST(round_robin_rotates)
     st[1].cooling_until_ms = T0 + 1000;
     in.cursor = 1;
     TB_CHECK_INT(decide(&in, &d), 2);
+
+    /* it names one term: the others are 0, not what out[] held before
+     * (the inspector keeps them, and the store writes them) */
+    for (i = 0; i < NACCTS; i++) {
+        for (t = 1; t < TB_TERMS; t++) {
+            out[i].terms[t] = 1e9;
+        }
+    }
+
+    in.cursor = 2;
+    TB_CHECK_INT(decide(&in, &d), 2);
+
+    for (t = 1; t < TB_TERMS; t++) {
+        TB_CHECK(out[2].terms[t] == 0);
+    }
 }
 
 

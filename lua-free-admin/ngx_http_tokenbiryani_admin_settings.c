@@ -486,7 +486,7 @@ ngx_http_tokenbiryani_settings_written(ngx_http_tokenbiryani_job_t *job)
 
     ngx_int_t                            rc;
     ngx_uint_t                           sync;
-    cJSON                               *root, *ids;
+    cJSON                               *root;
     ngx_connection_t                    *c;
     ngx_http_request_t                  *r;
     ngx_http_tokenbiryani_zone_stats_t   zs;
@@ -561,8 +561,8 @@ ngx_http_tokenbiryani_settings_written(ngx_http_tokenbiryani_job_t *job)
                           ngx_http_tokenbiryani_account_ids(sw->loaded,
                                                             tmcf->tbcf));
     cJSON_AddItemToObject(root, "removed",
-                          (ids = ngx_http_tokenbiryani_account_ids(tmcf->tbcf,
-                                                               sw->loaded)));
+                          ngx_http_tokenbiryani_account_ids(tmcf->tbcf,
+                                                            sw->loaded));
     cJSON_AddStringToObject(root, "strategy", sw->loaded->routing_strategy);
     cJSON_AddNumberToObject(root, "config_generation",
                             (double) zs.generation);

@@ -10,6 +10,7 @@
 #include "tb_hash.h"
 #include "tb_store.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_settings.h"
 
 
 static void ngx_http_tokenbiryani_config_cleanup(void *data);
@@ -244,31 +245,6 @@ ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
     }
 
     return NGX_OK;
-}
-
-
-const tb_strategy_t *
-ngx_http_tokenbiryani_find_strategy(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    const char *name)
-{
-    ngx_uint_t            i;
-    const tb_strategy_t  *st, **plugins;
-
-    st = tb_strategy_builtin(name);
-
-    if (st) {
-        return st;
-    }
-
-    plugins = tmcf->plugins.elts;
-
-    for (i = 0; i < tmcf->plugins.nelts; i++) {
-        if (ngx_strcmp(plugins[i]->name, name) == 0) {
-            return plugins[i];
-        }
-    }
-
-    return NULL;
 }
 
 

@@ -12,9 +12,6 @@
 ngx_int_t ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
-const tb_strategy_t *ngx_http_tokenbiryani_find_strategy(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name);
-
 /* once the zone exists: each account's slot there */
 ngx_int_t ngx_http_tokenbiryani_config_bind(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);

@@ -5,7 +5,6 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_settings.h"
-#include "ngx_http_tokenbiryani_config.h"
 
 #include <sys/prctl.h>
 
@@ -18,6 +17,32 @@ typedef struct {
 
 
 static ngx_http_tokenbiryani_settings_cache_t  ngx_http_tokenbiryani_settings;
+
+
+/* a strategy by name: built in, or registered by another module */
+const tb_strategy_t *
+ngx_http_tokenbiryani_find_strategy(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const char *name)
+{
+    ngx_uint_t            i;
+    const tb_strategy_t  *st, **plugins;
+
+    st = tb_strategy_builtin(name);
+
+    if (st) {
+        return st;
+    }
+
+    plugins = tmcf->plugins.elts;
+
+    for (i = 0; i < tmcf->plugins.nelts; i++) {
+        if (ngx_strcmp(plugins[i]->name, name) == 0) {
+            return plugins[i];
+        }
+    }
+
+    return NULL;
+}
 
 
 static void

@@ -12,6 +12,10 @@
 #include "ngx_http_tokenbiryani.h"
 
 
+/* a strategy by name, built in or a plugin's; NULL: none */
+const tb_strategy_t *ngx_http_tokenbiryani_find_strategy(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name);
+
 /* the strategy Messages requests are routed by now */
 const tb_strategy_t *ngx_http_tokenbiryani_strategy(
     ngx_http_tokenbiryani_main_conf_t *tmcf);

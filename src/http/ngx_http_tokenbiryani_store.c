@@ -6,7 +6,6 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_store.h"
-#include "ngx_http_tokenbiryani_config.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "tb_keyspec.h"
 

@@ -86,21 +86,20 @@ typedef struct {
     ngx_uint_t                     reload;
     ngx_uint_t                     sync;         /* not from the pool */
     u_char                        *strategy;     /* NULL: the file's */
-    tb_config_t                   *loaded;       /* the reload's */
-    char                          *path;
-    char                           err[TB_CONFIG_ERRLEN];
+    uint64_t                       ticket;       /* the reload's */
+    ngx_msec_t                     asked;
+    ngx_event_t                    wait;
 } ngx_http_tokenbiryani_settings_write_t;
 
 
-/* the configuration whose environment a reload reads the file in */
-static ngx_http_tokenbiryani_main_conf_t  *ngx_http_tokenbiryani_reload_conf;
+#define NGX_HTTP_TB_RELOAD_POLL_MS     20
+#define NGX_HTTP_TB_RELOAD_WAIT_MS     15000
 
 
 static void ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_settings_written(
     ngx_http_tokenbiryani_job_t *job);
-static int ngx_http_tokenbiryani_reload_read(
-    ngx_http_tokenbiryani_job_t *job);
+static void ngx_http_tokenbiryani_reload_wait(ngx_event_t *ev);
 static ngx_int_t ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r);
 
 
@@ -293,10 +292,36 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
     sw->job.done = ngx_http_tokenbiryani_settings_written;
 
     if (reload) {
-        sw->path = (char *) tmcf->config_file.data;
-        ngx_http_tokenbiryani_reload_conf = tmcf;
-        sw->job.run = ngx_http_tokenbiryani_reload_read;
-        goto post;
+        if (ngx_process != NGX_PROCESS_WORKER) {
+            rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                     "invalid_request_error", "this nginx runs without a "
+                     "master process (master_process off): restart it to "
+                     "apply the file");
+            ngx_http_finalize_request(r, rc);
+            return;
+        }
+
+        sw->ticket = ngx_http_tokenbiryani_reload_ticket(&tmcf->zone);
+
+        if (ngx_http_tokenbiryani_reloader_ask(tmcf) != NGX_OK) {
+            rc = ngx_http_tokenbiryani_send_error(r,
+                     NGX_HTTP_INTERNAL_SERVER_ERROR, "api_error",
+                     "the reload helper cannot be asked: run nginx -s "
+                     "reload");
+            ngx_http_finalize_request(r, rc);
+            return;
+        }
+
+        /* its answer comes through the zone: looked for on a timer */
+
+        sw->asked = ngx_current_msec;
+        sw->wait.handler = ngx_http_tokenbiryani_reload_wait;
+        sw->wait.data = r->connection;
+        sw->wait.log = r->connection->log;
+        sw->wait.cancelable = 1;
+
+        ngx_add_timer(&sw->wait, NGX_HTTP_TB_RELOAD_POLL_MS);
+        return;
     }
 
     /* the body, whole and in memory */
@@ -409,73 +434,11 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
     sw->job.name = "setting.routing.strategy";
     sw->job.spec = sw->strategy ? (char *) sw->strategy : "";
 
-post:
-
     if (ngx_http_tokenbiryani_store_post(tmcf, &sw->job) != NGX_OK) {
         rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                  "api_error", "this nginx has no thread pool to do it in");
         ngx_http_finalize_request(r, rc);
     }
-}
-
-
-/*
- * The environment the master read the file in (a worker's own has only
- * what env directives pass), as it was when this configuration loaded.
- */
-static const char *
-ngx_http_tokenbiryani_master_getenv(const char *name)
-{
-    size_t   len;
-    char   **e;
-
-    len = ngx_strlen(name);
-
-    for (e = ngx_http_tokenbiryani_reload_conf->environ; e && *e; e++) {
-        if (ngx_strncmp(*e, name, len) == 0 && (*e)[len] == '=') {
-            return *e + len + 1;
-        }
-    }
-
-    return NULL;
-}
-
-
-/* in the thread pool: the file read and checked */
-static int
-ngx_http_tokenbiryani_reload_read(ngx_http_tokenbiryani_job_t *job)
-{
-    ngx_http_tokenbiryani_settings_write_t *sw = job->data;
-
-    sw->loaded = tb_config_load_file(sw->path,
-                                     ngx_http_tokenbiryani_master_getenv,
-                                     sw->err, sizeof(sw->err));
-
-    return sw->loaded ? TB_STORE_OK : TB_STORE_ERROR;
-}
-
-
-static cJSON *
-ngx_http_tokenbiryani_account_ids(const tb_config_t *a, const tb_config_t *b)
-{
-    size_t   i;
-    cJSON   *arr;
-
-    /* the ids of a that b does not have (b NULL: all of a's) */
-
-    arr = cJSON_CreateArray();
-    if (arr == NULL) {
-        return NULL;
-    }
-
-    for (i = 0; i < a->naccounts; i++) {
-        if (b == NULL || tb_config_account(b, a->accounts[i].id) == NULL) {
-            cJSON_AddItemToArray(arr,
-                                 cJSON_CreateString(a->accounts[i].id));
-        }
-    }
-
-    return arr;
 }
 
 
@@ -486,108 +449,32 @@ ngx_http_tokenbiryani_settings_written(ngx_http_tokenbiryani_job_t *job)
 
     ngx_int_t                            rc;
     ngx_uint_t                           sync;
-    cJSON                               *root;
     ngx_connection_t                    *c;
     ngx_http_request_t                  *r;
-    ngx_http_tokenbiryani_zone_stats_t   zs;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
 
     r = sw->request;
     c = r->connection;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    if (!sw->reload) {
-        if (job->rc != TB_STORE_OK) {
-            rc = ngx_http_tokenbiryani_send_error(r,
-                     NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
-                     "nothing was changed: the store cannot be written (%s)",
-                     job->err);
-            goto done;
-        }
-
-        ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone,
-            sw->strategy, sw->strategy ? ngx_strlen(sw->strategy) : 0);
-
-        ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
-                      "tokenbiryani: routing.strategy set to \"%s\" by an "
-                      "operator", sw->strategy ? (char *) sw->strategy
-                                               : tmcf->strategy->name);
-
-        rc = ngx_http_tokenbiryani_settings_get(r);
+    if (job->rc != TB_STORE_OK) {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                 "api_error", "nothing was changed: the store cannot be "
+                 "written (%s)", job->err);
         goto done;
     }
 
-    /* the reload: the loader's verdict, then the master's signal */
-
-    if (sw->loaded == NULL) {
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                 "invalid_request_error", "nothing was changed: %s",
-                 sw->err);
-        goto done;
-    }
-
-    if (ngx_http_tokenbiryani_find_strategy(tmcf,
-                                            sw->loaded->routing_strategy)
-        == NULL)
-    {
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                 "invalid_request_error", "nothing was changed: %s:%ui: "
-                 "routing.strategy: unknown strategy \"%s\"",
-                 sw->path, (ngx_uint_t) sw->loaded->routing_strategy_line,
-                 sw->loaded->routing_strategy);
-        goto done;
-    }
-
-    if (ngx_process != NGX_PROCESS_WORKER) {
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                 "invalid_request_error", "the file loads, but this nginx "
-                 "runs without a master process (master_process off): "
-                 "restart it to apply the file");
-        goto done;
-    }
-
-    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
-
-    root = cJSON_CreateObject();
-    if (root == NULL) {
-        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
-        goto done;
-    }
-
-    cJSON_AddBoolToObject(root, "reloading", 1);
-    cJSON_AddItemToObject(root, "accounts",
-                          ngx_http_tokenbiryani_account_ids(sw->loaded, NULL));
-    cJSON_AddItemToObject(root, "added",
-                          ngx_http_tokenbiryani_account_ids(sw->loaded,
-                                                            tmcf->tbcf));
-    cJSON_AddItemToObject(root, "removed",
-                          ngx_http_tokenbiryani_account_ids(tmcf->tbcf,
-                                                            sw->loaded));
-    cJSON_AddStringToObject(root, "strategy", sw->loaded->routing_strategy);
-    cJSON_AddNumberToObject(root, "config_generation",
-                            (double) zs.generation);
-
-    if (ngx_http_tokenbiryani_reloader_ask(tmcf) != NGX_OK) {
-        cJSON_Delete(root);
-        rc = ngx_http_tokenbiryani_send_error(r,
-                 NGX_HTTP_INTERNAL_SERVER_ERROR, "api_error",
-                 "the file loads, but the master could not be asked to "
-                 "reload: run nginx -s reload");
-        goto done;
-    }
+    ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, sw->strategy,
+        sw->strategy ? ngx_strlen(sw->strategy) : 0);
 
     ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
-                  "tokenbiryani: reload asked by an operator: the file "
-                  "loads, the master is signalled");
+                  "tokenbiryani: routing.strategy set to \"%s\" by an "
+                  "operator", sw->strategy ? (char *) sw->strategy
+                                           : tmcf->strategy->name);
 
-    rc = ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+    rc = ngx_http_tokenbiryani_settings_get(r);
 
 done:
-
-    if (sw->loaded) {
-        tb_config_free(sw->loaded);
-        sw->loaded = NULL;
-    }
 
     sync = sw->sync;
 
@@ -598,4 +485,68 @@ done:
         /* from the thread pool's event: as an event handler ends */
         ngx_http_run_posted_requests(c);
     }
+}
+
+
+/* the reload helper's answer to this request's ticket, or a timeout */
+static void
+ngx_http_tokenbiryani_reload_wait(ngx_event_t *ev)
+{
+    ngx_int_t                                rc;
+    ngx_str_t                                json;
+    ngx_uint_t                               ok;
+    ngx_connection_t                        *c;
+    ngx_http_request_t                      *r;
+    ngx_http_tokenbiryani_main_conf_t       *tmcf;
+    ngx_http_tokenbiryani_settings_write_t  *sw;
+    u_char                                   text[4096];
+
+    sw = (ngx_http_tokenbiryani_settings_write_t *)
+         ((u_char *) ev - offsetof(ngx_http_tokenbiryani_settings_write_t,
+                                   wait));
+    r = sw->request;
+    c = r->connection;
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (ngx_http_tokenbiryani_reload_result(&tmcf->zone, sw->ticket, &ok,
+                                            text, sizeof(text))
+        == NGX_AGAIN)
+    {
+        if (ngx_current_msec - sw->asked < NGX_HTTP_TB_RELOAD_WAIT_MS) {
+            ngx_add_timer(ev, NGX_HTTP_TB_RELOAD_POLL_MS);
+            return;
+        }
+
+        rc = ngx_http_tokenbiryani_send_error(r,
+                 NGX_HTTP_GATEWAY_TIME_OUT, "api_error", "the reload helper "
+                 "did not answer within %M ms: see the error log, or run "
+                 "nginx -s reload", (ngx_msec_t) NGX_HTTP_TB_RELOAD_WAIT_MS);
+        goto done;
+    }
+
+    if (!ok) {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                 "invalid_request_error", "%s", text);
+        goto done;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
+                  "tokenbiryani: reload asked by an operator: the file "
+                  "loads, the master is signalled");
+
+    json.data = ngx_pnalloc(r->pool, ngx_strlen(text));
+    if (json.data == NULL) {
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto done;
+    }
+
+    json.len = ngx_strlen(text);
+    ngx_memcpy(json.data, text, json.len);
+
+    rc = ngx_http_tokenbiryani_send_json(r, NGX_HTTP_OK, &json);
+
+done:
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
 }

@@ -387,3 +387,64 @@ ngx_http_tokenbiryani_settings_strategy(ngx_http_tokenbiryani_zone_t *zone,
 
     return gen;
 }
+
+
+uint64_t
+ngx_http_tokenbiryani_reload_ticket(ngx_http_tokenbiryani_zone_t *zone)
+{
+    return __atomic_add_fetch(&zone->sh->reload.asked, 1, __ATOMIC_ACQ_REL);
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_reload_asked(ngx_http_tokenbiryani_zone_t *zone)
+{
+    return __atomic_load_n(&zone->sh->reload.asked, __ATOMIC_ACQUIRE);
+}
+
+
+void
+ngx_http_tokenbiryani_reload_answer(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t upto, ngx_uint_t ok, const u_char *text, size_t len)
+{
+    ngx_http_tokenbiryani_reload_state_t  *rs;
+
+    /* one writer, the helper: no lock, a sequence for the readers */
+
+    rs = &zone->sh->reload;
+
+    __atomic_add_fetch(&rs->seq, 1, __ATOMIC_ACQ_REL);
+
+    len = ngx_min(len, sizeof(rs->text) - 1);
+    ngx_memcpy(rs->text, text, len);
+    rs->text[len] = '\0';
+    rs->ok = (uint32_t) ok;
+
+    __atomic_store_n(&rs->done, upto, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&rs->seq, 1, __ATOMIC_ACQ_REL);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_reload_result(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t ticket, ngx_uint_t *ok, u_char *text, size_t size)
+{
+    uint64_t                               s1, s2;
+    ngx_http_tokenbiryani_reload_state_t  *rs;
+
+    rs = &zone->sh->reload;
+
+    s1 = __atomic_load_n(&rs->seq, __ATOMIC_ACQUIRE);
+
+    if ((s1 & 1) || __atomic_load_n(&rs->done, __ATOMIC_ACQUIRE) < ticket) {
+        return NGX_AGAIN;
+    }
+
+    ngx_cpystrn(text, rs->text, ngx_min(size, sizeof(rs->text)));
+    *ok = rs->ok;
+
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    s2 = __atomic_load_n(&rs->seq, __ATOMIC_ACQUIRE);
+
+    return (s1 == s2) ? NGX_OK : NGX_AGAIN;
+}

@@ -482,6 +482,31 @@ uint64_t ngx_http_tokenbiryani_settings_strategy(
     ngx_http_tokenbiryani_zone_t *zone, u_char *buf, size_t size);
 
 /*
+ * POST /admin/reload: a worker takes a ticket and wakes the reload helper
+ * (a process of root's, forked by the master, which takes no lock of the
+ * zone); the helper checks the file, signals the master and writes its
+ * answer for every ticket up to the newest, under a sequence that readers
+ * check before and after their copy.
+ */
+typedef struct {
+    uint64_t                       asked;         /* tickets given */
+    uint64_t                       done;          /* answered up to */
+    uint64_t                       seq;           /* odd: being written */
+    uint32_t                       ok;
+    u_char                         text[4096];    /* NUL-terminated */
+} ngx_http_tokenbiryani_reload_state_t;
+
+uint64_t ngx_http_tokenbiryani_reload_ticket(ngx_http_tokenbiryani_zone_t *zone);
+uint64_t ngx_http_tokenbiryani_reload_asked(ngx_http_tokenbiryani_zone_t *zone);
+void ngx_http_tokenbiryani_reload_answer(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t upto, ngx_uint_t ok, const u_char *text, size_t len);
+
+/* NGX_AGAIN until the ticket is answered; then NGX_OK with *ok and text */
+ngx_int_t ngx_http_tokenbiryani_reload_result(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t ticket, ngx_uint_t *ok,
+    u_char *text, size_t size);
+
+/*
  * The durable store as every worker sees it: whether its writes work, the
  * first error since they stopped, and how far the history is written.
  * The flusher is the one worker that writes history.

@@ -164,6 +164,9 @@ struct ngx_http_tokenbiryani_shm_s {
     u_char                         strategy[32];
     ngx_atomic_t                   settings_gen;
 
+    /* POST /admin/reload: tickets, and the reload helper's answers */
+    ngx_http_tokenbiryani_reload_state_t reload;
+
     /* the durable store behind the zone */
     ngx_http_tokenbiryani_store_state_t  store;
 };

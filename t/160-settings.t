@@ -171,6 +171,9 @@ my $file = servroot() . '/html/tb.yaml';
 my $good = TB::Nginx::slurp($file);
 (my $broken = $good) =~ s/max_attempts: 4/max_attempts: many/;
 TB::Nginx::spew($file, $broken);
+# a file with credentials is root's alone, as in production: the workers
+# (nobody) cannot read it, the check must not depend on them
+chmod 0600, $file;
 my ($st, $j) = admin(POST => '/admin/reload');
 is($st, 400, 'a broken file: 400');
 like($j->{error}{message}, qr{^nothing was changed: \S+/tb\.yaml:\d+: retry\.max_attempts}, 'the loader\'s error, with its line')
@@ -180,6 +183,7 @@ is(admin_get('/admin/status')->{gateway}{config_generation}, $gen, 'no reload ha
 (my $more = $good) =~ s/(keys:)/  - id: a3\n    api_key: sk-a3\n    base_url: http:\/\/127.0.0.1:\${TEST_NGINX_MOCK_PORT3}\n$1/;
 $more =~ s/  - id: a2\n    api_key: sk-a2\n    base_url: [^\n]+\n//;
 TB::Nginx::spew($file, $more);
+chmod 0600, $file;
 ($st, $j) = admin(POST => '/admin/reload');
 is($st, 200, 'a good file: 200') or diag(explain($j));
 is_deeply([$j->{accounts}, $j->{added}, $j->{removed}], [['a1', 'a3'], ['a3'], ['a2']], 'what changes');

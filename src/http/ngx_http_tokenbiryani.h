@@ -118,8 +118,6 @@ typedef struct {
     ngx_str_t                      store_path;   /* NUL-terminated */
     void                          *thread_pool;  /* ngx_thread_pool_t */
     ngx_cycle_t                   *cycle;        /* being configured */
-    char                         **environ;      /* the master's, copied at
-                                                    load: what ${VAR} read */
     int                            reload_fd;    /* to the reload helper */
     u_char                       **pools;     /* per key: its accounts,
                                                  1 per pool index */

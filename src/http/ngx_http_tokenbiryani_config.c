@@ -143,9 +143,9 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    if (ngx_http_tokenbiryani_threads_conf(cf, tmcf) != NGX_OK) {
-        return NGX_ERROR;
-    }
+    /* the cycle whose core configuration the store and the reload helper
+     * read once it is complete */
+    tmcf->cycle = cf->cycle;
 
     if (ngx_strcmp(tbcf->store_backend, "sqlite") == 0
         && ngx_http_tokenbiryani_check_store(cf, tmcf) != NGX_OK)

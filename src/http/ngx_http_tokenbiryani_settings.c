@@ -7,6 +7,7 @@
 #include "ngx_http_tokenbiryani_settings.h"
 
 #include <sys/prctl.h>
+#include <cjson/cJSON.h>
 
 
 typedef struct {
@@ -95,14 +96,16 @@ ngx_http_tokenbiryani_strategy_is_runtime(
 
 
 /*
- * POST /admin/reload: workers run as nginx's user and may not signal a
- * master that runs as root.  So each configuration, as the master loads
- * it, forks a small helper that keeps root's right to signal: it waits on
- * a pipe whose write end only the master and the workers hold, and for
- * each byte a worker writes it sends SIGHUP to the pid in nginx's pid
- * file - nothing else, whatever the byte.  When every write end is gone
- * (nginx stopped, or a later configuration took over and the workers of
- * this one exited) it reads end of file and exits.
+ * POST /admin/reload: workers run as nginx's user, and may neither signal a
+ * master that runs as root nor read a YAML file only root may read.  So
+ * each configuration, as the master loads it, forks a small helper that
+ * keeps root's rights: it waits on a pipe whose write end only the master
+ * and the workers hold; woken, it reads the file as the master would, and
+ * only when it loads sends SIGHUP to the pid in nginx's pid file; its
+ * answer goes into the zone for the tickets of the workers that asked.
+ * When every write end is gone (nginx stopped, or a later configuration
+ * took over and the workers of this one exited) it reads end of file and
+ * exits.
  */
 
 /*
@@ -159,14 +162,125 @@ ngx_http_tokenbiryani_reloader_worker(ngx_http_tokenbiryani_main_conf_t *tmcf)
 }
 
 
-static void
-ngx_http_tokenbiryani_reloader(int fd, const char *pidfile)
+/* the ids of a's accounts that b does not have (b NULL: all of a's) */
+static cJSON *
+ngx_http_tokenbiryani_account_ids(const tb_config_t *a, const tb_config_t *b)
 {
-    int        pf, i;
+    size_t   i;
+    cJSON   *arr;
+
+    arr = cJSON_CreateArray();
+    if (arr == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < a->naccounts; i++) {
+        if (b == NULL || tb_config_account(b, a->accounts[i].id) == NULL) {
+            cJSON_AddItemToArray(arr, cJSON_CreateString(a->accounts[i].id));
+        }
+    }
+
+    return arr;
+}
+
+
+/*
+ * In the helper, for every ticket up to upto: the file read as the master
+ * reads it (as root, in the environment nginx started with), checked
+ * against this build's strategies, and only then the master signalled.
+ */
+static void
+ngx_http_tokenbiryani_reloader_check(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const char *pidfile, uint64_t upto)
+{
+    int           pf;
+    char         *json, buf[64], err[TB_CONFIG_ERRLEN];
+    cJSON        *root;
+    ssize_t       n;
+    ngx_pid_t     pid;
+    tb_config_t  *cf;
+    u_char        text[TB_CONFIG_ERRLEN + 64], *p;
+
+    cf = tb_config_load_file((char *) tmcf->config_file.data, NULL, err,
+                             sizeof(err));
+
+    if (cf == NULL) {
+        p = ngx_snprintf(text, sizeof(text), "nothing was changed: %s", err);
+        ngx_http_tokenbiryani_reload_answer(&tmcf->zone, upto, 0, text,
+                                            p - text);
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_find_strategy(tmcf, cf->routing_strategy)
+        == NULL)
+    {
+        p = ngx_snprintf(text, sizeof(text), "nothing was changed: %V:%ui: "
+                         "routing.strategy: unknown strategy \"%s\"",
+                         &tmcf->config_file,
+                         (ngx_uint_t) cf->routing_strategy_line,
+                         cf->routing_strategy);
+        ngx_http_tokenbiryani_reload_answer(&tmcf->zone, upto, 0, text,
+                                            p - text);
+        tb_config_free(cf);
+        return;
+    }
+
+    root = cJSON_CreateObject();
+
+    if (root) {
+        cJSON_AddBoolToObject(root, "reloading", 1);
+        cJSON_AddItemToObject(root, "accounts",
+                              ngx_http_tokenbiryani_account_ids(cf, NULL));
+        cJSON_AddItemToObject(root, "added",
+                              ngx_http_tokenbiryani_account_ids(cf,
+                                                                tmcf->tbcf));
+        cJSON_AddItemToObject(root, "removed",
+                              ngx_http_tokenbiryani_account_ids(tmcf->tbcf,
+                                                                cf));
+        cJSON_AddStringToObject(root, "strategy", cf->routing_strategy);
+    }
+
+    json = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    tb_config_free(cf);
+
+    pid = 0;
+    pf = open(pidfile, O_RDONLY);
+
+    if (pf != -1) {
+        n = read(pf, buf, sizeof(buf) - 1);
+        (void) close(pf);
+
+        if (n > 0) {
+            buf[n] = '\0';
+            pid = (ngx_pid_t) atoi(buf);
+        }
+    }
+
+    if (json == NULL || pid <= 1 || kill(pid, SIGHUP) == -1) {
+        p = ngx_snprintf(text, sizeof(text), "the file loads, but the master "
+                         "could not be signalled (pid file \"%s\"): run "
+                         "nginx -s reload", pidfile);
+        ngx_http_tokenbiryani_reload_answer(&tmcf->zone, upto, 0, text,
+                                            p - text);
+        cJSON_free(json);
+        return;
+    }
+
+    ngx_http_tokenbiryani_reload_answer(&tmcf->zone, upto, 1, (u_char *) json,
+                                        ngx_strlen(json));
+    cJSON_free(json);
+}
+
+
+static void
+ngx_http_tokenbiryani_reloader(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    int fd, const char *pidfile)
+{
+    int        i;
     char       buf[64];
     ssize_t    n;
     sigset_t   set;
-    ngx_pid_t  pid;
 
     /* a name of its own (ps, and the test harness, tell it from a worker) */
     (void) prctl(PR_SET_NAME, "tb-reloader", 0, 0, 0);
@@ -215,24 +329,9 @@ ngx_http_tokenbiryani_reloader(int fd, const char *pidfile)
             _exit(1);
         }
 
-        pf = open(pidfile, O_RDONLY);
-        if (pf == -1) {
-            continue;
-        }
-
-        n = read(pf, buf, sizeof(buf) - 1);
-        (void) close(pf);
-
-        if (n <= 0) {
-            continue;
-        }
-
-        buf[n] = '\0';
-        pid = (ngx_pid_t) atoi(buf);
-
-        if (pid > 1) {
-            (void) kill(pid, SIGHUP);
-        }
+        /* every ticket given by now is answered by this one check */
+        ngx_http_tokenbiryani_reloader_check(tmcf, pidfile,
+            ngx_http_tokenbiryani_reload_asked(&tmcf->zone));
     }
 }
 
@@ -285,7 +384,7 @@ ngx_http_tokenbiryani_reloader_start(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     if (pid == 0) {
         (void) close(fds[1]);
-        ngx_http_tokenbiryani_reloader(fds[0], pidfile);
+        ngx_http_tokenbiryani_reloader(tmcf, fds[0], pidfile);
         _exit(0);
     }
 

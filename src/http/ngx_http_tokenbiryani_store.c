@@ -62,11 +62,10 @@ static void ngx_http_tokenbiryani_store_own(
 
 
 ngx_int_t
-ngx_http_tokenbiryani_threads_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf)
+ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path)
 {
-    size_t      len;
-    ngx_uint_t  i, n;
+    size_t  len;
 
 #if (NGX_THREADS)
     /* "default": made with 32 threads unless thread_pool says otherwise */
@@ -74,48 +73,13 @@ ngx_http_tokenbiryani_threads_conf(ngx_conf_t *cf,
     if (tmcf->thread_pool == NULL) {
         return NGX_ERROR;
     }
+#else
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "tokenbiryani: %s: store.backend: sqlite writes in "
+                       "nginx's thread pool, and this nginx is built without "
+                       "threads (--with-threads)", tmcf->config_file.data);
+    return NGX_ERROR;
 #endif
-
-    tmcf->cycle = cf->cycle;
-
-    /* the environment the file is read in, for POST /admin/reload */
-
-    for (n = 0; environ[n]; n++) { /* void */ }
-
-    tmcf->environ = ngx_pcalloc(cf->pool, (n + 1) * sizeof(char *));
-    if (tmcf->environ == NULL) {
-        return NGX_ERROR;
-    }
-
-    for (i = 0; i < n; i++) {
-        len = ngx_strlen(environ[i]) + 1;
-
-        tmcf->environ[i] = ngx_pnalloc(cf->pool, len);
-        if (tmcf->environ[i] == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(tmcf->environ[i], environ[i], len);
-    }
-
-    return NGX_OK;
-}
-
-
-ngx_int_t
-ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path)
-{
-    size_t  len;
-
-    if (tmcf->thread_pool == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "tokenbiryani: %s: store.backend: sqlite writes "
-                           "in nginx's thread pool, and this nginx is built "
-                           "without threads (--with-threads)",
-                           tmcf->config_file.data);
-        return NGX_ERROR;
-    }
 
     len = ngx_strlen(path);
 

@@ -69,9 +69,7 @@ struct ngx_http_tokenbiryani_job_s {
 };
 
 
-/* at configuration: nginx's thread pool, then the store file's path */
-ngx_int_t ngx_http_tokenbiryani_threads_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
+/* at configuration: the store file's path, and nginx's thread pool */
 ngx_int_t ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path);
 

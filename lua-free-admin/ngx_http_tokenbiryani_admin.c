@@ -1437,7 +1437,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
     int64_t now)
 {
-    cJSON                                *obj;
+    cJSON                                *obj, *key;
     ngx_http_tokenbiryani_main_conf_t    *tmcf;
     ngx_http_tokenbiryani_store_state_t   st;
 
@@ -1475,6 +1475,23 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
             : cJSON_AddNullToObject(obj, "flushed_seconds_ago")) == NULL
         || cJSON_AddNumberToObject(obj, "write_failures",
                                    (double) st.failures) == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    /* the secret key by where it came from and its id, never itself */
+
+    key = cJSON_AddObjectToObject(obj, "secret_key");
+
+    if (key == NULL
+        || cJSON_AddStringToObject(key, "source",
+               tmcf->seal_source == NGX_HTTP_TB_SEAL_ENV
+               ? "TOKENBIRYANI_SECRET_KEY" : "file") == NULL
+        || (tmcf->seal_source == NGX_HTTP_TB_SEAL_FILE
+            ? ngx_http_tokenbiryani_add_str(key, "path", tmcf->seal_path.data,
+                                            tmcf->seal_path.len)
+            : cJSON_AddNullToObject(key, "path")) == NULL
+        || cJSON_AddStringToObject(key, "id", tmcf->seal.kid) == NULL)
     {
         return NGX_ERROR;
     }

@@ -20,6 +20,9 @@ accounts:
 keys:
   - key: tenant-key
     name: tenant
+  - key: admin-key
+    name: ops
+    admin: true
 _EOY_
 
 # runs python3's sqlite3 on a file: what the code prints
@@ -149,3 +152,45 @@ close $to;
 waitpid($pid, 0);
 ($rc, $out) = nginx_t($::Store);
 is($rc, 0, 'once the lock is gone, nginx -t passes') or diag($out);
+
+
+
+=== TEST 4: the secret key credentials are sealed under: a file made 0600 beside the YAML, or TOKENBIRYANI_SECRET_KEY; a readable or malformed one stops nginx -t
+--- user_files eval
+">>> tb.yaml\n$::Store"
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my $dir = servroot() . '/html';
+my $kf = "$dir/tokenbiryani.key";
+ok(-f $kf, 'store.secret_key_path: made beside the YAML file');
+is(sprintf('%o', (stat $kf)[2] & 07777), '600', 'mode 0600');
+like(TB::Nginx::slurp($kf), qr/^[0-9a-f]{64}\n?$/, '64 hex digits');
+my $st = json_decode(http_request(method => 'GET', path => '/admin/status',
+                                  headers => { 'x-api-key' => 'admin-key' })->{body} // '{}');
+my $sk = $st->{store}{secret_key} // {};
+is($sk->{source}, 'file', '/admin/status: from the file');
+like($sk->{id}, qr/^[0-9a-f]{8}$/, 'with its id');
+my $key = TB::Nginx::slurp($kf); chomp $key;
+unlike(json_encode($st), qr/\Q$key\E/, 'and never the key');
+
+# readable by others: refused
+chmod 0644, $kf;
+my ($rc, $out) = nginx_t($::Store);
+isnt($rc, 0, 'a key file others may read: nginx -t fails');
+like($out, qr{\Q$kf\E}, 'naming it') or diag($out);
+chmod 0600, $kf;
+
+# the environment wins over the file; a malformed value is refused
+{
+    local $ENV{TOKENBIRYANI_SECRET_KEY} = 'not-hex';
+    ($rc, $out) = nginx_t($::Store);
+    isnt($rc, 0, 'a malformed TOKENBIRYANI_SECRET_KEY: nginx -t fails');
+    like($out, qr/TOKENBIRYANI_SECRET_KEY must be 64 hex digits/, 'saying what it must be') or diag($out);
+    $ENV{TOKENBIRYANI_SECRET_KEY} = 'ab' x 32;
+    unlink $kf;
+    ($rc, $out) = nginx_t($::Store);
+    is($rc, 0, 'a good one: nginx -t passes') or diag($out);
+    ok(!-e $kf, 'and no key file is made');
+}

@@ -42,11 +42,17 @@
 #include "tb_router.h"
 #include "tb_session.h"
 #include "tb_failure.h"
+#include "tb_seal.h"
 
 #include "ngx_http_tokenbiryani_shm.h"
 
 
 #define NGX_HTTP_TOKENBIRYANI_VERSION  "0.1.0"
+
+/* where the secret key came from */
+#define NGX_HTTP_TB_SEAL_NONE          0
+#define NGX_HTTP_TB_SEAL_ENV           1
+#define NGX_HTTP_TB_SEAL_FILE          2
 
 /* what a location does */
 #define NGX_HTTP_TB_PASS               1
@@ -119,6 +125,11 @@ typedef struct {
     void                          *thread_pool;  /* ngx_thread_pool_t */
     ngx_cycle_t                   *cycle;        /* being configured */
     int                            reload_fd;    /* to the reload helper */
+
+    /* the key credentials are sealed under at rest */
+    tb_seal_key_t                  seal;
+    ngx_uint_t                     seal_source;  /* NGX_HTTP_TB_SEAL_* */
+    ngx_str_t                      seal_path;
     u_char                       **pools;     /* per key: its accounts,
                                                  1 per pool index */
 

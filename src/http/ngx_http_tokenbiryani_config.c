@@ -9,6 +9,7 @@
 #include "ngx_http_tokenbiryani_config.h"
 #include "tb_hash.h"
 #include "tb_store.h"
+#include "tb_seal.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 
@@ -30,45 +31,115 @@ static ngx_int_t ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
  * any worker starts.
  */
 
+/* a path of the YAML file's: relative to its directory */
+static const char *
+ngx_http_tokenbiryani_yaml_relative(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path)
+{
+    u_char  *p;
+    size_t   dir, len;
+
+    if (path[0] == '/') {
+        return path;
+    }
+
+    len = ngx_strlen(path);
+    dir = 0;
+
+    for (p = tmcf->config_file.data;
+         p < tmcf->config_file.data + tmcf->config_file.len;
+         p++)
+    {
+        if (*p == '/') {
+            dir = p - tmcf->config_file.data + 1;
+        }
+    }
+
+    p = ngx_pnalloc(cf->pool, dir + len + 1);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(p, tmcf->config_file.data, dir);
+    ngx_memcpy(p + dir, path, len + 1);
+
+    return (const char *) p;
+}
+
+
+/*
+ * The key credentials are sealed under in the store: TOKENBIRYANI_SECRET_KEY
+ * (64 hex digits) in nginx's environment, else the file at
+ * store.secret_key_path, made (0600, 32 random bytes) when missing and
+ * refused when group or others may read it.  The master reads it; workers
+ * have it from the fork.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_secret_key(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    const char  *env, *path;
+    char         err[NGX_MAX_ERROR_STR];
+
+    env = getenv("TOKENBIRYANI_SECRET_KEY");
+
+    if (env && env[0]) {
+        if (tb_seal_key_parse(&tmcf->seal, env, ngx_strlen(env)) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "tokenbiryani: TOKENBIRYANI_SECRET_KEY must be "
+                               "64 hex digits (32 bytes; openssl rand -hex "
+                               "32 makes one)");
+            return NGX_ERROR;
+        }
+
+        tmcf->seal_source = NGX_HTTP_TB_SEAL_ENV;
+        return NGX_OK;
+    }
+
+    path = ngx_http_tokenbiryani_yaml_relative(cf, tmcf,
+                                             tmcf->tbcf->store_secret_key_path);
+    if (path == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (tb_seal_key_file(&tmcf->seal, path, 1, err, sizeof(err)) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "tokenbiryani: %s (or set "
+                           "TOKENBIRYANI_SECRET_KEY in nginx's environment)",
+                           err);
+        return NGX_ERROR;
+    }
+
+    tmcf->seal_path.data = (u_char *) path;
+    tmcf->seal_path.len = ngx_strlen(path);
+    tmcf->seal_source = NGX_HTTP_TB_SEAL_FILE;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    u_char      *p;
-    size_t       dir, len;
     const char  *path;
     char         err[NGX_MAX_ERROR_STR];
 
-    path = tmcf->tbcf->store_path;
-    len = ngx_strlen(path);
-
-    if (len == 0) {
+    if (tmcf->tbcf->store_path[0] == '\0') {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "tokenbiryani: %s: store.path is empty",
                            tmcf->config_file.data);
         return NGX_ERROR;
     }
 
-    if (path[0] != '/') {
-        dir = 0;
+    path = ngx_http_tokenbiryani_yaml_relative(cf, tmcf,
+                                               tmcf->tbcf->store_path);
+    if (path == NULL) {
+        return NGX_ERROR;
+    }
 
-        for (p = tmcf->config_file.data;
-             p < tmcf->config_file.data + tmcf->config_file.len;
-             p++)
-        {
-            if (*p == '/') {
-                dir = p - tmcf->config_file.data + 1;
-            }
-        }
-
-        p = ngx_pnalloc(cf->pool, dir + len + 1);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memcpy(p, tmcf->config_file.data, dir);
-        ngx_memcpy(p + dir, path, len + 1);
-        path = (const char *) p;
+    if (ngx_http_tokenbiryani_secret_key(cf, tmcf) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     if (tb_store_check(path, 2000, err, sizeof(err)) != 0) {
@@ -254,6 +325,7 @@ ngx_http_tokenbiryani_config_cleanup(void *data)
     ngx_http_tokenbiryani_main_conf_t  *tmcf = data;
 
     tb_keytab_free(&tmcf->keytab);
+    tb_seal_key_wipe(&tmcf->seal);
     tb_config_free(tmcf->tbcf);
     tmcf->tbcf = NULL;
 }

@@ -19,6 +19,9 @@ typedef struct {
 
 static ngx_http_tokenbiryani_rkeys_t  ngx_http_tokenbiryani_cache;
 
+/* what an empty table returns: not NULL, which means no memory */
+static ngx_http_tokenbiryani_rkent_t  ngx_http_tokenbiryani_none[1];
+
 
 ngx_http_tokenbiryani_rkent_t *
 ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
@@ -37,7 +40,7 @@ ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     if (c->gen == ngx_http_tokenbiryani_rkeys_gen(&tmcf->zone)) {
         *n = c->n;
-        return c->ents ? c->ents : (void *) c;
+        return c->ents ? c->ents : ngx_http_tokenbiryani_none;
     }
 
     pool = ngx_create_pool(4096, ngx_cycle->log);
@@ -99,7 +102,7 @@ ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     *n = k;
 
-    return ents ? ents : (void *) c;
+    return ents ? ents : ngx_http_tokenbiryani_none;
 }
 
 

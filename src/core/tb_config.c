@@ -1802,3 +1802,97 @@ tb_config_written(const tb_config_t *cf, const char *path)
 
     return 0;
 }
+
+
+static const char *
+tb_config_no_env(const char *name)
+{
+    (void) name;
+
+    return NULL;
+}
+
+
+/* a value that would end a header line, or a C string, before its end */
+static int
+tb_config_line_safe(const char *s)
+{
+    return s == NULL || strpbrk(s, "\r\n") == NULL;
+}
+
+
+tb_config_t *
+tb_config_account_spec(const char *json, size_t len, char *err,
+    size_t errlen)
+{
+    size_t        i, n;
+    char         *buf, *p, *q, msg[TB_CONFIG_ERRLEN];
+    tb_config_t  *cf;
+
+    for (i = 0; i < len && strchr(" \t\r\n", json[i]); i++) { /* void */ }
+
+    if (i == len || json[i] != '{' || memchr(json, '\0', len) != NULL) {
+        snprintf(err, errlen, "the body must be a JSON object");
+        return NULL;
+    }
+
+    /* JSON is YAML's flow style: one account in the file's own schema */
+
+    n = sizeof("accounts: [\n]\n") + len;
+
+    buf = malloc(n);
+    if (buf == NULL) {
+        snprintf(err, errlen, "no memory");
+        return NULL;
+    }
+
+    memcpy(buf, "accounts: [\n", sizeof("accounts: [\n") - 1);
+    memcpy(buf + sizeof("accounts: [\n") - 1, json, len);
+    memcpy(buf + sizeof("accounts: [\n") - 1 + len, "\n]\n", 3);
+
+    cf = tb_config_load_buffer("body", buf, sizeof("accounts: [\n") - 1 + len
+                               + 3, tb_config_no_env, msg, sizeof(msg));
+    free(buf);
+
+    if (cf == NULL) {
+        /* "body:2: accounts[0]: id ..." -> "id ..." */
+        p = msg;
+
+        if (strncmp(p, "body:", 5) == 0 && (q = strstr(p, ": ")) != NULL) {
+            p = q + 2;
+        }
+
+        if (strncmp(p, "accounts[0]: ", 13) == 0) {
+            p += 13;
+
+        } else if (strncmp(p, "accounts[0].", 12) == 0) {
+            p += 12;
+        }
+
+        snprintf(err, errlen, "%s", p);
+        return NULL;
+    }
+
+    if (cf->naccounts != 1) {
+        snprintf(err, errlen, "the body must be one account");
+        tb_config_free(cf);
+        return NULL;
+    }
+
+    if (!tb_config_line_safe(cf->accounts[0].api_key)) {
+        snprintf(err, errlen, "api_key has a line break");
+        tb_config_free(cf);
+        return NULL;
+    }
+
+    for (i = 0; i < cf->accounts[0].headers.n; i++) {
+        if (!tb_config_line_safe(cf->accounts[0].headers.items[i].value)) {
+            snprintf(err, errlen, "headers.%s has a line break",
+                     cf->accounts[0].headers.items[i].key);
+            tb_config_free(cf);
+            return NULL;
+        }
+    }
+
+    return cf;
+}

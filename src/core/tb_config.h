@@ -263,6 +263,16 @@ tb_config_t *tb_config_load_buffer(const char *name, const char *data,
     size_t len, tb_getenv_pt getenv_fn, char *err, size_t errlen);
 void tb_config_free(tb_config_t *cf);
 
+/*
+ * An account given at runtime (an admin's JSON object), checked by the
+ * same rules as the file's accounts: a config holding that one account,
+ * or NULL with a message in err naming the field.  Nothing in it is read
+ * from the environment (${VAR} without a default is an error), and a
+ * credential or header value with CR, LF or NUL is refused.
+ */
+tb_config_t *tb_config_account_spec(const char *json, size_t len, char *err,
+    size_t errlen);
+
 /* whether the file wrote the setting at path ("routing.strategy") */
 int tb_config_written(const tb_config_t *cf, const char *path);
 

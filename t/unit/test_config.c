@@ -1691,6 +1691,74 @@ TB_TEST(test_written)
 }
 
 
+TB_TEST(test_account_spec)
+{
+    size_t        i;
+    const char   *j;
+    tb_config_t  *cf;
+    char          e[TB_CONFIG_ERRLEN];
+
+    static const struct {
+        const char  *json;
+        const char  *says;
+    } bad[] = {
+        { "[1]", "must be a JSON object" },
+        { "", "must be a JSON object" },
+        { "{\"id\": \"a b\", \"api_key\": \"k\"}", "is not valid" },
+        { "{\"id\": \"a\", \"api_key\": \"k\", \"colour\": 1}",
+          "unknown key \"colour\"" },
+        { "{\"id\": \"a\"}", "needs api_key" },
+        { "{\"id\": \"a\", \"api_key\": \"k\\r\\nX-Evil: 1\"}",
+          "api_key has a line break" },
+        { "{\"id\": \"a\", \"api_key\": \"k\", \"headers\": "
+          "{\"x-a\": \"1\\n2\"}}", "control character" },
+        { "{\"id\": \"a\", \"api_key\": \"${HOME}\"}",
+          "environment variable HOME is not set" },
+        { "{\"id\": \"a\", \"api_key\": \"k\", \"max_concurrency\": \"lots\"}",
+          "max_concurrency" },
+        { "{\"id\": \"a\", \"api_key\": \"k\"}, {\"id\": \"b\"}", "" },
+    };
+
+    j = "{\"id\": \"acct-9\", \"api_key\": \"sk-ant-xyz\", \"base_url\": "
+        "\"http://127.0.0.1:9999\", \"priority\": 2, \"models\": "
+        "[\"claude-*\"]}";
+    cf = tb_config_account_spec(j, strlen(j), e, sizeof(e));
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_INT(cf->naccounts, 1);
+        TB_CHECK_STR(cf->accounts[0].id, "acct-9");
+        TB_CHECK_STR(cf->accounts[0].api_key, "sk-ant-xyz");
+        TB_CHECK_INT(cf->accounts[0].port, 9999);
+        TB_CHECK_DBL(cf->accounts[0].priority, 2, 1e-9);
+        tb_config_free(cf);
+    }
+
+    /* a default is taken, the environment never read */
+    j = "{\"id\": \"a\", \"api_key\": \"${HOME:-fallback}\"}";
+    cf = tb_config_account_spec(j, strlen(j), e, sizeof(e));
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_STR(cf->accounts[0].api_key, "fallback");
+        tb_config_free(cf);
+    }
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        e[0] = '\0';
+        cf = tb_config_account_spec(bad[i].json, strlen(bad[i].json), e,
+                                    sizeof(e));
+        TB_CHECK(cf == NULL);
+
+        if (cf) {
+            tb_config_free(cf);
+        }
+
+        TB_CHECK_CONTAINS(e, bad[i].says);
+    }
+}
+
+
 int
 main(void)
 {
@@ -1735,6 +1803,7 @@ main(void)
     TB_RUN(test_key_shares);
     TB_RUN(test_replenishment);
     TB_RUN(test_written);
+    TB_RUN(test_account_spec);
 
     return tb_test_done();
 }

@@ -1502,8 +1502,8 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
 
 /*
  * An admin write's body, whole, in memory and NUL-terminated (empty when
- * there is none): NGX_OK, NGX_DECLINED when it went to a file (longer than
- * client_body_buffer_size), NGX_ERROR.
+ * there is none): NGX_OK, or an HTTP status with its error prepared (413
+ * when it went to a file: longer than client_body_buffer_size).
  */
 ngx_int_t
 ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r, u_char **body,
@@ -1518,7 +1518,11 @@ ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r, u_char **body,
     if (r->request_body) {
         for (cl = r->request_body->bufs; cl; cl = cl->next) {
             if (cl->buf->in_file) {
-                return NGX_DECLINED;
+                ngx_http_tokenbiryani_set_error(r,
+                    NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
+                    "an admin request's body must fit in "
+                    "client_body_buffer_size");
+                return NGX_HTTP_REQUEST_ENTITY_TOO_LARGE;
             }
 
             n += cl->buf->last - cl->buf->pos;
@@ -1527,7 +1531,7 @@ ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r, u_char **body,
 
     p = ngx_pnalloc(r->pool, n + 1);
     if (p == NULL) {
-        return NGX_ERROR;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     *body = p;

@@ -28,7 +28,7 @@ ngx_int_t ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r);
 cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);
 
-/* an admin write's body in memory: NGX_OK, NGX_DECLINED (too long) */
+/* an admin write's body in memory: NGX_OK, or a status, error prepared */
 ngx_int_t ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r,
     u_char **body, size_t *len);
 

@@ -82,6 +82,7 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
     cJSON                              *root, *arr, *rec;
     tb_keyspec_t                        ks;
     const tb_keyspec_t                 *minted;
+    const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_rkent_t      *ents;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -117,19 +118,15 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
     }
 
     if (name->len) {
-        for (i = 0; i < tmcf->tbcf->nkeys; i++) {
-            if (ngx_strlen(tmcf->tbcf->keys[i].name) == name->len
-                && ngx_strncmp(tmcf->tbcf->keys[i].name, name->data,
-                               name->len) == 0)
-            {
-                ngx_memzero(&ks, sizeof(ks));
-                ks.conf = tmcf->tbcf->keys[i];
+        kc = ngx_http_tokenbiryani_yaml_key(tmcf, name->data, name->len);
 
-                rec = ngx_http_tokenbiryani_key_record(&ks, "file");
-                return rec ? ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK,
-                                                              rec)
-                           : NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
+        if (kc) {
+            ngx_memzero(&ks, sizeof(ks));
+            ks.conf = *kc;
+
+            rec = ngx_http_tokenbiryani_key_record(&ks, "file");
+            return rec ? ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, rec)
+                       : NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
         minted = ngx_http_tokenbiryani_minted(tmcf, name->data, name->len,
@@ -265,21 +262,11 @@ ngx_http_tokenbiryani_keys_body(ngx_http_request_t *r)
     u_char       *body;
     ngx_int_t     rc;
 
-    switch (ngx_http_tokenbiryani_admin_body(r, &body, &len)) {
-
-    case NGX_OK:
-        break;
-
-    case NGX_DECLINED:
-        rc = ngx_http_tokenbiryani_send_error(r,
-                 NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
-                 "an admin request's body must fit in "
-                 "client_body_buffer_size");
-        ngx_http_finalize_request(r, rc);
-        return;
-
-    default:
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    rc = ngx_http_tokenbiryani_admin_body(r, &body, &len);
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_tokenbiryani_send_error(r, rc, NULL,
+                                                                   NULL));
         return;
     }
 

@@ -5,9 +5,9 @@
  *                          it comes from: default, file or runtime
  *   POST /admin/settings   changes what can change at runtime (the
  *                          strategy), for every worker, kept in the store
- *   POST /admin/reload     reads the YAML file as nginx -s reload would, in
- *                          the thread pool; a file that does not load
- *                          changes nothing and is answered with the
+ *   POST /admin/reload     has the reload helper read the YAML file as
+ *                          nginx -s reload would; a file that does not
+ *                          load changes nothing and is answered with the
  *                          loader's error and its line, one that loads is
  *                          applied by signalling the master
  */
@@ -83,7 +83,6 @@ static const ngx_http_tokenbiryani_setting_t  ngx_http_tokenbiryani_settings[] =
 typedef struct {
     ngx_http_tokenbiryani_job_t    job;
     ngx_http_request_t            *request;
-    ngx_uint_t                     reload;
     ngx_uint_t                     sync;         /* not from the pool */
     u_char                        *strategy;     /* NULL: the file's */
     uint64_t                       ticket;       /* the reload's */
@@ -287,7 +286,6 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
     }
 
     sw->request = r;
-    sw->reload = reload;
     sw->job.data = sw;
     sw->job.done = ngx_http_tokenbiryani_settings_written;
 
@@ -326,21 +324,11 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
 
     /* the body, whole and in memory */
 
-    switch (ngx_http_tokenbiryani_admin_body(r, &body, &len)) {
-
-    case NGX_OK:
-        break;
-
-    case NGX_DECLINED:
-        rc = ngx_http_tokenbiryani_send_error(r,
-                 NGX_HTTP_REQUEST_ENTITY_TOO_LARGE, "request_too_large",
-                 "an admin request's body must fit in "
-                 "client_body_buffer_size");
-        ngx_http_finalize_request(r, rc);
-        return;
-
-    default:
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    rc = ngx_http_tokenbiryani_admin_body(r, &body, &len);
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_tokenbiryani_send_error(r, rc, NULL,
+                                                                   NULL));
         return;
     }
 

@@ -23,6 +23,73 @@ static ngx_http_tokenbiryani_rkeys_t  ngx_http_tokenbiryani_cache;
 static ngx_http_tokenbiryani_rkent_t  ngx_http_tokenbiryani_none[1];
 
 
+/*
+ * What a minted key's requests read of it, once per copy: its pool as
+ * flags over the accounts (NULL: all), and unset limits as the file's keys
+ * get them - with other keys about, three quarters of its pool's slots and
+ * of the queue.  NGX_ERROR: no memory.
+ */
+static ngx_int_t
+ngx_http_tokenbiryani_rkent_derive(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_rkent_t *ent, ngx_uint_t nminted)
+{
+    int64_t                           slots;
+    ngx_uint_t                        i, j, others;
+    const tb_key_conf_t              *kc;
+    ngx_http_tokenbiryani_account_t  *a;
+
+    kc = &ent->ks.conf;
+    a = tmcf->accounts.elts;
+    others = (tmcf->tbcf->nkeys + nminted > 1);
+
+    if (kc->pool.n) {
+        ent->pool = ngx_calloc(tmcf->accounts.nelts + 1, ngx_cycle->log);
+        if (ent->pool == NULL) {
+            return NGX_ERROR;
+        }
+
+        for (i = 0; i < tmcf->accounts.nelts; i++) {
+            for (j = 0; j < kc->pool.n; j++) {
+                if (ngx_strcmp(kc->pool.items[j], a[i].conf->id) == 0) {
+                    ent->pool[i] = 1;
+                    break;
+                }
+            }
+        }
+    }
+
+    ent->max_inflight = kc->max_inflight;
+
+    if (kc->max_inflight == TB_AUTO) {
+        ent->max_inflight = TB_UNSET;
+        slots = 0;
+
+        for (i = 0; i < tmcf->accounts.nelts; i++) {
+            if (ent->pool == NULL || ent->pool[i]) {
+                slots += a[i].conf->max_concurrency;
+            }
+        }
+
+        if (others && slots > 0) {
+            ent->max_inflight = slots * 3 / 4 ? slots * 3 / 4 : 1;
+        }
+    }
+
+    ent->max_queued = kc->max_queued;
+
+    if (kc->max_queued == TB_AUTO) {
+        ent->max_queued = TB_UNSET;
+
+        if (others && tmcf->tbcf->queue_max_size > 0) {
+            ent->max_queued = tmcf->tbcf->queue_max_size * 3 / 4
+                              ? tmcf->tbcf->queue_max_size * 3 / 4 : 1;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 ngx_http_tokenbiryani_rkent_t *
 ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_uint_t *n)
@@ -88,7 +155,20 @@ ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     ngx_destroy_pool(pool);
 
+    for (i = 0; i < k; i++) {
+        if (ngx_http_tokenbiryani_rkent_derive(tmcf, &ents[i], k) != NGX_OK) {
+            for (i = 0; i < k; i++) {
+                ngx_free(ents[i].pool);
+                tb_keyspec_free(&ents[i].ks);
+            }
+
+            ngx_free(ents);
+            return NULL;
+        }
+    }
+
     for (i = 0; i < c->n; i++) {
+        ngx_free(c->ents[i].pool);
         tb_keyspec_free(&c->ents[i].ks);
     }
 
@@ -106,7 +186,7 @@ ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
-ngx_uint_t
+const tb_key_conf_t *
 ngx_http_tokenbiryani_yaml_key(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const u_char *name, size_t len)
 {
@@ -116,11 +196,11 @@ ngx_http_tokenbiryani_yaml_key(ngx_http_tokenbiryani_main_conf_t *tmcf,
         if (ngx_strlen(tmcf->tbcf->keys[i].name) == len
             && ngx_strncmp(tmcf->tbcf->keys[i].name, name, len) == 0)
         {
-            return 1;
+            return &tmcf->tbcf->keys[i];
         }
     }
 
-    return 0;
+    return NULL;
 }
 
 
@@ -155,12 +235,10 @@ ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *key)
 {
     size_t                              len;
-    int64_t                             slots;
-    ngx_uint_t                          i, j, n, found;
+    ngx_uint_t                          i, n, found;
     tb_key_conf_t                      *kc;
     const tb_keyspec_t                 *ks;
-    ngx_http_tokenbiryani_rkent_t      *ents;
-    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_rkent_t      *ents, *ent;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     u_char                              digest[32];
 
@@ -191,7 +269,8 @@ ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    ks = &ents[found].ks;
+    ent = &ents[found];
+    ks = &ent->ks;
 
     if (ks->expires && ks->expires <= (int64_t) ngx_time()) {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
@@ -223,51 +302,21 @@ ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
 
     ngx_memcpy(kc->name, ks->conf.name, len);
 
-    a = tmcf->accounts.elts;
+    /* the pool's flags and the limits, derived when the copy was built */
+
     ctx->pool = NULL;
 
-    if (kc->pool.n) {
-        ctx->pool = ngx_pcalloc(r->pool, tmcf->accounts.nelts + 1);
+    if (ent->pool) {
+        ctx->pool = ngx_pnalloc(r->pool, tmcf->accounts.nelts + 1);
         if (ctx->pool == NULL) {
             return NGX_ERROR;
         }
 
-        for (i = 0; i < tmcf->accounts.nelts; i++) {
-            for (j = 0; j < kc->pool.n; j++) {
-                if (ngx_strcmp(kc->pool.items[j], a[i].conf->id) == 0) {
-                    ctx->pool[i] = 1;
-                    break;
-                }
-            }
-        }
+        ngx_memcpy(ctx->pool, ent->pool, tmcf->accounts.nelts + 1);
     }
 
-    /* unset limits as the file's keys get them: with other keys about, a
-     * key holds three quarters of its pool's slots and of the queue */
-
-    if (kc->max_inflight == TB_AUTO) {
-        kc->max_inflight = TB_UNSET;
-        slots = 0;
-
-        for (i = 0; i < tmcf->accounts.nelts; i++) {
-            if (ctx->pool == NULL || ctx->pool[i]) {
-                slots += a[i].conf->max_concurrency;
-            }
-        }
-
-        if (tmcf->tbcf->nkeys + n > 1 && slots > 0) {
-            kc->max_inflight = slots * 3 / 4 ? slots * 3 / 4 : 1;
-        }
-    }
-
-    if (kc->max_queued == TB_AUTO) {
-        kc->max_queued = TB_UNSET;
-
-        if (tmcf->tbcf->nkeys + n > 1 && tmcf->tbcf->queue_max_size > 0) {
-            kc->max_queued = tmcf->tbcf->queue_max_size * 3 / 4
-                             ? tmcf->tbcf->queue_max_size * 3 / 4 : 1;
-        }
-    }
+    kc->max_inflight = ent->max_inflight;
+    kc->max_queued = ent->max_queued;
 
     ctx->key = kc;
     ctx->key_hash = kc->name_hash;

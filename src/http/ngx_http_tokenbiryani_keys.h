@@ -16,6 +16,12 @@
 typedef struct {
     u_char                         digest[32];
     tb_keyspec_t                   ks;
+
+    /* derived when the copy is built: its accounts, 1 per pool index
+     * (NULL: all), and its limits with the file's rules for unset ones */
+    u_char                        *pool;
+    int64_t                        max_inflight;
+    int64_t                        max_queued;
 } ngx_http_tokenbiryani_rkent_t;
 
 
@@ -31,8 +37,8 @@ ngx_http_tokenbiryani_rkent_t *ngx_http_tokenbiryani_rkeys(
 ngx_int_t ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *key);
 
-/* the name is a YAML key's */
-ngx_uint_t ngx_http_tokenbiryani_yaml_key(
+/* the YAML file's key of that name, or NULL */
+const tb_key_conf_t *ngx_http_tokenbiryani_yaml_key(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *name, size_t len);
 
 

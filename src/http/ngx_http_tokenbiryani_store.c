@@ -7,6 +7,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
+#include "ngx_http_tokenbiryani_keys.h"
 #include "tb_keyspec.h"
 
 #if (NGX_THREADS)
@@ -203,7 +204,6 @@ ngx_http_tokenbiryani_load_key(void *data, const char *name,
 {
     ngx_http_tokenbiryani_load_t  *ld = data;
 
-    size_t        i;
     ngx_uint_t    rc;
     tb_keyspec_t  ks;
     char          err[256];
@@ -228,14 +228,14 @@ ngx_http_tokenbiryani_load_key(void *data, const char *name,
 
     /* a key the file defines since it was minted: the file's wins */
 
-    for (i = 0; i < ld->tmcf->tbcf->nkeys; i++) {
-        if (ngx_strcmp(ld->tmcf->tbcf->keys[i].name, name) == 0) {
-            ngx_log_error(NGX_LOG_WARN, ld->log, 0,
-                          "tokenbiryani: the minted key \"%s\" is left out: "
-                          "the YAML file has a key of that name", name);
-            ld->skipped++;
-            return 0;
-        }
+    if (ngx_http_tokenbiryani_yaml_key(ld->tmcf, (u_char *) name,
+                                       ngx_strlen(name)))
+    {
+        ngx_log_error(NGX_LOG_WARN, ld->log, 0,
+                      "tokenbiryani: the minted key \"%s\" is left out: the "
+                      "YAML file has a key of that name", name);
+        ld->skipped++;
+        return 0;
     }
 
     rc = ngx_http_tokenbiryani_rkey_put(&ld->tmcf->zone, (u_char *) name,
@@ -511,12 +511,6 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
     err[0] = '\0';
 
     for (job = w->running; job; job = job->next) {
-        if (job->run) {
-            /* work of its own, with no store */
-            job->rc = job->run(job);
-            continue;
-        }
-
         if (w->db == NULL && err[0] == '\0') {
             w->db = tb_store_open((char *) w->tmcf->store_path.data,
                                   NGX_HTTP_TB_STORE_BUSY_MS, err,
@@ -566,7 +560,7 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
      * file by then (restored from a backup, the disk remounted) */
 
     for (job = w->running; job; job = job->next) {
-        if (job->run == NULL && job->rc == TB_STORE_ERROR && w->db) {
+        if (job->rc == TB_STORE_ERROR && w->db) {
             tb_store_close(w->db);
             w->db = NULL;
             break;
@@ -581,28 +575,19 @@ ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
     ngx_http_tokenbiryani_writer_t *w = ev->data;
 
     const char                   *err;
-    ngx_uint_t                    stored;
     ngx_http_tokenbiryani_job_t  *job, *next;
 
     err = NULL;
-    stored = 0;
 
     for (job = w->running; job; job = job->next) {
-        if (job->run) {
-            continue;
-        }
-
-        stored = 1;
-
         if (job->rc == TB_STORE_ERROR) {
             err = job->err;
             break;
         }
     }
 
-    if (stored
-        && ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
-                                              ngx_http_tokenbiryani_now_ms()))
+    if (ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
+                                           ngx_http_tokenbiryani_now_ms()))
     {
         if (err) {
             ngx_log_error(NGX_LOG_ERR, ev->log, 0,

@@ -33,10 +33,6 @@ typedef struct ngx_http_tokenbiryani_job_s  ngx_http_tokenbiryani_job_t;
 typedef void (*ngx_http_tokenbiryani_job_done_pt)(
     ngx_http_tokenbiryani_job_t *job);
 
-/* work of a job's own in the thread, instead of a store operation */
-typedef int (*ngx_http_tokenbiryani_job_run_pt)(
-    ngx_http_tokenbiryani_job_t *job);
-
 struct ngx_http_tokenbiryani_job_s {
     ngx_http_tokenbiryani_job_t       *next;
     ngx_uint_t                         op;
@@ -63,7 +59,6 @@ struct ngx_http_tokenbiryani_job_s {
     char                               err[512];
     ngx_msec_t                         posted;
 
-    ngx_http_tokenbiryani_job_run_pt   run;       /* NULL: op */
     ngx_http_tokenbiryani_job_done_pt  done;
     void                              *data;
 };
@@ -88,9 +83,8 @@ void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
 #define ngx_http_tokenbiryani_store_on(tmcf)  ((tmcf)->store_path.len != 0)
 
 /*
- * Queues a write (or job->run's work); job->done is called from the event
- * loop once it is committed or failed, never from within this call.
- * NGX_ERROR: no thread pool.
+ * Queues a write; job->done is called from the event loop once it is
+ * committed or failed, never from within this call.  NGX_ERROR: no store.
  */
 ngx_int_t ngx_http_tokenbiryani_store_post(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_job_t *job);

@@ -19,19 +19,6 @@ accounts:
     base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
 _EOY_
 
-# runs nginx -t on this block's configuration with another tb.yaml
-sub nginx_t {
-    my $yaml = shift;
-    write_user_file('tb.yaml', $yaml);
-    my $out = `nginx -t -p ${\ servroot()}/ -c conf/nginx.conf 2>&1`;
-    ($? >> 8, $out);
-}
-
-{
-    no strict 'refs';
-    *{"TB::Nginx::nginx_t"} = \&nginx_t;
-}
-
 gateway_suite();
 run_tests();
 

@@ -52,13 +52,6 @@ sub post {
                  headers => { 'x-api-key' => 'admin-key', %h });
 }
 
-sub admin {
-    my $r = http_request(method => 'GET', path => $_[0],
-                         headers => { 'x-api-key' => 'admin-key' });
-    die "$_[0]: $r->{status} $r->{body}\n" unless ($r->{status} // 0) == 200;
-    json_decode($r->{body});
-}
-
 sub record { request_record($_[0]) }
 
 
@@ -81,14 +74,14 @@ my $log = mock_log();
 is(scalar(grep { ($_->{usage}{cache_read_input_tokens} // 0) > 0 } @$log), 7,
    'turns 2 to 8 read the prompt cache their first turn wrote');
 
-my $st = admin('/admin/status');
+my $st = admin_get('/admin/status');
 is($st->{affinity}{no_owner}, 1, 'turn 1 placed the session');
 is($st->{affinity}{honored}, 7, 'turns 2 to 8 honored it');
 is($st->{affinity}{broken} + $st->{affinity}{forced_breaks}, 0, 'no break');
 is($st->{affinity}{sessions}, 1, 'one session in the zone');
 is($st->{affinity}{bytes_per_entry}, 64, '64 bytes an entry');
 
-my $rec = admin('/admin/requests?limit=1')->{requests}[0];
+my $rec = admin_get('/admin/requests?limit=1')->{requests}[0];
 is($rec->{affinity}, 'honored', 'the inspector says so too');
 like($rec->{session}, qr/^fp:[0-9a-f]{16}$/, 'a fingerprint, a hash only');
 
@@ -121,7 +114,7 @@ ok($o->{available_in} > 0 && $o->{available_in} <= 61,
 is(post(turn_body('c2', 5))->{headers}{'x-tokenbiryani-account'}, $moved,
    'the conversation stays where it moved');
 
-my $st = admin('/admin/status');
+my $st = admin_get('/admin/status');
 is($st->{affinity}{forced_breaks}, 1, 'one forced break');
 is($st->{affinity}{broken}, 0, 'no unforced break');
 my ($a) = grep { $_->{id} eq $owner } @{ $st->{accounts} };
@@ -138,7 +131,7 @@ is($ra->{status}, 200, 'a served');
 is($rb->{status}, 200, 'b served');
 my ($sa, $sb) = map { record($_)->{session} } $ra, $rb;
 isnt($sa, $sb, 'different sessions');
-is(admin('/admin/status')->{affinity}{sessions}, 2, 'two entries');
+is(admin_get('/admin/status')->{affinity}{sessions}, 2, 'two entries');
 is(record($rb)->{affinity}, 'none', "b found no owner: a's entry is not b's");
 
 
@@ -164,7 +157,7 @@ my %n;
 $n{$_}++ for @a;
 is(scalar keys %n, 4, 'all four accounts used');
 is($n{$_}, 2, "$_ twice") for sort keys %n;
-my $st = admin('/admin/status');
+my $st = admin_get('/admin/status');
 is($st->{strategy}, 'round_robin', 'the strategy in force');
 ok($st->{affinity}{broken} >= 6, 'the cache-blind breaks are counted');
 
@@ -209,7 +202,7 @@ my $f = post(msg_body(text => 'with a failure'), 'x-mock-script' => '429,ok',
 is($f->{status}, 200, 'served after a failover');
 record($f);
 
-my $list = admin('/admin/requests?limit=3')->{requests};
+my $list = admin_get('/admin/requests?limit=3')->{requests};
 is(scalar @$list, 3, 'limit 3');
 is($list->[0]{request_id}, $f->{headers}{'x-tokenbiryani-request-id'},
    'newest first');
@@ -250,7 +243,7 @@ is(record($r[19])->{lease}{output_tokens}, 2000,
 # 301..320: the value at index round(0.95 * 19) = 18 of the sorted set
 is(record($r[20])->{lease}{output_tokens}, 319,
    'the 21st leases the nearest-rank p95 of 20 samples');
-my $e = admin('/admin/estimation');
+my $e = admin_get('/admin/estimation');
 is($e->{mode}, 'adaptive', 'adaptive');
 my $m = $e->{models}{'claude-sonnet-4-6'};
 is($m->{samples}, 21, '21 samples');
@@ -269,7 +262,7 @@ $::Yaml =~ s/^routing:\n/routing:\n  output_estimate: max_tokens\n/mr
 --- check
 my @r = map { post(msg_body(text => "q$_", max_tokens => 900)) } 1 .. 22;
 is(record($r[21])->{lease}{output_tokens}, 900, 'the ceiling');
-is(admin('/admin/estimation')->{mode}, 'max_tokens', 'reported');
+is(admin_get('/admin/estimation')->{mode}, 'max_tokens', 'reported');
 
 
 
@@ -277,7 +270,7 @@ is(admin('/admin/estimation')->{mode}, 'max_tokens', 'reported');
 --- user_files eval
 $::Yaml =~ s/(  - id: a4\n)/$1    observable_limits: false\n/r
 --- check
-my $st = admin('/admin/status');
+my $st = admin_get('/admin/status');
 my ($a4) = grep { $_->{id} eq 'a4' } @{ $st->{accounts} };
 my ($a1) = grep { $_->{id} eq 'a1' } @{ $st->{accounts} };
 is($a4->{headroom}, 0.5, 'assumed_headroom');
@@ -314,9 +307,9 @@ while ($sessions < 8000) {
     my @res = @{ http_requests_concurrent(\@reqs) };
     $n += grep { $_->{status} == 200 } @res;
     $sessions += 50;
-    last if admin('/admin/status')->{affinity}{evicted} > 0;
+    last if admin_get('/admin/status')->{affinity}{evicted} > 0;
 }
-my $st = admin('/admin/status');
+my $st = admin_get('/admin/status');
 ok($st->{affinity}{evicted} > 0, "evictions after $sessions sessions");
 is($n, $sessions, 'every request served while evicting');
 # every session seen (the 8 warm ones too) is either kept or was evicted

@@ -25,29 +25,6 @@ keys:
     admin: true
 _EOY_
 
-# runs python3's sqlite3 on a file: what the code prints
-sub sqlite_py {
-    my ($file, $code) = @_;
-    my $out = `python3 -c 'import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-$code' '$file' 2>&1`;
-    chomp $out;
-    $out;
-}
-
-# nginx -t on this block's nginx.conf with another tb.yaml
-sub nginx_t {
-    my $yaml = shift;
-    write_user_file('tb.yaml', $yaml);
-    my $out = `nginx -t -p ${\ servroot()}/ -c conf/nginx.conf 2>&1`;
-    ($? >> 8, $out);
-}
-
-{
-    no strict 'refs';
-    *{"TB::Nginx::$_"} = \&{$_} for qw(sqlite_py nginx_t);
-}
-
 gateway_suite();
 run_tests();
 
@@ -69,9 +46,9 @@ is((getpwuid((stat $db)[4]))[0], 'nobody', 'owned by the workers\' user, as are 
     if $> == 0;
 is_deeply([map { -e "$db$_" ? sprintf('%o', (stat "$db$_")[2] & 07777) : 'absent' } qw(-wal -shm)],
           ['600', '600'], 'which stay beside it, 0600');
-is(sqlite_py($db, 'print(db.execute("PRAGMA journal_mode").fetchone()[0])'), 'wal',
+is(sqlite_py('print(db.execute("PRAGMA journal_mode").fetchone()[0])', file => $db), 'wal',
    'in WAL mode');
-is(sqlite_py($db, 'print(db.execute("SELECT value FROM tb_meta WHERE name = \"schema\"").fetchone()[0])'),
+is(sqlite_py('print(db.execute("SELECT value FROM tb_meta WHERE name = \"schema\"").fetchone()[0])', file => $db),
    '1', 'with its schema');
 my ($rc, $out) = nginx_t($::Store);
 is($rc, 0, 'and nginx -t passes again on the same file') or diag($out);
@@ -104,9 +81,9 @@ isnt($rc, 0, 'a directory: nginx -t fails');
 like($out, qr{the store file "\S+/adir\.db" cannot be opened or created}, 'named') or diag($out);
 
 # corrupt: a real database whose pages were overwritten
-sqlite_py("$dir/bad.db", 'db.execute("CREATE TABLE t (x TEXT)")
+sqlite_py('db.execute("CREATE TABLE t (x TEXT)")
 for i in range(2000): db.execute("INSERT INTO t VALUES (?)", ("row %d " % i * 20,))
-db.execute("CREATE INDEX ti ON t (x)")');
+db.execute("CREATE INDEX ti ON t (x)")', file => "$dir/bad.db");
 open(my $f, '+<', "$dir/bad.db") or die "bad.db: $!";
 binmode $f;
 seek($f, 4096 * 3, 0);
@@ -117,8 +94,8 @@ isnt($rc, 0, 'corrupt pages: nginx -t fails');
 like($out, qr{the store file "\S+/bad\.db" is corrupt}, 'named') or diag($out);
 
 # written by a newer version
-sqlite_py("$dir/new.db", 'db.execute("CREATE TABLE tb_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
-db.execute("INSERT INTO tb_meta VALUES (\"schema\", \"99\")")');
+sqlite_py('db.execute("CREATE TABLE tb_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+db.execute("INSERT INTO tb_meta VALUES (\"schema\", \"99\")")', file => "$dir/new.db");
 ($rc, $out) = nginx_t($yaml->('new.db'));
 isnt($rc, 0, 'a newer schema: nginx -t fails');
 like($out, qr{the store file "\S+/new\.db" has schema 99, this build reads up to 1}, 'named') or diag($out);

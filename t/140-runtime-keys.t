@@ -4,7 +4,6 @@
 use lib 't/lib';
 use TB::Nginx;
 use TB::Gateway;
-use IPC::Open2;
 
 master_on();
 workers(2);
@@ -34,47 +33,6 @@ our $HttpConfig = $TB::Gateway::HttpConfig . <<'_EOC_';
     log_format tbkeys '$pid $status $request_uri';
     access_log logs/keys.log tbkeys;
 _EOC_
-
-sub db_file { servroot() . '/html/tokenbiryani.db' }
-
-sub admin {
-    my ($method, $path, $body, $key) = @_;
-    my $r = http_request(method => $method, path => $path,
-                         headers => { 'x-api-key' => $key // 'admin-key',
-                                      'content-type' => 'application/json' },
-                         body => defined $body ? (ref $body ? json_encode($body) : $body) : '');
-    my $j = eval { json_decode($r->{body}) };
-    ($r->{status}, $j, $r);
-}
-
-sub message_with {
-    my ($key, %o) = @_;
-    http_request(method => 'POST', path => '/v1/messages',
-                 headers => { 'x-api-key' => $key, 'content-type' => 'application/json',
-                              'anthropic-version' => '2023-06-01' },
-                 body => msg_body(%o));
-}
-
-sub restart {
-    my @st = TB::Nginx::stop_nginx();
-    my ($ok, $st, $why) = TB::Nginx::start_nginx();
-    die "nginx did not start again: $why\n" . TB::Nginx::slurp(servroot() . '/logs/error.log') unless $ok;
-}
-
-# runs python3's sqlite3 on the store: what the code prints
-sub sqlite_py {
-    my ($code) = @_;
-    my $out = `python3 -c 'import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-$code' '${\ db_file()}' 2>&1`;
-    chomp $out;
-    $out;
-}
-
-{
-    no strict 'refs';
-    *{"TB::Nginx::$_"} = \&{$_} for qw(admin message_with restart sqlite_py db_file);
-}
 
 gateway_suite(http_config => $HttpConfig, yaml => ">>> tb.yaml\n$Yaml");
 run_tests();
@@ -144,9 +102,7 @@ my $bursts = sub {
     $all = 1;
     for my $round (1 .. 10) {
         my $mark = -s $log;
-        my @r = @{ http_requests_concurrent([map { +{ method => 'POST', path => '/v1/messages',
-            headers => { 'x-api-key' => $secret, 'content-type' => 'application/json',
-                         'anthropic-version' => '2023-06-01' }, body => msg_body() } } 1 .. 16]) };
+        my @r = @{ http_requests_concurrent([map { message_args($secret) } 1 .. 16]) };
         $n += @r;
         $all &&= !grep { $_->{status} != $want } @r;
         # the log line is written as each request ends, just after its answer
@@ -260,7 +216,7 @@ for my $p (['{"admin": true}', qr/admin cannot be changed/], ['{"name": "other"}
 }
 ($st, $j) = admin(PUT => '/admin/keys/fine', '{}');
 is($st, 405, 'PUT: 405');
-($st, $j) = admin(POST => '/admin/keys', { name => 'x' }, 'tenant-key');
+($st, $j) = admin(POST => '/admin/keys', { name => 'x' }, key => 'tenant-key');
 is($st, 403, 'a tenant cannot mint');
 is(sqlite_py('print(db.execute("SELECT group_concat(name) FROM tb_keys").fetchone()[0])'), 'fine',
    'only the good one was written');
@@ -277,12 +233,8 @@ GET /healthz
 my (@secrets, %pids, $bursts, $distinct_ok, $same_once);
 ($distinct_ok, $same_once) = (1, 1);
 while ($bursts++ < 10 && keys %pids < 2) {
-    my @reqs = ((map { +{ method => 'POST', path => '/admin/keys',
-                           headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
-                           body => json_encode({ name => "b$bursts-k$_" }) } } 1 .. 24),
-                (map { +{ method => 'POST', path => '/admin/keys',
-                           headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
-                           body => json_encode({ name => "same-$bursts" }) } } 1 .. 8));
+    my @reqs = ((map { admin_args(POST => '/admin/keys', { name => "b$bursts-k$_" }) } 1 .. 24),
+                (map { admin_args(POST => '/admin/keys', { name => "same-$bursts" }) } 1 .. 8));
     my $mark = -s servroot() . '/logs/keys.log';
     my @r = @{ http_requests_concurrent(\@reqs) };
     $distinct_ok &&= (grep { $_->{status} == 201 } @r[0 .. 23]) == 24;

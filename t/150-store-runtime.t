@@ -29,43 +29,11 @@ keys:
     admin: true
 _EOY_
 
-sub db_file { servroot() . '/html/tokenbiryani.db' }
-
-sub admin {
-    my ($method, $path, $body) = @_;
-    my $r = http_request(method => $method, path => $path,
-                         headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
-                         body => defined $body ? json_encode($body) : '');
-    ($r->{status}, eval { json_decode($r->{body}) }, $r);
-}
-
-sub message_with {
-    my ($key, %o) = @_;
-    http_request(method => 'POST', path => '/v1/messages',
-                 headers => { 'x-api-key' => $key, 'content-type' => 'application/json',
-                              'anthropic-version' => '2023-06-01' },
-                 body => msg_body(%o));
-}
-
-sub start_again {
-    my ($ok, $st, $why) = TB::Nginx::start_nginx();
-    die "nginx did not start again: $why\n" . join("\n", (split /\n/, TB::Nginx::slurp(servroot() . "/logs/error.log") . TB::Nginx::slurp(servroot() . "/logs/stderr.log"))[-8 .. -1]) unless $ok;
-}
-
-sub sqlite_py {
-    my ($code) = @_;
-    my $out = `python3 -c 'import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
-$code' '${\ db_file()}' 2>&1`;
-    chomp $out;
-    $out;
-}
-
 sub request_ids { [map { $_->{request_id} } @{ admin_get('/admin/requests?limit=500')->{requests} }] }
 
 {
     no strict 'refs';
-    *{"TB::Nginx::$_"} = \&{$_} for qw(admin message_with start_again sqlite_py db_file request_ids);
+    *{"TB::Nginx::$_"} = \&{$_} for qw(request_ids);
 }
 
 gateway_suite(yaml => ">>> tb.yaml\n$Yaml");
@@ -87,8 +55,7 @@ my $rec = admin_get("/admin/requests/$before->[0]");
 my $events = admin_get('/admin/events?limit=500');
 ok(scalar @{ $events->{events} } >= 24, 'and their events');
 
-TB::Nginx::stop_nginx();
-start_again();
+restart();
 
 is_deeply(request_ids(), $before, 'after a restart, /admin/requests shows the same requests, newest first');
 my $again = admin_get("/admin/requests/$before->[0]");
@@ -125,9 +92,8 @@ for my $w (1 .. 4) {
         open my $fh, '>>', "$dir/acked.$w" or POSIX::_exit(1);
         $fh->autoflush(1);
         for my $i (1 .. 400) {
-            my $r = eval { http_request(method => 'POST', path => '/admin/keys',
-                headers => { 'x-api-key' => 'admin-key', 'content-type' => 'application/json' },
-                body => json_encode({ name => "w$w-$i" }), timeout => 5) };
+            my $r = eval { http_request(%{ admin_args(POST => '/admin/keys', { name => "w$w-$i" },
+                                                       timeout => 5) }) };
             last unless $r && $r->{status};
             print $fh "w$w-$i " . json_decode($r->{body})->{key} . "\n" if $r->{status} == 201;
         }

@@ -33,21 +33,6 @@ keys:
     name: tenant
 _EOY_
 
-sub admin {
-    my ($method, $path, $body, $key) = @_;
-    my $r = http_request(method => $method, path => $path,
-                         headers => { 'x-api-key' => $key // 'admin-key',
-                                      'content-type' => 'application/json' },
-                         body => defined $body ? (ref $body ? json_encode($body) : $body) : '');
-    ($r->{status}, eval { json_decode($r->{body}) }, $r);
-}
-
-sub restart {
-    TB::Nginx::stop_nginx();
-    my ($ok, $st, $why) = TB::Nginx::start_nginx();
-    die "nginx did not start again: $why\n" unless $ok;
-}
-
 # the strategies requests were decided by, in bursts on many connections
 # until both workers have served some (or 20 bursts): counts by strategy,
 # and how many workers served
@@ -57,9 +42,7 @@ sub strategies_of_burst {
     my $count = sub { scalar @{ admin_get('/admin/requests?limit=1000')->{requests} } };
     for my $round (1 .. 20) {
         my $before = $count->();
-        my $r = http_requests_concurrent([map { +{ method => 'POST', path => '/v1/messages',
-            headers => { 'x-api-key' => 'tenant-key', 'content-type' => 'application/json',
-                         'anthropic-version' => '2023-06-01' }, body => msg_body() } } 1 .. $n]);
+        my $r = http_requests_concurrent([map { message_args('tenant-key') } 1 .. $n]);
         die "a request failed\n" if grep { $_->{status} != 200 } @$r;
         # the records are written as the requests end, just after the answers
         poll_until(5, sub { $count->() >= $before + $n }) or die "the records did not come\n";
@@ -74,7 +57,7 @@ sub strategies_of_burst {
 
 {
     no strict 'refs';
-    *{"TB::Nginx::$_"} = \&{$_} for qw(admin restart strategies_of_burst);
+    *{"TB::Nginx::$_"} = \&{$_} for qw(strategies_of_burst);
 }
 
 gateway_suite(yaml => ">>> tb.yaml\n$Yaml");
@@ -99,7 +82,7 @@ is_deeply([@{ $s->{'retry.max_accounts'} }{qw(value source)}], [3, 'default'], '
 is($s->{'routing.weights.affinity'}{value}, 0.4, 'a weight');
 is($s->{'store.backend'}{value}, 'sqlite', 'the store');
 like($j->{config_file}, qr{/tb\.yaml$}, 'the file it read');
-($st) = admin(GET => '/admin/settings', undef, 'tenant-key');
+($st) = admin(GET => '/admin/settings', undef, key => 'tenant-key');
 is($st, 403, 'a tenant may not look');
 
 
@@ -215,13 +198,9 @@ is($j->{settings}{'routing.strategy'}{source}, 'runtime', 'at runtime');
 ($st, $j) = admin(POST => '/admin/keys', { name => 'scratch' });
 is($st, 201, 'a key minted');
 my $secret = $j->{key};
-is(http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
-                headers => { 'x-api-key' => $secret, 'content-type' => 'application/json',
-                             'anthropic-version' => '2023-06-01' })->{status}, 200, 'and it works');
+is(message_with($secret)->{status}, 200, 'and it works');
 is(admin_get('/admin/status')->{store}{backend}, 'memory', 'the store: memory');
 ok(!-e servroot() . '/html/tokenbiryani.db', 'no store file');
 restart();
 is(admin_get('/admin/settings')->{settings}{'routing.strategy'}{source}, 'default', 'after a restart: the strategy is the default again');
-is(http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
-                headers => { 'x-api-key' => $secret, 'content-type' => 'application/json',
-                             'anthropic-version' => '2023-06-01' })->{status}, 401, 'and the key is gone');
+is(message_with($secret)->{status}, 401, 'and the key is gone');

@@ -1,7 +1,8 @@
 package TB::Gateway;
 
 # Shared pieces of the gateway's suites: the nginx.conf fragments, request
-# bodies, and small parsers for what the mock logged and the client got.
+# bodies, small parsers for what the mock logged and the client got, the
+# admin API, restarts and nginx -t, and the SQLite store read from outside.
 
 use strict;
 use warnings;
@@ -14,7 +15,9 @@ our @EXPORT = qw($HttpConfig $Locations gateway_suite pool_yaml
                  msg_body stream_body sse_events
                  count_events credentials_of big_body turn_body
                  admin_get admin_post pool_status account_of quiet_pool_ok
-                 bg_request bg_result);
+                 bg_request bg_result
+                 admin admin_args message_with message_args restart start_again
+                 nginx_t db_file sqlite_py sqlite_rows);
 
 
 
@@ -194,6 +197,109 @@ sub quiet_pool_ok {
                               "$a->{id}: nothing reserved");
     }
     $st;
+}
+
+# the arguments of an admin API request, for http_request or
+# http_requests_concurrent: $body is a Perl structure (sent as JSON), a
+# string (sent as it is) or undef (an empty body); %o: key (the default
+# admin-key), headers (more headers), timeout
+sub admin_args {
+    my ($method, $path, $body, %o) = @_;
+    +{ method => $method, path => $path,
+       headers => { 'x-api-key' => $o{key} // 'admin-key',
+                    'content-type' => 'application/json', %{ $o{headers} // {} } },
+       body => defined $body ? (ref $body ? TB::Nginx::json_encode($body) : $body) : '',
+       defined $o{timeout} ? (timeout => $o{timeout}) : () };
+}
+
+# an admin API request, whatever its answer: (status, the body decoded or
+# undef when it is not JSON, the response)
+sub admin {
+    my $r = TB::Nginx::http_request(%{ admin_args(@_) });
+    ($r->{status}, scalar eval { TB::Nginx::json_decode($r->{body}) }, $r);
+}
+
+# the arguments of POST /v1/messages with key $key, the body msg_body(%o)
+sub message_args {
+    my ($key, %o) = @_;
+    +{ method => 'POST', path => '/v1/messages',
+       headers => { 'x-api-key' => $key, 'content-type' => 'application/json',
+                    'anthropic-version' => '2023-06-01' },
+       body => msg_body(%o) };
+}
+
+# POST /v1/messages with key $key: the response
+sub message_with { TB::Nginx::http_request(%{ message_args(@_) }) }
+
+# starts the block's nginx again (after stop_nginx, or a kill); dies with
+# the logs' tail when it does not come up
+sub start_again {
+    my ($ok, $st, $why) = TB::Nginx::start_nginx();
+    return 1 if $ok;
+    my $logs = TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/error.log')
+             . TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/stderr.log');
+    die "nginx did not start again: $why\n" . TB::Nginx::tail($logs, 20) . "\n";
+}
+
+# stops the block's nginx and starts it again, on the same files
+sub restart {
+    TB::Nginx::stop_nginx();
+    start_again();
+}
+
+# @cmd run with stdout and stderr together, no shell: (exit code, output)
+sub _run {
+    my @cmd = @_;
+    my $pid = open(my $fh, '-|') // die "fork: $!\n";
+    if (!$pid) {
+        open STDERR, '>&', \*STDOUT;
+        exec { $cmd[0] } @cmd or print "exec $cmd[0]: $!\n";
+        POSIX::_exit(127);
+    }
+    local $/;
+    my $out = <$fh> // '';
+    close $fh;
+    ($? >> 8, $out);
+}
+
+# nginx -t on this block's nginx.conf, after writing $yaml to tb.yaml:
+# (exit code, what it printed)
+sub nginx_t {
+    my $yaml = shift;
+    TB::Nginx::write_user_file('tb.yaml', $yaml);
+    _run($ENV{TEST_NGINX_BINARY} || 'nginx', '-t', '-p', TB::Nginx::servroot() . '/',
+         '-c', 'conf/nginx.conf');
+}
+
+# the SQLite store the suites' YAML names (store.path's default)
+sub db_file { TB::Nginx::servroot() . '/html/tokenbiryani.db' }
+
+# runs Python $code with db, python3's sqlite3 connection to the store (or
+# to file => ...; autocommit, waiting up to 10 s for a lock): what it
+# printed, stderr included, without the last newline
+sub sqlite_py {
+    my ($code, %o) = @_;
+    my (undef, $out) = _run('python3', '-c', "import sqlite3, sys\n"
+        . "db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)\n$code",
+        $o{file} // db_file());
+    chomp $out;
+    $out;
+}
+
+# the rows of $sql (with ? bound to @$args) in the store (or file => ...):
+# [{ column => value }, ...], a BLOB as hex; dies with what sqlite3 said
+sub sqlite_rows {
+    my ($sql, $args, %o) = @_;
+    my ($rc, $out) = _run('python3', '-c', <<'_EOP_', $o{file} // db_file(), $sql,
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+db.row_factory = sqlite3.Row
+rows = db.execute(sys.argv[2], json.loads(sys.argv[3])).fetchall()
+print(json.dumps([dict(r) for r in rows], default=lambda b: b.hex()))
+_EOP_
+                          TB::Nginx::json_encode($args // []));
+    die "sqlite_rows: $sql: $out" if $rc;
+    TB::Nginx::json_decode($out);
 }
 
 # a request in a child process; bg_result() waits for it and returns the

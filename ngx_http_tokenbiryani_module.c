@@ -19,6 +19,7 @@
 #include "ngx_http_tokenbiryani_admin.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
+#include "ngx_http_tokenbiryani_accounts.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -89,6 +90,13 @@ static ngx_command_t  ngx_http_tokenbiryani_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_tokenbiryani_main_conf_t, lease_timeout),
+      NULL },
+
+    { ngx_string("tokenbiryani_max_accounts"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_tokenbiryani_main_conf_t, max_accounts),
       NULL },
 
     { ngx_string("tokenbiryani_pass"),
@@ -182,6 +190,7 @@ ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf)
      */
 
     tmcf->reload_fd = -1;
+    tmcf->max_accounts = NGX_CONF_UNSET_UINT;
     tmcf->keepalive = NGX_CONF_UNSET_UINT;
     tmcf->keepalive_timeout = NGX_CONF_UNSET_MSEC;
     tmcf->lease_timeout = NGX_CONF_UNSET_MSEC;
@@ -271,9 +280,10 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_tokenbiryani_main_conf_t *tmcf = conf;
 
-    ngx_uint_t                          i, j, tls;
+    void                               *elts;
+    ngx_uint_t                          i, tls;
+    ngx_file_info_t                     fi;
     ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_keepalive_t  *items;
 
     ngx_conf_init_uint_value(tmcf->keepalive, 64);
     ngx_conf_init_msec_value(tmcf->keepalive_timeout, 60000);
@@ -314,30 +324,56 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    /* per-worker idle connection caches, one per account */
+    /*
+     * The accounts' table gets its room for the most there may be, the
+     * file's and those added at runtime: it never moves once workers run.
+     */
 
-    a = tmcf->accounts.elts;
-    tls = 0;
+    ngx_conf_init_uint_value(tmcf->max_accounts, 64);
 
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        ngx_queue_init(&a[i].cache);
-        ngx_queue_init(&a[i].free);
+    if (tmcf->max_accounts < tmcf->accounts.nelts) {
+        tmcf->max_accounts = tmcf->accounts.nelts;
+    }
 
-        tls |= a[i].tls;
+    if (tmcf->max_accounts > 4096) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"tokenbiryani_max_accounts\" must be at most "
+                           "4096");
+        return NGX_CONF_ERROR;
+    }
 
-        if (tmcf->keepalive == 0) {
-            continue;
-        }
-
-        items = ngx_pcalloc(cf->pool, tmcf->keepalive
-                            * sizeof(ngx_http_tokenbiryani_keepalive_t));
-        if (items == NULL) {
+    if (tmcf->max_accounts > tmcf->accounts.nalloc) {
+        elts = ngx_pcalloc(cf->pool, tmcf->max_accounts
+                                     * sizeof(ngx_http_tokenbiryani_account_t));
+        if (elts == NULL) {
             return NGX_CONF_ERROR;
         }
 
-        for (j = 0; j < tmcf->keepalive; j++) {
-            items[j].account = &a[i];
-            ngx_queue_insert_head(&a[i].free, &items[j].queue);
+        ngx_memcpy(elts, tmcf->accounts.elts,
+                   tmcf->accounts.nelts
+                   * sizeof(ngx_http_tokenbiryani_account_t));
+
+        tmcf->accounts.elts = elts;
+        tmcf->accounts.nalloc = tmcf->max_accounts;
+    }
+
+    if (ngx_http_tokenbiryani_key_pools(cf, tmcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* per-worker idle connection caches, one per account */
+
+    a = tmcf->accounts.elts;
+
+    tls = 0;
+
+    for (i = 0; i < tmcf->accounts.nelts; i++) {
+        tls |= a[i].tls;
+
+        if (ngx_http_tokenbiryani_account_keepalive(cf->pool, tmcf, &a[i])
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
         }
     }
 
@@ -345,7 +381,17 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
     {
     ngx_pool_cleanup_t  *cln;
 
-    if (!tls) {
+    /*
+     * Accounts added at runtime may use https: with a store, TLS is made
+     * ready whenever the trusted certificates are there (without them,
+     * such an account is refused when it is added).
+     */
+
+    if (!tls
+        && (!ngx_http_tokenbiryani_store_on(tmcf)
+            || ngx_file_info(tmcf->trusted_certificate.data, &fi)
+               == NGX_FILE_ERROR))
+    {
         return NGX_CONF_OK;
     }
 

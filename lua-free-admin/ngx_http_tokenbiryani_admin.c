@@ -16,6 +16,7 @@
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
+#include "ngx_http_tokenbiryani_accounts.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r);
@@ -36,8 +37,6 @@ static const char *ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r,
     int64_t slot);
 static void ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
     const int64_t *v);
-static cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
 static cJSON *ngx_http_tokenbiryani_window_json(tb_window_t *w, int64_t now);
 
 static ngx_int_t ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r,
@@ -64,6 +63,10 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
     }
 
     uri = &r->uri;
+
+    /* the accounts as the zone has them now */
+    ngx_http_tokenbiryani_accounts_sync(
+        ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module));
 
     if (uri->len == sizeof("/admin/status") - 1
         && ngx_strncmp(uri->data, "/admin/status", uri->len) == 0)
@@ -98,10 +101,20 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_admin_reload(r);
     }
 
-    if (uri->len > sizeof("/admin/accounts/") - 1
-        && ngx_strncmp(uri->data, "/admin/accounts/",
-                       sizeof("/admin/accounts/") - 1) == 0)
+    if (uri->len >= sizeof("/admin/accounts") - 1
+        && ngx_strncmp(uri->data, "/admin/accounts",
+                       sizeof("/admin/accounts") - 1) == 0
+        && (uri->len == sizeof("/admin/accounts") - 1
+            || uri->data[sizeof("/admin/accounts") - 1] == '/'))
     {
+        rc = ngx_http_tokenbiryani_admin_accounts(r);
+
+        if (rc != NGX_DECLINED
+            || uri->len <= sizeof("/admin/accounts/") - 1)
+        {
+            return rc;
+        }
+
         return ngx_http_tokenbiryani_admin_account(r,
                    uri->data + sizeof("/admin/accounts/") - 1,
                    uri->len - (sizeof("/admin/accounts/") - 1));
@@ -156,7 +169,7 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 {
     int64_t                              now;
     ngx_pid_t                            pids[64];
-    ngx_uint_t                           i, n[4], nw, held[64];
+    ngx_uint_t                           i, n[4], nw, held[64], total;
     tb_state_e                           state;
     cJSON                               *root, *obj, *arr, *acct, *w;
     ngx_http_tokenbiryani_account_t     *a;
@@ -257,15 +270,22 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     ngx_memzero(n, sizeof(n));
 
     a = tmcf->accounts.elts;
+    total = 0;
 
     for (i = 0; i < tmcf->accounts.nelts; i++) {
-        acct = ngx_http_tokenbiryani_account_json(r, &a[i], now, &state);
+        if (a[i].retired) {
+            continue;
+        }
+
+        acct = ngx_http_tokenbiryani_admin_account_record(r, &a[i], now,
+                                                          &state);
         if (acct == NULL) {
             goto failed;
         }
 
         cJSON_AddItemToArray(arr, acct);
         n[state]++;
+        total++;
     }
 
     obj = cJSON_AddObjectToObject(root, "pool");
@@ -273,7 +293,7 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
         goto failed;
     }
 
-    cJSON_AddNumberToObject(obj, "total", (double) tmcf->accounts.nelts);
+    cJSON_AddNumberToObject(obj, "total", (double) total);
     cJSON_AddNumberToObject(obj, "ready", (double) n[TB_STATE_READY]);
     cJSON_AddNumberToObject(obj, "cooling", (double) n[TB_STATE_COOLING]);
     cJSON_AddNumberToObject(obj, "exhausted", (double) n[TB_STATE_EXHAUSTED]);
@@ -289,7 +309,7 @@ failed:
 }
 
 
-static cJSON *
+cJSON *
 ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state)
 {
@@ -1085,7 +1105,7 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 {
     int64_t                             now, until;
     ngx_str_t                           json;
-    ngx_uint_t                          i, ready;
+    ngx_uint_t                          i, ready, total;
     const char                         *reason;
     tb_state_e                          state;
     ngx_http_tokenbiryani_ctx_t        *ctx;
@@ -1106,10 +1126,19 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     now = ngx_http_tokenbiryani_now_ms();
 
+    ngx_http_tokenbiryani_accounts_sync(tmcf);
+
     ready = 0;
+    total = 0;
     a = tmcf->accounts.elts;
 
     for (i = 0; i < tmcf->accounts.nelts; i++) {
+        if (a[i].retired) {
+            continue;
+        }
+
+        total++;
+
         state = tb_account_state(a[i].sh, a[i].conf->enabled && a[i].supported,
                                  &tmcf->zone.breaker, now, &until, &reason);
 
@@ -1127,8 +1156,7 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 
     json.len = ngx_sprintf(json.data,
                            "{\"status\":\"%s\",\"ready\":%ui,\"total\":%ui}",
-                           ready ? "ok" : "no_capacity", ready,
-                           tmcf->accounts.nelts)
+                           ready ? "ok" : "no_capacity", ready, total)
                - json.data;
 
     ctx->own_error = 1;
@@ -1151,7 +1179,7 @@ ngx_http_tokenbiryani_admin_account(ngx_http_request_t *r, u_char *p,
     size_t                              n;
     int64_t                             now;
     u_char                             *slash;
-    ngx_uint_t                          i, enable;
+    ngx_uint_t                          enable;
     tb_state_e                          state;
     cJSON                              *acct;
     ngx_http_tokenbiryani_account_t    *a;
@@ -1185,21 +1213,13 @@ ngx_http_tokenbiryani_admin_account(ngx_http_request_t *r, u_char *p,
         }
     }
 
-    a = tmcf->accounts.elts;
+    a = ngx_http_tokenbiryani_account_find(tmcf, p, n);
 
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        if (a[i].id.len == n && ngx_strncmp(a[i].id.data, p, n) == 0) {
-            break;
-        }
-    }
-
-    if (i == tmcf->accounts.nelts) {
+    if (a == NULL) {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                    "not_found_error", "no account \"%*s\"",
                    ngx_min(n, 64), p);
     }
-
-    a = &a[i];
 
     if (enable == 2) {
         if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -1226,7 +1246,7 @@ ngx_http_tokenbiryani_admin_account(ngx_http_request_t *r, u_char *p,
                                      : "disabled");
     }
 
-    acct = ngx_http_tokenbiryani_account_json(r, a,
+    acct = ngx_http_tokenbiryani_admin_account_record(r, a,
                                               ngx_http_tokenbiryani_now_ms(),
                                               &state);
     if (acct == NULL) {

@@ -24,6 +24,15 @@ ngx_int_t ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_admin_settings(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r);
 
+/* /admin/accounts (..._admin_accounts.c); NGX_DECLINED: not its own */
+ngx_int_t ngx_http_tokenbiryani_admin_accounts(ngx_http_request_t *r);
+
+/* an account for an admin answer: its state, limits and configuration */
+cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
+cJSON *ngx_http_tokenbiryani_admin_account_record(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
+
 /* a string of len bytes, at most 511, added to obj as name */
 cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);

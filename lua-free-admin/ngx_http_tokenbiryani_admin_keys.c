@@ -19,6 +19,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_keys.h"
+#include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_admin.h"
 
@@ -283,18 +284,11 @@ ngx_http_tokenbiryani_key_account(void *data, const char *id)
 {
     ngx_http_tokenbiryani_main_conf_t *tmcf = data;
 
-    ngx_uint_t                        i;
-    ngx_http_tokenbiryani_account_t  *a;
+    ngx_http_tokenbiryani_accounts_sync(tmcf);
 
-    a = tmcf->accounts.elts;
-
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        if (ngx_strcmp(a[i].conf->id, id) == 0) {
-            return 1;
-        }
-    }
-
-    return 0;
+    return ngx_http_tokenbiryani_account_find(tmcf, (u_char *) id,
+                                              ngx_strlen(id))
+           != NULL;
 }
 
 

@@ -150,6 +150,35 @@ ngx_http_tokenbiryani_affinity_delete(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
+ngx_uint_t
+ngx_http_tokenbiryani_affinity_drop_locked(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot)
+{
+    ngx_uint_t                         n;
+    ngx_queue_t                       *q, *next;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_affinity_t  *e;
+
+    sh = zone->sh;
+    n = 0;
+
+    for (q = ngx_queue_head(&sh->aff_lru);
+         q != ngx_queue_sentinel(&sh->aff_lru);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        e = ngx_queue_data(q, ngx_http_tokenbiryani_affinity_t, lru);
+
+        if (e->slot == slot) {
+            ngx_http_tokenbiryani_affinity_delete(sh, zone->shpool, e);
+            n++;
+        }
+    }
+
+    return n;
+}
+
+
 /*
  * Sessions are the zone's expendable memory: when an allocation fails, the
  * least recently used ones make room (leases, which are not expendable,

@@ -6,9 +6,6 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
-static tb_account_state_t *ngx_http_tokenbiryani_zone_slot(
-    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
-    ngx_http_tokenbiryani_zone_account_t *za, ngx_uint_t *index);
 static ngx_int_t ngx_http_tokenbiryani_zone_ring(
     ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool);
@@ -54,7 +51,9 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->rpm);
         ngx_queue_init(&sh->keys);
         ngx_queue_init(&sh->rkeys);
+        ngx_queue_init(&sh->raccts);
         sh->rkeys_gen = 1;
+        sh->raccts_gen = 1;
         sh->settings_gen = 1;
 
         /* a waiter that never tried has blocked_gen 0: never current */
@@ -131,8 +130,8 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     za = zone->accounts.elts;
 
     for (i = 0; i < zone->accounts.nelts; i++) {
-        slot = ngx_http_tokenbiryani_zone_slot(sh, shpool, &za[i],
-                                               &za[i].slot);
+        slot = ngx_http_tokenbiryani_zone_slot_locked(sh, shpool, &za[i],
+                                                      &za[i].slot);
         if (slot == NULL) {
             ngx_shmtx_unlock(&shpool->mutex);
 
@@ -148,14 +147,17 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         za[i].st = slot;
     }
 
+    /* accounts added at runtime outlive a reload */
+    ngx_http_tokenbiryani_raccts_live_locked(sh);
+
     ngx_shmtx_unlock(&shpool->mutex);
 
     return NGX_OK;
 }
 
 
-static tb_account_state_t *
-ngx_http_tokenbiryani_zone_slot(ngx_http_tokenbiryani_shm_t *sh,
+tb_account_state_t *
+ngx_http_tokenbiryani_zone_slot_locked(ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_zone_account_t *za,
     ngx_uint_t *index)
 {
@@ -547,7 +549,7 @@ ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
     za.id = (u_char *) id;
     za.id_len = len;
 
-    slot = ngx_http_tokenbiryani_zone_slot(sh, zone->shpool, &za, &i);
+    slot = ngx_http_tokenbiryani_zone_slot_locked(sh, zone->shpool, &za, &i);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 

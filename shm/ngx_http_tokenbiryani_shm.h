@@ -472,6 +472,58 @@ ngx_int_t ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
 
 
 /*
+ * Accounts added at runtime (shm/ngx_http_tokenbiryani_raccts.c): each its
+ * id, its spec (JSON without the credential), the credential sealed, the
+ * addresses its host resolved to, and a zone slot, kept for as long as the
+ * zone lives.  Workers keep a usable copy, rebuilt when the generation
+ * moves.
+ */
+
+#define NGX_HTTP_TB_RACCT_ADDRS        8
+#define NGX_HTTP_TB_RKEY_FULL          4      /* tokenbiryani_max_accounts */
+
+typedef struct {
+    socklen_t                      socklen;
+    ngx_sockaddr_t                 sockaddr;
+} ngx_http_tokenbiryani_raddr_t;
+
+typedef struct {
+    ngx_str_t                      id;            /* NUL-terminated */
+    ngx_str_t                      spec;          /* NUL-terminated */
+    ngx_str_t                      sealed;        /* NUL-terminated */
+    ngx_uint_t                     slot;
+    uint64_t                       version;
+    ngx_uint_t                     naddrs;
+    ngx_http_tokenbiryani_raddr_t  addrs[NGX_HTTP_TB_RACCT_ADDRS];
+} ngx_http_tokenbiryani_racct_view_t;
+
+/*
+ * A new account (create: NGX_HTTP_TB_RKEY_EXISTS if the id is taken,
+ * _FULL when max accounts are there) or another content for one
+ * (NGX_HTTP_TB_RKEY_NONE if there is none).  in->slot, in->version are
+ * ignored: a new account gets the slot of its id and fingerprint (made
+ * when new), a changed one keeps its slot.  *slot: the slot it has.
+ */
+ngx_uint_t ngx_http_tokenbiryani_racct_put(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_racct_view_t *in,
+    const u_char fingerprint[8], int replenishment, ngx_uint_t create,
+    ngx_uint_t max, ngx_uint_t *slot);
+
+/* an account removed, and the sessions placed on it; its slot in *slot */
+ngx_uint_t ngx_http_tokenbiryani_racct_delete(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
+    ngx_uint_t *slot);
+
+/* changes with every put and delete; read without the lock */
+uint64_t ngx_http_tokenbiryani_raccts_gen(ngx_http_tokenbiryani_zone_t *zone);
+
+/* a copy of every runtime account into pool (*out: racct_view_t) */
+ngx_int_t ngx_http_tokenbiryani_raccts_copy(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_pool_t *pool, ngx_array_t *out,
+    uint64_t *gen);
+
+
+/*
  * The strategy an operator set at runtime, by name ("" or NULL: the
  * file's), for every worker; the generation moves with each change.
  */

@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a36      /* "tbz6" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a37      /* "tbz7" */
 
 
 /* a key's requests in flight and waiting, across workers; never freed */
@@ -80,6 +80,20 @@ typedef struct {
     size_t                         spec_len;
     u_char                         data[1];       /* name, then spec */
 } ngx_http_tokenbiryani_rkey_t;
+
+
+/* an account added at runtime: its id, spec and sealed credential */
+typedef struct {
+    ngx_queue_t                    queue;         /* in sh->raccts */
+    ngx_uint_t                     slot;
+    uint64_t                       version;       /* of this content */
+    ngx_uint_t                     naddrs;
+    ngx_http_tokenbiryani_raddr_t  addrs[NGX_HTTP_TB_RACCT_ADDRS];
+    size_t                         id_len;
+    size_t                         spec_len;
+    size_t                         sealed_len;
+    u_char                         data[1];       /* id, spec, sealed */
+} ngx_http_tokenbiryani_racct_t;
 
 
 /* the events ring: never freed, see shm/ngx_http_tokenbiryani_events.c */
@@ -160,6 +174,12 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nrkeys;
     ngx_atomic_t                   rkeys_gen;
 
+    /* accounts added at runtime; the generation changes with each change */
+    ngx_queue_t                    raccts;
+    ngx_uint_t                     nraccts;
+    uint64_t                       raccts_version;
+    ngx_atomic_t                   raccts_gen;
+
     /* settings changed at runtime: the strategy ("": the file's) */
     u_char                         strategy[32];
     ngx_atomic_t                   settings_gen;
@@ -193,6 +213,19 @@ typedef struct {
 
 ngx_uint_t ngx_http_tokenbiryani_owner_gone(
     ngx_http_tokenbiryani_owners_t *owners, ngx_pid_t pid);
+
+/* the slot of an account id and fingerprint, made when new; NULL: no
+ * memory.  Under the lock. */
+tb_account_state_t *ngx_http_tokenbiryani_zone_slot_locked(
+    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
+    ngx_http_tokenbiryani_zone_account_t *za, ngx_uint_t *index);
+
+/* the slots of the accounts added at runtime marked live.  Under the lock. */
+void ngx_http_tokenbiryani_raccts_live_locked(ngx_http_tokenbiryani_shm_t *sh);
+
+/* every session placed on a slot forgotten; how many.  Under the lock. */
+ngx_uint_t ngx_http_tokenbiryani_affinity_drop_locked(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot);
 
 /* a key's state, made when first asked for; NULL: key 0, or no memory */
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(

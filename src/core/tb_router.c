@@ -345,6 +345,10 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
     o->headroom = conf->observable_limits ? (h < 1.0 ? h : 1.0)
                                           : conf->assumed_headroom;
 
+    if (c->removed) {
+        return TB_V_DISABLED;
+    }
+
     if (exceeds) {
         return TB_V_EXCEEDS;
     }
@@ -629,7 +633,10 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
         break;
 
     case TB_V_DISABLED:
-        if (!c->supported) {
+        if (c->removed) {
+            why = "removed by an operator";
+
+        } else if (!c->supported) {
             why = "account type not supported by this build";
 
         } else if (!c->conf->enabled) {

@@ -30,6 +30,11 @@ static const char  tb_store_schema[] =
     "  digest BLOB NOT NULL UNIQUE,"
     "  spec   TEXT NOT NULL"
     ");"
+    "CREATE TABLE IF NOT EXISTS tb_accounts ("
+    "  id     TEXT PRIMARY KEY NOT NULL,"
+    "  spec   TEXT NOT NULL,"
+    "  sealed TEXT NOT NULL"
+    ");"
     "CREATE TABLE IF NOT EXISTS tb_history ("
     "  kind   INTEGER NOT NULL,"
     "  seq    INTEGER NOT NULL,"
@@ -481,6 +486,83 @@ tb_store_keys(tb_store_t *s, tb_store_key_pt cb, void *data)
 
     return rc == SQLITE_DONE ? TB_STORE_OK
                              : tb_store_failed(s, rc, "read the keys");
+}
+
+
+int
+tb_store_account_put(tb_store_t *s, const char *id, const char *spec,
+    const char *sealed, int create)
+{
+    int  rc;
+
+    if (create) {
+        return tb_store_run(s, "insert an account",
+                            "INSERT INTO tb_accounts (id, spec, sealed) "
+                            "VALUES (?, ?, ?)", "ttt", id, spec, sealed);
+    }
+
+    rc = tb_store_run(s, "update an account",
+                      "UPDATE tb_accounts SET spec = ?, sealed = ? "
+                      "WHERE id = ?", "ttt", spec, sealed, id);
+
+    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
+        return TB_STORE_NONE;
+    }
+
+    return rc;
+}
+
+
+int
+tb_store_account_delete(tb_store_t *s, const char *id)
+{
+    int  rc;
+
+    rc = tb_store_run(s, "delete an account",
+                      "DELETE FROM tb_accounts WHERE id = ?", "t", id);
+
+    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
+        return TB_STORE_NONE;
+    }
+
+    return rc;
+}
+
+
+int
+tb_store_accounts(tb_store_t *s, tb_store_account_pt cb, void *data)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, "SELECT id, spec, sealed FROM tb_accounts "
+                            "ORDER BY rowid", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read the accounts");
+    }
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (sqlite3_column_text(st, 0) == NULL
+            || sqlite3_column_text(st, 1) == NULL
+            || sqlite3_column_text(st, 2) == NULL)
+        {
+            continue;
+        }
+
+        if (cb(data, (const char *) sqlite3_column_text(st, 0),
+               (const char *) sqlite3_column_text(st, 1),
+               (const char *) sqlite3_column_text(st, 2))
+            != 0)
+        {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK
+                             : tb_store_failed(s, rc, "read the accounts");
 }
 
 

@@ -57,6 +57,21 @@ typedef int (*tb_store_key_pt)(void *data, const char *name,
 int tb_store_keys(tb_store_t *s, tb_store_key_pt cb, void *data);
 
 /*
+ * An account added at runtime: its id, its spec (JSON, without the
+ * credential) and the credential sealed (tb_seal).  create: insert, else
+ * update (TB_STORE_NONE when there is no such account).
+ */
+int tb_store_account_put(tb_store_t *s, const char *id, const char *spec,
+    const char *sealed, int create);
+int tb_store_account_delete(tb_store_t *s, const char *id);
+
+typedef int (*tb_store_account_pt)(void *data, const char *id,
+    const char *spec, const char *sealed);
+
+/* every stored account, in the order they were added */
+int tb_store_accounts(tb_store_t *s, tb_store_account_pt cb, void *data);
+
+/*
  * History: inspector records (TB_STORE_RECORDS) and events
  * (TB_STORE_EVENTS), each a numbered blob of the layout its writer
  * names; the newest keep of a kind are kept.

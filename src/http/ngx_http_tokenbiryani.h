@@ -96,6 +96,13 @@ typedef struct {
     unsigned                       tls:1;
     unsigned                       supported:1;    /* type is proxied */
     unsigned                       by_name:1;      /* host is a DNS name */
+    unsigned                       runtime:1;      /* added at runtime */
+    unsigned                       retired:1;      /* removed since */
+
+    /* an account added at runtime: the content it has, where it lives */
+    uint64_t                       version;
+    uint64_t                       retired_epoch;
+    ngx_pool_t                    *vpool;
 
     uint64_t                       id_hash;
 
@@ -133,7 +140,11 @@ typedef struct {
     u_char                       **pools;     /* per key: its accounts,
                                                  1 per pool index */
 
-    ngx_array_t                    accounts;  /* of ..._account_t */
+    ngx_array_t                    accounts;  /* of ..._account_t, room
+                                                 for max_accounts: never
+                                                 moves */
+    ngx_uint_t                     nyaml;     /* the file's, first */
+    ngx_uint_t                     max_accounts;
 
     ngx_uint_t                     keepalive;
     ngx_msec_t                     keepalive_timeout;
@@ -212,6 +223,13 @@ typedef struct {
                                                  pool index; NULL: all */
 
     tb_body_t                      body;
+
+    void                          *admin_data;  /* an admin write's */
+
+    /* the accounts there were when it began: the ones it may use */
+    ngx_uint_t                     naccounts;
+    ngx_queue_t                    held;
+    uint64_t                       held_epoch;
 
     /* routing: what the request needs, the decisions made */
     uint64_t                       session;

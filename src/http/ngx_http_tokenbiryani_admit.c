@@ -185,7 +185,7 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
          * a 429'd account after its cooldown, through the queue.
          */
 
-        n = tmcf->accounts.nelts;
+        n = ctx->naccounts;
         tried = 0;
 
         for (i = 0; i < n; i++) {
@@ -439,11 +439,9 @@ ngx_int_t
 ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    ngx_uint_t                          i, n, exceeds, model;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_uint_t  i, n, exceeds, model;
 
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    n = tmcf->accounts.nelts;
+    n = ctx->naccounts;
 
     exceeds = 0;
     model = 0;
@@ -524,7 +522,7 @@ ngx_http_tokenbiryani_soonest(ngx_http_request_t *r,
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    n = tmcf->accounts.nelts;
+    n = ctx->naccounts;
 
     if (ctx->cands == NULL || n == 0) {
         return 0;

@@ -12,6 +12,7 @@
 #include "tb_seal.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
+#include "ngx_http_tokenbiryani_accounts.h"
 
 
 static void ngx_http_tokenbiryani_config_cleanup(void *data);
@@ -20,8 +21,6 @@ static ngx_int_t ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
 static ngx_int_t ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac);
 static const char *ngx_http_tokenbiryani_conf_getenv(const char *name);
-static ngx_int_t ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
 
 
 /*
@@ -262,7 +261,9 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
         }
     }
 
-    return ngx_http_tokenbiryani_key_pools(cf, tmcf);
+    tmcf->nyaml = tmcf->accounts.nelts;
+
+    return NGX_OK;
 }
 
 
@@ -272,7 +273,7 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
  * use every account.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
@@ -300,7 +301,7 @@ ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
             continue;
         }
 
-        tmcf->pools[k] = ngx_pcalloc(cf->pool, tmcf->accounts.nelts + 1);
+        tmcf->pools[k] = ngx_pcalloc(cf->pool, tmcf->max_accounts + 1);
         if (tmcf->pools[k] == NULL) {
             return NGX_ERROR;
         }
@@ -346,14 +347,11 @@ static ngx_int_t
 ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac)
 {
-    u_char                           *p;
-    size_t                            i, len;
-    ngx_url_t                         u;
-    ngx_uint_t                        default_port;
-    unsigned char                          digest[TB_DIGEST_LEN];
-    ngx_str_t                              fp;
+    ngx_int_t                              rc;
+    ngx_url_t                              u;
     ngx_http_tokenbiryani_account_t       *a;
     ngx_http_tokenbiryani_zone_account_t  *za;
+    char                                   err[NGX_MAX_ERROR_STR];
 
     a = ngx_array_push(&tmcf->accounts);
     za = ngx_array_push(&tmcf->zone.accounts);
@@ -365,139 +363,27 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_memzero(za, sizeof(ngx_http_tokenbiryani_zone_account_t));
 
     a->index = tmcf->accounts.nelts - 1;
-    a->conf = ac;
-    a->id.data = (u_char *) ac->id;
-    a->id.len = ngx_strlen(ac->id);
-    a->id_hash = tb_hash64(0, a->id.data, a->id.len);
-    a->tls = ac->tls;
 
-    /* only Anthropic API keys are proxied by this build */
-    a->supported = (ac->type == TB_ACCOUNT_ANTHROPIC_API);
-
-    default_port = ac->tls ? 443 : 80;
-    len = ngx_strlen(ac->host);
-
-    /* display form, and what the fingerprint covers */
-
-    a->base_url.len = sizeof("https://[]:65535") - 1 + len
-                      + ngx_strlen(ac->path_prefix);
-    a->base_url.data = ngx_pnalloc(cf->pool, a->base_url.len);
-    if (a->base_url.data == NULL) {
+    rc = ngx_http_tokenbiryani_account_fill(cf->pool, a, ac, za->fingerprint,
+                                            err, sizeof(err));
+    if (rc == NGX_ABORT) {
         return NGX_ERROR;
     }
 
-    p = ngx_sprintf(a->base_url.data, "%s://", ac->tls ? "https" : "http");
-
-    if (ngx_strchr(ac->host, ':')) {
-        p = ngx_sprintf(p, "[%s]", ac->host);
-
-    } else {
-        p = ngx_sprintf(p, "%s", ac->host);
-    }
-
-    if ((ngx_uint_t) ac->port != default_port) {
-        p = ngx_sprintf(p, ":%d", ac->port);
-    }
-
-    a->host_header.data = a->base_url.data + (ac->tls ? 8 : 7);
-    a->host_header.len = p - a->host_header.data;
-
-    p = ngx_sprintf(p, "%s", ac->path_prefix);
-    a->base_url.len = p - a->base_url.data;
-
-    a->ssl_name.data = (u_char *) ac->host;
-    a->ssl_name.len = len;
-
-    a->path_prefix.data = (u_char *) ac->path_prefix;
-    a->path_prefix.len = ngx_strlen(ac->path_prefix);
-
-    /* the credential and extra headers, written once, sent per attempt */
-
-    len = 0;
-
-    if (ac->api_key) {
-        len += sizeof("x-api-key: " CRLF) - 1 + ngx_strlen(ac->api_key);
-    }
-
-    for (i = 0; i < ac->headers.n; i++) {
-        len += ngx_strlen(ac->headers.items[i].key) + sizeof(": " CRLF) - 1
-               + ngx_strlen(ac->headers.items[i].value);
-
-        if (ngx_strchr(ac->headers.items[i].value, CR)
-            || ngx_strchr(ac->headers.items[i].value, LF))
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "tokenbiryani: %V:%ui: account \"%s\": header "
-                               "\"%s\" has a line break in its value",
-                               &tmcf->config_file, (ngx_uint_t) ac->line,
-                               ac->id, ac->headers.items[i].key);
-            return NGX_ERROR;
-        }
-    }
-
-    if (ac->api_key
-        && (ngx_strchr(ac->api_key, CR) || ngx_strchr(ac->api_key, LF)))
-    {
+    if (rc != NGX_OK) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "tokenbiryani: %V:%ui: account \"%s\": api_key "
-                           "has a line break", &tmcf->config_file,
-                           (ngx_uint_t) ac->line, ac->id);
+                           "tokenbiryani: %V:%ui: account \"%s\": %s",
+                           &tmcf->config_file, (ngx_uint_t) ac->line, ac->id,
+                           err);
         return NGX_ERROR;
     }
-
-    a->auth_header.data = ngx_pnalloc(cf->pool, len + 1);
-    if (a->auth_header.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = a->auth_header.data;
-
-    if (ac->api_key) {
-        p = ngx_sprintf(p, "x-api-key: %s" CRLF, ac->api_key);
-    }
-
-    for (i = 0; i < ac->headers.n; i++) {
-        p = ngx_sprintf(p, "%s: %s" CRLF, ac->headers.items[i].key,
-                        ac->headers.items[i].value);
-    }
-
-    a->auth_header.len = p - a->auth_header.data;
-
-    /* a new credential or host makes a new account in the shared zone */
-
-    fp.len = a->auth_header.len + a->base_url.len + 1;
-    fp.data = ngx_pnalloc(cf->temp_pool, fp.len);
-    if (fp.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    p = ngx_cpymem(fp.data, a->base_url.data, a->base_url.len);
-    *p++ = '\n';
-
-    ngx_memcpy(p, a->auth_header.data, a->auth_header.len);
-
-    tb_sha256(fp.data, fp.len, digest);
 
     za->id = a->id.data;
     za->id_len = a->id.len;
     za->replenishment = ac->replenishment;
-    ngx_memcpy(za->fingerprint, digest, sizeof(za->fingerprint));
 
     if (!a->supported) {
         return NGX_OK;
-    }
-
-    if (a->tls
-        && (ngx_inet_addr((u_char *) ac->host, ngx_strlen(ac->host))
-                != INADDR_NONE
-            || ngx_strchr(ac->host, ':')))
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "tokenbiryani: %V:%ui: account \"%s\": an https "
-                           "base_url must name a host, not an IP address: "
-                           "the certificate is verified against the name",
-                           &tmcf->config_file, (ngx_uint_t) ac->line, ac->id);
-        return NGX_ERROR;
     }
 
     /* resolved once, like proxy_pass with a literal host */
@@ -506,7 +392,7 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
 
     u.url.len = a->host_header.len;
     u.url.data = a->host_header.data;
-    u.default_port = (in_port_t) default_port;
+    u.default_port = (in_port_t) (ac->tls ? 443 : 80);
 
     if (ngx_parse_url(cf->pool, &u) != NGX_OK || u.naddrs == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -520,8 +406,6 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     a->addrs = u.addrs;
     a->naddrs = u.naddrs;
     a->port = u.port;
-    a->by_name = (ngx_inet_addr((u_char *) ac->host, ngx_strlen(ac->host))
-                  == INADDR_NONE && ngx_strchr(ac->host, ':') == NULL);
 
     return NGX_OK;
 }

@@ -12,6 +12,10 @@
 ngx_int_t ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
+/* the file's keys' pools as flags over the accounts (init_main_conf) */
+ngx_int_t ngx_http_tokenbiryani_key_pools(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
 /* once the zone exists: each account's slot there */
 ngx_int_t ngx_http_tokenbiryani_config_bind(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);

@@ -14,6 +14,7 @@
 #include "ngx_http_tokenbiryani_route.h"
 #include "ngx_http_tokenbiryani_attempt.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_accounts.h"
 
 
 static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
@@ -26,12 +27,20 @@ static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
 ngx_int_t
 ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                     rc;
-    ngx_str_t                    *uri;
-    ngx_http_tokenbiryani_ctx_t  *ctx;
+    ngx_int_t                           rc;
+    ngx_str_t                          *uri;
+    ngx_http_tokenbiryani_ctx_t        *ctx;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     ctx = ngx_http_tokenbiryani_create_ctx(r);
     if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    /* the accounts there are now are the ones it may use */
+    if (ngx_http_tokenbiryani_accounts_hold(r, tmcf, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

@@ -78,6 +78,7 @@ ngx_http_tokenbiryani_keepalive_put(ngx_peer_connection_t *pc,
     c = pc->connection;
 
     if (tmcf->keepalive == 0
+        || a->retired
         || c->read->eof || c->read->error || c->read->timedout
         || c->write->error || c->write->timedout
         || c->requests >= tmcf->keepalive_requests
@@ -129,6 +130,24 @@ ngx_http_tokenbiryani_keepalive_put(ngx_peer_connection_t *pc,
 
     if (c->read->ready) {
         ngx_http_tokenbiryani_idle_close_handler(c->read);
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_keepalive_drop(ngx_http_tokenbiryani_account_t *a)
+{
+    ngx_queue_t                        *q;
+    ngx_http_tokenbiryani_keepalive_t  *item;
+
+    while (!ngx_queue_empty(&a->cache)) {
+        q = ngx_queue_head(&a->cache);
+        ngx_queue_remove(q);
+
+        item = ngx_queue_data(q, ngx_http_tokenbiryani_keepalive_t, queue);
+        ngx_http_tokenbiryani_close_idle(item->connection);
+
+        ngx_queue_insert_head(&a->free, q);
     }
 }
 

@@ -6,12 +6,14 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_accounts.h"
 
 #include <openssl/crypto.h>
 
 
 typedef struct {
     uint64_t                        gen;      /* 0: never built */
+    uint64_t                        epoch;    /* of the accounts */
     ngx_http_tokenbiryani_rkent_t  *ents;
     ngx_uint_t                      n;
 } ngx_http_tokenbiryani_rkeys_t;
@@ -43,12 +45,16 @@ ngx_http_tokenbiryani_rkent_derive(ngx_http_tokenbiryani_main_conf_t *tmcf,
     others = (tmcf->tbcf->nkeys + nminted > 1);
 
     if (kc->pool.n) {
-        ent->pool = ngx_calloc(tmcf->accounts.nelts + 1, ngx_cycle->log);
+        ent->pool = ngx_calloc(tmcf->max_accounts + 1, ngx_cycle->log);
         if (ent->pool == NULL) {
             return NGX_ERROR;
         }
 
         for (i = 0; i < tmcf->accounts.nelts; i++) {
+            if (a[i].retired) {
+                continue;
+            }
+
             for (j = 0; j < kc->pool.n; j++) {
                 if (ngx_strcmp(kc->pool.items[j], a[i].conf->id) == 0) {
                     ent->pool[i] = 1;
@@ -65,7 +71,7 @@ ngx_http_tokenbiryani_rkent_derive(ngx_http_tokenbiryani_main_conf_t *tmcf,
         slots = 0;
 
         for (i = 0; i < tmcf->accounts.nelts; i++) {
-            if (ent->pool == NULL || ent->pool[i]) {
+            if (!a[i].retired && (ent->pool == NULL || ent->pool[i])) {
                 slots += a[i].conf->max_concurrency;
             }
         }
@@ -105,7 +111,9 @@ ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     c = &ngx_http_tokenbiryani_cache;
 
-    if (c->gen == ngx_http_tokenbiryani_rkeys_gen(&tmcf->zone)) {
+    if (c->gen == ngx_http_tokenbiryani_rkeys_gen(&tmcf->zone)
+        && c->epoch == ngx_http_tokenbiryani_accounts_epoch())
+    {
         *n = c->n;
         return c->ents ? c->ents : ngx_http_tokenbiryani_none;
     }
@@ -179,6 +187,7 @@ ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
     c->ents = ents;
     c->n = k;
     c->gen = gen;
+    c->epoch = ngx_http_tokenbiryani_accounts_epoch();
 
     *n = k;
 
@@ -307,12 +316,12 @@ ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
     ctx->pool = NULL;
 
     if (ent->pool) {
-        ctx->pool = ngx_pnalloc(r->pool, tmcf->accounts.nelts + 1);
+        ctx->pool = ngx_pnalloc(r->pool, tmcf->max_accounts + 1);
         if (ctx->pool == NULL) {
             return NGX_ERROR;
         }
 
-        ngx_memcpy(ctx->pool, ent->pool, tmcf->accounts.nelts + 1);
+        ngx_memcpy(ctx->pool, ent->pool, tmcf->max_accounts + 1);
     }
 
     kc->max_inflight = ent->max_inflight;

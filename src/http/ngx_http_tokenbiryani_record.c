@@ -40,7 +40,7 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     now = ngx_http_tokenbiryani_now_ms();
     a = tmcf->accounts.elts;
-    n = tmcf->accounts.nelts;
+    n = ctx->naccounts;
 
     ngx_memcpy(rec->id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
 

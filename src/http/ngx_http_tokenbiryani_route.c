@@ -51,7 +51,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     a = tmcf->accounts.elts;
-    n = tmcf->accounts.nelts;
+    n = ctx->naccounts;
     kc = ctx->key;
 
     ctx->marks = ngx_pcalloc(r->pool, n + 1);
@@ -72,6 +72,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->st = a[i].sh;
         c->id_hash = a[i].id_hash;
         c->supported = a[i].supported;
+        c->removed = a[i].retired;
         c->tried = 0;
         c->spend_capped = 0;
         c->in_pool = pool ? pool[i] : 1;
@@ -181,7 +182,7 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     a = tmcf->accounts.elts;
-    n = tmcf->accounts.nelts;
+    n = ctx->naccounts;
 
     ngx_http_tokenbiryani_route_input(tmcf, ctx, &in);
 
@@ -192,6 +193,11 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     for (i = 0; i < n; i++) {
         ctx->cands[i].tried = (ctx->marks[i] & NGX_HTTP_TB_MARK_TRIED) ? 1
                                                                        : 0;
+
+        /* an account removed since the request began, or changed: what
+         * it is now */
+        ctx->cands[i].removed = a[i].retired;
+        ctx->cands[i].conf = a[i].conf;
     }
 
     ctx->key_full = 0;

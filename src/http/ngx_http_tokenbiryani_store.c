@@ -8,6 +8,7 @@
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_keys.h"
+#include "ngx_http_tokenbiryani_accounts.h"
 #include "tb_keyspec.h"
 
 #if (NGX_THREADS)
@@ -194,8 +195,122 @@ typedef struct {
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     ngx_log_t                          *log;
     ngx_uint_t                          keys;
+    ngx_uint_t                          accounts;
     ngx_uint_t                          skipped;
 } ngx_http_tokenbiryani_load_t;
+
+
+/*
+ * An account added at runtime, into the new zone: its host resolved now
+ * (the master, before any worker runs, as for the file's accounts), its
+ * slot made from its credential and host.  One that cannot be opened or
+ * resolved is said once and left out of routing, listed with the reason.
+ */
+
+static int
+ngx_http_tokenbiryani_load_account(void *data, const char *id,
+    const char *spec, const char *sealed)
+{
+    ngx_http_tokenbiryani_load_t  *ld = data;
+
+    u_char                               fingerprint[8];
+    ngx_int_t                            rc;
+    ngx_uint_t                           slot, zrc;
+    ngx_pool_t                          *pool;
+    tb_config_t                         *cf;
+    ngx_http_tokenbiryani_account_t      a;
+    ngx_http_tokenbiryani_racct_view_t   v;
+    char                                 err[512];
+
+    ngx_memzero(&v, sizeof(v));
+    ngx_memzero(fingerprint, sizeof(fingerprint));
+
+    v.id.data = (u_char *) id;
+    v.id.len = ngx_strlen(id);
+    v.spec.data = (u_char *) spec;
+    v.spec.len = ngx_strlen(spec);
+    v.sealed.data = (u_char *) sealed;
+    v.sealed.len = ngx_strlen(sealed);
+
+    if (ngx_http_tokenbiryani_yaml_account(ld->tmcf, v.id.data, v.id.len)) {
+        ngx_log_error(NGX_LOG_WARN, ld->log, 0,
+                      "tokenbiryani: the account \"%s\" added at runtime is "
+                      "left out: the YAML file has an account of that id",
+                      id);
+        ld->skipped++;
+        return 0;
+    }
+
+    pool = ngx_create_pool(1024, ld->log);
+    if (pool == NULL) {
+        return -1;
+    }
+
+    cf = ngx_http_tokenbiryani_racct_open(ld->tmcf, &v.id, &v.spec,
+                                          &v.sealed, err, sizeof(err));
+    if (cf == NULL) {
+        ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                      "tokenbiryani: the account \"%s\" added at runtime "
+                      "does not serve: %s", id, err);
+        ld->skipped++;
+
+    } else {
+        ngx_memzero(&a, sizeof(a));
+
+        rc = ngx_http_tokenbiryani_account_fill(pool, &a, &cf->accounts[0],
+                                                fingerprint, err,
+                                                sizeof(err));
+        if (rc == NGX_OK) {
+            v.naddrs = ngx_http_tokenbiryani_resolve_host(cf->accounts[0].host,
+                           (in_port_t) cf->accounts[0].port, v.addrs,
+                           NGX_HTTP_TB_RACCT_ADDRS, err, sizeof(err));
+        }
+
+        if (rc != NGX_OK || v.naddrs == 0) {
+            ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                          "tokenbiryani: the account \"%s\" added at "
+                          "runtime does not serve: %s", id,
+                          rc == NGX_ABORT ? "no memory" : err);
+            ld->skipped++;
+        }
+
+        ngx_explicit_memzero(a.auth_header.data, a.auth_header.len);
+    }
+
+    zrc = ngx_http_tokenbiryani_racct_put(&ld->tmcf->zone, &v, fingerprint,
+              cf ? cf->accounts[0].replenishment : 0, 1,
+              ld->tmcf->max_accounts - ld->tmcf->nyaml, &slot);
+
+    if (cf) {
+        tb_config_free(cf);
+    }
+
+    ngx_destroy_pool(pool);
+
+    switch (zrc) {
+
+    case NGX_HTTP_TB_RKEY_OK:
+        ld->accounts++;
+        return 0;
+
+    case NGX_HTTP_TB_RKEY_FULL:
+        ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                      "tokenbiryani: the account \"%s\" added at runtime is "
+                      "left out: tokenbiryani_max_accounts (%ui) are there",
+                      id, ld->tmcf->max_accounts);
+        ld->skipped++;
+        return 0;
+
+    case NGX_HTTP_TB_RKEY_NOMEM:
+        ngx_log_error(NGX_LOG_EMERG, ld->log, 0,
+                      "tokenbiryani: the zone is too small for the store's "
+                      "accounts: make tokenbiryani_zone larger");
+        return -1;
+
+    default:
+        return 0;
+    }
+}
 
 
 static int
@@ -283,9 +398,18 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
         return NGX_ERROR;
     }
 
+    if (tb_store_accounts(db, ngx_http_tokenbiryani_load_account, &ld)
+        != TB_STORE_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "tokenbiryani: %s", tb_store_error(db));
+        tb_store_close(db);
+        return NGX_ERROR;
+    }
+
     ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                  "tokenbiryani: the store \"%V\" loaded: %ui minted keys%s",
-                  &tmcf->store_path, ld.keys,
+                  "tokenbiryani: the store \"%V\" loaded: %ui minted keys, "
+                  "%ui accounts%s", &tmcf->store_path, ld.keys, ld.accounts,
                   ld.skipped ? " (some left out, see above)" : "");
 
     ngx_http_tokenbiryani_load_settings(db, tmcf, shm_zone->shm.log);
@@ -511,6 +635,15 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
     err[0] = '\0';
 
     for (job = w->running; job; job = job->next) {
+        if (job->op == NGX_HTTP_TB_JOB_RESOLVE) {
+            job->naddrs = ngx_http_tokenbiryani_resolve_host(job->name,
+                              job->port, job->addrs, job->naddrs, job->err,
+                              sizeof(job->err));
+            /* not the store's failure: TB_STORE_NONE, with err */
+            job->rc = job->naddrs ? TB_STORE_OK : TB_STORE_NONE;
+            continue;
+        }
+
         if (w->db == NULL && err[0] == '\0') {
             w->db = tb_store_open((char *) w->tmcf->store_path.data,
                                   NGX_HTTP_TB_STORE_BUSY_MS, err,
@@ -541,6 +674,15 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
 
         case NGX_HTTP_TB_JOB_SETTING:
             rc = tb_store_meta_put(w->db, job->name, job->spec);
+            break;
+
+        case NGX_HTTP_TB_JOB_ACCOUNT_PUT:
+            rc = tb_store_account_put(w->db, job->name, job->spec,
+                                      job->sealed, (int) job->create);
+            break;
+
+        case NGX_HTTP_TB_JOB_ACCOUNT_DELETE:
+            rc = tb_store_account_delete(w->db, job->name);
             break;
 
         default: /* NGX_HTTP_TB_JOB_FLUSH */
@@ -575,19 +717,28 @@ ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
     ngx_http_tokenbiryani_writer_t *w = ev->data;
 
     const char                   *err;
+    ngx_uint_t                    wrote;
     ngx_http_tokenbiryani_job_t  *job, *next;
 
     err = NULL;
+    wrote = 0;
 
     for (job = w->running; job; job = job->next) {
+        if (job->op == NGX_HTTP_TB_JOB_RESOLVE) {
+            continue;
+        }
+
+        wrote = 1;
+
         if (job->rc == TB_STORE_ERROR) {
             err = job->err;
             break;
         }
     }
 
-    if (ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
-                                           ngx_http_tokenbiryani_now_ms()))
+    if (wrote
+        && ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
+                                              ngx_http_tokenbiryani_now_ms()))
     {
         if (err) {
             ngx_log_error(NGX_LOG_ERR, ev->log, 0,

@@ -24,6 +24,9 @@
 #define NGX_HTTP_TB_JOB_KEY_DELETE     3
 #define NGX_HTTP_TB_JOB_FLUSH          4
 #define NGX_HTTP_TB_JOB_SETTING        5      /* tb_meta: name = spec */
+#define NGX_HTTP_TB_JOB_ACCOUNT_PUT    6      /* create: insert */
+#define NGX_HTTP_TB_JOB_ACCOUNT_DELETE 7
+#define NGX_HTTP_TB_JOB_RESOLVE        8      /* name:port, no store */
 
 #define NGX_HTTP_TB_FLUSH_MS           1000   /* history, at least this often */
 
@@ -41,6 +44,13 @@ struct ngx_http_tokenbiryani_job_s {
     const char                        *name;
     const u_char                      *digest;
     const char                        *spec;
+    const char                        *sealed;
+    ngx_uint_t                         create;
+
+    /* NGX_HTTP_TB_JOB_RESOLVE: the host's addresses, up to naddrs */
+    in_port_t                          port;
+    ngx_http_tokenbiryani_raddr_t     *addrs;
+    ngx_uint_t                         naddrs;
 
     /* NGX_HTTP_TB_JOB_FLUSH: history after what the store has */
     ngx_http_tokenbiryani_record_t    *records;

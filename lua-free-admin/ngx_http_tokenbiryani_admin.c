@@ -1339,11 +1339,18 @@ ngx_int_t
 ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r, ngx_int_t status,
     cJSON *root)
 {
-    char       *text;
-    ngx_str_t   json;
+    char                         *text;
+    ngx_str_t                     json;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
 
     text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
+
+    /* an error status with a body of ours: not replaced by the filter's */
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+    if (ctx) {
+        ctx->own_error = 1;
+    }
 
     if (text == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -429,13 +429,6 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
                 continue;
             }
 
-            if (v[j].naddrs == 0) {
-                cJSON_AddStringToObject(acct, "reason", "its host did not "
-                                        "resolve when the store was loaded "
-                                        "(see the error log)");
-                continue;
-            }
-
             {
             tb_config_t  *cf;
 
@@ -444,8 +437,13 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
                                                   err, sizeof(err));
             if (cf) {
                 tb_config_free(cf);
-                ngx_cpystrn((u_char *) err, (u_char *) "this worker has no "
-                            "room for it (tokenbiryani_max_accounts)",
+                ngx_cpystrn((u_char *) err, (u_char *)
+                            (v[j].naddrs == 0
+                             ? "its host did not resolve when the store was "
+                               "loaded (see the error log; a PATCH looks it "
+                               "up again)"
+                             : "this worker has no room for it "
+                               "(tokenbiryani_max_accounts)"),
                             sizeof(err));
             }
 
@@ -508,6 +506,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw, u_char *body, size_t len)
 {
+    u_char                              *p;
     size_t                               n;
     ngx_int_t                            rc;
     cJSON                               *root, *item, *next;
@@ -524,10 +523,24 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
     if (aw->op != NGX_HTTP_TB_ACCT_ADD && aw->op != NGX_HTTP_TB_ACCT_TRY) {
         a = ngx_http_tokenbiryani_account_find(tmcf, aw->id.data,
                                                aw->id.len);
-        if (a == NULL) {
+
+        /* one the zone has but this worker cannot serve can still be
+         * changed or removed */
+
+        if (a == NULL
+            && (aw->op == NGX_HTTP_TB_ACCT_TEST
+                || ngx_http_tokenbiryani_yaml_account(tmcf, aw->id.data,
+                                                      aw->id.len)
+                || ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->id, &v)
+                   != NGX_OK))
+        {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                       "not_found_error", "no account \"%*s\"",
-                       ngx_min(aw->id.len, 64), aw->id.data);
+                       "not_found_error", "no account \"%*s\"%s",
+                       ngx_min(aw->id.len, 64), aw->id.data,
+                       a == NULL && aw->op == NGX_HTTP_TB_ACCT_TEST
+                       && ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->id,
+                                                           &v) == NGX_OK
+                       ? " that serves (GET /admin/accounts says why)" : "");
         }
 
         if (aw->op == NGX_HTTP_TB_ACCT_TEST) {
@@ -585,7 +598,7 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
             return ngx_http_tokenbiryani_accounts_probe(r, aw);
         }
 
-        if (!a->runtime) {
+        if (a && !a->runtime) {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
                        "invalid_request_error", "account \"%V\" is the YAML "
                        "file's: change it there and reload (POST "
@@ -593,13 +606,15 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
                        "now)", &a->id, &a->id);
         }
 
-        aw->id.data = ngx_pnalloc(r->pool, a->id.len + 1);
+        n = aw->id.len;
+        p = aw->id.data;
+
+        aw->id.data = ngx_pnalloc(r->pool, n + 1);
         if (aw->id.data == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        ngx_cpystrn(aw->id.data, a->id.data, a->id.len + 1);
-        aw->id.len = a->id.len;
+        ngx_cpystrn(aw->id.data, p, n + 1);
 
         if (aw->op == NGX_HTTP_TB_ACCT_REMOVE) {
             return ngx_http_tokenbiryani_accounts_store(r, aw);
@@ -1249,8 +1264,40 @@ ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
                                            ngx_http_tokenbiryani_now_ms());
         }
 
-        rc = ngx_http_tokenbiryani_accounts_answer(r, aw, NGX_HTTP_OK);
-        ngx_http_tokenbiryani_accounts_finish(r, rc);
+        /* the probe's answer, with the account as it is now */
+
+        root = aw->probed;
+        aw->probed = NULL;
+
+        ngx_http_tokenbiryani_add_str(root, "account", aw->id.data,
+                                      aw->id.len);
+
+        {
+        tb_state_e                        state;
+        cJSON                            *acct, *limits;
+        ngx_http_tokenbiryani_account_t  *a;
+
+        a = ngx_http_tokenbiryani_account_find(tmcf, aw->id.data,
+                                               aw->id.len);
+        acct = a ? ngx_http_tokenbiryani_account_json(r, a,
+                                              ngx_http_tokenbiryani_now_ms(),
+                                              &state)
+                 : NULL;
+
+        if (acct) {
+            cJSON_AddStringToObject(root, "state", tb_state_name(state));
+
+            limits = cJSON_DetachItemFromObjectCaseSensitive(acct, "limits");
+            if (limits) {
+                cJSON_AddItemToObject(root, "mirror", limits);
+            }
+
+            cJSON_Delete(acct);
+        }
+        }
+
+        ngx_http_tokenbiryani_accounts_finish(r,
+            ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root));
         return;
     }
 

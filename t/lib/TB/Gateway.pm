@@ -287,12 +287,15 @@ sub sqlite_py {
 }
 
 # the rows of $sql (with ? bound to @$args) in the store (or file => ...):
-# [{ column => value }, ...], a BLOB as hex; dies with what sqlite3 said
+# [{ column => value }, ...], a BLOB as hex; dies with what sqlite3 said.
+# Read-only, as an operator's backup should be: a writable connection that
+# is the file's last would remove the -wal and -shm files the workers own,
+# and make them again as root
 sub sqlite_rows {
     my ($sql, $args, %o) = @_;
     my ($rc, $out) = _run('python3', '-c', <<'_EOP_', $o{file} // db_file(), $sql,
 import json, sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True, isolation_level=None, timeout=10)
 db.row_factory = sqlite3.Row
 rows = db.execute(sys.argv[2], json.loads(sys.argv[3])).fetchall()
 print(json.dumps([dict(r) for r in rows], default=lambda b: b.hex()))

@@ -524,26 +524,28 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
         a = ngx_http_tokenbiryani_account_find(tmcf, aw->id.data,
                                                aw->id.len);
 
+        if (a == NULL && aw->op == NGX_HTTP_TB_ACCT_TEST) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                       "not_found_error", "no account \"%*s\" that serves "
+                       "(GET /admin/accounts lists them all, with why)",
+                       ngx_min(aw->id.len, 64), aw->id.data);
+        }
+
         /* one the zone has but this worker cannot serve can still be
          * changed or removed */
 
         if (a == NULL
-            && (aw->op == NGX_HTTP_TB_ACCT_TEST
-                || ngx_http_tokenbiryani_yaml_account(tmcf, aw->id.data,
-                                                      aw->id.len)
+            && (ngx_http_tokenbiryani_yaml_account(tmcf, aw->id.data,
+                                                   aw->id.len)
                 || ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->id, &v)
                    != NGX_OK))
         {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                       "not_found_error", "no account \"%*s\"%s",
-                       ngx_min(aw->id.len, 64), aw->id.data,
-                       a == NULL && aw->op == NGX_HTTP_TB_ACCT_TEST
-                       && ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->id,
-                                                           &v) == NGX_OK
-                       ? " that serves (GET /admin/accounts says why)" : "");
+                       "not_found_error", "no account \"%*s\"",
+                       ngx_min(aw->id.len, 64), aw->id.data);
         }
 
-        if (aw->op == NGX_HTTP_TB_ACCT_TEST) {
+        if (a && aw->op == NGX_HTTP_TB_ACCT_TEST) {
             /* the file's too: its own credential, its own mirror */
             ngx_memcpy(&aw->acct, a, sizeof(ngx_http_tokenbiryani_account_t));
             aw->borrowed = 1;
@@ -631,7 +633,6 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
                                       "the body must be a JSON object");
     }
 
-    rc = NGX_OK;
     key = NULL;
 
     for (item = root->child; item; item = next) {
@@ -778,7 +779,9 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
         for (item = root->child; item; item = next) {
             next = item->next;
 
-            if (ngx_strcmp(item->string, "api_key") == 0) {
+            if (item->string == NULL
+                || ngx_strcmp(item->string, "api_key") == 0)
+            {
                 continue;
             }
 
@@ -1443,8 +1446,9 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     if (aw->op == NGX_HTTP_TB_ACCT_REMOVE) {
-        rc = ngx_http_tokenbiryani_racct_delete(&tmcf->zone, aw->id.data,
-                                                aw->id.len, &slot);
+        /* gone already if another request removed it meanwhile */
+        (void) ngx_http_tokenbiryani_racct_delete(&tmcf->zone, aw->id.data,
+                                                  aw->id.len, &slot);
 
         ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
                       "tokenbiryani: account \"%V\" removed by an operator",

@@ -7,7 +7,6 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_keepalive.h"
-#include "ngx_http_tokenbiryani_store.h"
 #include "tb_hash.h"
 
 #include <cjson/cJSON.h>
@@ -430,7 +429,7 @@ ngx_http_tokenbiryani_accounts_hold(ngx_http_request_t *r,
 
     w = &ngx_http_tokenbiryani_accts;
 
-    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+    if (tmcf->store_path.len == 0) {
         /* no store: the file's accounts are all there ever are */
         ctx->naccounts = tmcf->accounts.nelts;
         return NGX_OK;

@@ -152,7 +152,7 @@ export ANTHROPIC_AUTH_TOKEN=$KEY
 
 Pool status:  curl -s http://$LISTEN/admin/status -H "x-api-key: $KEY"
 Mint a key:   curl -s http://$LISTEN/admin/keys -H "x-api-key: $KEY" -d '{"name": "me"}'
-Store:        $RUN/conf/tokenbiryani.db (minted keys and history survive make stop)
+Store:        $RUN/conf/tokenbiryani.db (minted keys, added accounts and history survive make stop)
 Logs:         $RUN/logs/
 Stop it:      make stop
 EOF

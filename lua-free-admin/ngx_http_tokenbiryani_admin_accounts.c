@@ -349,7 +349,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
 {
     int64_t                              now;
-    ngx_uint_t                           i, j, found;
+    ngx_uint_t                           i, j;
     tb_state_e                           state;
     cJSON                               *root, *arr, *acct;
     ngx_array_t                          views;
@@ -401,10 +401,9 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
         v = views.elts;
 
         for (j = 0; j < views.nelts; j++) {
-            found = (ngx_http_tokenbiryani_account_find(tmcf, v[j].id.data,
-                                                        v[j].id.len)
-                     != NULL);
-            if (found) {
+            a = ngx_http_tokenbiryani_account_find(tmcf, v[j].id.data,
+                                                   v[j].id.len);
+            if (a && a->runtime) {
                 continue;
             }
 

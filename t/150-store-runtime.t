@@ -110,6 +110,26 @@ if ($rq == 0) {
     POSIX::_exit(0);
 }
 push @kids, $rq;
+# and one adding accounts (each probed first) and removing the tenth
+# before, noting each acknowledged add and removal
+my $aw = fork // die;
+if ($aw == 0) {
+    open my $fh, '>>', "$dir/accounts.acked" or POSIX::_exit(1);
+    $fh->autoflush(1);
+    for my $i (1 .. 2000) {
+        my $r = eval { http_request(%{ admin_args(POST => '/admin/accounts',
+            { id => "acct-$i", api_key => "sk-acct-$i",
+              base_url => "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}" }, timeout => 5) }) };
+        last unless $r && $r->{status};
+        print $fh "+acct-$i\n" if $r->{status} == 201;
+        next if $i <= 10;
+        $r = eval { http_request(%{ admin_args(DELETE => '/admin/accounts/acct-' . ($i - 10), undef, timeout => 5) }) };
+        last unless $r && $r->{status};
+        print $fh '-acct-' . ($i - 10) . "\n" if $r->{status} == 200;
+    }
+    POSIX::_exit(0);
+}
+push @kids, $aw;
 
 # some writes acknowledged, then everything killed at once
 poll_until(20, sub { my $n = 0; $n += () = TB::Nginx::slurp("$dir/acked.$_") =~ /\n/g for 1 .. 4; $n >= 40 })
@@ -145,7 +165,22 @@ for my $w (1 .. 4) {
 ok(keys(%acked) >= 40, scalar(keys %acked) . ' writes acknowledged before the kill');
 is(sqlite_py('print(db.execute("PRAGMA integrity_check").fetchone()[0])'), 'ok', 'the file is consistent after kill -9');
 
+my (%added, %removed);
+for (split /\n/, TB::Nginx::slurp("$dir/accounts.acked")) {
+    /^([+-])(.*)$/ or next;
+    ($1 eq '+' ? \%added : \%removed)->{$2} = 1;
+}
+my @accounts = sort { ($a =~ /(\d+)/)[0] <=> ($b =~ /(\d+)/)[0] } grep { !$removed{$_} } keys %added;
+ok(keys(%removed) >= 10, scalar(keys %added) . ' accounts added and ' . scalar(keys %removed)
+   . ' removed before the kill');
+
 start_again();
+my %listed_accounts = map { $_->{id} => $_ } @{ admin_get('/admin/accounts')->{accounts} };
+is_deeply([grep { !$listed_accounts{$_} } @accounts], [], 'every acknowledged account is there after the restart');
+is_deeply([grep { $listed_accounts{$_} } sort keys %removed], [], 'no acknowledged removal came back');
+is_deeply([grep { $listed_accounts{$_}{state} ne 'ready' } @accounts], [], 'each ready to serve');
+my ($tst, $tj) = admin(POST => "/admin/accounts/$accounts[-1]/test", undef);
+is($tj->{ok}, JSON::PP::true, "the last one acknowledged ($accounts[-1]) opens its credential and is answered");
 my $listed = admin_get('/admin/keys');
 my %have = map { $_->{name} => 1 } @{ $listed->{keys} };
 my @missing = grep { !$have{$_} } sort keys %acked;

@@ -394,3 +394,33 @@ my $n = mark_log();
 my @r = @{ http_requests_concurrent([map { message_args($key) } 1 .. 8]) };
 is(scalar(grep { $_->{status} == 200 } @r), 8, 'its requests served');
 is_deeply([sort keys %{{ map { $_ => 1 } @{ creds_since($n) } }}], ['sk-m3'], 'only by its pool\'s account, in both workers');
+
+
+
+=== TEST 9: a reload keeps the accounts added at runtime (the zone has them); one the file takes over is the file's
+--- request
+GET /healthz
+--- check
+my ($st, $j) = admin(POST => '/admin/accounts', { id => 'kept', api_key => 'sk-kept', base_url => mock_url(2) });
+is($st, 201, 'added');
+($st, $j) = admin(POST => '/admin/accounts', { id => 'taken', api_key => 'sk-taken-runtime', base_url => mock_url(2) });
+is($st, 201, 'another added');
+# the file gets an account of the second one's id
+my $yf = servroot() . '/html/tb.yaml';
+my $y = TB::Nginx::slurp($yf);
+$y =~ s/^keys:/  - id: taken\n    api_key: sk-taken-file\n    base_url: http:\/\/127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}\nkeys:/m;
+open(my $fh, '>', $yf) or die; print $fh $y; close $fh;
+ok(nginx_reload(), 'reloaded');
+my $l = listed('kept');
+ok($l, 'the runtime account is there in the new workers');
+is($l->{source}, 'runtime', 'as a runtime account');
+my @taken = grep { $_->{id} eq 'taken' } @{ (admin(GET => '/admin/accounts'))[1]{accounts} };
+is(scalar(grep { $_->{source} eq 'file' } @taken), 1, 'the file\'s "taken" serves');
+is(scalar(grep { ($_->{reason} // '') =~ /the YAML file has an account of that id/ } @taken), 1,
+   'the runtime one is listed as shadowed by the file');
+only_runtime();
+($st, $j) = admin(POST => '/admin/accounts/taken/disable', undef);
+my $n = mark_log();
+my @r = @{ http_requests_concurrent([map { message_args('tenant-key') } 1 .. 6]) };
+is(scalar(grep { $_->{status} == 200 } @r), 6, 'served by the runtime account in both new workers');
+is_deeply([sort keys %{{ map { $_ => 1 } @{ creds_since($n) } }}], ['sk-kept'], 'with its credential');

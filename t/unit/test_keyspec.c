@@ -278,6 +278,71 @@ TB_TEST(store_keys)
 
 
 static int
+tb_accounts_test_cb(void *data, const char *id, const char *spec,
+    const char *sealed)
+{
+    char  *out = data;
+
+    /* in the order they were added, as the master loads them */
+    strcat(out, id);
+    strcat(out, "=");
+    strcat(out, spec);
+    strcat(out, "/");
+    strcat(out, sealed);
+    strcat(out, ";");
+
+    return 0;
+}
+
+
+TB_TEST(store_accounts)
+{
+    char         path[] = "/tmp/tb-accounts-XXXXXX", err[512], db[64];
+    char         seen[512];
+    tb_store_t  *s;
+
+    TB_CHECK(mkdtemp(path) != NULL);
+    snprintf(db, sizeof(db), "%s/t.db", path);
+
+    s = tb_store_open(db, 100, err, sizeof(err));
+    TB_CHECK(s != NULL);
+
+    TB_CHECK_INT(tb_store_account_put(s, "z", "{\"id\":\"z\"}", "tbs1.z", 1),
+                 TB_STORE_OK);
+    TB_CHECK_INT(tb_store_account_put(s, "a", "{\"id\":\"a\"}", "tbs1.a", 1),
+                 TB_STORE_OK);
+    TB_CHECK_INT(tb_store_account_put(s, "a", "{}", "tbs1.x", 1),
+                 TB_STORE_EXISTS);
+    TB_CHECK_INT(tb_store_account_put(s, "a", "{\"id\":\"a\",\"priority\":1}",
+                                      "tbs1.a2", 0),
+                 TB_STORE_OK);
+    TB_CHECK_INT(tb_store_account_put(s, "nobody", "{}", "tbs1.n", 0),
+                 TB_STORE_NONE);
+    TB_CHECK_INT(tb_store_account_put(s, "m", "{\"id\":\"m\"}", "tbs1.m", 1),
+                 TB_STORE_OK);
+    TB_CHECK_INT(tb_store_account_delete(s, "m"), TB_STORE_OK);
+    TB_CHECK_INT(tb_store_account_delete(s, "m"), TB_STORE_NONE);
+
+    tb_store_close(s);
+
+    /* what another connection reads back: added order, the update kept */
+    s = tb_store_open(db, 100, err, sizeof(err));
+    TB_CHECK(s != NULL);
+
+    seen[0] = '\0';
+    TB_CHECK_INT(tb_store_accounts(s, tb_accounts_test_cb, seen),
+                 TB_STORE_OK);
+    TB_CHECK_STR(seen, "z={\"id\":\"z\"}/tbs1.z;"
+                       "a={\"id\":\"a\",\"priority\":1}/tbs1.a2;");
+
+    tb_store_close(s);
+
+    snprintf(err, sizeof(err), "rm -rf %s", path);
+    TB_CHECK_INT(system(err), 0);
+}
+
+
+static int
 tb_history_test_cb(void *data, uint64_t seq, const void *blob, size_t len)
 {
     uint64_t  *seqs = data;
@@ -379,6 +444,7 @@ main(void)
     TB_RUN(patch_changes_only_what_it_names);
     TB_RUN(written_and_read_back);
     TB_RUN(store_keys);
+    TB_RUN(store_accounts);
     TB_RUN(store_history);
 
     return tb_test_done();

@@ -344,6 +344,17 @@ TB_TEST(every_verdict_string)
     verdict_is(2, T0,
                "filtered \xe2\x80\x94 account type not supported by this build");
     verdict_is(3, T0, "chosen");
+
+    /* removed by an operator: before every other filter, even a request
+     * its limits could never take */
+    setup();
+    observe(&st[3], TB_WIN_INPUT, 10, 10, T0 + 60000, T0);
+    cand[3].removed = 1;
+    cand[3].supported = 0;
+    decide(&in, &d);
+
+    verdict_is(3, T0, "filtered \xe2\x80\x94 removed by an operator");
+    TB_CHECK(d.chosen != 3);
 }
 
 

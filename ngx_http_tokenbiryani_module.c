@@ -331,15 +331,15 @@ ngx_http_tokenbiryani_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(tmcf->max_accounts, 64);
 
-    if (tmcf->max_accounts < tmcf->accounts.nelts) {
-        tmcf->max_accounts = tmcf->accounts.nelts;
-    }
-
     if (tmcf->max_accounts > 4096) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"tokenbiryani_max_accounts\" must be at most "
                            "4096");
         return NGX_CONF_ERROR;
+    }
+
+    if (tmcf->max_accounts < tmcf->accounts.nelts) {
+        tmcf->max_accounts = tmcf->accounts.nelts;
     }
 
     if (tmcf->max_accounts > tmcf->accounts.nalloc) {

@@ -44,6 +44,7 @@
 #define NGX_HTTP_TB_ACCT_TRY           5      /* a credential not stored */
 
 #define NGX_HTTP_TB_PROBE_MS           15000
+#define NGX_HTTP_TB_KEY_MAX            400    /* a credential's length */
 #define NGX_HTTP_TB_PROBE_MODEL        "claude-haiku-4-5"
 
 
@@ -97,6 +98,8 @@ static ngx_int_t ngx_http_tokenbiryani_accounts_store(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_accounts_written(
     ngx_http_tokenbiryani_job_t *job);
 static ngx_int_t ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_acct_write_t *aw);
+static void ngx_http_tokenbiryani_accounts_unstore(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw);
 static ngx_int_t ngx_http_tokenbiryani_accounts_answer(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw, ngx_int_t status);
@@ -877,6 +880,12 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_acct_400(r, "api_key is required");
     }
 
+    if (ngx_strlen(key) > NGX_HTTP_TB_KEY_MAX) {
+        return ngx_http_tokenbiryani_acct_400(r, "api_key is longer than %d "
+                                              "characters",
+                                              NGX_HTTP_TB_KEY_MAX);
+    }
+
     item = cJSON_GetObjectItemCaseSensitive(root, "id");
 
     if (!cJSON_IsString(item)) {
@@ -1432,6 +1441,59 @@ ngx_http_tokenbiryani_accounts_written(ngx_http_tokenbiryani_job_t *job)
 }
 
 
+/*
+ * A row the zone could not take, removed from the store again: a job of
+ * its own, on the heap (the request may be gone before it runs).
+ */
+
+typedef struct {
+    ngx_http_tokenbiryani_job_t  job;
+    u_char                       id[1];
+} ngx_http_tokenbiryani_unstore_t;
+
+
+static void
+ngx_http_tokenbiryani_accounts_unstored(ngx_http_tokenbiryani_job_t *job)
+{
+    if (job->rc != TB_STORE_OK && job->rc != TB_STORE_NONE) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%s\" stays in the store "
+                      "though it was not added (%s): it is loaded at the "
+                      "next start", job->name, job->err);
+    }
+
+    ngx_free(job->data);
+}
+
+
+static void
+ngx_http_tokenbiryani_accounts_unstore(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_acct_write_t *aw)
+{
+    ngx_http_tokenbiryani_unstore_t    *u;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    u = ngx_calloc(sizeof(ngx_http_tokenbiryani_unstore_t) + aw->id.len,
+                   r->connection->log);
+    if (u == NULL) {
+        return;
+    }
+
+    ngx_memcpy(u->id, aw->id.data, aw->id.len);
+
+    u->job.op = NGX_HTTP_TB_JOB_ACCOUNT_DELETE;
+    u->job.name = (char *) u->id;
+    u->job.done = ngx_http_tokenbiryani_accounts_unstored;
+    u->job.data = u;
+
+    if (ngx_http_tokenbiryani_store_post(tmcf, &u->job) != NGX_OK) {
+        ngx_free(u);
+    }
+}
+
+
 /* the write into the zone, where every worker sees it, and the answer */
 static ngx_int_t
 ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
@@ -1473,6 +1535,11 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
                                          aw->op == NGX_HTTP_TB_ACCT_ADD,
                                          tmcf->max_accounts - tmcf->nyaml,
                                          &slot);
+    if (rc != NGX_HTTP_TB_RKEY_OK && aw->op == NGX_HTTP_TB_ACCT_ADD) {
+        /* the store has a row the zone could not take: it goes too */
+        ngx_http_tokenbiryani_accounts_unstore(r, aw);
+    }
+
     switch (rc) {
 
     case NGX_HTTP_TB_RKEY_OK:
@@ -1490,15 +1557,15 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
     case NGX_HTTP_TB_RKEY_FULL:
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
                    "invalid_request_error", "the pool has "
-                   "tokenbiryani_max_accounts (%ui) accounts (the store has "
-                   "this one: remove it, or raise the directive and "
-                   "restart)", tmcf->max_accounts);
+                   "tokenbiryani_max_accounts (%ui) accounts: remove one or "
+                   "raise the directive; nothing was added",
+                   tmcf->max_accounts);
 
     default:
         return ngx_http_tokenbiryani_send_error(r,
                    NGX_HTTP_INSUFFICIENT_STORAGE, "api_error",
-                   "the zone is full: make tokenbiryani_zone larger (the "
-                   "store has the account: it is loaded at the next start)");
+                   "the zone is full: make tokenbiryani_zone larger; "
+                   "nothing was added");
     }
 
     if (aw->rotated) {

@@ -28,6 +28,8 @@ typedef struct {
     ngx_queue_t                     held;     /* requests, oldest first */
     ngx_http_tokenbiryani_grave_t  *graves;
     ngx_uint_t                      init;
+    ngx_msec_t                      retry;    /* an account found no place:
+                                                 tried again from then */
 } ngx_http_tokenbiryani_accounts_t;
 
 
@@ -435,9 +437,7 @@ ngx_http_tokenbiryani_accounts_hold(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    if (w->gen != ngx_http_tokenbiryani_raccts_gen(&tmcf->zone)) {
-        ngx_http_tokenbiryani_accounts_sync(tmcf);
-    }
+    ngx_http_tokenbiryani_accounts_sync(tmcf);
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
@@ -569,11 +569,23 @@ ngx_http_tokenbiryani_accounts_sync(ngx_http_tokenbiryani_main_conf_t *tmcf)
 
     w = &ngx_http_tokenbiryani_accts;
 
+    if (tmcf->store_path.len == 0) {
+        return;
+    }
+
+    if (w->gen == ngx_http_tokenbiryani_raccts_gen(&tmcf->zone)
+        && (w->retry == 0 || ngx_current_msec < w->retry))
+    {
+        return;
+    }
+
     if (!w->init) {
         ngx_queue_init(&w->held);
         w->epoch = 1;
         w->init = 1;
     }
+
+    w->retry = 0;
 
     pool = ngx_create_pool(4096, ngx_cycle->log);
     if (pool == NULL) {
@@ -601,9 +613,13 @@ ngx_http_tokenbiryani_accounts_sync(ngx_http_tokenbiryani_main_conf_t *tmcf)
 
         found = 0;
 
+        /* removed, or removed and added again as another account (a
+         * slot of its own): either way this place is done with */
+
         for (j = 0; j < views.nelts; j++) {
             if (v[j].id.len == a[i].id.len
-                && ngx_memcmp(v[j].id.data, a[i].id.data, a[i].id.len) == 0)
+                && ngx_memcmp(v[j].id.data, a[i].id.data, a[i].id.len) == 0
+                && v[j].slot == a[i].slot)
             {
                 found = 1;
                 break;
@@ -624,8 +640,19 @@ ngx_http_tokenbiryani_accounts_sync(ngx_http_tokenbiryani_main_conf_t *tmcf)
     /* added or changed */
 
     for (j = 0; j < views.nelts; j++) {
-        if (ngx_http_tokenbiryani_racct_apply(tmcf, &v[j]) == NGX_OK) {
+        switch (ngx_http_tokenbiryani_racct_apply(tmcf, &v[j])) {
+
+        case NGX_OK:
             changed = 1;
+            break;
+
+        case NGX_AGAIN:
+            /* no place until older requests end: again in a second */
+            w->retry = ngx_current_msec + 1000;
+            break;
+
+        default:
+            break;
         }
     }
 
@@ -639,7 +666,10 @@ ngx_http_tokenbiryani_accounts_sync(ngx_http_tokenbiryani_main_conf_t *tmcf)
 }
 
 
-/* NGX_OK: the worker's table changed; NGX_DECLINED: nothing to do */
+/*
+ * NGX_OK: the worker's table changed; NGX_DECLINED: nothing to do (or it
+ * cannot be served: said once); NGX_AGAIN: no free place yet
+ */
 static ngx_int_t
 ngx_http_tokenbiryani_racct_apply(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_racct_view_t *v)
@@ -672,6 +702,8 @@ ngx_http_tokenbiryani_racct_apply(ngx_http_tokenbiryani_main_conf_t *tmcf,
             return NGX_DECLINED;
         }
 
+        /* a new content for the same account (the removal loop retired
+         * a place whose slot the id no longer has) */
         old = &a[i];
         break;
     }
@@ -689,9 +721,10 @@ ngx_http_tokenbiryani_racct_apply(ngx_http_tokenbiryani_main_conf_t *tmcf,
     cf = ngx_http_tokenbiryani_racct_open(tmcf, &v->id, &v->spec, &v->sealed,
                                           err, sizeof(err));
     if (cf == NULL) {
-        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "tokenbiryani: account \"%V\" left out: %s",
-                       &v->id, err);
+        /* once per worker and change: GET /admin/accounts says it too */
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" left out: %s",
+                      &v->id, err);
         ngx_destroy_pool(vpool);
         return NGX_DECLINED;
     }
@@ -714,6 +747,21 @@ ngx_http_tokenbiryani_racct_apply(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: account \"%V\" left out: %s", &v->id,
                       rc == NGX_ERROR ? err : "no memory");
+        ngx_destroy_pool(vpool);
+        return NGX_DECLINED;
+    }
+
+#if (NGX_HTTP_SSL)
+    if (next.tls && tmcf->ssl == NULL)
+#else
+    if (next.tls)
+#endif
+    {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" left out: https, and "
+                      "this gateway has no TLS context (the trusted "
+                      "certificates \"%V\" were not there at start)",
+                      &v->id, &tmcf->trusted_certificate);
         ngx_destroy_pool(vpool);
         return NGX_DECLINED;
     }
@@ -791,12 +839,14 @@ ngx_http_tokenbiryani_racct_apply(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     if (i == tmcf->accounts.nelts) {
         if (tmcf->accounts.nelts == tmcf->max_accounts) {
-            ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                          "tokenbiryani: account \"%V\" left out in this "
-                          "worker: tokenbiryani_max_accounts (%ui) places "
-                          "are in use", &v->id, tmcf->max_accounts);
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "tokenbiryani: account \"%V\" waits for a place "
+                          "in this worker: tokenbiryani_max_accounts (%ui) "
+                          "are in use, some by accounts removed while "
+                          "requests that began before are still running",
+                          &v->id, tmcf->max_accounts);
             ngx_destroy_pool(vpool);
-            return NGX_DECLINED;
+            return NGX_AGAIN;
         }
 
         old = ngx_array_push(&tmcf->accounts);   /* room: never moves */

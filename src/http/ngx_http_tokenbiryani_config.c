@@ -448,7 +448,7 @@ ngx_http_tokenbiryani_account_by_slot(ngx_http_tokenbiryani_main_conf_t *tmcf,
     a = tmcf->accounts.elts;
 
     for (i = 0; i < tmcf->accounts.nelts; i++) {
-        if (a[i].slot == slot) {
+        if (a[i].slot == slot && !a[i].retired) {
             return &a[i];
         }
     }

@@ -104,7 +104,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
     if (ctx->owner >= 0) {
         for (i = 0; i < n; i++) {
-            if (a[i].slot == (ngx_uint_t) ctx->owner) {
+            if (a[i].slot == (ngx_uint_t) ctx->owner && !a[i].retired) {
                 ctx->owner_index = (int) i;
                 break;
             }

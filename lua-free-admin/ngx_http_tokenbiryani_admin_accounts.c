@@ -43,7 +43,6 @@
 #define NGX_HTTP_TB_ACCT_TEST          4      /* a stored account */
 #define NGX_HTTP_TB_ACCT_TRY           5      /* a credential not stored */
 
-#define NGX_HTTP_TB_PROBE_MS           15000
 #define NGX_HTTP_TB_KEY_MAX            400    /* a credential's length */
 #define NGX_HTTP_TB_PROBE_MODEL        "claude-haiku-4-5"
 
@@ -1234,7 +1233,7 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
 
     if (ngx_http_tokenbiryani_probe(r, tmcf, &t,
                                     aw->timeout ? aw->timeout
-                                                : NGX_HTTP_TB_PROBE_MS,
+                                                : NGX_HTTP_TB_PROBE_TIMEOUT,
                                     ngx_http_tokenbiryani_accounts_probed, aw)
         != NGX_OK)
     {

@@ -65,8 +65,9 @@ typedef void (*ngx_http_tokenbiryani_probe_done_pt)(ngx_http_request_t *r,
 
 /*
  * Starts the probe for request r: r's pool holds it and r's log is its
- * log.  The caller has done r->main->count++ and finalizes r in done,
- * which is called exactly once, from an event handler (never from this
+ * log.  The caller holds a reference to r (the one its body's reading
+ * took, or r->main->count++) and finalizes r in done, which is called
+ * exactly once, from an event handler (never from this
  * function), after the connection is closed and the timer removed; the
  * result lives in r's pool.  What t points to is copied.  A timeout of 0
  * is NGX_HTTP_TB_PROBE_TIMEOUT.  NGX_OK, or NGX_ERROR (no memory: done is

@@ -339,10 +339,11 @@ static const tb_conf_field_t  tb_conf_top[] = {
 };
 
 static const tb_conf_field_t  tb_conf_price[] = {
-    TB_NUM("input", tb_price_t, input, 0, TB_GE0),
-    TB_NUM("output", tb_price_t, output, 0, TB_GE0),
-    TB_NUM("cache_read", tb_price_t, cache_read, 0, TB_GE0),
-    TB_NUM("cache_write", tb_price_t, cache_write, 0, TB_GE0),
+    TB_NUM("input", tb_price_t, input, TB_UNSET, TB_GE0),
+    TB_NUM("output", tb_price_t, output, TB_UNSET, TB_GE0),
+    TB_NUM("cache_read", tb_price_t, cache_read, TB_UNSET, TB_GE0),
+    TB_NUM("cache_write", tb_price_t, cache_write, TB_UNSET, TB_GE0),
+    TB_NUM("cache_write_1h", tb_price_t, cache_write_1h, TB_UNSET, TB_GE0),
     TB_END
 };
 
@@ -904,9 +905,38 @@ tb_conf_pricing(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 
         cf->nprices++;
 
+        price->line = tb_conf_line(pairs[i].key);
+        price->input = TB_UNSET;
+        price->output = TB_UNSET;
+        price->cache_read = TB_UNSET;
+        price->cache_write = TB_UNSET;
+        price->cache_write_1h = TB_UNSET;
+
         rc = tb_conf_section(ctx, pairs[i].value, sub, tb_conf_price, price);
         if (rc != TB_CONF_OK) {
             goto done;
+        }
+
+        /* a price missing its input or output would count as free */
+
+        if (price->input < 0 || price->output < 0) {
+            rc = tb_conf_error(ctx, price->line, "%s: input and output are "
+                               "required (USD per million tokens; the cache "
+                               "rates default to 0.1, 1.25 and 2 times "
+                               "input)", sub);
+            goto done;
+        }
+
+        if (price->cache_read < 0) {
+            price->cache_read = price->input * 0.1;
+        }
+
+        if (price->cache_write < 0) {
+            price->cache_write = price->input * 1.25;
+        }
+
+        if (price->cache_write_1h < 0) {
+            price->cache_write_1h = price->input * 2;
         }
     }
 

@@ -124,9 +124,11 @@ typedef struct {
 typedef struct {
     char                     *pattern;                /* "claude-x*" */
     double                    input;                  /* USD per MTok */
-    double                    output;
-    double                    cache_read;
-    double                    cache_write;
+    double                    output;                 /* (both required) */
+    double                    cache_read;             /* TB_UNSET: 0.1 x */
+    double                    cache_write;            /* ... 1.25 x input */
+    double                    cache_write_1h;         /* ... 2 x input */
+    unsigned                  line;
 } tb_price_t;
 
 

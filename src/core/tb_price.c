@@ -4,6 +4,7 @@
 
 #include "tb_price.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -141,4 +142,33 @@ tb_cost_format(int64_t nanodollars, char *buf, size_t size)
     }
 
     return (n < 0) ? 0 : ((size_t) n < size ? (size_t) n : size - 1);
+}
+
+
+static int64_t
+tb_price_nano(double usd_per_mtok)
+{
+    return (int64_t) llround(usd_per_mtok * 1000);
+}
+
+
+void
+tb_price_table_from(tb_price_table_t *t, tb_model_price_t *out,
+    const tb_price_t *p, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        out[i].pattern = p[i].pattern;
+        out[i].input = tb_price_nano(p[i].input);
+        out[i].output = tb_price_nano(p[i].output);
+        out[i].cache_read = tb_price_nano(p[i].cache_read);
+        out[i].cache_write_5m = tb_price_nano(p[i].cache_write);
+        out[i].cache_write_1h = tb_price_nano(p[i].cache_write_1h);
+    }
+
+    t->as_of = "";
+    t->source = "the YAML file";
+    t->models = out;
+    t->n = n;
 }

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tb_config.h"
+
 
 typedef struct {
     const char               *pattern;        /* an id, or "prefix*" */
@@ -52,6 +54,15 @@ extern const tb_price_table_t  tb_price_builtin;
 const tb_model_price_t *tb_price_find(const tb_price_table_t *first,
     const tb_price_table_t *second, const char *model, size_t len);
 
+
+/*
+ * The YAML file's pricing entries (a tb_config_t's prices and nprices) as
+ * a table of nanodollars in out (room for n): its patterns point into the
+ * entries, rates rounded to the nearest thousandth of a dollar per million
+ * tokens.
+ */
+void tb_price_table_from(tb_price_table_t *t, tb_model_price_t *out,
+    const tb_price_t *prices, size_t n);
 
 /* a response's usage, as billed: -1 where the answer said nothing */
 typedef struct {

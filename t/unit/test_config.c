@@ -454,7 +454,8 @@ TB_TEST(test_full_file)
         TB_CHECK_DBL(cf->prices[0].cache_write, 18.75, 1e-9);
         TB_CHECK_STR(cf->prices[1].pattern, "claude-haiku-4-5");
         TB_CHECK_DBL(cf->prices[1].output, 5, 1e-9);
-        TB_CHECK_DBL(cf->prices[1].cache_read, 0, 1e-9);
+        /* not given: a tenth of input, not free */
+        TB_CHECK_DBL(cf->prices[1].cache_read, 0.1, 1e-9);
     }
 
     TB_CHECK_INT(cf->naccounts, 2);
@@ -1241,28 +1242,33 @@ TB_TEST(test_pricing)
     cf = load("pricing:\n"
               "  claude-z-*: {input: 3, output: 15}\n"
               "  builtin: true\n"
-              "  claude-a: {cache_read: 0.3}\n"
-              "  claude-empty:\n");
+              "  claude-a: {input: 2, output: 10, cache_read: 0.3,"
+              " cache_write_1h: 5}\n");
     TB_CHECK(cf != NULL);
 
     if (cf) {
         TB_CHECK_INT(cf->pricing_builtin, 1);
-        TB_CHECK_INT(cf->nprices, 3);
+        TB_CHECK_INT(cf->nprices, 2);
 
-        if (cf->nprices == 3) {
-            /* file order, not sorted */
+        if (cf->nprices == 2) {
+            /* file order, not sorted; unset cache rates are the standard
+             * multiples of input */
             TB_CHECK_STR(cf->prices[0].pattern, "claude-z-*");
             TB_CHECK_DBL(cf->prices[0].output, 15, 1e-9);
+            TB_CHECK_DBL(cf->prices[0].cache_read, .3, 1e-9);
+            TB_CHECK_DBL(cf->prices[0].cache_write, 3.75, 1e-9);
+            TB_CHECK_DBL(cf->prices[0].cache_write_1h, 6, 1e-9);
             TB_CHECK_STR(cf->prices[1].pattern, "claude-a");
             TB_CHECK_DBL(cf->prices[1].cache_read, .3, 1e-9);
-            TB_CHECK_DBL(cf->prices[1].input, 0, 1e-9);
-            TB_CHECK_STR(cf->prices[2].pattern, "claude-empty");
+            TB_CHECK_DBL(cf->prices[1].cache_write, 2.5, 1e-9);
+            TB_CHECK_DBL(cf->prices[1].cache_write_1h, 5, 1e-9);
+            TB_CHECK_INT(cf->prices[1].line, 4);
         }
     }
 
     tb_config_free(cf);
 
-    cf = load("pricing:\n  builtin: false\n  m: {input: 1}\n");
+    cf = load("pricing:\n  builtin: false\n  m: {input: 1, output: 5}\n");
     TB_CHECK(cf != NULL);
 
     if (cf) {
@@ -1271,6 +1277,14 @@ TB_TEST(test_pricing)
     }
 
     tb_config_free(cf);
+
+    /* a price without its input or output would make the model free */
+    EXPECT_ERROR("pricing:\n  m: {input: 1}\n",
+                 "test.yaml:2: pricing.m: input and output are required");
+    EXPECT_ERROR("pricing:\n  m: {cache_read: 0.3}\n",
+                 "pricing.m: input and output are required");
+    EXPECT_ERROR("pricing:\n  m:\n",
+                 "pricing.m: input and output are required");
 
     EXPECT_ERROR("pricing: bultin\n",
                  "test.yaml:1: pricing: \"bultin\" is not valid");

@@ -5,6 +5,7 @@
 
 #include "tb_test.h"
 #include "tb_price.h"
+#include "tb_config.h"
 
 
 static const tb_model_price_t *
@@ -175,6 +176,50 @@ TB_TEST(cost_by_hand)
 }
 
 
+TB_TEST(the_files_entries)
+{
+    char                     err[256];
+    tb_config_t             *cf;
+    tb_model_price_t         out[4];
+    tb_price_table_t         t;
+    tb_cost_usage_t          u = { 1000000, 1000000, 1000000, 1000000, -1 };
+    const tb_model_price_t  *p;
+
+    static const char  yaml[] =
+        "pricing:\n"
+        "  builtin: true\n"
+        "  claude-haiku-4-5: {input: 0.9, output: 4.5}\n"
+        "  acme-*: {input: 0.0004, output: 1.2345678}\n";
+
+    cf = tb_config_load_buffer("t.yaml", yaml, sizeof(yaml) - 1, NULL, err,
+                               sizeof(err));
+    TB_CHECK(cf != NULL);
+    if (cf == NULL) {
+        return;
+    }
+
+    TB_CHECK_INT(cf->nprices, 2);
+    tb_price_table_from(&t, out, cf->prices, cf->nprices);
+    TB_CHECK_INT(t.n, 2);
+
+    /* the file's Haiku 4.5, over the builtin one; its cache rates the
+     * standard multiples: 1M each of input, output, read, 5-minute write
+     *   = 0.9 + 4.5 + 0.09 + 1.125 = $6.615 */
+    p = tb_price_find(&t, &tb_price_builtin, "claude-haiku-4-5-20251001",
+                      sizeof("claude-haiku-4-5-20251001") - 1);
+    TB_CHECK(p == &out[0]);
+    TB_CHECK_INT(tb_cost(p, &u, 0), 6615000000LL);
+
+    /* rounded to a thousandth of a dollar per MTok */
+    p = tb_price_find(&t, &tb_price_builtin, "acme-1", 6);
+    TB_CHECK(p == &out[1]);
+    TB_CHECK_INT(p->input, 0);
+    TB_CHECK_INT(p->output, 1235);
+
+    tb_config_free(cf);
+}
+
+
 TB_TEST(format)
 {
     char  buf[32];
@@ -225,6 +270,7 @@ main(void)
     TB_RUN(unpriced_is_unknown);
     TB_RUN(overrides_win);
     TB_RUN(cost_by_hand);
+    TB_RUN(the_files_entries);
     TB_RUN(format);
     TB_RUN(table_is_dated_and_sourced);
 

@@ -45,6 +45,7 @@ tb_usage_init(tb_usage_t *u)
     u->output_tokens = -1;
     u->cache_creation_input_tokens = -1;
     u->cache_read_input_tokens = -1;
+    u->cache_creation_1h_input_tokens = -1;
 }
 
 
@@ -57,6 +58,63 @@ tb_usage_init(tb_usage_t *u)
  * overwrite earlier ones; counts are never negative, and -1 would read as
  * "unknown".
  */
+
+/*
+ * usage.cache_creation, {"ephemeral_5m_input_tokens": n,
+ * "ephemeral_1h_input_tokens": n}: the writes made for an hour, priced
+ * apart.  Read defensively (the enclosing object checks the framing): a
+ * member it cannot read ends the look, leaving *h1 as it was.
+ */
+
+static void
+tb_usage_cache_creation(const unsigned char *v, const unsigned char *end,
+    int64_t *h1)
+{
+    int64_t               n;
+    const unsigned char  *k, *kend, *val, *vale;
+
+    v = tb_json_ws(v + 1, end);
+
+    while (v < end && *v == '"') {
+        k = v + 1;
+        kend = tb_json_skip(v, end);
+
+        if (kend <= k || kend >= end || kend[-1] != '"') {
+            return;
+        }
+
+        kend--;
+
+        v = tb_json_ws(kend + 1, end);
+
+        if (v >= end || *v != ':') {
+            return;
+        }
+
+        val = tb_json_ws(v + 1, end);
+        vale = tb_json_skip(val, end);
+
+        if (vale <= val || vale > end) {
+            return;
+        }
+
+        if (*val >= '0' && *val <= '9'
+            && tb_json_key_eq(k, kend, "ephemeral_1h_input_tokens", 25)
+            && tb_json_parse_int(val, vale, &n) == 0)
+        {
+            *h1 = n;
+        }
+
+        v = tb_json_ws(vale, end);
+
+        if (v >= end || *v != ',') {
+            return;
+        }
+
+        v = tb_json_ws(v + 1, end);
+    }
+}
+
 
 int
 tb_usage_object(tb_usage_t *u, const unsigned char *v,
@@ -157,6 +215,13 @@ tb_usage_object(tb_usage_t *u, const unsigned char *v,
         case sizeof("cache_creation_input_tokens") - 1:
             if (memcmp(k, "cache_creation_input_tokens", klen) == 0) {
                 field = &got.cache_creation_input_tokens;
+            }
+            break;
+
+        case sizeof("cache_creation") - 1:
+            if (*val == '{' && memcmp(k, "cache_creation", klen) == 0) {
+                tb_usage_cache_creation(val, vale,
+                                        &got.cache_creation_1h_input_tokens);
             }
             break;
 

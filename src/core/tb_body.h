@@ -58,6 +58,9 @@ typedef struct {
     int64_t                   output_tokens;
     int64_t                   cache_creation_input_tokens;
     int64_t                   cache_read_input_tokens;
+    int64_t                   cache_creation_1h_input_tokens;   /* of the
+                                    writes, for one hour (cache_creation.
+                                    ephemeral_1h_input_tokens); -1 */
 } tb_usage_t;
 
 

@@ -893,6 +893,45 @@ TB_TEST(escape_round_trip)
 /* tb_usage_* */
 
 
+TB_TEST(usage_cache_creation_split)
+{
+    tb_usage_t  u;
+
+    tb_usage_init(&u);
+    TB_CHECK_INT(u.cache_creation_1h_input_tokens, -1);
+
+    /* the 1-hour part of the writes, as the API reports it */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"input_tokens\":5,"
+        "\"cache_creation_input_tokens\":1000,"
+        "\"cache_creation\":{\"ephemeral_5m_input_tokens\":600,"
+        "\"ephemeral_1h_input_tokens\":400},\"output_tokens\":7}}"),
+        "usage"), 0);
+    TB_CHECK_INT(u.cache_creation_input_tokens, 1000);
+    TB_CHECK_INT(u.cache_creation_1h_input_tokens, 400);
+    TB_CHECK_INT(u.output_tokens, 7);
+
+    /* an escaped key, whitespace; a later answer without it keeps it */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"cache_creation\" : "
+        "{ \"ephemeral_1h_input_tok\\u0065ns\" : 30 } }}"), "usage"), 0);
+    TB_CHECK_INT(u.cache_creation_1h_input_tokens, 30);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":8}}"),
+                                "usage"), 0);
+    TB_CHECK_INT(u.cache_creation_1h_input_tokens, 30);
+
+    /* what is not a count leaves it; a cut object is refused whole */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"cache_creation\":"
+        "{\"ephemeral_1h_input_tokens\":\"9\",\"x\":[1,{}]}}}"), "usage"),
+        0);
+    TB_CHECK_INT(u.cache_creation_1h_input_tokens, 30);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"cache_creation\":"
+        "{\"ephemeral_1h_input_tokens\":9"), "usage"), -1);
+    TB_CHECK_INT(u.cache_creation_1h_input_tokens, 30);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"cache_creation\":7}}"),
+                                "usage"), 0);
+    TB_CHECK_INT(u.cache_creation_1h_input_tokens, 30);
+}
+
+
 TB_TEST(usage_merge)
 {
     tb_usage_t  u;
@@ -1788,6 +1827,7 @@ main(void)
     TB_RUN(escape_round_trip);
 
     TB_RUN(usage_merge);
+    TB_RUN(usage_cache_creation_split);
     TB_RUN(usage_of_a_message);
 
     TB_RUN(sse_full_stream);

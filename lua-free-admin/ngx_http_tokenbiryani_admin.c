@@ -771,6 +771,41 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
                             (double) rec->usage.cache_creation_input_tokens);
     cJSON_AddNumberToObject(d, "cache_read_input_tokens",
                             (double) rec->usage.cache_read_input_tokens);
+    cJSON_AddNumberToObject(d, "cache_creation_1h_input_tokens",
+                            (double) rec->usage.cache_creation_1h_input_tokens);
+
+    /* what it cost, with the date of the prices: null, never 0, for a
+     * model without a price */
+
+    d = cJSON_AddObjectToObject(obj, "cost");
+    if (d == NULL) {
+        goto failed;
+    }
+
+    if (rec->cost >= 0) {
+        u_char  as_of[16], *e;
+
+        cJSON_AddNumberToObject(d, "usd", (double) rec->cost / 1e9);
+        cJSON_AddStringToObject(d, "prices",
+                                rec->prices_as_of > 0 ? "builtin" : "file");
+
+        if (rec->prices_as_of > 0) {
+            e = ngx_snprintf(as_of, sizeof(as_of), "%04d-%02d-%02d",
+                             (int) (rec->prices_as_of / 10000),
+                             (int) (rec->prices_as_of / 100 % 100),
+                             (int) (rec->prices_as_of % 100));
+            ngx_http_tokenbiryani_add_str(d, "prices_as_of", as_of,
+                                          e - as_of);
+
+        } else {
+            cJSON_AddNullToObject(d, "prices_as_of");
+        }
+
+    } else {
+        cJSON_AddNullToObject(d, "usd");
+        cJSON_AddNullToObject(d, "prices");
+        cJSON_AddNullToObject(d, "prices_as_of");
+    }
 
     arr = cJSON_AddArrayToObject(obj, "attempts");
     if (arr == NULL) {

@@ -403,6 +403,11 @@ typedef struct {
     int64_t                        queued_ms;
     int64_t                        soonest;
     tb_usage_t                     usage;
+    int64_t                        cost;          /* nanodollars, -1:
+                                                     unknown */
+    int32_t                        prices_as_of;  /* YYYYMMDD of the table
+                                                     it was priced by, 0:
+                                                     the file's, -1: none */
     tb_need_t                      need;
     int16_t                        status;
     uint8_t                        kind;          /* NGX_HTTP_TB_MESSAGES */

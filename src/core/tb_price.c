@@ -172,3 +172,28 @@ tb_price_table_from(tb_price_table_t *t, tb_model_price_t *out,
     t->models = out;
     t->n = n;
 }
+
+
+int32_t
+tb_price_date(const tb_price_table_t *builtin, const tb_model_price_t *p)
+{
+    int32_t      d;
+    const char  *s;
+
+    if (builtin == NULL || p < builtin->models
+        || p >= builtin->models + builtin->n)
+    {
+        return 0;
+    }
+
+    /* "YYYY-MM-DD" */
+    d = 0;
+
+    for (s = builtin->as_of; *s; s++) {
+        if (*s >= '0' && *s <= '9') {
+            d = d * 10 + (*s - '0');
+        }
+    }
+
+    return d;
+}

@@ -64,6 +64,13 @@ const tb_model_price_t *tb_price_find(const tb_price_table_t *first,
 void tb_price_table_from(tb_price_table_t *t, tb_model_price_t *out,
     const tb_price_t *prices, size_t n);
 
+/*
+ * The date of the table a price is from, as YYYYMMDD: builtin's as_of if
+ * it is one of builtin's, 0 if it is not (the file's, undated).
+ */
+int32_t tb_price_date(const tb_price_table_t *builtin,
+    const tb_model_price_t *p);
+
 /* a response's usage, as billed: -1 where the answer said nothing */
 typedef struct {
     int64_t                   input;          /* uncached input */

@@ -43,6 +43,7 @@
 #include "tb_session.h"
 #include "tb_failure.h"
 #include "tb_seal.h"
+#include "tb_price.h"
 
 #include "ngx_http_tokenbiryani_shm.h"
 
@@ -161,6 +162,10 @@ typedef struct {
 
     ngx_http_upstream_srv_conf_t  *upstream;
     ngx_array_t                    servers;   /* ngx_http_core_srv_conf_t * */
+
+    /* pricing: the file's entries, over the builtin table when asked */
+    tb_price_table_t               prices;
+    const tb_price_table_t        *builtin;   /* NULL: not asked for */
 
     const tb_strategy_t           *strategy;
     const tb_strategy_t           *rotate;    /* count_tokens, models */

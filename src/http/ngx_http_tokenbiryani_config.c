@@ -157,6 +157,7 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     u_char               *p, *last;
     size_t                i;
     tb_config_t          *tbcf;
+    tb_model_price_t     *models;
     ngx_pool_cleanup_t   *cln;
     const tb_strategy_t  *st, **plugins;
     char                  err[TB_CONFIG_ERRLEN];
@@ -229,6 +230,21 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     tmcf->weights[TB_T_LOAD] = tbcf->w_load;
     tmcf->weights[TB_T_ERRORS] = tbcf->w_errors;
     tmcf->weights[TB_T_COST] = tbcf->w_cost;
+
+    /* what a request costs: the file's prices, then the builtin table */
+
+    if (tbcf->nprices) {
+        models = ngx_palloc(cf->pool,
+                            tbcf->nprices * sizeof(tb_model_price_t));
+        if (models == NULL) {
+            return NGX_ERROR;
+        }
+
+        tb_price_table_from(&tmcf->prices, models, tbcf->prices,
+                            tbcf->nprices);
+    }
+
+    tmcf->builtin = tbcf->pricing_builtin ? &tb_price_builtin : NULL;
 
     /* count_tokens and models: round robin among the eligible */
     tmcf->rotate = tb_strategy_builtin("round_robin");

@@ -18,6 +18,8 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_uint_t                           i, k, n, picked;
     int64_t                              now;
     const char                          *name;
+    tb_cost_usage_t                      cu;
+    const tb_model_price_t              *price;
     const tb_strategy_t                 *st;
     tb_cand_out_t                       *o;
     ngx_http_tokenbiryani_account_t     *a;
@@ -60,6 +62,26 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     rec->latency_ms = now - ctx->started_ms;
     rec->ttft_ms = ctx->ttft_ms;
     rec->usage = ctx->usage;
+
+    /* its cost, from its usage: unknown (-1) for a model with no price */
+
+    rec->cost = -1;
+    rec->prices_as_of = -1;
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES && ctx->usage.input_tokens >= 0) {
+        price = tb_price_find(&tmcf->prices, tmcf->builtin,
+                              (char *) ctx->body.model, ctx->body.model_len);
+        if (price) {
+            cu.input = ctx->usage.input_tokens;
+            cu.output = ctx->usage.output_tokens;
+            cu.cache_read = ctx->usage.cache_read_input_tokens;
+            cu.cache_write = ctx->usage.cache_creation_input_tokens;
+            cu.cache_write_1h = ctx->usage.cache_creation_1h_input_tokens;
+
+            rec->cost = tb_cost(price, &cu, 0);
+            rec->prices_as_of = tb_price_date(tmcf->builtin, price);
+        }
+    }
     rec->need = ctx->need;
     rec->status = (int16_t) r->headers_out.status;
     rec->kind = (uint8_t) ctx->kind;

@@ -10,6 +10,40 @@
 #include "ngx_http_tokenbiryani_settings.h"
 
 
+/*
+ * A model's price, looked up once per model and worker: a direct-mapped
+ * cache by the model's hash (the request already has it), misses too.
+ */
+
+typedef struct {
+    uint64_t                 hash;
+    const tb_model_price_t  *price;
+    ngx_uint_t               used;
+} ngx_http_tokenbiryani_price_slot_t;
+
+
+static const tb_model_price_t *
+ngx_http_tokenbiryani_price(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_http_tokenbiryani_price_slot_t  *e;
+
+    static ngx_http_tokenbiryani_price_slot_t  cache[64];
+
+    e = &cache[ctx->model_hash % 64];
+
+    if (!e->used || e->hash != ctx->model_hash) {
+        e->price = tb_price_find(&tmcf->prices, tmcf->builtin,
+                                 (char *) ctx->body.model,
+                                 ctx->body.model_len);
+        e->hash = ctx->model_hash;
+        e->used = 1;
+    }
+
+    return e->price;
+}
+
+
 void
 ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
@@ -69,8 +103,7 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     rec->prices_as_of = -1;
 
     if (ctx->kind == NGX_HTTP_TB_MESSAGES && ctx->usage.input_tokens >= 0) {
-        price = tb_price_find(&tmcf->prices, tmcf->builtin,
-                              (char *) ctx->body.model, ctx->body.model_len);
+        price = ngx_http_tokenbiryani_price(tmcf, ctx);
         if (price) {
             cu.input = ctx->usage.input_tokens;
             cu.output = ctx->usage.output_tokens;

@@ -28,7 +28,15 @@ ngx_http_tokenbiryani_price(ngx_http_tokenbiryani_main_conf_t *tmcf,
 {
     ngx_http_tokenbiryani_price_slot_t  *e;
 
+    static void                               *owner;
     static ngx_http_tokenbiryani_price_slot_t  cache[64];
+
+    /* another configuration in this process (master_process off): its
+     * prices are not the cached ones */
+    if (owner != tmcf) {
+        ngx_memzero(cache, sizeof(cache));
+        owner = tmcf;
+    }
 
     e = &cache[ctx->model_hash % 64];
 

@@ -497,6 +497,27 @@ ngx_http_tokenbiryani_racct_view(ngx_http_request_t *r,
 }
 
 
+/* a probe's "timeout_ms", from 100 ms to a minute */
+
+#define NGX_HTTP_TB_TIMEOUT_RULE                                              \
+    "timeout_ms must be a number of milliseconds from 100 to 60000"
+
+static ngx_int_t
+ngx_http_tokenbiryani_acct_timeout(cJSON *item,
+    ngx_http_tokenbiryani_acct_write_t *aw)
+{
+    if (!cJSON_IsNumber(item) || item->valuedouble < 100
+        || item->valuedouble > 60000)
+    {
+        return NGX_ERROR;
+    }
+
+    aw->timeout = (ngx_msec_t) item->valuedouble;
+
+    return NGX_OK;
+}
+
+
 /* an Anthropic-shaped 400 that names the problem */
 #define ngx_http_tokenbiryani_acct_400(r, ...)                               \
     ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,                \
@@ -582,16 +603,11 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
 
             item = cJSON_GetObjectItemCaseSensitive(root, "timeout_ms");
 
-            if (item && (!cJSON_IsNumber(item) || item->valuedouble < 100
-                         || item->valuedouble > 60000))
+            if (item && ngx_http_tokenbiryani_acct_timeout(item, aw) != NGX_OK)
             {
                 cJSON_Delete(root);
-                return ngx_http_tokenbiryani_acct_400(r, "timeout_ms must "
-                           "be a number of milliseconds from 100 to 60000");
-            }
-
-            if (item) {
-                aw->timeout = (ngx_msec_t) item->valuedouble;
+                return ngx_http_tokenbiryani_acct_400(r,
+                                           NGX_HTTP_TB_TIMEOUT_RULE);
             }
 
             cJSON_Delete(root);
@@ -660,15 +676,12 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
         if (ngx_strcmp(item->string, "timeout_ms") == 0
             && aw->op == NGX_HTTP_TB_ACCT_TRY)
         {
-            if (!cJSON_IsNumber(item) || item->valuedouble < 100
-                || item->valuedouble > 60000)
-            {
-                rc = ngx_http_tokenbiryani_acct_400(r, "timeout_ms must be "
-                         "a number of milliseconds from 100 to 60000");
+            if (ngx_http_tokenbiryani_acct_timeout(item, aw) != NGX_OK) {
+                rc = ngx_http_tokenbiryani_acct_400(r,
+                                                NGX_HTTP_TB_TIMEOUT_RULE);
                 goto done;
             }
 
-            aw->timeout = (ngx_msec_t) item->valuedouble;
             cJSON_Delete(cJSON_DetachItemViaPointer(root, item));
             continue;
         }

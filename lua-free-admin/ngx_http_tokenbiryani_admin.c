@@ -918,9 +918,11 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         }
 
         o.available_at = ic->available_at;
+        o.headroom = ic->headroom;
 
         if (c.conf || (ic->verdict != TB_V_DISABLED
-                       && ic->verdict != TB_V_CONCURRENCY))
+                       && ic->verdict != TB_V_CONCURRENCY
+                       && ic->verdict != TB_V_SPEND))
         {
             tb_verdict_str((tb_verdict_e) ic->verdict, &o, &c,
                            rec->decided_ms, buf, sizeof(buf));

@@ -10,18 +10,20 @@
 
 
 static void ngx_http_tokenbiryani_lease_drop(
-    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
-    ngx_http_tokenbiryani_lease_t *lease, const tb_usage_t *usage,
-    int64_t headers_ms);
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_lease_t *lease,
+    const tb_usage_t *usage, int64_t headers_ms,
+    const ngx_http_tokenbiryani_charge_t *charge);
 
 
 ngx_uint_t
 ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t slot, const tb_account_conf_t *conf, const tb_need_t *need,
-    uint64_t key, int64_t key_max, int64_t now,
-    ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed)
+    uint64_t key, int64_t key_max, ngx_http_tokenbiryani_caps_t *caps,
+    int64_t now, ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed)
 {
     int                                took;
+    ngx_uint_t                         cap;
+    ngx_http_tokenbiryani_session_t   *sess;
     ngx_slab_pool_t                   *shpool;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_lease_t     *lease;
@@ -46,9 +48,28 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
         return NGX_HTTP_TB_LEASE_NONE;
     }
 
+    cap = ngx_http_tokenbiryani_caps_reserve_locked(zone, ks, caps,
+                                                    sh->slots[slot], conf,
+                                                    need->cost, now, &sess);
+    if (cap != NGX_HTTP_TB_CAP_NONE) {
+        ngx_slab_free_locked(shpool, lease);
+        ngx_shmtx_unlock(&shpool->mutex);
+
+        if (cap == NGX_HTTP_TB_CAP_ACCOUNT) {
+            /* the account's own: another account may serve */
+            return NGX_HTTP_TB_LEASE_NONE;
+        }
+
+        return NGX_HTTP_TB_LEASE_CAP;
+    }
+
     if (!tb_lease_reserve(sh->slots[slot], conf, &zone->breaker, need, now,
                           &took))
     {
+        ngx_http_tokenbiryani_caps_settle_locked(zone, ks, sess,
+                                                 sh->slots[slot],
+                                                 (ngx_int_t) slot,
+                                                 need->cost, NULL);
         ngx_slab_free_locked(shpool, lease);
         ngx_shmtx_unlock(&shpool->mutex);
         return NGX_HTTP_TB_LEASE_NONE;
@@ -66,6 +87,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     lease->expires_ms = now + zone->lease_timeout;
     lease->pid = ngx_pid;
     lease->probed = took;
+    lease->sess = sess;
 
     ngx_queue_insert_tail(&sh->leases, &lease->queue);
     sh->nleases++;
@@ -83,7 +105,8 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
 void
 ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
-    int64_t headers_ms, ngx_uint_t probe_back)
+    int64_t headers_ms, ngx_uint_t probe_back,
+    const ngx_http_tokenbiryani_charge_t *charge)
 {
     ngx_http_tokenbiryani_shm_t    *sh;
     ngx_http_tokenbiryani_lease_t  *lease;
@@ -103,8 +126,8 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
             sh->slots[lease->slot]->breaker.probe = 0;
         }
 
-        ngx_http_tokenbiryani_lease_drop(sh, zone->shpool, lease, usage,
-                                         headers_ms);
+        ngx_http_tokenbiryani_lease_drop(zone, lease, usage, headers_ms,
+                                         charge);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -118,16 +141,28 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
 
 
 static void
-ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_shm_t *sh,
-    ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_lease_t *lease,
-    const tb_usage_t *usage, int64_t headers_ms)
+ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_lease_t *lease, const tb_usage_t *usage,
+    int64_t headers_ms, const ngx_http_tokenbiryani_charge_t *charge)
 {
+    ngx_slab_pool_t              *shpool;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    shpool = zone->shpool;
+
     if (lease->slot < sh->nslots) {
         /* leases taken from now on are sent after this one ended */
         tb_lease_release(sh->slots[lease->slot], &lease->need, usage,
                          headers_ms, sh->seq, lease->id,
                          (int) lease->reads_count);
     }
+
+    ngx_http_tokenbiryani_caps_settle_locked(zone, lease->ks, lease->sess,
+                                             lease->slot < sh->nslots
+                                             ? sh->slots[lease->slot] : NULL,
+                                             (ngx_int_t) lease->slot,
+                                             lease->need.cost, charge);
 
     if (lease->ks) {
         lease->ks->inflight--;
@@ -210,7 +245,7 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_zone_t *zone,
             sh->slots[lease->slot]->breaker.probe = 0;
         }
 
-        ngx_http_tokenbiryani_lease_drop(sh, zone->shpool, lease, NULL, 0);
+        ngx_http_tokenbiryani_lease_drop(zone, lease, NULL, 0, NULL);
         sh->leases_reclaimed++;
         n++;
     }

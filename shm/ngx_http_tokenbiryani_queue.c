@@ -496,7 +496,7 @@ ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_zone_t *zone,
 
 /* a key's counters, or NULL: the zone's lock is held */
 
-static ngx_http_tokenbiryani_keystate_t *
+ngx_http_tokenbiryani_keystate_t *
 ngx_http_tokenbiryani_keystate_find(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key)
 {
@@ -546,6 +546,7 @@ ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
     ks->key = key;
     ks->inflight = 0;
     ks->queued = 0;
+    ngx_memzero(&ks->spend, sizeof(tb_ledger_t));
     ngx_queue_insert_tail(&sh->keys, &ks->queue);
 
     return ks;

@@ -64,6 +64,10 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->aff_lru);
         sh->aff_epoch_ms = sh->created_ms;
 
+        ngx_rbtree_init(&sh->sess_tree, &sh->sess_sentinel,
+                        ngx_rbtree_insert_value);
+        ngx_queue_init(&sh->sess_lru);
+
         shpool->data = sh;
 
         len = sizeof(" in tokenbiryani zone \"\"") + shm_zone->shm.name.len;

@@ -69,6 +69,7 @@ typedef struct {
     const tb_config_t             *tbcf;
     tb_breaker_conf_t              breaker;
     ngx_msec_t                     lease_timeout;
+    int64_t                        spend_bucket_ms;   /* spend.window_hours */
 
     ngx_array_t                    accounts;  /* zone_account_t, pool order */
 } ngx_http_tokenbiryani_zone_t;
@@ -166,28 +167,124 @@ void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_zone_stats_t *stats);
 
 
+/* spend caps and conversations (shm/ngx_http_tokenbiryani_spend.c) */
+
+#define NGX_HTTP_TB_SESSIONS           16384  /* conversations kept */
+
+#define NGX_HTTP_TB_CAP_NONE           0
+#define NGX_HTTP_TB_CAP_KEY            1      /* keys[].spend_cap_usd */
+#define NGX_HTTP_TB_CAP_SESSION        2      /* session_cap_usd */
+#define NGX_HTTP_TB_CAP_TURNS          3      /* session_max_turns */
+#define NGX_HTTP_TB_CAP_ACCOUNT        4      /* accounts[].spend_cap_usd */
+
+/*
+ * A request's caps, and, when one is reached, which, what it holds (spent
+ * in the window and reserved in flight: nanodollars, or turns), the
+ * limit, and when the window frees room (ms; 0: only what is in flight
+ * holds it).
+ */
+typedef struct {
+    int64_t                        key_cap;       /* nanodollars; -1 none */
+    uint64_t                       session;       /* 0: not tracked */
+    int64_t                        session_cap;   /* nanodollars; -1 none */
+    int64_t                        session_turns; /* -1: none */
+    const u_char                  *key_name;
+    size_t                         key_name_len;
+
+    ngx_uint_t                     reached;       /* NGX_HTTP_TB_CAP_* */
+    int64_t                        held;
+    int64_t                        in_flight;
+    int64_t                        limit;
+    int64_t                        frees_at;
+} ngx_http_tokenbiryani_caps_t;
+
+/* what an answered attempt ran up */
+typedef struct {
+    int64_t                        at_ms;
+    int64_t                        cost;          /* nanodollars; -1 unknown */
+    int64_t                        tokens[4];     /* in, out, cache r/w */
+} ngx_http_tokenbiryani_charge_t;
+
+/* a conversation, copied out */
+typedef struct {
+    uint64_t                       session;
+    tb_ledger_t                    ledger;
+    int64_t                        first_ms;
+    int64_t                        last_ms;
+    int64_t                        tokens[4];
+    int64_t                        cost;
+    uint64_t                       turns;
+    uint32_t                       unpriced;
+    int32_t                        slot;
+    uint32_t                       key_len;
+    u_char                         key[TB_ID_MAX + 1];
+} ngx_http_tokenbiryani_session_view_t;
+
+#define NGX_HTTP_TB_LEDGER_ACCOUNT     1      /* id: the slot */
+#define NGX_HTTP_TB_LEDGER_KEY         2      /* id: the key's hash */
+
+typedef struct {
+    ngx_uint_t                     kind;
+    uint64_t                       id;
+    tb_ledger_t                    ledger;
+} ngx_http_tokenbiryani_ledger_view_t;
+
+/* whether a cap of the key's or the conversation's is reached (reserves
+ * nothing) */
+ngx_uint_t ngx_http_tokenbiryani_caps_check(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, ngx_http_tokenbiryani_caps_t *caps, int64_t now);
+
+ngx_uint_t ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, tb_ledger_t *copy);
+
+ngx_uint_t ngx_http_tokenbiryani_sessions_top(
+    ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_session_view_t *out, ngx_uint_t max,
+    ngx_uint_t *total);
+
+ngx_uint_t ngx_http_tokenbiryani_spend_since(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t seq,
+    ngx_http_tokenbiryani_ledger_view_t *ledgers, ngx_uint_t max_ledgers,
+    ngx_http_tokenbiryani_session_view_t *sessions, ngx_uint_t max_sessions,
+    ngx_uint_t *nsessions, uint64_t *upto);
+
+void ngx_http_tokenbiryani_spend_restore(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t kind, uint64_t id, const tb_ledger_t *l);
+void ngx_http_tokenbiryani_session_restore(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_session_view_t *v);
+
+
 /* leases (shm/ngx_http_tokenbiryani_lease.c) */
 
 #define NGX_HTTP_TB_LEASE_NONE         0      /* the account cannot */
 #define NGX_HTTP_TB_LEASE_TAKEN        1
 #define NGX_HTTP_TB_LEASE_KEY_FULL     2      /* the key holds key_max */
+#define NGX_HTTP_TB_LEASE_CAP          3      /* a cap: caps->reached */
 
 /*
  * Re-checks and reserves in one step under the lock, all of the need or
  * nothing, counted against the key (a hash of its name; 0: none) unless
- * it already holds key_max leases (-1: no limit).  TAKEN with *ticket set.
+ * it already holds key_max leases (-1: no limit), and need->cost reserved
+ * against the account's, the key's and the conversation's caps (caps
+ * NULL: the account's only) unless one is reached (LEASE_CAP, with
+ * caps->reached; NGX_HTTP_TB_CAP_ACCOUNT if it is the account's).  TAKEN
+ * with *ticket set.
  */
 ngx_uint_t ngx_http_tokenbiryani_lease_take(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot,
     const tb_account_conf_t *conf, const tb_need_t *need, uint64_t key,
-    int64_t key_max, int64_t now, ngx_http_tokenbiryani_ticket_t *ticket,
-    ngx_uint_t *probed);
+    int64_t key_max, ngx_http_tokenbiryani_caps_t *caps, int64_t now,
+    ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed);
 
-/* exactly once: a lease already given back or taken back is left alone */
+/*
+ * Exactly once: a lease already given back or taken back is left alone.
+ * charge: what the attempt ran up, if it was answered (NULL: nothing).
+ */
 void ngx_http_tokenbiryani_lease_give_back(
     ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
-    int64_t headers_ms, ngx_uint_t probe_back);
+    int64_t headers_ms, ngx_uint_t probe_back,
+    const ngx_http_tokenbiryani_charge_t *charge);
 
 /* how many leases each worker holds: at most max workers, in pids/held */
 ngx_uint_t ngx_http_tokenbiryani_lease_owners(

@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a37      /* "tbz7" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a38      /* "tbz8" */
 
 
 /* a key's requests in flight and waiting, across workers; never freed */
@@ -19,7 +19,26 @@ typedef struct {
     uint64_t                       key;           /* hash of its name */
     ngx_uint_t                     inflight;      /* leases it holds */
     ngx_uint_t                     queued;        /* its waiters */
+    tb_ledger_t                    spend;         /* its spend window */
 } ngx_http_tokenbiryani_keystate_t;
+
+
+/* a conversation: its ledger and what it ran up, see ..._spend.c */
+typedef struct {
+    ngx_rbtree_node_t              node;          /* key: the session */
+    ngx_queue_t                    lru;           /* last charged first */
+    tb_ledger_t                    ledger;
+    int64_t                        first_ms;
+    int64_t                        last_ms;
+    int64_t                        tokens[4];     /* in, out, cache r/w */
+    int64_t                        cost;          /* priced turns, nd */
+    uint64_t                       turns;
+    uint32_t                       unpriced;      /* turns with no price */
+    int32_t                        slot;          /* last account; -1 */
+    uint32_t                       leases;        /* held on it now */
+    uint32_t                       key_len;
+    u_char                         key[TB_ID_MAX];
+} ngx_http_tokenbiryani_session_t;
 
 
 /* one held reservation */
@@ -34,6 +53,7 @@ typedef struct {
     ngx_uint_t                     probed;        /* holds the breaker's */
     ngx_uint_t                     reads_count;   /* the account counts
                                                      cache reads */
+    ngx_http_tokenbiryani_session_t *sess;        /* its conversation's */
 } ngx_http_tokenbiryani_lease_t;
 
 
@@ -189,6 +209,14 @@ struct ngx_http_tokenbiryani_shm_s {
 
     /* the durable store behind the zone */
     ngx_http_tokenbiryani_store_state_t  store;
+
+    /* conversations, and the ledgers' sequence of charges */
+    ngx_rbtree_t                   sess_tree;
+    ngx_rbtree_node_t              sess_sentinel;
+    ngx_queue_t                    sess_lru;
+    ngx_uint_t                     nsessions;
+    uint64_t                       sessions_evicted;
+    uint64_t                       spend_seq;
 };
 
 
@@ -226,6 +254,36 @@ void ngx_http_tokenbiryani_raccts_live_locked(ngx_http_tokenbiryani_shm_t *sh);
 /* every session placed on a slot forgotten; how many.  Under the lock. */
 ngx_uint_t ngx_http_tokenbiryani_affinity_drop_locked(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot);
+
+/* a key's state, or NULL.  Under the lock. */
+ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_find(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
+
+/* a conversation, made when new (at the LRU's tail); NULL: session 0,
+ * or no memory.  Under the lock. */
+ngx_http_tokenbiryani_session_t *ngx_http_tokenbiryani_session_locked(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t session, const u_char *key,
+    size_t key_len, int64_t now);
+
+/*
+ * A lease's caps: the account's cap re-checked, the key's and the
+ * conversation's checked, and, if none is reached, cost reserved on all
+ * three and a turn on the conversation (*sp, which the lease then holds).
+ * NGX_HTTP_TB_CAP_*.  Under the lock.
+ */
+ngx_uint_t ngx_http_tokenbiryani_caps_reserve_locked(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_keystate_t *ks,
+    ngx_http_tokenbiryani_caps_t *caps, tb_account_state_t *st,
+    const tb_account_conf_t *conf, int64_t cost, int64_t now,
+    ngx_http_tokenbiryani_session_t **sp);
+
+/* what a lease reserved released, and what its attempt cost charged
+ * (charge NULL: nothing answered).  Under the lock. */
+void ngx_http_tokenbiryani_caps_settle_locked(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_keystate_t *ks,
+    ngx_http_tokenbiryani_session_t *s, tb_account_state_t *st,
+    ngx_int_t slot, int64_t reserved,
+    const ngx_http_tokenbiryani_charge_t *charge);
 
 /* a key's state, made when first asked for; NULL: key 0, or no memory */
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(

@@ -15,6 +15,7 @@
 
 #include "tb_ratelimit.h"
 #include "tb_failure.h"
+#include "tb_ledger.h"
 
 
 #define TB_ID_MAX             64
@@ -126,6 +127,9 @@ typedef struct {
     uint64_t                  affinity_broken;      /* owner lost the score */
     uint64_t                  affinity_forced;      /* owner filtered out */
     uint64_t                  sessions_placed;      /* new sessions here */
+
+    /* what it spent in the spend window, and has in flight (the lock) */
+    tb_ledger_t               spend;
 } tb_account_state_t;
 
 

@@ -293,7 +293,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
 {
     int                        fits, exceeds;
     double                     h, f;
-    int64_t                    avail;
+    int64_t                    avail, cap, spent;
     const tb_window_t         *win;
     const tb_account_conf_t   *conf;
     const tb_account_state_t  *st;
@@ -391,8 +391,19 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
         return TB_V_CONCURRENCY;
     }
 
-    if (c->spend_capped) {
-        return TB_V_SPEND;
+    if (conf->spend_cap_usd >= 0) {
+        cap = tb_usd_to_nd(conf->spend_cap_usd);
+
+        if (tb_ledger_over(&st->spend, in->now, in->spend_bucket_ms, cap)) {
+            /* how much of its cap is held, and when the window frees */
+            spent = tb_ledger_spent(&st->spend, in->now, in->spend_bucket_ms,
+                                    NULL)
+                    + st->spend.reserved;
+            o->headroom = cap > 0 ? (double) spent / (double) cap : 1.0;
+            o->available_at = tb_ledger_frees_at(&st->spend, in->now,
+                                                 in->spend_bucket_ms, cap, 0);
+            return TB_V_SPEND;
+        }
     }
 
     if (st->breaker.open
@@ -609,7 +620,8 @@ size_t
 tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
     int64_t now, char *buf, size_t size)
 {
-    int64_t      left;
+    char         held[32], capped[32], wait[32];
+    int64_t      left, cap;
     const char  *why;
 
     switch (v) {
@@ -675,8 +687,25 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
                                  (long long) c->conf->max_concurrency);
 
     case TB_V_SPEND:
-        why = "spend cap reached";
-        break;
+        /* o->headroom: the share of the cap spent and held in flight */
+        cap = tb_usd_to_nd(c->conf->spend_cap_usd);
+        (void) tb_usd_format(cap > 0 ? (int64_t) (o->headroom * (double) cap)
+                                     : 0, held, sizeof(held));
+        (void) tb_usd_format(cap, capped, sizeof(capped));
+
+        if (o->available_at == 0) {
+            return (size_t) snprintf(buf, size,
+                                     "filtered \xe2\x80\x94 spend cap "
+                                     "reached ($%s of $%s, held by requests "
+                                     "in flight)", held, capped);
+        }
+
+        (void) tb_wait_format(o->available_at - now, wait, sizeof(wait));
+
+        return (size_t) snprintf(buf, size,
+                                 "filtered \xe2\x80\x94 spend cap reached "
+                                 "($%s of $%s), room again in %s",
+                                 held, capped, wait);
 
     case TB_V_CIRCUIT:
         if (o->available_at == 0) {

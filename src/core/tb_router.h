@@ -73,6 +73,8 @@ typedef struct {
     int64_t                   n[TB_NWINDOWS];  /* requests, input, output;
                                                   never negative */
     int64_t                   max_tokens;      /* the caller's ceiling, >= 0 */
+    int64_t                   cost;            /* what it may cost at most,
+                                                  nanodollars; 0: unknown */
 } tb_need_t;
 
 
@@ -99,7 +101,6 @@ typedef struct {
     unsigned                  removed:1;       /* by an operator, since */
     unsigned                  in_pool:1;
     unsigned                  tried:1;
-    unsigned                  spend_capped:1;
 } tb_cand_t;
 
 
@@ -127,6 +128,7 @@ typedef struct {
     uint64_t                  session;         /* 0: no session key */
     int                       owner;           /* candidate index, or -1 */
     uint64_t                  cursor;          /* round-robin position */
+    int64_t                   spend_bucket_ms; /* of the spend window */
     int64_t                   now;
 } tb_route_in_t;
 

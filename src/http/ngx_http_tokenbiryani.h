@@ -302,6 +302,11 @@ typedef struct {
     ngx_int_t                      rpm_slot;      /* -1: none taken */
     int64_t                        rpm_taken;
 
+    /* money: its caps (what reached one), its cost once settled */
+    ngx_http_tokenbiryani_caps_t   caps;
+    int64_t                        cost;          /* nd; -1 unknown */
+    int32_t                        prices_as_of;  /* tb_price_date, -1 */
+
     /* the gateway's own error, sent by the filter in place of nginx's */
     ngx_int_t                      err_status;
     const char                    *err_type;
@@ -318,6 +323,7 @@ typedef struct {
     unsigned                       final:1;       /* x-should-retry: false */
     unsigned                       key_full:1;    /* at its max_inflight */
     unsigned                       rewrite_body:1;
+    unsigned                       costed:1;      /* cost is settled */
 } ngx_http_tokenbiryani_ctx_t;
 
 

@@ -120,7 +120,93 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
         }
     }
 
+    /* the caps of its key and its conversation, as they are now */
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES
+        && (ctx->caps.key_cap >= 0 || ctx->caps.session_cap >= 0
+            || ctx->caps.session_turns >= 0)
+        && ngx_http_tokenbiryani_caps_check(&tmcf->zone, ctx->key_hash,
+                                            &ctx->caps, now))
+    {
+        if (ctx->caps.frees_at) {
+            return ngx_http_tokenbiryani_refuse_cap(r, ctx, now);
+        }
+
+        /* held by requests in flight only: it waits for them to settle */
+        ctx->caps.reached = NGX_HTTP_TB_CAP_NONE;
+    }
+
     return NGX_OK;
+}
+
+
+/*
+ * A cap reached: 429, saying which, how much of it is held and when the
+ * window frees room.  One that frees within a minute (or is held only by
+ * requests in flight) is worth a retry after it; one that frees later is
+ * not, and the client is told not to retry (x-should-retry: false).
+ */
+
+ngx_int_t
+ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    char                           held[32], limit[32], fl[32], wait[32];
+    u_char                         when[96], *p;
+    const tb_config_t             *cf;
+    ngx_http_tokenbiryani_caps_t  *caps;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    cf = tmcf->tbcf;
+    caps = &ctx->caps;
+
+    if (caps->frees_at == 0) {
+        /* what holds it is in flight: it settles soon */
+        ngx_http_tokenbiryani_set_retry_after(ctx, now + 1000, now);
+        p = ngx_snprintf(when, sizeof(when) - 1,
+                         "room again when requests in flight settle");
+
+    } else {
+        (void) tb_wait_format(caps->frees_at - now, wait, sizeof(wait));
+        p = ngx_snprintf(when, sizeof(when) - 1, "room again in %s", wait);
+
+        if (caps->frees_at - now <= 60000) {
+            ngx_http_tokenbiryani_set_retry_after(ctx, caps->frees_at, now);
+
+        } else {
+            ctx->final = 1;
+        }
+    }
+
+    *p = '\0';
+
+    if (caps->reached == NGX_HTTP_TB_CAP_TURNS) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "this conversation has run %L turns in the last %.1fh, at the "
+            "%L-turn limit (session_max_turns) of key \"%s\"; start a new "
+            "conversation or raise the limit; %s", caps->held,
+            cf->spend_window_hours, caps->limit, ctx->key->name, when);
+
+        return NGX_HTTP_TB_FAIL;
+    }
+
+    (void) tb_usd_format(caps->held, held, sizeof(held));
+    (void) tb_usd_format(caps->limit, limit, sizeof(limit));
+    (void) tb_usd_format(caps->in_flight, fl, sizeof(fl));
+
+    ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        "%s \"%s\" has spent $%s of its $%s %s in the last %.1fh "
+        "($%s of it in requests in flight); %s",
+        caps->reached == NGX_HTTP_TB_CAP_KEY ? "key" : "a conversation of key",
+        ctx->key->name, held, limit,
+        caps->reached == NGX_HTTP_TB_CAP_KEY ? "spend cap (spend_cap_usd)"
+                                             : "limit (session_cap_usd)",
+        cf->spend_window_hours, fl, when);
+
+    return NGX_HTTP_TB_FAIL;
 }
 
 
@@ -176,6 +262,11 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
     }
 
     a = ngx_http_tokenbiryani_route(r, ctx, 1);
+
+    if (ctx->caps.reached) {
+        /* taking its lease, a cap was reached */
+        return ngx_http_tokenbiryani_refuse_cap(r, ctx, now);
+    }
 
     if (a == NULL && !ctx->decision.servable) {
 

@@ -50,6 +50,10 @@ ngx_int_t ngx_http_tokenbiryani_refuse_queue(ngx_http_request_t *r,
 ngx_int_t ngx_http_tokenbiryani_refuse_waited(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
 
+/* a cap of its key's or its conversation's is reached (ctx->caps): FAIL */
+ngx_int_t ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
+
 /* 1 when the retry budget (attempts, accounts, deadline) is spent */
 ngx_uint_t ngx_http_tokenbiryani_budget_spent(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);

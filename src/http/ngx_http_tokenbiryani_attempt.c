@@ -544,6 +544,14 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
         return;
     }
 
+    if (ctx->caps.reached) {
+        /* taking its lease, a cap of its key's or conversation's was */
+        ngx_http_tokenbiryani_unqueue(r, ctx, NGX_HTTP_TB_QUEUE_TIMEOUT, now);
+        (void) ngx_http_tokenbiryani_refuse_cap(r, ctx, now);
+        ngx_http_tokenbiryani_send_fail(r, ctx);
+        return;
+    }
+
     if (!ctx->decision.servable) {
         /* what it waited for went away: disabled, say */
         ngx_http_tokenbiryani_unqueue(r, ctx, NGX_HTTP_TB_QUEUE_TIMEOUT, now);

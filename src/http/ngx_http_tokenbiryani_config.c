@@ -254,6 +254,7 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
                                 (uint32_t) tbcf->breaker_failure_threshold;
     tmcf->zone.breaker.cooldown_ms =
                         (int64_t) (tbcf->breaker_cooldown_seconds * 1000);
+    tmcf->zone.spend_bucket_ms = tb_ledger_bucket_ms(tbcf->spend_window_hours);
 
     if (tb_keytab_build(&tmcf->keytab, tbcf) != 0) {
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,

@@ -22,7 +22,7 @@ typedef struct {
 } ngx_http_tokenbiryani_price_slot_t;
 
 
-static const tb_model_price_t *
+const tb_model_price_t *
 ngx_http_tokenbiryani_price(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
@@ -52,6 +52,43 @@ ngx_http_tokenbiryani_price(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
+int64_t
+ngx_http_tokenbiryani_settle_cost(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    tb_cost_usage_t          cu;
+    const tb_model_price_t  *price;
+
+    if (ctx->costed) {
+        return ctx->cost;
+    }
+
+    ctx->costed = 1;
+    ctx->cost = -1;
+    ctx->prices_as_of = -1;
+
+    if (ctx->kind != NGX_HTTP_TB_MESSAGES || ctx->usage.input_tokens < 0) {
+        return -1;
+    }
+
+    price = ngx_http_tokenbiryani_price(tmcf, ctx);
+    if (price == NULL) {
+        return -1;
+    }
+
+    cu.input = ctx->usage.input_tokens;
+    cu.output = ctx->usage.output_tokens;
+    cu.cache_read = ctx->usage.cache_read_input_tokens;
+    cu.cache_write = ctx->usage.cache_creation_input_tokens;
+    cu.cache_write_1h = ctx->usage.cache_creation_1h_input_tokens;
+
+    ctx->cost = tb_cost(price, &cu, 0);
+    ctx->prices_as_of = tb_price_date(tmcf->builtin, price);
+
+    return ctx->cost;
+}
+
+
 void
 ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
@@ -60,8 +97,6 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_uint_t                           i, k, n, picked;
     int64_t                              now;
     const char                          *name;
-    tb_cost_usage_t                      cu;
-    const tb_model_price_t              *price;
     const tb_strategy_t                 *st;
     tb_cand_out_t                       *o;
     ngx_http_tokenbiryani_account_t     *a;
@@ -107,22 +142,9 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     /* its cost, from its usage: unknown (-1) for a model with no price */
 
-    rec->cost = -1;
-    rec->prices_as_of = -1;
+    rec->cost = ngx_http_tokenbiryani_settle_cost(tmcf, ctx);
+    rec->prices_as_of = ctx->prices_as_of;
 
-    if (ctx->kind == NGX_HTTP_TB_MESSAGES && ctx->usage.input_tokens >= 0) {
-        price = ngx_http_tokenbiryani_price(tmcf, ctx);
-        if (price) {
-            cu.input = ctx->usage.input_tokens;
-            cu.output = ctx->usage.output_tokens;
-            cu.cache_read = ctx->usage.cache_read_input_tokens;
-            cu.cache_write = ctx->usage.cache_creation_input_tokens;
-            cu.cache_write_1h = ctx->usage.cache_creation_1h_input_tokens;
-
-            rec->cost = tb_cost(price, &cu, 0);
-            rec->prices_as_of = tb_price_date(tmcf->builtin, price);
-        }
-    }
     rec->need = ctx->need;
     rec->status = (int16_t) r->headers_out.status;
     rec->kind = (uint8_t) ctx->kind;

@@ -9,6 +9,17 @@
 #include "ngx_http_tokenbiryani.h"
 
 
+/* the price of the request's model, NULL if it has none */
+const tb_model_price_t *ngx_http_tokenbiryani_price(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * The request's cost from its usage (ctx->cost, ctx->prices_as_of), once:
+ * -1 when its usage or its model's price is unknown.
+ */
+int64_t ngx_http_tokenbiryani_settle_cost(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_ctx_t *ctx);
+
 /* from the request pool's cleanup: allocates nothing */
 void ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);

@@ -12,6 +12,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_route.h"
+#include "ngx_http_tokenbiryani_record.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_events.h"
@@ -28,6 +29,10 @@ static void ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev);
 
 static void ngx_http_tokenbiryani_lease_reap(
     ngx_http_tokenbiryani_main_conf_t *tmcf, int64_t now);
+
+static void ngx_http_tokenbiryani_unpriced(ngx_http_tokenbiryani_ctx_t *ctx);
+static void ngx_http_tokenbiryani_route_caps(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_ctx_t *ctx);
 
 static ngx_event_t  ngx_http_tokenbiryani_lease_event;
 static int64_t      ngx_http_tokenbiryani_renewed_ms;
@@ -74,7 +79,6 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->supported = a[i].supported;
         c->removed = a[i].retired;
         c->tried = 0;
-        c->spend_capped = 0;
         c->in_pool = pool ? pool[i] : 1;
     }
 
@@ -131,7 +135,92 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ctx->need.n[TB_WIN_OUTPUT] = output;
     ctx->need.max_tokens = max_tokens;
 
+    ngx_http_tokenbiryani_route_caps(tmcf, ctx);
+
     return NGX_OK;
+}
+
+
+/*
+ * A model with no price under a key with a spend cap: said once per model
+ * (and worker) - what it costs is unknown, so it counts nothing against
+ * the cap; its turns are still counted.
+ */
+
+static void
+ngx_http_tokenbiryani_unpriced(ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_uint_t  i;
+
+    static ngx_uint_t  n;
+    static uint64_t    said[64];
+
+    for (i = 0; i < n; i++) {
+        if (said[i] == ctx->model_hash) {
+            return;
+        }
+    }
+
+    if (n < 64) {
+        said[n++] = ctx->model_hash;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                  "tokenbiryani: model \"%*s\" has no price (pricing:): "
+                  "spend caps cannot be enforced for it, its requests count "
+                  "$0 against them", ctx->body.model_len, ctx->body.model);
+}
+
+
+/*
+ * What the request may cost (its input estimate at the input rate, its
+ * output lease at the output rate: reserved against every cap while an
+ * attempt is in flight), and the caps of its key and its conversation.
+ */
+
+static void
+ngx_http_tokenbiryani_route_caps(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    const tb_config_t             *cf;
+    const tb_key_conf_t           *kc;
+    const tb_model_price_t        *price;
+    ngx_http_tokenbiryani_caps_t  *caps;
+
+    cf = tmcf->tbcf;
+    kc = ctx->key;
+    caps = &ctx->caps;
+
+    price = ngx_http_tokenbiryani_price(tmcf, ctx);
+
+    if (price) {
+        ctx->need.cost = ctx->need.n[TB_WIN_INPUT] * price->input
+                         + ctx->need.n[TB_WIN_OUTPUT] * price->output;
+
+    } else if (kc && (kc->spend_cap_usd >= 0 || kc->session_cap_usd >= 0)) {
+        ngx_http_tokenbiryani_unpriced(ctx);
+    }
+
+    caps->key_cap = -1;
+    caps->session_cap = -1;
+    caps->session_turns = -1;
+
+    if (kc) {
+        caps->key_cap = tb_usd_to_nd(kc->spend_cap_usd);
+        caps->key_name = (u_char *) kc->name;
+        caps->key_name_len = ngx_strlen(kc->name);
+    }
+
+    if (!cf->sessions_track || ctx->session == 0) {
+        return;
+    }
+
+    caps->session = ctx->session;
+
+    if (kc) {
+        caps->session_cap = tb_usd_to_nd(kc->session_cap_usd);
+        caps->session_turns = kc->session_max_turns;
+    }
 }
 
 
@@ -151,6 +240,7 @@ ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
     in->need = ctx->need;
     in->session = ctx->session;
     in->owner = ctx->owner_index;
+    in->spend_bucket_ms = tmcf->zone.spend_bucket_ms;
 
     /*
      * Cache-aware: on an account whose contract does not count cache
@@ -227,7 +317,19 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
                                  ? &in.owner_need : &ctx->need,
                                  ctx->key_hash,
                                  ctx->key ? ctx->key->max_inflight : -1,
-                                 in.now, &ctx->lease, &probed);
+                                 &ctx->caps, in.now, &ctx->lease, &probed);
+
+        if (rc == NGX_HTTP_TB_LEASE_CAP && ctx->caps.frees_at == 0) {
+            /* only what its key's requests in flight reserved holds it:
+             * it waits for them, as for its key's share */
+            ctx->caps.reached = NGX_HTTP_TB_CAP_NONE;
+            rc = NGX_HTTP_TB_LEASE_KEY_FULL;
+        }
+
+        if (rc == NGX_HTTP_TB_LEASE_CAP) {
+            /* a cap of its key's or its conversation's: refused */
+            break;
+        }
 
         if (rc == NGX_HTTP_TB_LEASE_KEY_FULL) {
             /* the key's share is taken: it waits for its own to end */
@@ -267,6 +369,7 @@ void
 ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t success)
 {
+    ngx_http_tokenbiryani_charge_t      ch, *chp;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     if (ctx->lease.id == 0) {
@@ -275,10 +378,24 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
+    /* an attempt that was answered ran up its usage's cost */
+
+    chp = NULL;
+
+    if (ctx->committed && ctx->account && ctx->usage.input_tokens >= 0) {
+        ch.at_ms = ngx_http_tokenbiryani_now_ms();
+        ch.cost = ngx_http_tokenbiryani_settle_cost(tmcf, ctx);
+        ch.tokens[0] = ctx->usage.input_tokens;
+        ch.tokens[1] = ngx_max(ctx->usage.output_tokens, 0);
+        ch.tokens[2] = ngx_max(ctx->usage.cache_read_input_tokens, 0);
+        ch.tokens[3] = ngx_max(ctx->usage.cache_creation_input_tokens, 0);
+        chp = &ch;
+    }
+
     ngx_http_tokenbiryani_lease_give_back(&tmcf->zone, &ctx->lease,
                                           success ? &ctx->usage : NULL,
                                           ctx->resp.headers_ms,
-                                          ctx->probed);
+                                          ctx->probed, chp);
     ctx->probed = 0;
 
     if (!success || ctx->account == NULL

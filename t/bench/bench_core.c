@@ -72,6 +72,7 @@ pool_init(bench_pool_t *p, size_t n)
         p->conf[i].cost_tier = 1.0 + (double) (i % 3) * 0.5;
         p->conf[i].priority = 0;
         p->conf[i].max_concurrency = 16;
+        p->conf[i].spend_cap_usd = TB_UNSET;
         p->conf[i].enabled = 1;
         p->conf[i].observable_limits = 1;
         p->conf[i].assumed_headroom = 0.5;

@@ -436,6 +436,7 @@ TB_TEST(probe_taken_by_the_lease_only)
     for (i = 0; i < 2; i++) {
         conf[i].id = i ? "b" : "a";
         conf[i].max_concurrency = 16;
+        conf[i].spend_cap_usd = TB_UNSET;
         conf[i].enabled = 1;
         conf[i].observable_limits = 1;
         conf[i].cost_tier = 1;

@@ -51,6 +51,7 @@ setup(void)
         conf[i].enabled = 1;
         conf[i].observable_limits = 1;
         conf[i].assumed_headroom = 0.5;
+        conf[i].spend_cap_usd = TB_UNSET;
         conf[i].models.items = star;
         conf[i].models.n = 1;
 
@@ -320,13 +321,18 @@ TB_TEST(every_verdict_string)
     }
     tb_account_reject(&st[1], in.model_hash, "claude-sonnet-4-6", 17);
     st[2].inflight = 16;
-    cand[3].spend_capped = 1;
+    conf[3].spend_cap_usd = 0.5;
+    in.spend_bucket_ms = 3600000;
+    tb_ledger_charge(&st[3].spend, T0 - 7200000, in.spend_bucket_ms,
+                     400000000, 1);
+    st[3].spend.reserved = 150000000;
     decide(&in, &d);
 
     verdict_is(0, T0, "filtered \xe2\x80\x94 model not in account allowlist");
     verdict_is(1, T0, "filtered \xe2\x80\x94 model rejected by upstream");
     verdict_is(2, T0, "filtered \xe2\x80\x94 at max concurrency (16)");
-    verdict_is(3, T0, "filtered \xe2\x80\x94 spend cap reached");
+    verdict_is(3, T0, "filtered \xe2\x80\x94 spend cap reached "
+               "($0.55 of $0.50), room again in 22h 19m");
     TB_CHECK_INT(d.chosen, -1);
 
     setup();

@@ -1,0 +1,617 @@
+/*
+ * Spend: the ledgers every cap is checked against, and the conversations.
+ *
+ * Three ledgers can hold a request back: its key's (in the key's state),
+ * its conversation's (a session, below) and, per attempt, its account's
+ * (in the account's slot).  Each counts what was settled in the trailing
+ * spend window and what requests in flight reserved: a lease reserves the
+ * attempt's estimated cost on all three in the step that takes it, and
+ * giving the lease back releases the estimate and charges what the
+ * attempt cost.  So caps hold under concurrency, and a dead worker's
+ * reservations go with its leases.
+ *
+ * Sessions: an rbtree keyed by the session key (already scoped by the
+ * virtual key), in an LRU queue, most recently charged first.  At most
+ * NGX_HTTP_TB_SESSIONS are kept; the least recently charged one without a
+ * reservation makes room, and so do they when the zone is full.
+ */
+
+
+#include "ngx_http_tokenbiryani_zone.h"
+
+
+static ngx_http_tokenbiryani_session_t *ngx_http_tokenbiryani_session_find(
+    ngx_http_tokenbiryani_shm_t *sh, uint64_t session);
+static ngx_uint_t ngx_http_tokenbiryani_session_evict(
+    ngx_http_tokenbiryani_zone_t *zone);
+static void ngx_http_tokenbiryani_session_copy(
+    ngx_http_tokenbiryani_session_view_t *v,
+    const ngx_http_tokenbiryani_session_t *s);
+static ngx_uint_t ngx_http_tokenbiryani_caps_reached(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_keystate_t *ks,
+    ngx_http_tokenbiryani_session_t *s, ngx_http_tokenbiryani_caps_t *caps,
+    int64_t now);
+
+
+static ngx_http_tokenbiryani_session_t *
+ngx_http_tokenbiryani_session_find(ngx_http_tokenbiryani_shm_t *sh,
+    uint64_t session)
+{
+    ngx_rbtree_key_t    key;
+    ngx_rbtree_node_t  *node, *sentinel;
+
+    key = (ngx_rbtree_key_t) session;
+    node = sh->sess_tree.root;
+    sentinel = sh->sess_tree.sentinel;
+
+    while (node != sentinel) {
+
+        if (key < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (key > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        return (ngx_http_tokenbiryani_session_t *) node;
+    }
+
+    return NULL;
+}
+
+
+/* the least recently charged session with nothing in flight: gone */
+static ngx_uint_t
+ngx_http_tokenbiryani_session_evict(ngx_http_tokenbiryani_zone_t *zone)
+{
+    ngx_uint_t                        n;
+    ngx_queue_t                      *q;
+    ngx_http_tokenbiryani_shm_t      *sh;
+    ngx_http_tokenbiryani_session_t  *s;
+
+    sh = zone->sh;
+    n = 0;
+
+    for (q = ngx_queue_last(&sh->sess_lru);
+         q != ngx_queue_sentinel(&sh->sess_lru) && n < 64;
+         q = ngx_queue_prev(q), n++)
+    {
+        s = ngx_queue_data(q, ngx_http_tokenbiryani_session_t, lru);
+
+        if (s->leases) {
+            continue;
+        }
+
+        ngx_queue_remove(&s->lru);
+        ngx_rbtree_delete(&sh->sess_tree, &s->node);
+        ngx_slab_free_locked(zone->shpool, s);
+        sh->nsessions--;
+        sh->sessions_evicted++;
+
+        return 1;
+    }
+
+    return 0;
+}
+
+
+ngx_http_tokenbiryani_session_t *
+ngx_http_tokenbiryani_session_locked(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t session, const u_char *key, size_t key_len, int64_t now)
+{
+    ngx_http_tokenbiryani_shm_t      *sh;
+    ngx_http_tokenbiryani_session_t  *s;
+
+    if (session == 0) {
+        return NULL;
+    }
+
+    sh = zone->sh;
+
+    s = ngx_http_tokenbiryani_session_find(sh, session);
+    if (s) {
+        return s;
+    }
+
+    if (sh->nsessions >= NGX_HTTP_TB_SESSIONS) {
+        (void) ngx_http_tokenbiryani_session_evict(zone);
+    }
+
+    s = ngx_http_tokenbiryani_alloc_locked(zone,
+                                    sizeof(ngx_http_tokenbiryani_session_t));
+
+    if (s == NULL && ngx_http_tokenbiryani_session_evict(zone)) {
+        s = ngx_slab_alloc_locked(zone->shpool,
+                                  sizeof(ngx_http_tokenbiryani_session_t));
+    }
+
+    if (s == NULL) {
+        /* not counted: its caps cannot hold, its key's still do */
+        return NULL;
+    }
+
+    ngx_memzero(s, sizeof(ngx_http_tokenbiryani_session_t));
+
+    s->node.key = (ngx_rbtree_key_t) session;
+    s->first_ms = now;
+    s->last_ms = now;
+    s->slot = -1;
+    s->key_len = (uint32_t) ngx_min(key_len, TB_ID_MAX);
+    ngx_memcpy(s->key, key, s->key_len);
+
+    /*
+     * At the tail until it is charged: the head is kept in the order of
+     * charges, which the store's writer reads up to the first it wrote;
+     * a new one holds a lease, so it is not what makes room.
+     */
+    ngx_rbtree_insert(&sh->sess_tree, &s->node);
+    ngx_queue_insert_tail(&sh->sess_lru, &s->lru);
+    sh->nsessions++;
+
+    return s;
+}
+
+
+/* 0 when what was settled is under the limit: the reservations of
+ * requests in flight hold it, and it is theirs to free */
+static int64_t
+ngx_http_tokenbiryani_caps_frees(const tb_ledger_t *l,
+    const ngx_http_tokenbiryani_caps_t *caps, int64_t now, int64_t bm,
+    int by_turns)
+{
+    if (caps->held - caps->in_flight < caps->limit) {
+        return 0;
+    }
+
+    return tb_ledger_frees_at(l, now, bm, caps->limit, by_turns);
+}
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_caps_reached(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_keystate_t *ks, ngx_http_tokenbiryani_session_t *s,
+    ngx_http_tokenbiryani_caps_t *caps, int64_t now)
+{
+    int64_t       bm, turns;
+    tb_ledger_t  *l;
+
+    bm = zone->spend_bucket_ms;
+    caps->reached = NGX_HTTP_TB_CAP_NONE;
+
+    if (ks && caps->key_cap >= 0 && tb_ledger_over(&ks->spend, now, bm,
+                                                   caps->key_cap))
+    {
+        l = &ks->spend;
+        caps->reached = NGX_HTTP_TB_CAP_KEY;
+        caps->limit = caps->key_cap;
+        caps->in_flight = l->reserved;
+        caps->held = tb_ledger_spent(l, now, bm, NULL) + l->reserved;
+        caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm, 0);
+
+        return caps->reached;
+    }
+
+    if (s == NULL) {
+        return NGX_HTTP_TB_CAP_NONE;
+    }
+
+    l = &s->ledger;
+
+    if (caps->session_turns >= 0) {
+        (void) tb_ledger_spent(l, now, bm, &turns);
+
+        if (turns + l->reserved_turns >= caps->session_turns) {
+            caps->reached = NGX_HTTP_TB_CAP_TURNS;
+            caps->limit = caps->session_turns;
+            caps->in_flight = l->reserved_turns;
+            caps->held = turns + l->reserved_turns;
+            caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm, 1);
+
+            return caps->reached;
+        }
+    }
+
+    if (caps->session_cap >= 0
+        && tb_ledger_over(l, now, bm, caps->session_cap))
+    {
+        caps->reached = NGX_HTTP_TB_CAP_SESSION;
+        caps->limit = caps->session_cap;
+        caps->in_flight = l->reserved;
+        caps->held = tb_ledger_spent(l, now, bm, NULL) + l->reserved;
+        caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm, 0);
+    }
+
+    return caps->reached;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_caps_check(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, ngx_http_tokenbiryani_caps_t *caps, int64_t now)
+{
+    ngx_uint_t                         rc;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+    ngx_http_tokenbiryani_session_t   *s;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ks = ngx_http_tokenbiryani_keystate_locked(zone, key);
+    s = caps->session ? ngx_http_tokenbiryani_session_find(zone->sh,
+                                                           caps->session)
+                      : NULL;
+
+    rc = ngx_http_tokenbiryani_caps_reached(zone, ks, s, caps, now);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return rc;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_caps_reserve_locked(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_keystate_t *ks, ngx_http_tokenbiryani_caps_t *caps,
+    tb_account_state_t *st, const tb_account_conf_t *conf, int64_t cost,
+    int64_t now, ngx_http_tokenbiryani_session_t **sp)
+{
+    ngx_http_tokenbiryani_session_t  *s;
+
+    *sp = NULL;
+
+    if (conf->spend_cap_usd >= 0
+        && tb_ledger_over(&st->spend, now, zone->spend_bucket_ms,
+                          tb_usd_to_nd(conf->spend_cap_usd)))
+    {
+        /* the account, which the decision read without the lock */
+        return NGX_HTTP_TB_CAP_ACCOUNT;
+    }
+
+    s = NULL;
+
+    if (caps) {
+        s = ngx_http_tokenbiryani_session_locked(zone, caps->session,
+                                                 caps->key_name,
+                                                 caps->key_name_len, now);
+
+        if (ngx_http_tokenbiryani_caps_reached(zone, ks, s, caps, now)) {
+            return caps->reached;
+        }
+    }
+
+    st->spend.reserved += cost;
+
+    if (ks) {
+        ks->spend.reserved += cost;
+    }
+
+    if (s) {
+        s->ledger.reserved += cost;
+        s->ledger.reserved_turns++;
+        s->leases++;
+    }
+
+    *sp = s;
+
+    return NGX_HTTP_TB_CAP_NONE;
+}
+
+
+static void
+ngx_http_tokenbiryani_release(tb_ledger_t *l, int64_t cost, int64_t turns)
+{
+    l->reserved = (l->reserved > cost) ? l->reserved - cost : 0;
+    l->reserved_turns = (l->reserved_turns > turns)
+                        ? l->reserved_turns - turns : 0;
+}
+
+
+void
+ngx_http_tokenbiryani_caps_settle_locked(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_keystate_t *ks, ngx_http_tokenbiryani_session_t *s,
+    tb_account_state_t *st, ngx_int_t slot, int64_t reserved,
+    const ngx_http_tokenbiryani_charge_t *charge)
+{
+    int64_t                       bm, cost, now;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    bm = zone->spend_bucket_ms;
+
+    if (st) {
+        ngx_http_tokenbiryani_release(&st->spend, reserved, 0);
+    }
+
+    if (ks) {
+        ngx_http_tokenbiryani_release(&ks->spend, reserved, 0);
+    }
+
+    if (s) {
+        ngx_http_tokenbiryani_release(&s->ledger, reserved, 1);
+        s->leases--;
+    }
+
+    if (charge == NULL) {
+        return;
+    }
+
+    /* an answer: a turn, and what it cost (nothing known: counted 0) */
+
+    now = charge->at_ms;
+    cost = charge->cost > 0 ? charge->cost : 0;
+    sh->spend_seq++;
+
+    if (st) {
+        tb_ledger_charge(&st->spend, now, bm, cost, 1);
+        st->spend.seq = sh->spend_seq;
+    }
+
+    if (ks) {
+        tb_ledger_charge(&ks->spend, now, bm, cost, 1);
+        ks->spend.seq = sh->spend_seq;
+    }
+
+    if (s == NULL) {
+        return;
+    }
+
+    tb_ledger_charge(&s->ledger, now, bm, cost, 1);
+    s->ledger.seq = sh->spend_seq;
+
+    s->turns++;
+    s->cost += cost;
+    s->unpriced += (charge->cost < 0);
+    s->tokens[0] += charge->tokens[0];
+    s->tokens[1] += charge->tokens[1];
+    s->tokens[2] += charge->tokens[2];
+    s->tokens[3] += charge->tokens[3];
+    s->last_ms = now;
+    s->slot = (int32_t) slot;
+
+    ngx_queue_remove(&s->lru);
+    ngx_queue_insert_head(&sh->sess_lru, &s->lru);
+}
+
+
+/* a key's ledger as it is now, for reports: 0 if the key has none */
+
+ngx_uint_t
+ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, tb_ledger_t *copy)
+{
+    ngx_uint_t                         found;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    found = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
+    if (ks) {
+        *copy = ks->spend;
+        found = 1;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return found;
+}
+
+
+/*
+ * The sessions that cost most, worst first (cost, then turns), at most
+ * max, into out; *total: how many are kept.
+ */
+
+ngx_uint_t
+ngx_http_tokenbiryani_sessions_top(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_session_view_t *out, ngx_uint_t max,
+    ngx_uint_t *total)
+{
+    ngx_uint_t                         n, i;
+    ngx_queue_t                       *q;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_session_t   *s;
+
+    sh = zone->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    *total = sh->nsessions;
+
+    for (q = ngx_queue_head(&sh->sess_lru);
+         q != ngx_queue_sentinel(&sh->sess_lru) && max;
+         q = ngx_queue_next(q))
+    {
+        s = ngx_queue_data(q, ngx_http_tokenbiryani_session_t, lru);
+
+        /* its place among the worst kept so far */
+
+        for (i = n; i > 0; i--) {
+            if (out[i - 1].cost > s->cost
+                || (out[i - 1].cost == s->cost
+                    && out[i - 1].turns >= s->turns))
+            {
+                break;
+            }
+        }
+
+        if (i >= max) {
+            continue;
+        }
+
+        if (n < max) {
+            n++;
+        }
+
+        ngx_memmove(&out[i + 1], &out[i],
+                    (n - 1 - i) * sizeof(ngx_http_tokenbiryani_session_view_t));
+
+        ngx_http_tokenbiryani_session_copy(&out[i], s);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}
+
+
+static void
+ngx_http_tokenbiryani_session_copy(ngx_http_tokenbiryani_session_view_t *v,
+    const ngx_http_tokenbiryani_session_t *s)
+{
+    v->session = (uint64_t) s->node.key;
+    v->ledger = s->ledger;
+    v->first_ms = s->first_ms;
+    v->last_ms = s->last_ms;
+    ngx_memcpy(v->tokens, s->tokens, sizeof(v->tokens));
+    v->cost = s->cost;
+    v->turns = s->turns;
+    v->unpriced = s->unpriced;
+    v->slot = s->slot;
+    v->key_len = s->key_len;
+    ngx_memcpy(v->key, s->key, s->key_len);
+    v->key[s->key_len] = '\0';
+}
+
+
+/*
+ * What the store has not written yet: the ledgers charged after seq (of
+ * the keys, the accounts' slots and the sessions), at most max of each
+ * kind; *upto: the sequence they are complete to.
+ */
+
+ngx_uint_t
+ngx_http_tokenbiryani_spend_since(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t seq, ngx_http_tokenbiryani_ledger_view_t *ledgers,
+    ngx_uint_t max_ledgers, ngx_http_tokenbiryani_session_view_t *sessions,
+    ngx_uint_t max_sessions, ngx_uint_t *nsessions, uint64_t *upto)
+{
+    ngx_uint_t                         n, i;
+    ngx_queue_t                       *q;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_session_t   *s;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    sh = zone->sh;
+    n = 0;
+    *nsessions = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    *upto = sh->spend_seq;
+
+    if (sh->spend_seq <= seq) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return 0;
+    }
+
+    for (i = 0; i < sh->nslots && n < max_ledgers; i++) {
+        if (sh->slots[i]->spend.seq > seq) {
+            ledgers[n].kind = NGX_HTTP_TB_LEDGER_ACCOUNT;
+            ledgers[n].id = i;
+            ledgers[n].ledger = sh->slots[i]->spend;
+            n++;
+        }
+    }
+
+    for (q = ngx_queue_head(&sh->keys);
+         q != ngx_queue_sentinel(&sh->keys) && n < max_ledgers;
+         q = ngx_queue_next(q))
+    {
+        ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
+
+        if (ks->spend.seq > seq) {
+            ledgers[n].kind = NGX_HTTP_TB_LEDGER_KEY;
+            ledgers[n].id = ks->key;
+            ledgers[n].ledger = ks->spend;
+            n++;
+        }
+    }
+
+    /* most recently charged first: the ones written already follow */
+
+    for (q = ngx_queue_head(&sh->sess_lru);
+         q != ngx_queue_sentinel(&sh->sess_lru) && *nsessions < max_sessions;
+         q = ngx_queue_next(q))
+    {
+        s = ngx_queue_data(q, ngx_http_tokenbiryani_session_t, lru);
+
+        if (s->ledger.seq <= seq) {
+            break;
+        }
+
+        ngx_http_tokenbiryani_session_copy(&sessions[(*nsessions)++], s);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}
+
+
+/* read back by the master before workers start */
+
+void
+ngx_http_tokenbiryani_spend_restore(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t kind, uint64_t id, const tb_ledger_t *l)
+{
+    tb_ledger_t                       *dst;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    sh = zone->sh;
+    dst = NULL;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (kind == NGX_HTTP_TB_LEDGER_ACCOUNT) {
+        if (id < sh->nslots) {
+            dst = &sh->slots[id]->spend;
+        }
+
+    } else {
+        ks = ngx_http_tokenbiryani_keystate_locked(zone, id);
+        if (ks) {
+            dst = &ks->spend;
+        }
+    }
+
+    if (dst) {
+        tb_ledger_rebucket(dst, l, zone->spend_bucket_ms);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
+ngx_http_tokenbiryani_session_restore(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_session_view_t *v)
+{
+    ngx_http_tokenbiryani_session_t  *s;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    s = ngx_http_tokenbiryani_session_locked(zone, v->session, v->key,
+                                             v->key_len, v->first_ms);
+    if (s) {
+        tb_ledger_rebucket(&s->ledger, &v->ledger, zone->spend_bucket_ms);
+        s->first_ms = v->first_ms;
+        s->last_ms = v->last_ms;
+        ngx_memcpy(s->tokens, v->tokens, sizeof(s->tokens));
+        s->cost = v->cost;
+        s->turns = v->turns;
+        s->unpriced = v->unpriced;
+        s->slot = v->slot;
+
+        /* read back oldest first: the newest ends at the head */
+        ngx_queue_remove(&s->lru);
+        ngx_queue_insert_head(&zone->sh->sess_lru, &s->lru);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}

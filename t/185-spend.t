@@ -1,0 +1,174 @@
+# Windowed spend caps: a key's, a conversation's (dollars and turns) and an
+# account's, each refusing at the right request - the one after the
+# request that reached it -, holding under 50 concurrent requests (what is
+# in flight is reserved against the cap), and freeing room when the
+# window rolls.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Base = <<'_EOY_';
+pricing: builtin
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+_EOY_
+
+# the record of the request that response $r answered, once it is there
+sub record_of {
+    my ($r) = @_;
+    my $id = $r->{headers}{'x-tokenbiryani-request-id'} or die "no request id\n";
+    my $rec;
+    TB::Nginx::poll_until(5, sub {
+        my ($st, $b) = admin(GET => "/admin/requests/$id");
+        $rec = $b if $st == 200;
+        $rec;
+    }) or die "the record of $id never came\n";
+    $rec;
+}
+
+sub err_of { my $b = eval { TB::Nginx::json_decode($_[0]{body}) }; $b ? $b->{error} : {} }
+
+{
+    no strict 'refs';
+    *{"TB::Nginx::$_"} = \&{$_} for qw(record_of err_of);
+}
+
+gateway_suite(yaml => ">>> tb.yaml\n$Base");
+run_tests();
+
+__DATA__
+
+=== TEST 1: a key's cap refuses the request after the one that reached it, says which cap, how much is spent and when, and is not retried; other keys go on
+--- user_files eval
+">>> tb.yaml\n$::Base" . "  - key: tenant-key\n    name: tenant\n    spend_cap_usd: 0.0005\n  - key: other-key\n    name: other\n    spend_cap_usd: 0.0005\n"
+--- request
+GET /healthz
+--- check
+my ($spent, $n, $refused) = (0, 0, undef);
+for my $i (1 .. 40) {
+    my $r = message_with('tenant-key');
+    if ($r->{status} != 200) { $refused = $r; last }
+    $n++;
+    $spent += record_of($r)->{cost}{usd};
+    # the request that reaches the cap is served; the next is not
+    last if $spent >= 0.0005 && ($refused = message_with('tenant-key'));
+}
+ok($n >= 2, "$n requests served under the cap (\$$spent)");
+ok($spent >= 0.0005, "the refusal came once the cap was reached (\$$spent of \$0.0005)");
+ok($spent - 0.0005 < 0.0005, 'and not later than the request after the one that reached it');
+is($refused->{status}, 429, 'refused: 429');
+my $e = err_of($refused);
+is($e->{type}, 'rate_limit_error', 'a rate_limit_error');
+like($e->{message}, qr/key "tenant" has spent \$0\.\d+ of its \$0\.0005 spend cap \(spend_cap_usd\) in the last 24\.0h/, 'naming the key, the cap and the window');
+like($e->{message}, qr/room again in 2[45]h \d+m|room again in 1d 0h/, 'and when the window frees room');
+is($refused->{headers}{'x-should-retry'}, 'false', 'a cap that frees in hours: not to be retried');
+ok(!defined $refused->{headers}{'retry-after'}, 'and no retry-after');
+unlike($refused->{body}, qr/sk-a1|a1/, 'no account in it');
+is(message_with('other-key')->{status}, 200, 'another key with its own cap is served');
+is(message_with('admin-key')->{status}, 200, 'a key without a cap too');
+is(message_with('tenant-key')->{status}, 429, 'the capped key stays refused');
+
+
+
+=== TEST 2: a conversation's turn limit and its dollar limit, inside one key; other conversations of the key go on
+--- user_files eval
+">>> tb.yaml\n$::Base" . "  - key: tenant-key\n    name: tenant\n    session_max_turns: 3\n  - key: cheap-key\n    name: cheap\n    session_cap_usd: 0.0003\n"
+--- request
+GET /healthz
+--- check
+my $conv = sub {
+    my ($key, $s) = @_;
+    my $a = message_args($key);
+    $a->{headers}{'x-tokenbiryani-session'} = $s;
+    TB::Nginx::http_request(%$a);
+};
+is($conv->('tenant-key', 'c1')->{status}, 200, "turn $_") for 1 .. 3;
+my $r = $conv->('tenant-key', 'c1');
+is($r->{status}, 429, 'the fourth turn of the conversation is refused');
+like(err_of($r)->{message}, qr/this conversation has run 3 turns in the last 24\.0h, at the 3-turn limit \(session_max_turns\) of key "tenant"; start a new conversation/, 'saying so');
+is($r->{headers}{'x-should-retry'}, 'false', 'not to be retried');
+is($conv->('tenant-key', 'c2')->{status}, 200, 'another conversation of the key is served');
+is($conv->('admin-key', 'c1')->{status}, 200, 'the same session id under another key is another conversation');
+
+my ($spent, $refused) = (0, undef);
+for my $i (1 .. 40) {
+    my $x = $conv->('cheap-key', 'd1');
+    if ($x->{status} != 200) { $refused = $x; last }
+    $spent += record_of($x)->{cost}{usd};
+}
+ok($refused && $spent >= 0.0003, "the conversation refused once it spent \$$spent of \$0.0003");
+like(err_of($refused)->{message}, qr/a conversation of key "cheap" has spent \$0\.\d+ of its \$0\.0003 limit \(session_cap_usd\)/, 'naming its limit');
+is($conv->('cheap-key', 'd2')->{status}, 200, 'a new conversation of that key is served');
+
+
+
+=== TEST 3: 50 concurrent requests of a key with little left overshoot its cap by less than one request's cost
+--- user_files eval
+">>> tb.yaml\n$::Base" . "  - key: tenant-key\n    name: tenant\n    spend_cap_usd: 0.003\n"
+--- request
+GET /healthz
+--- check
+TB::Nginx::mock_config({ event_delay_ms => 20 });
+my @reqs = map { message_args('tenant-key', stream => 1, max_tokens => 64) } 1 .. 50;
+my $rs = TB::Nginx::http_requests_concurrent(\@reqs);
+my @ok = grep { $_->{status} == 200 } @$rs;
+my @no = grep { $_->{status} == 429 } @$rs;
+is(@ok + @no, 50, 'every request served or refused')
+    or diag(join ' ', map { "$_->{status}:" . substr($_->{body}, 0, 200) } grep { $_->{status} != 200 && $_->{status} != 429 } @$rs);
+ok(@no > 0, scalar(@no) . ' refused');
+my ($spent, $max) = (0, 0);
+for my $r (@ok) {
+    my $c = record_of($r)->{cost}{usd};
+    $spent += $c;
+    $max = $c if $c > $max;
+}
+ok($spent < 0.003 + $max, sprintf('%d served spent $%.6f: over the $0.003 cap by less than one request ($%.6f)', scalar(@ok), $spent, $max));
+ok(grep({ err_of($_)->{message} =~ /spend cap/ } @no) == @no, 'each refusal names the cap');
+TB::Nginx::mock_config({ event_delay_ms => 0 });
+
+
+
+=== TEST 4: the window rolls: a cap that frees within a minute says when, with retry-after, and serves again then
+--- user_files eval
+">>> tb.yaml\n$::Base" . "  - key: tenant-key\n    name: tenant\n    spend_cap_usd: 0.00001\nspend:\n  window_hours: 0.0008\n"
+--- request
+GET /healthz
+--- check
+is(message_with('tenant-key')->{status}, 200, 'the first request reaches the cap');
+my $r = message_with('tenant-key');
+is($r->{status}, 429, 'the next is refused');
+like(err_of($r)->{message}, qr/in the last 0\.0h .*room again in \d+s/, 'saying when, in seconds');
+ok($r->{headers}{'retry-after'} >= 1 && $r->{headers}{'retry-after'} <= 4, "retry-after: $r->{headers}{'retry-after'}");
+ok(!defined $r->{headers}{'x-should-retry'} || $r->{headers}{'x-should-retry'} ne 'false', 'worth a retry');
+ok(TB::Nginx::poll_until(10, sub { message_with('tenant-key')->{status} == 200 }), 'served again once the window rolled');
+
+
+
+=== TEST 5: an account over its cap is filtered with a verdict that says how much and when; the pool's other account serves
+--- user_files eval
+my $y = $::Base;
+$y =~ s/(base_url: \S+\n)/$1    spend_cap_usd: 0.00001\n  - id: a2\n    api_key: sk-a2\n    base_url: http:\/\/127.0.0.1:\${TEST_NGINX_MOCK_PORT}\n    priority: -1\n/;
+">>> tb.yaml\n$y"
+--- request
+GET /healthz
+--- check
+my $r = message_with('admin-key');
+is($r->{headers}{'x-tokenbiryani-account'}, 'a1', 'a1 serves first');
+$r = message_with('admin-key');
+is($r->{status}, 200, 'served');
+is($r->{headers}{'x-tokenbiryani-account'}, 'a2', 'then a2: a1 reached its cap');
+my $rec = record_of($r);
+my ($c) = grep { ($_->{account} // '') eq 'a1' } @{ $rec->{decision}{candidates} };
+diag(TB::Nginx::json_encode($rec)) unless $c;
+like($c->{verdict}, qr/^filtered \x{2014} spend cap reached \(\$0\.\d+ of \$0\.00001\), room again in (2[45]h \d+m|1d 0h)$/, "a1: $c->{verdict}");

@@ -265,7 +265,8 @@ ngx_http_tokenbiryani_store_report(ngx_http_tokenbiryani_zone_t *zone,
 
 void
 ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t records_seq, uint64_t events_seq, int64_t now)
+    uint64_t records_seq, uint64_t events_seq, uint64_t spend_seq,
+    int64_t now)
 {
     ngx_http_tokenbiryani_store_state_t  *st;
 
@@ -279,6 +280,10 @@ ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
 
     if (events_seq > st->events_seq) {
         st->events_seq = events_seq;
+    }
+
+    if (spend_seq > st->spend_seq) {
+        st->spend_seq = spend_seq;
     }
 
     st->flushed_ms = now;

@@ -490,6 +490,9 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->ring_seq = sh->ring_seq;
     stats->events_size = sh->events ? sh->events->size : 0;
     stats->nwaiting = sh->nwaiting;
+    stats->spend_seq = sh->spend_seq;
+    stats->nsessions = sh->nsessions;
+    stats->sessions_evicted = sh->sessions_evicted;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }

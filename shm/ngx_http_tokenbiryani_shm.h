@@ -161,6 +161,9 @@ typedef struct {
     uint64_t                       ring_seq;      /* the newest record */
     ngx_uint_t                     events_size;
     ngx_uint_t                     nwaiting;
+    uint64_t                       spend_seq;     /* the last charge */
+    ngx_uint_t                     nsessions;
+    uint64_t                       sessions_evicted;
 } ngx_http_tokenbiryani_zone_stats_t;
 
 void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
@@ -218,6 +221,7 @@ typedef struct {
     int32_t                        slot;
     uint32_t                       key_len;
     u_char                         key[TB_ID_MAX + 1];
+    u_char                         account[TB_ID_MAX + 1];  /* the store's */
 } ngx_http_tokenbiryani_session_view_t;
 
 #define NGX_HTTP_TB_LEDGER_ACCOUNT     1      /* id: the slot */
@@ -671,6 +675,7 @@ typedef struct {
     int64_t                        flushed_ms;    /* the last flush */
     uint64_t                       records_seq;   /* written up to */
     uint64_t                       events_seq;
+    uint64_t                       spend_seq;     /* ledgers, sessions */
     uint64_t                       flushes;
     uint64_t                       failures;
     ngx_pid_t                      flusher;
@@ -684,7 +689,8 @@ typedef struct {
 ngx_uint_t ngx_http_tokenbiryani_store_report(
     ngx_http_tokenbiryani_zone_t *zone, const char *err, int64_t now);
 void ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t records_seq, uint64_t events_seq, int64_t now);
+    uint64_t records_seq, uint64_t events_seq, uint64_t spend_seq,
+    int64_t now);
 void ngx_http_tokenbiryani_store_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_store_state_t *copy);
 

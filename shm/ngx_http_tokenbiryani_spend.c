@@ -475,6 +475,7 @@ ngx_http_tokenbiryani_session_copy(ngx_http_tokenbiryani_session_view_t *v,
     v->key_len = s->key_len;
     ngx_memcpy(v->key, s->key, s->key_len);
     v->key[s->key_len] = '\0';
+    v->account[0] = '\0';
 }
 
 

@@ -172,3 +172,43 @@ my $rec = record_of($r);
 my ($c) = grep { ($_->{account} // '') eq 'a1' } @{ $rec->{decision}{candidates} };
 diag(TB::Nginx::json_encode($rec)) unless $c;
 like($c->{verdict}, qr/^filtered \x{2014} spend cap reached \(\$0\.\d+ of \$0\.00001\), room again in (2[45]h \d+m|1d 0h)$/, "a1: $c->{verdict}");
+
+
+
+=== TEST 6: the ledgers survive a reload and a restart: a capped key stays refused, a conversation keeps its turns, a key with room keeps what it spent
+--- user_files eval
+">>> tb.yaml\nstore:\n  backend: sqlite\n$::Base" . "  - key: tenant-key\n    name: tenant\n    spend_cap_usd: 0.0003\n  - key: turns-key\n    name: turns\n    session_max_turns: 3\n"
+--- request
+GET /healthz
+--- check
+my $conv = sub {
+    my $a = message_args('turns-key');
+    $a->{headers}{'x-tokenbiryani-session'} = 'c1';
+    TB::Nginx::http_request(%$a);
+};
+my $n = 0;
+$n++ while $n < 40 && message_with('tenant-key')->{status} == 200;
+ok($n >= 1 && $n < 40, "the capped key refused after $n requests");
+is($conv->()->{status}, 200, "turn $_") for 1 .. 2;
+
+ok(TB::Nginx::nginx_reload(), 'reloaded');
+is(message_with('tenant-key')->{status}, 429, 'after a reload: still refused');
+is($conv->()->{status}, 200, 'the third turn');
+is($conv->()->{status}, 429, 'and no fourth');
+
+# what the store holds once the writer has written the last charge
+ok(TB::Nginx::poll_until(5, sub {
+    my $rows = sqlite_rows("SELECT count(*) AS n FROM tb_sessions WHERE key = 'turns'");
+    $rows->[0]{n} >= 1;
+}), 'the conversation is in the store');
+ok(TB::Nginx::poll_until(5, sub {
+    sqlite_rows("SELECT count(*) AS n FROM tb_ledgers WHERE scope = 2")->[0]{n} >= 2;
+}), 'and the keys\' ledgers');
+TB::Nginx::wait_idle();
+restart();
+like(TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/error.log'), qr/the store's spend read back: [1-9]\d* ledgers, [1-9]\d* conversations/, 'read back at start');
+my $r = message_with('tenant-key');
+is($r->{status}, 429, 'after a restart: the capped key is still refused');
+like(err_of($r)->{message}, qr/spend cap/, 'by its cap');
+is($conv->()->{status}, 429, 'the conversation still has no fourth turn');
+is(message_with('admin-key')->{status}, 200, 'a key without a cap is served');

@@ -44,7 +44,37 @@ static const char  tb_store_schema[] =
     "CREATE TABLE IF NOT EXISTS tb_slots ("
     "  slot   INTEGER PRIMARY KEY NOT NULL,"
     "  id     TEXT NOT NULL"
-    ");";
+    ");"
+    "CREATE TABLE IF NOT EXISTS tb_ledgers ("
+    "  scope  INTEGER NOT NULL,"
+    "  id     TEXT NOT NULL,"
+    "  data   BLOB NOT NULL,"
+    "  PRIMARY KEY (scope, id)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tb_sessions ("
+    "  id      TEXT PRIMARY KEY NOT NULL,"
+    "  key     TEXT NOT NULL,"
+    "  last_ms INTEGER NOT NULL,"
+    "  data    BLOB NOT NULL"
+    ");"
+    "CREATE INDEX IF NOT EXISTS tb_sessions_last ON tb_sessions (last_ms);"
+    "CREATE TABLE IF NOT EXISTS tb_usage ("
+    "  res     INTEGER NOT NULL,"
+    "  t       INTEGER NOT NULL,"
+    "  account TEXT NOT NULL,"
+    "  model   TEXT NOT NULL,"
+    "  key     TEXT NOT NULL,"
+    "  requests INTEGER NOT NULL DEFAULT 0,"
+    "  input    INTEGER NOT NULL DEFAULT 0,"
+    "  output   INTEGER NOT NULL DEFAULT 0,"
+    "  cache_read  INTEGER NOT NULL DEFAULT 0,"
+    "  cache_write INTEGER NOT NULL DEFAULT 0,"
+    "  cost     INTEGER NOT NULL DEFAULT 0,"
+    "  unpriced INTEGER NOT NULL DEFAULT 0,"
+    "  errors   INTEGER NOT NULL DEFAULT 0,"
+    "  cache_hits INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (res, t, account, model, key)"
+    ") WITHOUT ROWID;";
 
 
 static const char *
@@ -743,4 +773,249 @@ tb_store_slots(tb_store_t *s, tb_store_slot_pt cb, void *data)
 
     return rc == SQLITE_DONE ? TB_STORE_OK
                              : tb_store_failed(s, rc, "read the slots");
+}
+
+
+int
+tb_store_ledger_put(tb_store_t *s, int scope, const char *id,
+    const void *data, size_t len)
+{
+    return tb_store_run(s, "write a ledger",
+                        "INSERT OR REPLACE INTO tb_ledgers (scope, id, data) "
+                        "VALUES (?, ?, ?)", "itz", (int64_t) scope, id, data,
+                        len);
+}
+
+
+int
+tb_store_ledgers(tb_store_t *s, tb_store_ledger_pt cb, void *data)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, "SELECT scope, id, data FROM tb_ledgers",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read the ledgers");
+    }
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (sqlite3_column_text(st, 1) == NULL) {
+            continue;
+        }
+
+        if (cb(data, (int) sqlite3_column_int64(st, 0),
+               (const char *) sqlite3_column_text(st, 1),
+               sqlite3_column_blob(st, 2),
+               (size_t) sqlite3_column_bytes(st, 2))
+            != 0)
+        {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK
+                             : tb_store_failed(s, rc, "read the ledgers");
+}
+
+
+int
+tb_store_session_put(tb_store_t *s, const char *id, const char *key,
+    int64_t last_ms, const void *data, size_t len)
+{
+    return tb_store_run(s, "write a session",
+                        "INSERT OR REPLACE INTO tb_sessions "
+                        "(id, key, last_ms, data) VALUES (?, ?, ?, ?)",
+                        "ttiz", id, key, last_ms, data, len);
+}
+
+
+int
+tb_store_sessions_prune(tb_store_t *s, int64_t before_ms, uint64_t keep)
+{
+    int  rc;
+
+    rc = tb_store_run(s, "prune sessions",
+                      "DELETE FROM tb_sessions WHERE last_ms < ?", "i",
+                      before_ms);
+    if (rc != TB_STORE_OK) {
+        return rc;
+    }
+
+    return tb_store_run(s, "prune sessions",
+                        "DELETE FROM tb_sessions WHERE last_ms <= "
+                        "(SELECT last_ms FROM tb_sessions ORDER BY last_ms "
+                        "DESC LIMIT 1 OFFSET ?)", "i", (int64_t) keep);
+}
+
+
+int
+tb_store_sessions(tb_store_t *s, uint64_t limit, tb_store_blob_pt cb,
+    void *data)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, "SELECT last_ms, data FROM (SELECT "
+                            "last_ms, data FROM tb_sessions ORDER BY last_ms "
+                            "DESC LIMIT ?) ORDER BY last_ms", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read the sessions");
+    }
+
+    (void) sqlite3_bind_int64(st, 1, (sqlite3_int64) limit);
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cb(data, (uint64_t) sqlite3_column_int64(st, 0),
+               sqlite3_column_blob(st, 1),
+               (size_t) sqlite3_column_bytes(st, 1))
+            != 0)
+        {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK
+                             : tb_store_failed(s, rc, "read the sessions");
+}
+
+
+int
+tb_store_usage_add(tb_store_t *s, int64_t res, int64_t t, const char *account,
+    const char *model, const char *key, const tb_usage_row_t *u)
+{
+    return tb_store_run(s, "write usage",
+        "INSERT INTO tb_usage (res, t, account, model, key, requests, input, "
+        "output, cache_read, cache_write, cost, unpriced, errors, cache_hits) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (res, t, account, model, key) DO UPDATE SET "
+        "requests = requests + excluded.requests, "
+        "input = input + excluded.input, output = output + excluded.output, "
+        "cache_read = cache_read + excluded.cache_read, "
+        "cache_write = cache_write + excluded.cache_write, "
+        "cost = cost + excluded.cost, unpriced = unpriced + excluded.unpriced, "
+        "errors = errors + excluded.errors, "
+        "cache_hits = cache_hits + excluded.cache_hits",
+        "iitttiiiiiiiii", res, t, account, model, key, u->requests, u->input,
+        u->output, u->cache_read, u->cache_write, u->cost, u->unpriced,
+        u->errors, u->cache_hits);
+}
+
+
+/*
+ * Minutes older than two days into hours, hours older than 31 days into
+ * days, days older than 90 days gone (t in seconds since the epoch).
+ */
+
+int
+tb_store_usage_rollup(tb_store_t *s, int64_t now_s)
+{
+    int           rc, i;
+    int64_t       from, to, before;
+
+    static const int64_t  step[2][2] = { { 60, 3600 }, { 3600, 86400 } };
+    static const int64_t  age[2] = { 2 * 86400, 31 * 86400 };
+
+    for (i = 0; i < 2; i++) {
+        from = step[i][0];
+        to = step[i][1];
+        before = (now_s - age[i]) / to * to;
+
+        rc = tb_store_run(s, "roll usage up",
+            "INSERT INTO tb_usage (res, t, account, model, key, requests, "
+            "input, output, cache_read, cache_write, cost, unpriced, errors, "
+            "cache_hits) SELECT ?, t / ? * ?, account, model, key, "
+            "sum(requests), sum(input), sum(output), sum(cache_read), "
+            "sum(cache_write), sum(cost), sum(unpriced), sum(errors), "
+            "sum(cache_hits) FROM tb_usage WHERE res = ? AND t < ? "
+            "GROUP BY t / ?, account, model, key "
+            "ON CONFLICT (res, t, account, model, key) DO UPDATE SET "
+            "requests = requests + excluded.requests, "
+            "input = input + excluded.input, output = output + excluded.output, "
+            "cache_read = cache_read + excluded.cache_read, "
+            "cache_write = cache_write + excluded.cache_write, "
+            "cost = cost + excluded.cost, "
+            "unpriced = unpriced + excluded.unpriced, "
+            "errors = errors + excluded.errors, "
+            "cache_hits = cache_hits + excluded.cache_hits",
+            "iiiiii", to, to, to, from, before, to);
+        if (rc != TB_STORE_OK) {
+            return rc;
+        }
+
+        rc = tb_store_run(s, "roll usage up",
+                          "DELETE FROM tb_usage WHERE res = ? AND t < ?", "ii",
+                          from, before);
+        if (rc != TB_STORE_OK) {
+            return rc;
+        }
+    }
+
+    return tb_store_run(s, "prune usage",
+                        "DELETE FROM tb_usage WHERE t < ?", "i",
+                        now_s - 90 * 86400);
+}
+
+
+int
+tb_store_usage(tb_store_t *s, int64_t from_s, int64_t step_s, int by,
+    tb_store_usage_pt cb, void *data)
+{
+    int             rc;
+    char            sql[1024];
+    sqlite3_stmt   *st;
+    tb_usage_row_t  u;
+
+    static const char  *cols[] = { "''", "account", "model", "key" };
+
+    if (by < 0 || by > 3) {
+        by = 0;
+    }
+
+    /* every resolution: a range covers what was rolled up within it */
+
+    snprintf(sql, sizeof(sql),
+             "SELECT t / %lld * %lld AS b, %s AS g, sum(requests), sum(input), "
+             "sum(output), sum(cache_read), sum(cache_write), sum(cost), "
+             "sum(unpriced), sum(errors), sum(cache_hits) FROM tb_usage "
+             "WHERE t >= ? GROUP BY b, g ORDER BY b, g",
+             (long long) step_s, (long long) step_s, cols[by]);
+
+    rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, "read usage");
+    }
+
+    (void) sqlite3_bind_int64(st, 1, (sqlite3_int64) from_s);
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        u.requests = sqlite3_column_int64(st, 2);
+        u.input = sqlite3_column_int64(st, 3);
+        u.output = sqlite3_column_int64(st, 4);
+        u.cache_read = sqlite3_column_int64(st, 5);
+        u.cache_write = sqlite3_column_int64(st, 6);
+        u.cost = sqlite3_column_int64(st, 7);
+        u.unpriced = sqlite3_column_int64(st, 8);
+        u.errors = sqlite3_column_int64(st, 9);
+        u.cache_hits = sqlite3_column_int64(st, 10);
+
+        if (cb(data, sqlite3_column_int64(st, 0),
+               (const char *) sqlite3_column_text(st, 1), &u)
+            != 0)
+        {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK : tb_store_failed(s, rc,
+                                                             "read usage");
 }

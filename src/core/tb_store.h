@@ -105,4 +105,55 @@ int tb_store_slot_put(tb_store_t *s, uint64_t slot, const char *id);
 typedef int (*tb_store_slot_pt)(void *data, uint64_t slot, const char *id);
 int tb_store_slots(tb_store_t *s, tb_store_slot_pt cb, void *data);
 
+/*
+ * Spend ledgers (a blob of their writer's layout) by scope and id; the
+ * conversations, by id, with their key and when they were last charged.
+ */
+int tb_store_ledger_put(tb_store_t *s, int scope, const char *id,
+    const void *data, size_t len);
+
+typedef int (*tb_store_ledger_pt)(void *data, int scope, const char *id,
+    const void *blob, size_t len);
+int tb_store_ledgers(tb_store_t *s, tb_store_ledger_pt cb, void *data);
+
+int tb_store_session_put(tb_store_t *s, const char *id, const char *key,
+    int64_t last_ms, const void *data, size_t len);
+/* the ones last charged before before_ms gone, and all but the newest keep */
+int tb_store_sessions_prune(tb_store_t *s, int64_t before_ms, uint64_t keep);
+/* the newest limit, oldest first (seq: last_ms) */
+int tb_store_sessions(tb_store_t *s, uint64_t limit, tb_store_blob_pt cb,
+    void *data);
+
+/*
+ * Usage history: counters per bucket (res seconds long, from t seconds
+ * since the epoch), account, model and key, added to.
+ */
+typedef struct {
+    int64_t                   requests;
+    int64_t                   input;
+    int64_t                   output;
+    int64_t                   cache_read;
+    int64_t                   cache_write;
+    int64_t                   cost;           /* nanodollars, priced ones */
+    int64_t                   unpriced;       /* answers with no price */
+    int64_t                   errors;
+    int64_t                   cache_hits;     /* answers that read a cache */
+} tb_usage_row_t;
+
+int tb_store_usage_add(tb_store_t *s, int64_t res, int64_t t,
+    const char *account, const char *model, const char *key,
+    const tb_usage_row_t *u);
+int tb_store_usage_rollup(tb_store_t *s, int64_t now_s);
+
+#define TB_STORE_BY_NONE      0
+#define TB_STORE_BY_ACCOUNT   1
+#define TB_STORE_BY_MODEL     2
+#define TB_STORE_BY_KEY       3
+
+/* buckets of step_s seconds from from_s, by a group: oldest first */
+typedef int (*tb_store_usage_pt)(void *data, int64_t t, const char *group,
+    const tb_usage_row_t *u);
+int tb_store_usage(tb_store_t *s, int64_t from_s, int64_t step_s, int by,
+    tb_store_usage_pt cb, void *data);
+
 #endif /* TB_STORE_H */

@@ -17,6 +17,8 @@
 
 
 #define NGX_HTTP_TB_STORE_BUSY_MS      5000
+#define NGX_HTTP_TB_FLUSH_LEDGERS      1024   /* keys' per write, at most */
+#define NGX_HTTP_TB_FLUSH_SESSIONS     1024   /* conversations' */
 
 
 #if (NGX_THREADS)
@@ -36,6 +38,9 @@ typedef struct {
 
 static ngx_http_tokenbiryani_writer_t  ngx_http_tokenbiryani_writer;
 
+/* the hour the usage history was last rolled up in, by this process */
+static int64_t  ngx_http_tokenbiryani_rolled_up = -1;
+
 
 static void ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log);
 static void ngx_http_tokenbiryani_store_done(ngx_event_t *ev);
@@ -50,8 +55,12 @@ static ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 static int ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
     ngx_http_tokenbiryani_job_t *job);
+static int ngx_http_tokenbiryani_flush_spend(tb_store_t *db,
+    ngx_http_tokenbiryani_job_t *job);
 static void ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size);
 static void ngx_http_tokenbiryani_load_history(tb_store_t *db,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
+static void ngx_http_tokenbiryani_load_spend(tb_store_t *db,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
 static void ngx_http_tokenbiryani_load_settings(tb_store_t *db,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
@@ -414,6 +423,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
 
     ngx_http_tokenbiryani_load_settings(db, tmcf, shm_zone->shm.log);
     ngx_http_tokenbiryani_load_history(db, tmcf, shm_zone->shm.log);
+    ngx_http_tokenbiryani_load_spend(db, tmcf, shm_zone->shm.log);
 
     tb_store_close(db);
 
@@ -501,7 +511,7 @@ ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job)
 
     if (job->rc == TB_STORE_OK) {
         ngx_http_tokenbiryani_store_flushed(&w->tmcf->zone, job->records_seq,
-                                            job->events_seq,
+                                            job->events_seq, job->spend_seq,
                                             ngx_http_tokenbiryani_now_ms());
     }
 
@@ -545,7 +555,7 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
         } else {
             if (ngx_http_tokenbiryani_flush_exec(db, job) == TB_STORE_OK) {
                 ngx_http_tokenbiryani_store_flushed(&tmcf->zone,
-                    job->records_seq, job->events_seq,
+                    job->records_seq, job->events_seq, job->spend_seq,
                     ngx_http_tokenbiryani_now_ms());
 
             } else {
@@ -817,8 +827,10 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
     u_char                               *p, *id;
     size_t                                size;
+    int64_t                               now;
     uint64_t                              ev_last, dropped;
-    ngx_uint_t                            i, nrec, nev, nslots, got;
+    ngx_uint_t                            i, nrec, nev, nslots, got, nled;
+    ngx_uint_t                            rollup;
     ngx_http_tokenbiryani_job_t          *job;
     ngx_http_tokenbiryani_zone_stats_t    zs;
     ngx_http_tokenbiryani_store_state_t   st;
@@ -837,16 +849,23 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
                                  (uint64_t) zs.events_size)
           : 0;
 
-    if (nrec == 0 && nev == 0) {
+    now = ngx_http_tokenbiryani_now_ms();
+    rollup = (now / 3600000 != ngx_http_tokenbiryani_rolled_up);
+
+    if (nrec == 0 && nev == 0 && st.spend_seq >= zs.spend_seq && !rollup) {
         return NULL;
     }
 
     nslots = ngx_http_tokenbiryani_zone_nslots(&tmcf->zone);
+    nled = nslots + NGX_HTTP_TB_FLUSH_LEDGERS;
 
     size = sizeof(ngx_http_tokenbiryani_job_t)
            + nrec * sizeof(ngx_http_tokenbiryani_record_t)
            + nev * sizeof(ngx_http_tokenbiryani_event_t)
-           + nslots * (sizeof(u_char *) + TB_ID_MAX + 1);
+           + nslots * (sizeof(u_char *) + TB_ID_MAX + 1)
+           + nled * sizeof(ngx_http_tokenbiryani_ledger_view_t)
+           + NGX_HTTP_TB_FLUSH_SESSIONS
+             * sizeof(ngx_http_tokenbiryani_session_view_t);
 
     job = ngx_alloc(size, ngx_cycle->log);
     if (job == NULL) {
@@ -905,12 +924,159 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
 
     job->nslots = nslots;
 
-    if (job->nrecords == 0 && job->nevents == 0) {
+    /* the ledgers and conversations charged since the last write */
+
+    job->ledgers = (ngx_http_tokenbiryani_ledger_view_t *) p;
+    p += nled * sizeof(ngx_http_tokenbiryani_ledger_view_t);
+    job->sessions = (ngx_http_tokenbiryani_session_view_t *) p;
+
+    job->nledgers = ngx_http_tokenbiryani_spend_since(&tmcf->zone,
+                        st.spend_seq, job->ledgers, nled, job->sessions,
+                        NGX_HTTP_TB_FLUSH_SESSIONS, &job->nsessions,
+                        &job->spend_seq);
+
+    if (job->nledgers == nled
+        || job->nsessions == NGX_HTTP_TB_FLUSH_SESSIONS)
+    {
+        /* more than a write holds: this again, and the rest, next time */
+        job->spend_seq = st.spend_seq;
+    }
+
+    job->now_ms = now;
+    job->rollup = rollup;
+
+    if (rollup) {
+        ngx_http_tokenbiryani_rolled_up = now / 3600000;
+    }
+
+    if (job->nrecords == 0 && job->nevents == 0 && job->nledgers == 0
+        && job->nsessions == 0 && !rollup)
+    {
         ngx_free(job);
         return NULL;
     }
 
     return job;
+}
+
+
+/*
+ * In the flush's transaction: each record's usage into its minute of the
+ * usage history, the ledgers and conversations charged since the last
+ * write, and once an hour the history rolled up and the oldest pruned.
+ */
+
+static int
+ngx_http_tokenbiryani_flush_spend(tb_store_t *db,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_uint_t                             i;
+    const char                            *acct;
+    tb_usage_row_t                         u;
+    ngx_http_tokenbiryani_record_t        *rec;
+    ngx_http_tokenbiryani_ledger_view_t   *lv;
+    ngx_http_tokenbiryani_session_view_t  *sv;
+    u_char                                 id[32], *p;
+
+    for (i = 0; i < job->nrecords; i++) {
+        rec = &job->records[i];
+
+        ngx_memzero(&u, sizeof(tb_usage_row_t));
+
+        u.requests = 1;
+        u.errors = (rec->status >= 400 || rec->status == 0);
+
+        if (rec->usage.input_tokens >= 0) {
+            u.input = rec->usage.input_tokens;
+            u.output = ngx_max(rec->usage.output_tokens, 0);
+            u.cache_read = ngx_max(rec->usage.cache_read_input_tokens, 0);
+            u.cache_write = ngx_max(rec->usage.cache_creation_input_tokens,
+                                    0);
+            u.cache_hits = (u.cache_read > 0);
+
+            if (rec->cost >= 0) {
+                u.cost = rec->cost;
+
+            } else {
+                u.unpriced = 1;
+            }
+        }
+
+        acct = (rec->chosen >= 0 && (ngx_uint_t) rec->chosen < job->nslots)
+               ? (char *) job->slot_ids[rec->chosen] : "";
+
+        if (tb_store_usage_add(db, 60,
+                               (rec->started_ms + rec->latency_ms) / 60000
+                               * 60, acct, rec->model, rec->key, &u)
+            != TB_STORE_OK)
+        {
+            return TB_STORE_ERROR;
+        }
+    }
+
+    for (i = 0; i < job->nledgers; i++) {
+        lv = &job->ledgers[i];
+
+        if (lv->kind == NGX_HTTP_TB_LEDGER_ACCOUNT) {
+            if (lv->id >= job->nslots || job->slot_ids[lv->id][0] == '\0') {
+                continue;
+            }
+
+            if (tb_store_ledger_put(db, NGX_HTTP_TB_LEDGER_ACCOUNT,
+                                    (char *) job->slot_ids[lv->id],
+                                    &lv->ledger, sizeof(tb_ledger_t))
+                != TB_STORE_OK)
+            {
+                return TB_STORE_ERROR;
+            }
+
+            continue;
+        }
+
+        p = ngx_sprintf(id, "%016uxL", lv->id);
+        *p = '\0';
+
+        if (tb_store_ledger_put(db, NGX_HTTP_TB_LEDGER_KEY, (char *) id,
+                                &lv->ledger, sizeof(tb_ledger_t))
+            != TB_STORE_OK)
+        {
+            return TB_STORE_ERROR;
+        }
+    }
+
+    for (i = 0; i < job->nsessions; i++) {
+        sv = &job->sessions[i];
+
+        p = ngx_sprintf(id, "%016uxL", sv->session);
+        *p = '\0';
+
+        /* its account by id: slots are this zone's */
+        if (sv->slot >= 0 && (ngx_uint_t) sv->slot < job->nslots) {
+            ngx_cpystrn(sv->account, job->slot_ids[sv->slot], TB_ID_MAX + 1);
+        }
+
+        if (tb_store_session_put(db, (char *) id, (char *) sv->key,
+                                 sv->last_ms, sv, sizeof(*sv))
+            != TB_STORE_OK)
+        {
+            return TB_STORE_ERROR;
+        }
+    }
+
+    if (!job->rollup) {
+        return TB_STORE_OK;
+    }
+
+    /* conversations silent for 90 days go, and all but the newest kept */
+
+    if (tb_store_sessions_prune(db, job->now_ms - 90LL * 86400000,
+                                NGX_HTTP_TB_SESSIONS)
+        != TB_STORE_OK)
+    {
+        return TB_STORE_ERROR;
+    }
+
+    return tb_store_usage_rollup(db, job->now_ms / 1000);
 }
 
 
@@ -965,6 +1131,10 @@ ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
         {
             goto failed;
         }
+    }
+
+    if (ngx_http_tokenbiryani_flush_spend(db, job) != TB_STORE_OK) {
+        goto failed;
     }
 
     if (tb_store_history_prune(db, TB_STORE_RECORDS, job->keep_records)
@@ -1155,7 +1325,7 @@ ngx_http_tokenbiryani_load_history(tb_store_t *db,
     ngx_http_tokenbiryani_store_flushed(&tmcf->zone, zs.ring_seq,
                                         ngx_http_tokenbiryani_events_last(
                                             &tmcf->zone),
-                                        0);
+                                        0, 0);
 
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "tokenbiryani: the store's history read back: %ui "
@@ -1164,6 +1334,127 @@ ngx_http_tokenbiryani_load_history(tb_store_t *db,
 
 
 /* the settings an operator made at runtime, over the file's */
+/* the master: the spend ledgers and the conversations read back */
+
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_uint_t                          ledgers;
+    ngx_uint_t                          sessions;
+} ngx_http_tokenbiryani_sload_t;
+
+
+static int
+ngx_http_tokenbiryani_sload_ledger(void *data, int scope, const char *id,
+    const void *blob, size_t len)
+{
+    ngx_http_tokenbiryani_sload_t *sl = data;
+
+    size_t       n;
+    ngx_int_t    slot;
+    uint64_t     key;
+    tb_ledger_t  l;
+
+    if (len != sizeof(tb_ledger_t)) {
+        return 0;
+    }
+
+    ngx_memcpy(&l, blob, len);
+    l.reserved = 0;
+    l.reserved_turns = 0;
+
+    if (scope == NGX_HTTP_TB_LEDGER_ACCOUNT) {
+        slot = ngx_http_tokenbiryani_zone_slot_of(&sl->tmcf->zone,
+                                                  (u_char *) id,
+                                                  ngx_strlen(id));
+        if (slot < 0) {
+            return 0;
+        }
+
+        key = (uint64_t) slot;
+
+    } else if (scope == NGX_HTTP_TB_LEDGER_KEY) {
+        n = ngx_strlen(id);
+        if (n != 16) {
+            return 0;
+        }
+
+        key = 0;
+
+        for ( /* void */ ; n; n--, id++) {
+            key <<= 4;
+            key |= (uint64_t) ((*id >= 'a') ? *id - 'a' + 10 : *id - '0');
+        }
+
+    } else {
+        return 0;
+    }
+
+    ngx_http_tokenbiryani_spend_restore(&sl->tmcf->zone, (ngx_uint_t) scope,
+                                        key, &l);
+    sl->ledgers++;
+
+    return 0;
+}
+
+
+static int
+ngx_http_tokenbiryani_sload_session(void *data, uint64_t seq,
+    const void *blob, size_t len)
+{
+    ngx_http_tokenbiryani_sload_t *sl = data;
+
+    ngx_http_tokenbiryani_session_view_t  v;
+
+    if (len != sizeof(v)) {
+        return 0;
+    }
+
+    ngx_memcpy(&v, blob, len);
+    v.key_len = ngx_min(v.key_len, TB_ID_MAX);
+    v.key[v.key_len] = '\0';
+    v.account[TB_ID_MAX] = '\0';
+    v.ledger.reserved = 0;
+    v.ledger.reserved_turns = 0;
+
+    v.slot = v.account[0]
+             ? (int32_t) ngx_http_tokenbiryani_zone_slot_of(&sl->tmcf->zone,
+                           v.account, ngx_strlen(v.account))
+             : -1;
+
+    ngx_http_tokenbiryani_session_restore(&sl->tmcf->zone, &v);
+    sl->sessions++;
+
+    return 0;
+}
+
+
+static void
+ngx_http_tokenbiryani_load_spend(tb_store_t *db,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)
+{
+    ngx_http_tokenbiryani_sload_t  sl;
+
+    ngx_memzero(&sl, sizeof(sl));
+    sl.tmcf = tmcf;
+
+    if (tb_store_ledgers(db, ngx_http_tokenbiryani_sload_ledger, &sl)
+        != TB_STORE_OK
+        || tb_store_sessions(db, NGX_HTTP_TB_SESSIONS,
+                             ngx_http_tokenbiryani_sload_session, &sl)
+           != TB_STORE_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "tokenbiryani: the store's spend ledgers are not read "
+                      "back: %s; caps count from nothing", tb_store_error(db));
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "tokenbiryani: the store's spend read back: %ui ledgers, "
+                  "%ui conversations", sl.ledgers, sl.sessions);
+}
+
+
 static void
 ngx_http_tokenbiryani_load_settings(tb_store_t *db,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)

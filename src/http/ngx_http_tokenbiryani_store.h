@@ -63,6 +63,13 @@ struct ngx_http_tokenbiryani_job_s {
     uint64_t                           keep_events;
     uint64_t                           records_seq;  /* the newest in it */
     uint64_t                           events_seq;
+    ngx_http_tokenbiryani_ledger_view_t  *ledgers;   /* charged since */
+    ngx_uint_t                         nledgers;
+    ngx_http_tokenbiryani_session_view_t *sessions;
+    ngx_uint_t                         nsessions;
+    uint64_t                           spend_seq;    /* complete up to */
+    int64_t                            now_ms;
+    ngx_uint_t                         rollup;       /* usage rolled up */
 
     /* what happened: TB_STORE_*, and why when TB_STORE_ERROR */
     int                                rc;

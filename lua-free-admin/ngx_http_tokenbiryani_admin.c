@@ -159,6 +159,18 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_admin_estimation(r);
     }
 
+    if (uri->len == sizeof("/admin/usage") - 1
+        && ngx_strncmp(uri->data, "/admin/usage", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_usage(r);
+    }
+
+    if (uri->len == sizeof("/admin/sessions") - 1
+        && ngx_strncmp(uri->data, "/admin/sessions", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_sessions(r);
+    }
+
     return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                "not_found_error", "no admin endpoint at %V", uri);
 }

@@ -17,6 +17,10 @@ ngx_int_t ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r);
 /* GET /admin/events (lua-free-admin/ngx_http_tokenbiryani_admin_events.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r);
 
+/* /admin/usage, /admin/sessions (..._admin_spend.c) */
+ngx_int_t ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r);
+ngx_int_t ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r);
+
 /* /admin/keys (lua-free-admin/ngx_http_tokenbiryani_admin_keys.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r);
 

@@ -182,7 +182,8 @@ ngx_http_tokenbiryani_affinity_drop_locked(ngx_http_tokenbiryani_zone_t *zone,
 /*
  * Sessions are the zone's expendable memory: when an allocation fails, the
  * least recently used ones make room (leases, which are not expendable,
- * included).  Under the lock.
+ * included), and when there are none, the least recently charged
+ * conversations that no lease holds.  Under the lock.
  */
 
 void *
@@ -198,8 +199,17 @@ ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
 
     for (i = 0; i < 64; i++) {
         p = ngx_slab_alloc_locked(zone->shpool, size);
-        if (p || ngx_queue_empty(&sh->aff_lru)) {
+        if (p) {
             return p;
+        }
+
+        if (ngx_queue_empty(&sh->aff_lru)) {
+            /* then the conversations' ledgers that nothing holds */
+            if (!ngx_http_tokenbiryani_session_evict(zone)) {
+                return NULL;
+            }
+
+            continue;
         }
 
         q = ngx_queue_last(&sh->aff_lru);

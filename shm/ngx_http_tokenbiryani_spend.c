@@ -22,8 +22,6 @@
 
 static ngx_http_tokenbiryani_session_t *ngx_http_tokenbiryani_session_find(
     ngx_http_tokenbiryani_shm_t *sh, uint64_t session);
-static ngx_uint_t ngx_http_tokenbiryani_session_evict(
-    ngx_http_tokenbiryani_zone_t *zone);
 static void ngx_http_tokenbiryani_session_copy(
     ngx_http_tokenbiryani_session_view_t *v,
     const ngx_http_tokenbiryani_session_t *s);
@@ -64,7 +62,7 @@ ngx_http_tokenbiryani_session_find(ngx_http_tokenbiryani_shm_t *sh,
 
 
 /* the least recently charged session with nothing in flight: gone */
-static ngx_uint_t
+ngx_uint_t
 ngx_http_tokenbiryani_session_evict(ngx_http_tokenbiryani_zone_t *zone)
 {
     ngx_uint_t                        n;
@@ -120,12 +118,19 @@ ngx_http_tokenbiryani_session_locked(ngx_http_tokenbiryani_zone_t *zone,
         (void) ngx_http_tokenbiryani_session_evict(zone);
     }
 
-    s = ngx_http_tokenbiryani_alloc_locked(zone,
-                                    sizeof(ngx_http_tokenbiryani_session_t));
+    /* an idle conversation makes room first, then owners (affinity) */
+
+    s = ngx_slab_alloc_locked(zone->shpool,
+                              sizeof(ngx_http_tokenbiryani_session_t));
 
     if (s == NULL && ngx_http_tokenbiryani_session_evict(zone)) {
         s = ngx_slab_alloc_locked(zone->shpool,
                                   sizeof(ngx_http_tokenbiryani_session_t));
+    }
+
+    if (s == NULL) {
+        s = ngx_http_tokenbiryani_alloc_locked(zone,
+                                    sizeof(ngx_http_tokenbiryani_session_t));
     }
 
     if (s == NULL) {

@@ -259,6 +259,11 @@ ngx_uint_t ngx_http_tokenbiryani_affinity_drop_locked(
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_find(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
 
+/* the least recently charged conversation no lease holds, freed; 0: none.
+ * Under the lock. */
+ngx_uint_t ngx_http_tokenbiryani_session_evict(
+    ngx_http_tokenbiryani_zone_t *zone);
+
 /* a conversation, made when new (at the LRU's tail); NULL: session 0,
  * or no memory.  Under the lock. */
 ngx_http_tokenbiryani_session_t *ngx_http_tokenbiryani_session_locked(

@@ -212,3 +212,68 @@ is($r->{status}, 429, 'after a restart: the capped key is still refused');
 like(err_of($r)->{message}, qr/spend cap/, 'by its cap');
 is($conv->()->{status}, 429, 'the conversation still has no fourth turn');
 is(message_with('admin-key')->{status}, 200, 'a key without a cap is served');
+
+
+
+=== TEST 7: /admin/usage shows the requests made and what they cost, by account, model and key, and /admin/sessions ranks the conversations and flags the runaways; both after a restart too
+--- user_files eval
+">>> tb.yaml\nstore:\n  backend: sqlite\nsessions:\n  runaway_turns: 3\n$::Base" . "  - key: tenant-key\n    name: tenant\n"
+--- request
+GET /healthz
+--- check
+my $conv = sub {
+    my ($key, $s, %o) = @_;
+    my $a = message_args($key, %o);
+    $a->{headers}{'x-tokenbiryani-session'} = $s;
+    TB::Nginx::http_request(%$a);
+};
+my ($cost, $n) = (0, 0);
+for my $i (1 .. 4) {
+    my $r = $conv->('tenant-key', 'long');
+    $cost += record_of($r)->{cost}{usd}; $n++;
+}
+my $r = $conv->('admin-key', 'short', model => 'claude-haiku-4-5');
+my $hcost = record_of($r)->{cost}{usd};
+$cost += $hcost; $n++;
+
+my $usage;
+ok(TB::Nginx::poll_until(5, sub {
+    my ($st, $b) = admin(GET => '/admin/usage?range=1h&by=key');
+    $usage = $b if $st == 200;
+    $usage && $usage->{totals}{requests} == $n;
+}), "/admin/usage?range=1h counts the $n requests") or diag(TB::Nginx::json_encode($usage));
+ok(abs($usage->{totals}{cost_usd} - $cost) < 1e-9, "and their cost: \$$usage->{totals}{cost_usd} (the records: \$$cost)");
+is($usage->{step_seconds}, 60, 'in minutes');
+my %g = map { $_->{name} => $_ } @{ $usage->{groups} };
+is($g{tenant}{totals}{requests}, 4, 'by key: tenant 4');
+is($g{ops}{totals}{requests}, 1, 'ops 1');
+ok($usage->{totals}{input_tokens} > 0 && $usage->{totals}{output_tokens} > 0, 'tokens counted');
+ok(@{ $g{tenant}{series} } >= 1 && $g{tenant}{series}[0]{t} % 60 == 0, 'a series of minutes');
+my ($st, $b) = admin(GET => '/admin/usage?range=24h&by=model');
+my %m = map { $_->{name} => $_ } @{ $b->{groups} };
+ok(abs($m{'claude-haiku-4-5'}{totals}{cost_usd} - $hcost) < 1e-9, 'by model: the haiku turn');
+($st, $b) = admin(GET => '/admin/usage?range=2h');
+is($st, 400, 'an unknown range: 400');
+like($b->{error}{message}, qr/1h, 24h, 7d or 30d/, 'naming the ranges');
+($st, $b) = admin(GET => '/admin/usage', undef, key => 'tenant-key');
+is($st, 403, 'a tenant key cannot read it');
+
+($st, $b) = admin(GET => '/admin/sessions');
+is($st, 200, '/admin/sessions');
+my ($long, $short) = @{ $b->{sessions} }[0, 1];
+is($long->{key}, 'tenant', 'the costlier conversation first');
+is($long->{turns}, 4, 'four turns');
+is($long->{account}, 'a1', 'on a1');
+ok($long->{runaway}, 'flagged: over runaway_turns');
+like($long->{why}, qr/^4 turns, \$0\.\d+ in \d+s$/, "why: $long->{why}");
+is($short->{key}, 'ops', 'then the other');
+ok(!$short->{runaway}, 'not a runaway');
+
+TB::Nginx::wait_idle();
+restart();
+($st, $b) = admin(GET => '/admin/sessions');
+is($b->{sessions}[0]{turns}, 4, 'after a restart: the conversation and its turns');
+is($b->{sessions}[0]{why}, $long->{why}, 'and its flag');
+($st, $b) = admin(GET => '/admin/usage?range=1h');
+is($b->{totals}{requests}, $n, 'and the usage history');
+ok(abs($b->{totals}{cost_usd} - $cost) < 1e-9, 'and its cost');

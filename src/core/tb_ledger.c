@@ -134,7 +134,9 @@ tb_ledger_charge(tb_ledger_t *l, int64_t t, int64_t bucket_ms, int64_t cost,
     }
 
     if (turns > 0) {
-        l->turns[b % TB_LEDGER_SLOTS] += (uint32_t) turns;
+        turns += l->turns[b % TB_LEDGER_SLOTS];
+        l->turns[b % TB_LEDGER_SLOTS] = (uint16_t) (turns < 65535 ? turns
+                                                                  : 65535);
     }
 }
 

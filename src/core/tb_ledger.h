@@ -28,7 +28,7 @@ typedef struct {
     int64_t                   head;       /* the newest bucket's index
                                              (time / bucket_ms); 0: none */
     int64_t                   cost[TB_LEDGER_SLOTS];     /* nanodollars */
-    uint32_t                  turns[TB_LEDGER_SLOTS];
+    uint16_t                  turns[TB_LEDGER_SLOTS];     /* saturating */
     int64_t                   reserved;   /* in flight, nanodollars */
     int64_t                   reserved_turns;
     uint64_t                  seq;        /* the caller's: its last change */

@@ -45,6 +45,11 @@ ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
     ctx->woken_ms = -1;
     tb_usage_init(&ctx->usage);
 
+    /* no caps until its key's are known */
+    ctx->caps.key_cap = -1;
+    ctx->caps.session_cap = -1;
+    ctx->caps.session_turns = -1;
+
     /* 96 random bits: unique enough to find one request in the logs */
 
     p = ngx_cpymem(ctx->request_id, "tbr_", 4);

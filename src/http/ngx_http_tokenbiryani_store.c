@@ -633,6 +633,43 @@ ngx_http_tokenbiryani_store_run(ngx_http_tokenbiryani_writer_t *w)
 }
 
 
+/* in the store's thread: a bucket read, kept (malloc: no pool here) */
+static int
+ngx_http_tokenbiryani_usage_point(void *data, int64_t t, const char *group,
+    const tb_usage_row_t *u)
+{
+    ngx_http_tokenbiryani_job_t *job = data;
+
+    size_t                                n;
+    ngx_http_tokenbiryani_usage_point_t  *p;
+
+    if (job->npoints == job->points_size) {
+        n = job->points_size ? job->points_size * 2 : 256;
+
+        if (n > 200000) {
+            /* more than any range asks for: the rest is left out */
+            return 1;
+        }
+
+        p = realloc(job->points, n * sizeof(*p));
+        if (p == NULL) {
+            return 1;
+        }
+
+        job->points = p;
+        job->points_size = n;
+    }
+
+    p = &job->points[job->npoints++];
+    p->t = t;
+    ngx_cpystrn((u_char *) p->group, (u_char *) (group ? group : ""),
+                sizeof(p->group));
+    p->u = *u;
+
+    return 0;
+}
+
+
 static void
 ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
 {
@@ -695,6 +732,12 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
             rc = tb_store_account_delete(w->db, job->name);
             break;
 
+        case NGX_HTTP_TB_JOB_USAGE:
+            rc = tb_store_usage(w->db, job->usage_from, job->usage_step,
+                                job->usage_by, ngx_http_tokenbiryani_usage_point,
+                                job);
+            break;
+
         default: /* NGX_HTTP_TB_JOB_FLUSH */
             rc = ngx_http_tokenbiryani_flush_exec(w->db, job);
             break;
@@ -734,7 +777,10 @@ ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
     wrote = 0;
 
     for (job = w->running; job; job = job->next) {
-        if (job->op == NGX_HTTP_TB_JOB_RESOLVE) {
+        if (job->op == NGX_HTTP_TB_JOB_RESOLVE
+            || job->op == NGX_HTTP_TB_JOB_USAGE)
+        {
+            /* not a write */
             continue;
         }
 

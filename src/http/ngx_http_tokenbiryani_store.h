@@ -27,6 +27,15 @@
 #define NGX_HTTP_TB_JOB_ACCOUNT_PUT    6      /* create: insert */
 #define NGX_HTTP_TB_JOB_ACCOUNT_DELETE 7
 #define NGX_HTTP_TB_JOB_RESOLVE        8      /* name:port, no store */
+#define NGX_HTTP_TB_JOB_USAGE          9      /* a read of the history */
+
+
+/* one bucket of the usage history, of one group */
+typedef struct {
+    int64_t                            t;            /* s since the epoch */
+    char                               group[TB_MODEL_MAX + 1];
+    tb_usage_row_t                     u;
+} ngx_http_tokenbiryani_usage_point_t;
 
 #define NGX_HTTP_TB_FLUSH_MS           1000   /* history, at least this often */
 
@@ -70,6 +79,15 @@ struct ngx_http_tokenbiryani_job_s {
     uint64_t                           spend_seq;    /* complete up to */
     int64_t                            now_ms;
     ngx_uint_t                         rollup;       /* usage rolled up */
+
+    /* NGX_HTTP_TB_JOB_USAGE: from, step (s), by (TB_STORE_BY_*); the
+     * points read, malloc'd (the done handler frees them) */
+    int64_t                            usage_from;
+    int64_t                            usage_step;
+    int                                usage_by;
+    ngx_http_tokenbiryani_usage_point_t  *points;
+    ngx_uint_t                         npoints;
+    ngx_uint_t                         points_size;
 
     /* what happened: TB_STORE_*, and why when TB_STORE_ERROR */
     int                                rc;

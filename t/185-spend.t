@@ -70,7 +70,7 @@ ok($spent - 0.0005 < 0.0005, 'and not later than the request after the one that 
 is($refused->{status}, 429, 'refused: 429');
 my $e = err_of($refused);
 is($e->{type}, 'rate_limit_error', 'a rate_limit_error');
-like($e->{message}, qr/key "tenant" has spent \$0\.\d+ of its \$0\.0005 spend cap \(spend_cap_usd\) in the last 24\.0h/, 'naming the key, the cap and the window');
+like($e->{message}, qr/key "tenant" has spent \$0\.\d+ of its \$0\.0005 spend cap \(spend_cap_usd\) in the last 24h; /, 'naming the key, the cap and the window');
 like($e->{message}, qr/room again in 2[45]h \d+m|room again in 1d 0h/, 'and when the window frees room');
 is($refused->{headers}{'x-should-retry'}, 'false', 'a cap that frees in hours: not to be retried');
 ok(!defined $refused->{headers}{'retry-after'}, 'and no retry-after');
@@ -96,7 +96,7 @@ my $conv = sub {
 is($conv->('tenant-key', 'c1')->{status}, 200, "turn $_") for 1 .. 3;
 my $r = $conv->('tenant-key', 'c1');
 is($r->{status}, 429, 'the fourth turn of the conversation is refused');
-like(err_of($r)->{message}, qr/this conversation has run 3 turns in the last 24\.0h, at the 3-turn limit \(session_max_turns\) of key "tenant"; start a new conversation/, 'saying so');
+like(err_of($r)->{message}, qr/this conversation has run 3 turns in the last 24h, at the 3-turn limit \(session_max_turns\) of key "tenant"; start a new conversation/, 'saying so');
 is($r->{headers}{'x-should-retry'}, 'false', 'not to be retried');
 is($conv->('tenant-key', 'c2')->{status}, 200, 'another conversation of the key is served');
 is($conv->('admin-key', 'c1')->{status}, 200, 'the same session id under another key is another conversation');
@@ -148,7 +148,7 @@ GET /healthz
 is(message_with('tenant-key')->{status}, 200, 'the first request reaches the cap');
 my $r = message_with('tenant-key');
 is($r->{status}, 429, 'the next is refused');
-like(err_of($r)->{message}, qr/in the last 0\.0h .*room again in \d+s/, 'saying when, in seconds');
+like(err_of($r)->{message}, qr/in the last 3s; room again in \ds/, 'saying when, in seconds');
 ok($r->{headers}{'retry-after'} >= 1 && $r->{headers}{'retry-after'} <= 4, "retry-after: $r->{headers}{'retry-after'}");
 ok(!defined $r->{headers}{'x-should-retry'} || $r->{headers}{'x-should-retry'} ne 'false', 'worth a retry');
 ok(TB::Nginx::poll_until(10, sub { message_with('tenant-key')->{status} == 200 }), 'served again once the window rolled');

@@ -147,12 +147,36 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
  * not, and the client is told not to retry (x-should-retry: false).
  */
 
+/* "24h", "90m", "3s": the spend window, as an operator wrote it */
+static void
+ngx_http_tokenbiryani_window_text(double hours, char *buf, size_t size)
+{
+    u_char   *p;
+    int64_t   s;
+
+    s = (int64_t) (hours * 3600 + 0.5);
+
+    if (s % 3600 == 0) {
+        p = ngx_snprintf((u_char *) buf, size - 1, "%Lh", s / 3600);
+
+    } else if (s % 60 == 0) {
+        p = ngx_snprintf((u_char *) buf, size - 1, "%Lm", s / 60);
+
+    } else {
+        p = ngx_snprintf((u_char *) buf, size - 1, "%Ls", s);
+    }
+
+    *p = '\0';
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
 {
     char                           held[32], limit[32], fl[32], wait[32];
-    u_char                         when[96], *p;
+    char                           window[32];
+    u_char                         when[96], inflight[96], *p;
     const tb_config_t             *cf;
     ngx_http_tokenbiryani_caps_t  *caps;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -181,13 +205,16 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
 
     *p = '\0';
 
+    ngx_http_tokenbiryani_window_text(cf->spend_window_hours, window,
+                                      sizeof(window));
+
     if (caps->reached == NGX_HTTP_TB_CAP_TURNS) {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
             "rate_limit_error",
-            "this conversation has run %L turns in the last %.1fh, at the "
+            "this conversation has run %L turns in the last %s, at the "
             "%L-turn limit (session_max_turns) of key \"%s\"; start a new "
-            "conversation or raise the limit; %s", caps->held,
-            cf->spend_window_hours, caps->limit, ctx->key->name, when);
+            "conversation or raise the limit; %s", caps->held, window,
+            caps->limit, ctx->key->name, when);
 
         return NGX_HTTP_TB_FAIL;
     }
@@ -196,15 +223,20 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
     (void) tb_usd_format(caps->limit, limit, sizeof(limit));
     (void) tb_usd_format(caps->in_flight, fl, sizeof(fl));
 
+    p = (caps->in_flight > 0)
+        ? ngx_snprintf(inflight, sizeof(inflight) - 1,
+                       " ($%s of it reserved by requests in flight)", fl)
+        : inflight;
+    *p = '\0';
+
     ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
         "rate_limit_error",
-        "%s \"%s\" has spent $%s of its $%s %s in the last %.1fh "
-        "($%s of it in requests in flight); %s",
+        "%s \"%s\" has spent $%s of its $%s %s in the last %s%s; %s",
         caps->reached == NGX_HTTP_TB_CAP_KEY ? "key" : "a conversation of key",
         ctx->key->name, held, limit,
         caps->reached == NGX_HTTP_TB_CAP_KEY ? "spend cap (spend_cap_usd)"
                                              : "limit (session_cap_usd)",
-        cf->spend_window_hours, fl, when);
+        window, inflight, when);
 
     return NGX_HTTP_TB_FAIL;
 }

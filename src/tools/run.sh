@@ -54,6 +54,7 @@ if [ -n "${ANTHROPIC_API_KEY:-}" ]; then
     cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
 store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
+pricing: builtin                  # the dated table shipped with the module
 accounts:
   - id: anthropic
     type: anthropic_api
@@ -81,6 +82,7 @@ else
 # written by \`make run\`: four demo accounts on the mock upstream
 store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
+pricing: builtin                  # the dated table shipped with the module
 accounts:$accounts
 keys:
   - key: $KEY

@@ -20,6 +20,7 @@
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_accounts.h"
+#include "ngx_http_tokenbiryani_variables.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -125,7 +126,7 @@ static ngx_command_t  ngx_http_tokenbiryani_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_tokenbiryani_module_ctx = {
-    NULL,                                     /* preconfiguration */
+    ngx_http_tokenbiryani_add_variables,      /* preconfiguration */
     ngx_http_tokenbiryani_postconfiguration,  /* postconfiguration */
 
     ngx_http_tokenbiryani_create_main_conf,   /* create main configuration */

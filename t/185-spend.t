@@ -277,3 +277,46 @@ is($b->{sessions}[0]{why}, $long->{why}, 'and its flag');
 ($st, $b) = admin(GET => '/admin/usage?range=1h');
 is($b->{totals}{requests}, $n, 'and the usage history');
 ok(abs($b->{totals}{cost_usd} - $cost) < 1e-9, 'and its cost');
+
+
+
+=== TEST 8: the $tokenbiryani_* variables carry a request's facts into log_format, "-" where nothing is known
+--- http_config eval
+$TB::Gateway::HttpConfig . q{
+    log_format tb 'id=$tokenbiryani_request_id account=$tokenbiryani_account key=$tokenbiryani_key '
+                  'session=$tokenbiryani_session attempts=$tokenbiryani_attempts in=$tokenbiryani_input_tokens '
+                  'out=$tokenbiryani_output_tokens cr=$tokenbiryani_cache_read_tokens cw=$tokenbiryani_cache_write_tokens '
+                  'cost=$tokenbiryani_cost queued=$tokenbiryani_queued_ms ttft=$tokenbiryani_ttft_ms status=$status';
+    access_log logs/tb.log tb;
+}
+--- request
+GET /healthz
+--- check
+my $r = message_with('admin-key', stream => 1);
+is($r->{status}, 200, 'a stream served');
+my $rec = record_of($r);
+my $unpriced = message_with('admin-key', model => 'claude-nonesuch-9');
+my $ra = message_args('admin-key');
+$ra->{body} = '{"model": "claude-sonnet-4-6", "messages": [';
+my $refused = TB::Nginx::http_request(%$ra);
+TB::Nginx::wait_idle();
+my $log = TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/tb.log');
+my ($line) = grep { /id=$rec->{request_id} / } split /\n/, $log;
+ok($line, 'the request logged') or diag($log);
+my %f = map { split /=/, $_, 2 } split / /, $line // '';
+is($f{account}, 'a1', 'account');
+is($f{key}, 'ops', 'key');
+like($f{session}, qr/^[0-9a-f]{16}$/, 'session');
+is($f{attempts}, 1, 'attempts');
+is($f{in}, $rec->{usage}{input_tokens}, 'input tokens');
+is($f{out}, $rec->{usage}{output_tokens}, 'output tokens');
+is($f{cr}, 0, 'cache reads');
+is($f{cw}, 0, 'cache writes');
+ok(abs($f{cost} - $rec->{cost}{usd}) < 1e-6, "cost $f{cost}");
+is($f{queued}, 0, 'queued');
+ok($f{ttft} =~ /^\d+$/, "ttft $f{ttft}");
+($line) = grep { /id=\Q$unpriced->{headers}{'x-tokenbiryani-request-id'}\E / } split /\n/, $log;
+like($line, qr/ cost=- /, 'a model with no price: cost "-", not 0');
+($line) = grep { /id=\Q$refused->{headers}{'x-tokenbiryani-request-id'}\E / } split /\n/, $log;
+like($line, qr/account=- .* attempts=0 in=- out=- .* cost=- .*status=400/, 'a request the gateway refused: what is not known is "-"');
+like($log, qr/id=- account=- key=- .*status=200/, 'a request that is not the gateway\'s: all "-"');

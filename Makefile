@@ -28,7 +28,8 @@ UNIT_BINS  := $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
 DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libssl-dev libpcre2-dev zlib1g-dev \
               libcjson-dev libyaml-dev libhiredis-dev libsqlite3-dev \
-              libtest-base-perl perl python3 openssl curl procps \
+              libtest-base-perl perl python3 python3-prometheus-client \
+              openssl curl procps \
               clang clang-tools cppcheck
 
 .PHONY: all deps build unit analyze sdk test test-asan test-valgrind fuzz bench-core \

@@ -171,6 +171,18 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_admin_sessions(r);
     }
 
+    if (uri->len == sizeof("/admin/horizon") - 1
+        && ngx_strncmp(uri->data, "/admin/horizon", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_horizon(r);
+    }
+
+    if (uri->len == sizeof("/admin/metrics") - 1
+        && ngx_strncmp(uri->data, "/admin/metrics", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_metrics(r);
+    }
+
     return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                "not_found_error", "no admin endpoint at %V", uri);
 }

@@ -21,6 +21,10 @@ ngx_int_t ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r);
 
+/* /admin/horizon, /admin/metrics (..._admin_metrics.c) */
+ngx_int_t ngx_http_tokenbiryani_admin_horizon(ngx_http_request_t *r);
+ngx_int_t ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r);
+
 /* /admin/keys (lua-free-admin/ngx_http_tokenbiryani_admin_keys.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r);
 

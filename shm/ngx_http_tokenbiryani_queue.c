@@ -137,6 +137,12 @@ ngx_http_tokenbiryani_queue_remove(ngx_http_tokenbiryani_zone_t *zone,
     if (w->id == ticket->id) {
         ngx_http_tokenbiryani_waiter_drop_locked(sh, w);
 
+        /* how long waiters wait, whatever ended it */
+        sh->queue_wait_ms += (uint64_t) ngx_max(
+                                 ngx_http_tokenbiryani_now_ms() - w->enqueued_ms,
+                                 0);
+        sh->queue_waits++;
+
         switch (why) {
         case NGX_HTTP_TB_QUEUE_SERVED:
             sh->queue_served++;

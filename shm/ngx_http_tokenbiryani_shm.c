@@ -493,6 +493,9 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->spend_seq = sh->spend_seq;
     stats->nsessions = sh->nsessions;
     stats->sessions_evicted = sh->sessions_evicted;
+    stats->failovers = sh->failovers;
+    stats->queue_wait_ms = sh->queue_wait_ms;
+    stats->queue_waits = sh->queue_waits;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
@@ -568,4 +571,11 @@ ngx_uint_t
 ngx_http_tokenbiryani_zone_nslots(ngx_http_tokenbiryani_zone_t *zone)
 {
     return __atomic_load_n(&zone->sh->nslots, __ATOMIC_ACQUIRE);
+}
+
+
+void
+ngx_http_tokenbiryani_zone_count_failover(ngx_http_tokenbiryani_zone_t *zone)
+{
+    (void) ngx_atomic_fetch_add(&zone->sh->failovers, 1);
 }

@@ -164,7 +164,14 @@ typedef struct {
     uint64_t                       spend_seq;     /* the last charge */
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;
+    uint64_t                       failovers;
+    uint64_t                       queue_wait_ms;
+    uint64_t                       queue_waits;
 } ngx_http_tokenbiryani_zone_stats_t;
+
+/* an answered request that took more than one attempt */
+void ngx_http_tokenbiryani_zone_count_failover(
+    ngx_http_tokenbiryani_zone_t *zone);
 
 void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_zone_stats_t *stats);

@@ -351,6 +351,15 @@ ngx_http_tokenbiryani_caps_settle_locked(ngx_http_tokenbiryani_zone_t *zone,
     if (st) {
         tb_ledger_charge(&st->spend, now, bm, cost, 1);
         st->spend.seq = sh->spend_seq;
+
+        st->tokens[0] += charge->tokens[0];
+        st->tokens[1] += charge->tokens[1];
+        st->tokens[2] += charge->tokens[2];
+        st->tokens[3] += charge->tokens[3];
+        st->cost_total += cost;
+        st->answers++;
+        st->cache_hits += (charge->tokens[2] > 0);
+        st->unpriced += (charge->cost < 0);
     }
 
     if (ks) {

@@ -184,6 +184,8 @@ struct ngx_http_tokenbiryani_shm_s {
     uint64_t                       queue_full;
     uint64_t                       queue_left;    /* clients gone */
     uint64_t                       queue_stale;   /* of dead workers */
+    uint64_t                       queue_wait_ms; /* of every waiter gone */
+    uint64_t                       queue_waits;
 
     /* keys' rpm windows, and what each key has in flight and waiting */
     ngx_queue_t                    rpm;
@@ -217,6 +219,9 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;
     uint64_t                       spend_seq;
+
+    /* answered requests that took more than one attempt */
+    ngx_atomic_t                   failovers;
 };
 
 

@@ -236,7 +236,7 @@ is(scalar @lines, 1, 'the error log says it once') or diag(join "\n", @lines);
 close $to;
 waitpid($pid, 0);
 ($st, $j) = admin(POST => '/admin/keys', { name => 'after-lock' });
-is($st, 201, 'once the lock is gone, the write works');
+is($st, 201, "once the lock is gone, the write works") or diag(TB::Nginx::json_encode($j));
 is(admin_get('/admin/status')->{store}{state}, 'ok', 'and the store is ok');
 like(TB::Nginx::log_text(), qr/the store "[^"]+" is written again/, 'which the log says once');
 is(message_with($j->{key})->{status}, 200, 'the key works');

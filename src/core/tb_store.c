@@ -14,6 +14,7 @@
 
 struct tb_store_s {
     sqlite3                  *db;
+    int                       busy;       /* the last failure: a lock */
     char                      path[1024];
     char                      err[1536];
 };
@@ -357,6 +358,7 @@ tb_store_failed(tb_store_t *s, int rc, const char *what)
     const char  *problem;
 
     problem = tb_store_problem(rc);
+    s->busy = ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED);
 
     if (problem) {
         snprintf(s->err, sizeof(s->err), "the store file \"%s\" %s (%s: %s)",
@@ -1018,4 +1020,11 @@ tb_store_usage(tb_store_t *s, int64_t from_s, int64_t step_s, int by,
 
     return rc == SQLITE_DONE ? TB_STORE_OK : tb_store_failed(s, rc,
                                                              "read usage");
+}
+
+
+int
+tb_store_busy(const tb_store_t *s)
+{
+    return s->busy;
 }

@@ -43,6 +43,8 @@ tb_store_t *tb_store_open(const char *path, int busy_ms, char *err,
     size_t errsize);
 void tb_store_close(tb_store_t *s);
 const char *tb_store_error(const tb_store_t *s);
+/* whether the last failure was another process's lock (not the file's) */
+int tb_store_busy(const tb_store_t *s);
 
 /* a minted key: its name, SHA-256 digest and spec (tb_keyspec_json) */
 int tb_store_key_insert(tb_store_t *s, const char *name,

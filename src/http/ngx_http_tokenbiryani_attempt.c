@@ -818,7 +818,8 @@ ngx_http_tokenbiryani_request_done(void *data)
 {
     ngx_http_tokenbiryani_ctx_t *ctx = data;
 
-    ngx_http_request_t  *r;
+    ngx_http_request_t                 *r;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     r = ctx->request;
 
@@ -830,6 +831,12 @@ ngx_http_tokenbiryani_request_done(void *data)
     }
 
     if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
+        if (ctx->answered && ctx->attempts > 1) {
+            tmcf = ngx_http_get_module_main_conf(r,
+                                                 ngx_http_tokenbiryani_module);
+            ngx_http_tokenbiryani_zone_count_failover(&tmcf->zone);
+        }
+
         ngx_http_tokenbiryani_record(r, ctx);
     }
 }

@@ -48,6 +48,7 @@ static void ngx_http_tokenbiryani_store_run(
     ngx_http_tokenbiryani_writer_t *w);
 static void ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev);
 static void ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job);
+static void ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job);
 
 #endif
 
@@ -438,6 +439,7 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
     ngx_thread_task_t               *task;
+    ngx_http_tokenbiryani_job_t     *job;
     ngx_http_tokenbiryani_writer_t  *w;
 
     if (tmcf->thread_pool == NULL) {
@@ -474,7 +476,40 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
 
     ngx_add_timer(&w->flush, NGX_HTTP_TB_FLUSH_MS);
 
+    /*
+     * The worker's connection, opened now and kept: a store that cannot
+     * be opened is said at once, and while a worker holds the file open,
+     * another process closing it (an operator's sqlite3, a backup) is
+     * never its last connection, which would remove the -wal and -shm
+     * files a worker may not be allowed to make again.
+     */
+
+    job = ngx_calloc(sizeof(ngx_http_tokenbiryani_job_t), cycle->log);
+    if (job == NULL) {
+        return NGX_ERROR;
+    }
+
+    job->op = NGX_HTTP_TB_JOB_OPEN;
+    job->done = ngx_http_tokenbiryani_opened;
+    job->data = w;
+
+    (void) ngx_http_tokenbiryani_store_post(tmcf, job);
+
     return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job)
+{
+    if (job->rc != TB_STORE_OK) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the store is not open in this worker "
+                      "yet (it is tried again with each write): %s",
+                      job->err);
+    }
+
+    ngx_free(job);
 }
 
 
@@ -732,6 +767,10 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
             rc = tb_store_account_delete(w->db, job->name);
             break;
 
+        case NGX_HTTP_TB_JOB_OPEN:
+            rc = TB_STORE_OK;
+            break;
+
         case NGX_HTTP_TB_JOB_USAGE:
             rc = tb_store_usage(w->db, job->usage_from, job->usage_step,
                                 job->usage_by, ngx_http_tokenbiryani_usage_point,
@@ -751,11 +790,16 @@ ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
         }
     }
 
-    /* a store that failed is opened afresh next time: it may be another
-     * file by then (restored from a backup, the disk remounted) */
+    /*
+     * A store that failed is opened afresh next time: it may be another
+     * file by then (restored from a backup, the disk remounted).  Not one
+     * another process holds locked: closing it could leave that process
+     * the file's last connection, which removes the -wal and -shm files
+     * this one needs and may not be allowed to make again.
+     */
 
     for (job = w->running; job; job = job->next) {
-        if (job->rc == TB_STORE_ERROR && w->db) {
+        if (job->rc == TB_STORE_ERROR && w->db && !tb_store_busy(w->db)) {
             tb_store_close(w->db);
             w->db = NULL;
             break;
@@ -778,7 +822,8 @@ ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
 
     for (job = w->running; job; job = job->next) {
         if (job->op == NGX_HTTP_TB_JOB_RESOLVE
-            || job->op == NGX_HTTP_TB_JOB_USAGE)
+            || job->op == NGX_HTTP_TB_JOB_USAGE
+            || job->op == NGX_HTTP_TB_JOB_OPEN)
         {
             /* not a write */
             continue;

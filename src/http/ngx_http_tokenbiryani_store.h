@@ -28,6 +28,7 @@
 #define NGX_HTTP_TB_JOB_ACCOUNT_DELETE 7
 #define NGX_HTTP_TB_JOB_RESOLVE        8      /* name:port, no store */
 #define NGX_HTTP_TB_JOB_USAGE          9      /* a read of the history */
+#define NGX_HTTP_TB_JOB_OPEN           10     /* the connection, no more */
 
 
 /* one bucket of the usage history, of one group */

@@ -191,7 +191,7 @@ void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
  * A request's caps, and, when one is reached, which, what it holds (spent
  * in the window and reserved in flight: nanodollars, or turns), the
  * limit, and when the window frees room (ms; 0: only what is in flight
- * holds it).
+ * holds it; -1: never, the limit is 0).
  */
 typedef struct {
     int64_t                        key_cap;       /* nanodollars; -1 none */

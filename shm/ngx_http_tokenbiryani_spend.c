@@ -161,12 +161,18 @@ ngx_http_tokenbiryani_session_locked(ngx_http_tokenbiryani_zone_t *zone,
 
 
 /* 0 when what was settled is under the limit: the reservations of
- * requests in flight hold it, and it is theirs to free */
+ * requests in flight hold it, and it is theirs to free; -1 when nothing
+ * frees it (a limit of 0) */
 static int64_t
 ngx_http_tokenbiryani_caps_frees(const tb_ledger_t *l,
     const ngx_http_tokenbiryani_caps_t *caps, int64_t now, int64_t bm,
     int by_turns)
 {
+    if (caps->limit <= 0) {
+        /* nothing may be spent: no time frees it */
+        return -1;
+    }
+
     if (caps->held - caps->in_flight < caps->limit) {
         return 0;
     }

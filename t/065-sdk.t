@@ -32,6 +32,10 @@ keys:
   - key: admin-key
     name: admin
     admin: true
+  - key: capped-key
+    name: capped
+    spend_cap_usd: 0
+pricing: builtin
 _EOY_
 
 our $Node = $ENV{TB_NODE} // 'node';
@@ -175,3 +179,17 @@ is($r->{type}, 'overloaded_error', 'overloaded_error');
 is($r->{should_retry}, undef, 'no x-should-retry');
 is($r->{fetches}, 2, 'the SDK asked again');
 is(scalar @{ mock_log() }, 6, 'three upstream attempts for each of its requests');
+
+
+
+=== TEST 8: a spend cap that frees in hours: 429, and the SDK does not retry it
+--- check
+my $r = sdk('capped-key', { op => 'create', maxRetries => 2, params => params() });
+ok(!$r->{ok}, 'refused');
+is($r->{status}, 429, 'status 429');
+is($r->{name}, 'RateLimitError', 'RateLimitError');
+is($r->{type}, 'rate_limit_error', 'rate_limit_error');
+like($r->{error_message}, qr/key "capped" has spent \$0\.00 of its \$0\.00 spend cap \(spend_cap_usd\) in the last 24h; nothing may be spent until the limit is raised/, 'saying which cap');
+is($r->{should_retry}, 'false', 'x-should-retry: false');
+is($r->{fetches}, 1, 'asked once, with two retries allowed');
+is(scalar @{ mock_log() }, 0, 'nothing upstream');

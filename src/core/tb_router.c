@@ -693,6 +693,12 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
                                      : 0, held, sizeof(held));
         (void) tb_usd_format(cap, capped, sizeof(capped));
 
+        if (cap <= 0) {
+            return (size_t) snprintf(buf, size,
+                                     "filtered \xe2\x80\x94 spend cap of "
+                                     "$0");
+        }
+
         if (o->available_at == 0) {
             return (size_t) snprintf(buf, size,
                                      "filtered \xe2\x80\x94 spend cap "

@@ -185,7 +185,13 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
     cf = tmcf->tbcf;
     caps = &ctx->caps;
 
-    if (caps->frees_at == 0) {
+    if (caps->frees_at < 0) {
+        /* a limit of 0: nothing will ever be allowed */
+        ctx->final = 1;
+        p = ngx_snprintf(when, sizeof(when) - 1,
+                         "nothing may be spent until the limit is raised");
+
+    } else if (caps->frees_at == 0) {
         /* what holds it is in flight: it settles soon */
         ngx_http_tokenbiryani_set_retry_after(ctx, now + 1000, now);
         p = ngx_snprintf(when, sizeof(when) - 1,

@@ -333,6 +333,13 @@ TB_TEST(every_verdict_string)
     verdict_is(2, T0, "filtered \xe2\x80\x94 at max concurrency (16)");
     verdict_is(3, T0, "filtered \xe2\x80\x94 spend cap reached "
                "($0.55 of $0.50), room again in 22h 19m");
+
+    /* a cap of $0: nothing frees it */
+    conf[3].spend_cap_usd = 0;
+    decide(&in, &d);
+    verdict_is(3, T0, "filtered \xe2\x80\x94 spend cap of $0");
+    conf[3].spend_cap_usd = 0.5;
+    decide(&in, &d);
     TB_CHECK_INT(d.chosen, -1);
 
     setup();

@@ -829,6 +829,9 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         cJSON_AddNullToObject(d, "usd");
         cJSON_AddNullToObject(d, "prices");
         cJSON_AddNullToObject(d, "prices_as_of");
+        cJSON_AddStringToObject(d, "why", rec->usage.input_tokens < 0
+            ? "no usage: nothing was answered"
+            : "no price for this model: spend caps count it as nothing");
     }
 
     arr = cJSON_AddArrayToObject(obj, "attempts");

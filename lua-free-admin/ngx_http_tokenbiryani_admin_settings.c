@@ -240,6 +240,32 @@ ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
         }
     }
 
+    /* the prices every cost and cap is counted by, and what they cannot */
+
+    item = cJSON_AddObjectToObject(root, "pricing");
+    if (item == NULL) {
+        goto failed;
+    }
+
+    if (tmcf->builtin) {
+        cJSON_AddStringToObject(item, "builtin_as_of", tmcf->builtin->as_of);
+        cJSON_AddStringToObject(item, "builtin_source",
+                                tmcf->builtin->source);
+        cJSON_AddNumberToObject(item, "builtin_models",
+                                (double) tmcf->builtin->n);
+
+    } else {
+        cJSON_AddNullToObject(item, "builtin_as_of");
+    }
+
+    cJSON_AddNumberToObject(item, "file_models", (double) tmcf->prices.n);
+    cJSON_AddStringToObject(item, "unpriced",
+        (tmcf->builtin || tmcf->prices.n)
+        ? "a model no entry prices has an unknown cost: it is counted as "
+          "unpriced, never as $0, and spend caps cannot count it"
+        : "no prices: every cost is unknown and no spend cap can count "
+          "anything (set pricing: builtin)");
+
     ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
 
     if (ngx_http_tokenbiryani_add_str(root, "config_file",

@@ -86,6 +86,10 @@ my $rec = record_of($r);
 ok($rec->{usage}{input_tokens} > 0, 'its usage is known');
 is($rec->{cost}{usd}, undef, 'its cost is null');
 is($rec->{cost}{prices}, undef, 'and priced by nothing');
+like($rec->{cost}{why}, qr/no price for this model: spend caps count it as nothing/, 'and why, with what it means for caps');
+my (undef, $set) = admin(GET => '/admin/settings');
+like($set->{pricing}{builtin_as_of}, qr/^\d{4}-\d{2}-\d{2}$/, '/admin/settings: the table\'s date');
+like($set->{pricing}{unpriced}, qr/spend caps cannot count it/, 'and what an unpriced model means');
 
 
 

@@ -953,7 +953,7 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
     size = sizeof(ngx_http_tokenbiryani_job_t)
            + nrec * sizeof(ngx_http_tokenbiryani_record_t)
            + nev * sizeof(ngx_http_tokenbiryani_event_t)
-           + nslots * (sizeof(u_char *) + TB_ID_MAX + 1)
+           + nslots * (sizeof(u_char *) + TB_ID_MAX + 1) + NGX_ALIGNMENT
            + nled * sizeof(ngx_http_tokenbiryani_ledger_view_t)
            + NGX_HTTP_TB_FLUSH_SESSIONS
              * sizeof(ngx_http_tokenbiryani_session_view_t);
@@ -1017,6 +1017,8 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
 
     /* the ledgers and conversations charged since the last write */
 
+    /* after the ids' bytes: aligned again */
+    p = ngx_align_ptr(p, NGX_ALIGNMENT);
     job->ledgers = (ngx_http_tokenbiryani_ledger_view_t *) p;
     p += nled * sizeof(ngx_http_tokenbiryani_ledger_view_t);
     job->sessions = (ngx_http_tokenbiryani_session_view_t *) p;

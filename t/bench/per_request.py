@@ -149,6 +149,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=4)
     ap.add_argument("--strace", action="store_true")
     ap.add_argument("--callgrind", type=int, default=0, metavar="N")
+    ap.add_argument("--pricing", action="store_true",
+                    help="the gateway prices requests (pricing: builtin)")
     ap.add_argument("--workdir", default=os.path.join(
         tbbench.TOP, "build", "bench", "per_request"))
     args = ap.parse_args()
@@ -169,7 +171,9 @@ def main():
         up = overhead.start_upstream(workdir)
         try:
             for which in ("nginx", "gateway"):
-                srv = (overhead.start_gateway(workdir, args.module, up)
+                srv = (overhead.start_gateway(
+                           workdir, args.module, up,
+                           "pricing: builtin\n" if args.pricing else "")
                        if which == "gateway"
                        else overhead.start_proxy(workdir, up))
                 path, key = target(which, stream)
@@ -194,10 +198,11 @@ def main():
                 print(row)
         finally:
             up.stop()
-    print("\nreproduce: python3 t/bench/per_request.py --module %s%s%s"
+    print("\nreproduce: python3 t/bench/per_request.py --module %s%s%s%s"
           % (os.path.relpath(args.module, tbbench.TOP),
              " --strace" if args.strace else "",
-             " --callgrind %d" % args.callgrind if args.callgrind else ""))
+             " --callgrind %d" % args.callgrind if args.callgrind else "",
+             " --pricing" if args.pricing else ""))
 
 
 if __name__ == "__main__":

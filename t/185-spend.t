@@ -320,3 +320,23 @@ like($line, qr/ cost=- /, 'a model with no price: cost "-", not 0');
 ($line) = grep { /id=\Q$refused->{headers}{'x-tokenbiryani-request-id'}\E / } split /\n/, $log;
 like($line, qr/account=- .* attempts=0 in=- out=- .* cost=- .*status=400/, 'a request the gateway refused: what is not known is "-"');
 like($log, qr/id=- account=- key=- .*status=200/, 'a request that is not the gateway\'s: all "-"');
+
+
+
+=== TEST 9: a ledger or conversation of another layout in the store is skipped with one warning, and the rest is read back
+--- user_files eval
+">>> tb.yaml\nstore:\n  backend: sqlite\n$::Base" . "  - key: tenant-key\n    name: tenant\n    spend_cap_usd: 0.0003\n"
+--- request
+GET /healthz
+--- check
+my $n = 0;
+$n++ while $n < 40 && message_with('tenant-key')->{status} == 200;
+ok(TB::Nginx::poll_until(5, sub {
+    sqlite_rows("SELECT count(*) AS n FROM tb_ledgers WHERE scope = 2")->[0]{n} >= 1;
+}), 'the key\'s ledger is in the store');
+TB::Nginx::stop_nginx();
+sqlite_py(q{db.execute("INSERT INTO tb_ledgers (scope, id, data) VALUES (2, '0123456789abcdef', x'00ff')")});
+start_again();
+like(TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/error.log'),
+     qr/\[warn\].*1 spend ledgers and conversations in the store were written by another build/, 'the odd one said');
+is(message_with('tenant-key')->{status}, 429, 'the good ledger read back: the key is still refused');

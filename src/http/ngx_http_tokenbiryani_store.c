@@ -1433,6 +1433,7 @@ typedef struct {
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     ngx_uint_t                          ledgers;
     ngx_uint_t                          sessions;
+    ngx_uint_t                          skipped;  /* another build's */
 } ngx_http_tokenbiryani_sload_t;
 
 
@@ -1448,6 +1449,7 @@ ngx_http_tokenbiryani_sload_ledger(void *data, int scope, const char *id,
     tb_ledger_t  l;
 
     if (len != sizeof(tb_ledger_t)) {
+        sl->skipped++;
         return 0;
     }
 
@@ -1499,6 +1501,7 @@ ngx_http_tokenbiryani_sload_session(void *data, uint64_t seq,
     ngx_http_tokenbiryani_session_view_t  v;
 
     if (len != sizeof(v)) {
+        sl->skipped++;
         return 0;
     }
 
@@ -1545,6 +1548,14 @@ ngx_http_tokenbiryani_load_spend(tb_store_t *db,
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "tokenbiryani: the store's spend read back: %ui ledgers, "
                   "%ui conversations", sl.ledgers, sl.sessions);
+
+    if (sl.skipped) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "tokenbiryani: %ui spend ledgers and conversations in "
+                      "the store were written by another build (another "
+                      "layout) and are not read back: their caps count "
+                      "from nothing", sl.skipped);
+    }
 }
 
 

@@ -109,16 +109,15 @@ ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-static ngx_http_tokenbiryani_affinity_t *
-ngx_http_tokenbiryani_affinity_find(ngx_http_tokenbiryani_shm_t *sh,
-    uint64_t session)
+ngx_rbtree_node_t *
+ngx_http_tokenbiryani_rbtree_find(ngx_rbtree_t *tree, uint64_t k)
 {
     ngx_rbtree_key_t    key;
     ngx_rbtree_node_t  *node, *sentinel;
 
-    key = (ngx_rbtree_key_t) session;
-    node = sh->aff_tree.root;
-    sentinel = sh->aff_tree.sentinel;
+    key = (ngx_rbtree_key_t) k;
+    node = tree->root;
+    sentinel = tree->sentinel;
 
     while (node != sentinel) {
 
@@ -132,10 +131,19 @@ ngx_http_tokenbiryani_affinity_find(ngx_http_tokenbiryani_shm_t *sh,
             continue;
         }
 
-        return (ngx_http_tokenbiryani_affinity_t *) node;
+        return node;
     }
 
     return NULL;
+}
+
+
+static ngx_http_tokenbiryani_affinity_t *
+ngx_http_tokenbiryani_affinity_find(ngx_http_tokenbiryani_shm_t *sh,
+    uint64_t session)
+{
+    return (ngx_http_tokenbiryani_affinity_t *)
+               ngx_http_tokenbiryani_rbtree_find(&sh->aff_tree, session);
 }
 
 

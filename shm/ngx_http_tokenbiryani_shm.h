@@ -245,9 +245,6 @@ typedef struct {
 ngx_uint_t ngx_http_tokenbiryani_caps_check(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_http_tokenbiryani_caps_t *caps, int64_t now);
 
-ngx_uint_t ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t key, tb_ledger_t *copy);
-
 ngx_uint_t ngx_http_tokenbiryani_sessions_top(
     ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_session_view_t *out, ngx_uint_t max,

@@ -35,29 +35,8 @@ static ngx_http_tokenbiryani_session_t *
 ngx_http_tokenbiryani_session_find(ngx_http_tokenbiryani_shm_t *sh,
     uint64_t session)
 {
-    ngx_rbtree_key_t    key;
-    ngx_rbtree_node_t  *node, *sentinel;
-
-    key = (ngx_rbtree_key_t) session;
-    node = sh->sess_tree.root;
-    sentinel = sh->sess_tree.sentinel;
-
-    while (node != sentinel) {
-
-        if (key < node->key) {
-            node = node->left;
-            continue;
-        }
-
-        if (key > node->key) {
-            node = node->right;
-            continue;
-        }
-
-        return (ngx_http_tokenbiryani_session_t *) node;
-    }
-
-    return NULL;
+    return (ngx_http_tokenbiryani_session_t *)
+               ngx_http_tokenbiryani_rbtree_find(&sh->sess_tree, session);
 }
 
 
@@ -181,58 +160,62 @@ ngx_http_tokenbiryani_caps_frees(const tb_ledger_t *l,
 }
 
 
+/* one ledger against its limit: reached, with what holds it and when */
+static ngx_uint_t
+ngx_http_tokenbiryani_cap_held(const tb_ledger_t *l,
+    ngx_http_tokenbiryani_caps_t *caps, ngx_uint_t which, int64_t limit,
+    int64_t now, int64_t bm)
+{
+    int64_t  spent, turns;
+
+    if (limit < 0) {
+        return 0;
+    }
+
+    spent = tb_ledger_spent(l, now, bm, &turns);
+
+    caps->in_flight = (which == NGX_HTTP_TB_CAP_TURNS) ? l->reserved_turns
+                                                        : l->reserved;
+    caps->held = ((which == NGX_HTTP_TB_CAP_TURNS) ? turns : spent)
+                 + caps->in_flight;
+
+    if (caps->held < limit) {
+        return 0;
+    }
+
+    caps->reached = which;
+    caps->limit = limit;
+    caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm,
+                                         which == NGX_HTTP_TB_CAP_TURNS);
+
+    return 1;
+}
+
+
 static ngx_uint_t
 ngx_http_tokenbiryani_caps_reached(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_keystate_t *ks, ngx_http_tokenbiryani_session_t *s,
     ngx_http_tokenbiryani_caps_t *caps, int64_t now)
 {
-    int64_t       bm, turns;
-    tb_ledger_t  *l;
+    int64_t  bm;
 
     bm = zone->spend_bucket_ms;
     caps->reached = NGX_HTTP_TB_CAP_NONE;
 
-    if (ks && caps->key_cap >= 0 && tb_ledger_over(&ks->spend, now, bm,
-                                                   caps->key_cap))
+    if (ks) {
+        (void) ngx_http_tokenbiryani_cap_held(&ks->spend, caps,
+                                              NGX_HTTP_TB_CAP_KEY,
+                                              caps->key_cap, now, bm);
+    }
+
+    if (s && caps->reached == NGX_HTTP_TB_CAP_NONE
+        && !ngx_http_tokenbiryani_cap_held(&s->ledger, caps,
+                                           NGX_HTTP_TB_CAP_TURNS,
+                                           caps->session_turns, now, bm))
     {
-        l = &ks->spend;
-        caps->reached = NGX_HTTP_TB_CAP_KEY;
-        caps->limit = caps->key_cap;
-        caps->in_flight = l->reserved;
-        caps->held = tb_ledger_spent(l, now, bm, NULL) + l->reserved;
-        caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm, 0);
-
-        return caps->reached;
-    }
-
-    if (s == NULL) {
-        return NGX_HTTP_TB_CAP_NONE;
-    }
-
-    l = &s->ledger;
-
-    if (caps->session_turns >= 0) {
-        (void) tb_ledger_spent(l, now, bm, &turns);
-
-        if (turns + l->reserved_turns >= caps->session_turns) {
-            caps->reached = NGX_HTTP_TB_CAP_TURNS;
-            caps->limit = caps->session_turns;
-            caps->in_flight = l->reserved_turns;
-            caps->held = turns + l->reserved_turns;
-            caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm, 1);
-
-            return caps->reached;
-        }
-    }
-
-    if (caps->session_cap >= 0
-        && tb_ledger_over(l, now, bm, caps->session_cap))
-    {
-        caps->reached = NGX_HTTP_TB_CAP_SESSION;
-        caps->limit = caps->session_cap;
-        caps->in_flight = l->reserved;
-        caps->held = tb_ledger_spent(l, now, bm, NULL) + l->reserved;
-        caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm, 0);
+        (void) ngx_http_tokenbiryani_cap_held(&s->ledger, caps,
+                                              NGX_HTTP_TB_CAP_SESSION,
+                                              caps->session_cap, now, bm);
     }
 
     return caps->reached;
@@ -363,7 +346,6 @@ ngx_http_tokenbiryani_caps_settle_locked(ngx_http_tokenbiryani_zone_t *zone,
         st->tokens[2] += charge->tokens[2];
         st->tokens[3] += charge->tokens[3];
         st->cost_total += cost;
-        st->answers++;
         st->cache_hits += (charge->tokens[2] > 0);
         st->unpriced += (charge->cost < 0);
     }
@@ -392,31 +374,6 @@ ngx_http_tokenbiryani_caps_settle_locked(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_queue_remove(&s->lru);
     ngx_queue_insert_head(&sh->sess_lru, &s->lru);
-}
-
-
-/* a key's ledger as it is now, for reports: 0 if the key has none */
-
-ngx_uint_t
-ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t key, tb_ledger_t *copy)
-{
-    ngx_uint_t                         found;
-    ngx_http_tokenbiryani_keystate_t  *ks;
-
-    found = 0;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
-    if (ks) {
-        *copy = ks->spend;
-        found = 1;
-    }
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return found;
 }
 
 

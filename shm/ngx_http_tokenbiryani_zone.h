@@ -260,6 +260,11 @@ void ngx_http_tokenbiryani_raccts_live_locked(ngx_http_tokenbiryani_shm_t *sh);
 ngx_uint_t ngx_http_tokenbiryani_affinity_drop_locked(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot);
 
+/* the node of a 64-bit key in an rbtree keyed by it, or NULL.  Under the
+ * lock. */
+ngx_rbtree_node_t *ngx_http_tokenbiryani_rbtree_find(ngx_rbtree_t *tree,
+    uint64_t key);
+
 /* a key's state, or NULL.  Under the lock. */
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_find(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);

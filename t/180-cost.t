@@ -22,22 +22,6 @@ keys:
     admin: true
 _EOY_
 
-# the record of the request that response $r answered, once it is there
-# (a request's record is made as it ends, which may be just after its
-# response reached the client)
-sub record_of {
-    my ($r) = @_;
-    my $id = $r->{headers}{'x-tokenbiryani-request-id'} or die "no request id\n";
-    my $rec;
-    TB::Nginx::poll_until(5, sub {
-        my $x = TB::Nginx::http_request(method => 'GET', path => "/admin/requests/$id",
-                                        headers => { 'x-api-key' => 'admin-key' });
-        $rec = TB::Nginx::json_decode($x->{body}) if $x->{status} == 200;
-        $rec;
-    }) or die "the record of $id never came\n";
-    $rec;
-}
-
 # the cost of a usage at rates in USD per MTok, by hand
 sub by_hand {
     my ($u, $in, $out, $read, $write) = @_;
@@ -48,7 +32,7 @@ sub by_hand {
 
 {
     no strict 'refs';
-    *{"TB::Nginx::$_"} = \&{$_} for qw(record_of by_hand);
+    *{"TB::Nginx::$_"} = \&{$_} for qw(by_hand);
 }
 
 gateway_suite(yaml => ">>> tb.yaml\n$Base");
@@ -69,7 +53,7 @@ for my $t (1, 2) {
                      'anthropic-version' => '2023-06-01' },
         body => turn_body(3, $t, model => 'claude-sonnet-4-6-20260101'));
     is($r->{status}, 200, "turn $t served");
-    my $rec = record_of($r);
+    my $rec = request_record($r);
     my $u = $rec->{usage};
     ok($t == 1 ? $u->{cache_creation_input_tokens} > 0 : $u->{cache_read_input_tokens} > 0,
        "turn $t " . ($t == 1 ? 'wrote' : 'read') . ' the cache');
@@ -82,7 +66,7 @@ for my $t (1, 2) {
 # a model without a price: unknown, not free
 my $r = message_with('admin-key', model => 'claude-nonesuch-9');
 is($r->{status}, 200, 'a model without a price is served');
-my $rec = record_of($r);
+my $rec = request_record($r);
 ok($rec->{usage}{input_tokens} > 0, 'its usage is known');
 is($rec->{cost}{usd}, undef, 'its cost is null');
 is($rec->{cost}{prices}, undef, 'and priced by nothing');
@@ -101,16 +85,16 @@ GET /healthz
 --- check
 my $r = message_with('admin-key');
 is($r->{status}, 200, 'served');
-my $rec = record_of($r);
+my $rec = request_record($r);
 my $want = by_hand($rec->{usage}, 1, 2, 0.1, 1.25);
 ok(abs($rec->{cost}{usd} - $want) < 1e-9, "priced by the file: \$$rec->{cost}{usd}, by hand \$$want");
 is($rec->{cost}{prices}, 'file', 'the file\'s prices');
 is($rec->{cost}{prices_as_of}, undef, 'which have no date');
 $r = message_with('admin-key', model => 'acme-large');
-$rec = record_of($r);
+$rec = request_record($r);
 ok(abs($rec->{cost}{usd} - by_hand($rec->{usage}, 10, 20, 1, 12)) < 1e-9, 'a wildcard of the file\'s');
 $r = message_with('admin-key', model => 'claude-haiku-4-5');
-$rec = record_of($r);
+$rec = request_record($r);
 ok(abs($rec->{cost}{usd} - by_hand($rec->{usage}, 1, 5, 0.1, 1.25)) < 1e-9, 'the builtin table under it');
 is($rec->{cost}{prices}, 'builtin', 'said so');
 
@@ -122,7 +106,7 @@ GET /healthz
 --- check
 my $r = message_with('admin-key');
 is($r->{status}, 200, 'served');
-is(record_of($r)->{cost}{usd}, undef, 'no prices: the cost is unknown, not 0');
+is(request_record($r)->{cost}{usd}, undef, 'no prices: the cost is unknown, not 0');
 my ($rc, $out) = nginx_t("accounts:\n  - id: a1\n    api_key: sk-a1\n    base_url: http://127.0.0.1:1\npricing:\n  claude-x: {input: 1}\n");
 isnt($rc, 0, 'nginx -t refuses it');
 like($out, qr/tb\.yaml:6: pricing\.claude-x: input and output are required/, 'naming the entry and its line');

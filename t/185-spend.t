@@ -24,24 +24,11 @@ keys:
     admin: true
 _EOY_
 
-# the record of the request that response $r answered, once it is there
-sub record_of {
-    my ($r) = @_;
-    my $id = $r->{headers}{'x-tokenbiryani-request-id'} or die "no request id\n";
-    my $rec;
-    TB::Nginx::poll_until(5, sub {
-        my ($st, $b) = admin(GET => "/admin/requests/$id");
-        $rec = $b if $st == 200;
-        $rec;
-    }) or die "the record of $id never came\n";
-    $rec;
-}
-
 sub err_of { my $b = eval { TB::Nginx::json_decode($_[0]{body}) }; $b ? $b->{error} : {} }
 
 {
     no strict 'refs';
-    *{"TB::Nginx::$_"} = \&{$_} for qw(record_of err_of);
+    *{"TB::Nginx::$_"} = \&{$_} for qw(err_of);
 }
 
 gateway_suite(yaml => ">>> tb.yaml\n$Base");
@@ -60,7 +47,7 @@ for my $i (1 .. 40) {
     my $r = message_with('tenant-key');
     if ($r->{status} != 200) { $refused = $r; last }
     $n++;
-    $spent += record_of($r)->{cost}{usd};
+    $spent += request_record($r)->{cost}{usd};
     # the request that reaches the cap is served; the next is not
     last if $spent >= 0.0005 && ($refused = message_with('tenant-key'));
 }
@@ -78,6 +65,9 @@ unlike($refused->{body}, qr/sk-a1|a1/, 'no account in it');
 is(message_with('other-key')->{status}, 200, 'another key with its own cap is served');
 is(message_with('admin-key')->{status}, 200, 'a key without a cap too');
 is(message_with('tenant-key')->{status}, 429, 'the capped key stays refused');
+my ($ust, $ub) = admin(GET => '/admin/usage');
+is($ust, 503, 'without a store, /admin/usage: 503');
+like($ub->{error}{message}, qr/usage history is kept in the store.*store\.backend: sqlite/, 'saying where it is kept');
 
 
 
@@ -105,7 +95,7 @@ my ($spent, $refused) = (0, undef);
 for my $i (1 .. 40) {
     my $x = $conv->('cheap-key', 'd1');
     if ($x->{status} != 200) { $refused = $x; last }
-    $spent += record_of($x)->{cost}{usd};
+    $spent += request_record($x)->{cost}{usd};
 }
 ok($refused && $spent >= 0.0003, "the conversation refused once it spent \$$spent of \$0.0003");
 like(err_of($refused)->{message}, qr/a conversation of key "cheap" has spent \$0\.\d+ of its \$0\.0003 limit \(session_cap_usd\)/, 'naming its limit');
@@ -129,7 +119,7 @@ is(@ok + @no, 50, 'every request served or refused')
 ok(@no > 0, scalar(@no) . ' refused');
 my ($spent, $max) = (0, 0);
 for my $r (@ok) {
-    my $c = record_of($r)->{cost}{usd};
+    my $c = request_record($r)->{cost}{usd};
     $spent += $c;
     $max = $c if $c > $max;
 }
@@ -168,7 +158,7 @@ is($r->{headers}{'x-tokenbiryani-account'}, 'a1', 'a1 serves first');
 $r = message_with('admin-key');
 is($r->{status}, 200, 'served');
 is($r->{headers}{'x-tokenbiryani-account'}, 'a2', 'then a2: a1 reached its cap');
-my $rec = record_of($r);
+my $rec = request_record($r);
 my ($c) = grep { ($_->{account} // '') eq 'a1' } @{ $rec->{decision}{candidates} };
 diag(TB::Nginx::json_encode($rec)) unless $c;
 like($c->{verdict}, qr/^filtered \x{2014} spend cap reached \(\$0\.\d+ of \$0\.00001\), room again in (2[45]h \d+m|1d 0h)$/, "a1: $c->{verdict}");
@@ -230,10 +220,10 @@ my $conv = sub {
 my ($cost, $n) = (0, 0);
 for my $i (1 .. 4) {
     my $r = $conv->('tenant-key', 'long');
-    $cost += record_of($r)->{cost}{usd}; $n++;
+    $cost += request_record($r)->{cost}{usd}; $n++;
 }
 my $r = $conv->('admin-key', 'short', model => 'claude-haiku-4-5');
-my $hcost = record_of($r)->{cost}{usd};
+my $hcost = request_record($r)->{cost}{usd};
 $cost += $hcost; $n++;
 
 my $usage;
@@ -294,7 +284,7 @@ GET /healthz
 --- check
 my $r = message_with('admin-key', stream => 1);
 is($r->{status}, 200, 'a stream served');
-my $rec = record_of($r);
+my $rec = request_record($r);
 my $unpriced = message_with('admin-key', model => 'claude-nonesuch-9');
 my $ra = message_args('admin-key');
 $ra->{body} = '{"model": "claude-sonnet-4-6", "messages": [';

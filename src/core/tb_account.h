@@ -134,7 +134,6 @@ typedef struct {
     /* what its answers ran up, since the zone was made (the lock) */
     int64_t                   tokens[4];      /* in, out, cache r/w */
     int64_t                   cost_total;     /* nanodollars, priced */
-    uint64_t                  answers;
     uint64_t                  cache_hits;     /* answers that read one */
     uint64_t                  unpriced;       /* answers with no price */
 } tb_account_state_t;

@@ -657,22 +657,25 @@ tb_store_history_prune(tb_store_t *s, int kind, uint64_t keep)
 }
 
 
-int
-tb_store_history(tb_store_t *s, int kind, uint64_t limit, tb_store_blob_pt cb,
-    void *data)
+/*
+ * The rows of sql, each (an integer, a blob), to cb until it returns
+ * non-zero; sql's ? bound to the n integers a.
+ */
+static int
+tb_store_blobs(tb_store_t *s, const char *what, const char *sql,
+    const int64_t *a, int n, tb_store_blob_pt cb, void *data)
 {
-    int            rc;
+    int            rc, i;
     sqlite3_stmt  *st;
 
-    rc = sqlite3_prepare_v2(s->db, "SELECT seq, data FROM (SELECT seq, data "
-                            "FROM tb_history WHERE kind = ? ORDER BY seq "
-                            "DESC LIMIT ?) ORDER BY seq", -1, &st, NULL);
+    rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc != SQLITE_OK) {
-        return tb_store_failed(s, rc, "read history");
+        return tb_store_failed(s, rc, what);
     }
 
-    (void) sqlite3_bind_int64(st, 1, kind);
-    (void) sqlite3_bind_int64(st, 2, (sqlite3_int64) limit);
+    for (i = 0; i < n; i++) {
+        (void) sqlite3_bind_int64(st, i + 1, (sqlite3_int64) a[i]);
+    }
 
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (cb(data, (uint64_t) sqlite3_column_int64(st, 0),
@@ -687,8 +690,23 @@ tb_store_history(tb_store_t *s, int kind, uint64_t limit, tb_store_blob_pt cb,
 
     sqlite3_finalize(st);
 
-    return rc == SQLITE_DONE ? TB_STORE_OK
-                             : tb_store_failed(s, rc, "read history");
+    return rc == SQLITE_DONE ? TB_STORE_OK : tb_store_failed(s, rc, what);
+}
+
+
+int
+tb_store_history(tb_store_t *s, int kind, uint64_t limit, tb_store_blob_pt cb,
+    void *data)
+{
+    int64_t  a[2];
+
+    a[0] = kind;
+    a[1] = (int64_t) limit;
+
+    return tb_store_blobs(s, "read history",
+                          "SELECT seq, data FROM (SELECT seq, data "
+                          "FROM tb_history WHERE kind = ? ORDER BY seq "
+                          "DESC LIMIT ?) ORDER BY seq", a, 2, cb, data);
 }
 
 
@@ -858,34 +876,27 @@ int
 tb_store_sessions(tb_store_t *s, uint64_t limit, tb_store_blob_pt cb,
     void *data)
 {
-    int            rc;
-    sqlite3_stmt  *st;
+    int64_t  a;
 
-    rc = sqlite3_prepare_v2(s->db, "SELECT last_ms, data FROM (SELECT "
-                            "last_ms, data FROM tb_sessions ORDER BY last_ms "
-                            "DESC LIMIT ?) ORDER BY last_ms", -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        return tb_store_failed(s, rc, "read the sessions");
-    }
+    a = (int64_t) limit;
 
-    (void) sqlite3_bind_int64(st, 1, (sqlite3_int64) limit);
-
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cb(data, (uint64_t) sqlite3_column_int64(st, 0),
-               sqlite3_column_blob(st, 1),
-               (size_t) sqlite3_column_bytes(st, 1))
-            != 0)
-        {
-            rc = SQLITE_DONE;
-            break;
-        }
-    }
-
-    sqlite3_finalize(st);
-
-    return rc == SQLITE_DONE ? TB_STORE_OK
-                             : tb_store_failed(s, rc, "read the sessions");
+    return tb_store_blobs(s, "read the sessions",
+                          "SELECT last_ms, data FROM (SELECT last_ms, data "
+                          "FROM tb_sessions ORDER BY last_ms DESC LIMIT ?) "
+                          "ORDER BY last_ms", &a, 1, cb, data);
 }
+
+
+/* a bucket that exists already is added to */
+#define TB_STORE_USAGE_ADD_UP                                                 \
+    " ON CONFLICT (res, t, account, model, key) DO UPDATE SET "               \
+    "requests = requests + excluded.requests, "                               \
+    "input = input + excluded.input, output = output + excluded.output, "     \
+    "cache_read = cache_read + excluded.cache_read, "                         \
+    "cache_write = cache_write + excluded.cache_write, "                      \
+    "cost = cost + excluded.cost, unpriced = unpriced + excluded.unpriced, "  \
+    "errors = errors + excluded.errors, "                                     \
+    "cache_hits = cache_hits + excluded.cache_hits"
 
 
 int
@@ -896,14 +907,7 @@ tb_store_usage_add(tb_store_t *s, int64_t res, int64_t t, const char *account,
         "INSERT INTO tb_usage (res, t, account, model, key, requests, input, "
         "output, cache_read, cache_write, cost, unpriced, errors, cache_hits) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (res, t, account, model, key) DO UPDATE SET "
-        "requests = requests + excluded.requests, "
-        "input = input + excluded.input, output = output + excluded.output, "
-        "cache_read = cache_read + excluded.cache_read, "
-        "cache_write = cache_write + excluded.cache_write, "
-        "cost = cost + excluded.cost, unpriced = unpriced + excluded.unpriced, "
-        "errors = errors + excluded.errors, "
-        "cache_hits = cache_hits + excluded.cache_hits",
+        TB_STORE_USAGE_ADD_UP,
         "iitttiiiiiiiii", res, t, account, model, key, u->requests, u->input,
         u->output, u->cache_read, u->cache_write, u->cost, u->unpriced,
         u->errors, u->cache_hits);
@@ -937,15 +941,7 @@ tb_store_usage_rollup(tb_store_t *s, int64_t now_s)
             "sum(cache_write), sum(cost), sum(unpriced), sum(errors), "
             "sum(cache_hits) FROM tb_usage WHERE res = ? AND t < ? "
             "GROUP BY t / ?, account, model, key "
-            "ON CONFLICT (res, t, account, model, key) DO UPDATE SET "
-            "requests = requests + excluded.requests, "
-            "input = input + excluded.input, output = output + excluded.output, "
-            "cache_read = cache_read + excluded.cache_read, "
-            "cache_write = cache_write + excluded.cache_write, "
-            "cost = cost + excluded.cost, "
-            "unpriced = unpriced + excluded.unpriced, "
-            "errors = errors + excluded.errors, "
-            "cache_hits = cache_hits + excluded.cache_hits",
+            TB_STORE_USAGE_ADD_UP,
             "iiiiii", to, to, to, from, before, to);
         if (rc != TB_STORE_OK) {
             return rc;

@@ -27,7 +27,7 @@ UNIT_BINS  := $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
 # packages: build (nginx-dev recipe), module libraries, tests, the mock
 DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libssl-dev libpcre2-dev zlib1g-dev \
-              libcjson-dev libyaml-dev libhiredis-dev libsqlite3-dev \
+              libcjson-dev libyaml-dev libhiredis-dev libsqlite3-dev redis-server \
               libtest-base-perl perl python3 python3-prometheus-client \
               openssl curl procps \
               clang clang-tools cppcheck

@@ -1167,10 +1167,11 @@ ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 {
-    int64_t                             now, until;
-    ngx_str_t                           json;
-    ngx_uint_t                          i, ready, total;
-    const char                         *reason;
+    int64_t                               now, until;
+    ngx_str_t                             json;
+    ngx_uint_t                            i, ready, total;
+    const char                           *reason, *store;
+    ngx_http_tokenbiryani_store_state_t   st;
     tb_state_e                          state;
     ngx_http_tokenbiryani_ctx_t        *ctx;
     ngx_http_tokenbiryani_account_t    *a;
@@ -1211,16 +1212,28 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
         }
     }
 
+    /* a store that is away is not an outage: it is said, and serving
+     * goes on */
+
+    store = "memory";
+
+    if (ngx_http_tokenbiryani_store_on(tmcf)) {
+        ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
+        store = st.degraded ? "degraded" : "ok";
+    }
+
     json.data = ngx_pnalloc(r->pool, sizeof("{\"status\":\"no_capacity\","
-                                            "\"ready\":,\"total\":}") - 1
+                                            "\"ready\":,\"total\":,"
+                                            "\"store\":\"degraded\"}") - 1
                                      + 2 * NGX_INT_T_LEN);
     if (json.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     json.len = ngx_sprintf(json.data,
-                           "{\"status\":\"%s\",\"ready\":%ui,\"total\":%ui}",
-                           ready ? "ok" : "no_capacity", ready, total)
+                           "{\"status\":\"%s\",\"ready\":%ui,\"total\":%ui,"
+                           "\"store\":\"%s\"}",
+                           ready ? "ok" : "no_capacity", ready, total, store)
                - json.data;
 
     ctx->own_error = 1;
@@ -1548,9 +1561,22 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
 
     ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
 
-    if (cJSON_AddStringToObject(obj, "backend", "sqlite") == NULL
-        || ngx_http_tokenbiryani_add_str(obj, "path", tmcf->store_path.data,
-                                         tmcf->store_path.len) == NULL
+    if ((tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS
+         ? (cJSON_AddStringToObject(obj, "backend", "redis") == NULL
+            || ngx_http_tokenbiryani_add_str(obj, "url",
+                                             tmcf->store_shown.data,
+                                             tmcf->store_shown.len) == NULL
+            || ngx_http_tokenbiryani_add_str(obj, "namespace",
+                                             tmcf->store_ns.data,
+                                             tmcf->store_ns.len) == NULL
+            || ngx_http_tokenbiryani_add_str(obj, "instance",
+                                             tmcf->store_instance.data,
+                                             tmcf->store_instance.len)
+               == NULL)
+         : (cJSON_AddStringToObject(obj, "backend", "sqlite") == NULL
+            || ngx_http_tokenbiryani_add_str(obj, "path",
+                                             tmcf->store_path.data,
+                                             tmcf->store_path.len) == NULL))
         || cJSON_AddStringToObject(obj, "state",
                                    st.degraded ? "degraded" : "ok") == NULL
         || (st.degraded

@@ -287,7 +287,9 @@ ngx_http_tokenbiryani_raccts_copy(ngx_http_tokenbiryani_zone_t *zone,
             p = ngx_cpymem(p, ra->data, need);
         }
 
-        *gen = (uint64_t) sh->raccts_gen;
+        if (gen) {
+            *gen = (uint64_t) sh->raccts_gen;
+        }
 
         ngx_shmtx_unlock(&zone->shpool->mutex);
 

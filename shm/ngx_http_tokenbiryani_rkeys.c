@@ -12,6 +12,12 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
+static ngx_uint_t ngx_http_tokenbiryani_rkey_write(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t name_len,
+    const u_char *digest, const u_char *spec, size_t spec_len,
+    ngx_uint_t set);
+
+
 static ngx_http_tokenbiryani_rkey_t *
 ngx_http_tokenbiryani_rkey_find_locked(ngx_http_tokenbiryani_shm_t *sh,
     const u_char *name, size_t len)
@@ -39,6 +45,26 @@ ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t name_len, const u_char *digest,
     const u_char *spec, size_t spec_len)
 {
+    return ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest,
+                                            spec, spec_len, 0);
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_rkey_set(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *name, size_t name_len, const u_char *digest,
+    const u_char *spec, size_t spec_len)
+{
+    return ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest,
+                                            spec, spec_len, 1);
+}
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *name, size_t name_len, const u_char *digest,
+    const u_char *spec, size_t spec_len, ngx_uint_t set)
+{
     ngx_uint_t                     rc;
     ngx_http_tokenbiryani_shm_t   *sh;
     ngx_http_tokenbiryani_rkey_t  *old, *k;
@@ -50,12 +76,20 @@ ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
 
     old = ngx_http_tokenbiryani_rkey_find_locked(sh, name, name_len);
 
-    if (digest && old) {
+    if (set) {
+        if (old && ngx_memcmp(old->digest, digest, 32) == 0
+            && old->spec_len == spec_len
+            && ngx_memcmp(old->data + old->name_len, spec, spec_len) == 0)
+        {
+            /* as it is: the generation stays, no worker rebuilds */
+            goto done;
+        }
+
+    } else if (digest && old) {
         rc = NGX_HTTP_TB_RKEY_EXISTS;
         goto done;
-    }
 
-    if (digest == NULL && old == NULL) {
+    } else if (digest == NULL && old == NULL) {
         rc = NGX_HTTP_TB_RKEY_NONE;
         goto done;
     }
@@ -68,12 +102,7 @@ ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
         goto done;
     }
 
-    if (old) {
-        ngx_memcpy(k->digest, old->digest, 32);
-
-    } else {
-        ngx_memcpy(k->digest, digest, 32);
-    }
+    ngx_memcpy(k->digest, digest ? digest : old->digest, 32);
 
     k->name_len = name_len;
     k->spec_len = spec_len;
@@ -218,7 +247,9 @@ ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
             *p++ = '\0';
         }
 
-        *gen = (uint64_t) sh->rkeys_gen;
+        if (gen) {
+            *gen = (uint64_t) sh->rkeys_gen;
+        }
 
         ngx_shmtx_unlock(&zone->shpool->mutex);
 
@@ -452,4 +483,26 @@ ngx_http_tokenbiryani_reload_result(ngx_http_tokenbiryani_zone_t *zone,
     s2 = __atomic_load_n(&rs->seq, __ATOMIC_ACQUIRE);
 
     return (s1 == s2) ? NGX_OK : NGX_AGAIN;
+}
+
+
+void
+ngx_http_tokenbiryani_store_epoch(ngx_http_tokenbiryani_zone_t *zone,
+    u_char *get, const u_char *set)
+{
+    ngx_http_tokenbiryani_store_state_t  *st;
+
+    st = &zone->sh->store;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (get) {
+        ngx_memcpy(get, st->epoch, sizeof(st->epoch));
+    }
+
+    if (set) {
+        ngx_cpystrn(st->epoch, (u_char *) set, sizeof(st->epoch));
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }

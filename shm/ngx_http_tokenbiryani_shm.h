@@ -567,6 +567,12 @@ ngx_uint_t ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
 ngx_uint_t ngx_http_tokenbiryani_rkey_delete(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t len);
 
+/* a key as another instance has it: added, replaced (digest and spec), or
+ * left as it is when it is the same (the generation then stays) */
+ngx_uint_t ngx_http_tokenbiryani_rkey_set(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *name, size_t name_len, const u_char *digest,
+    const u_char *spec, size_t spec_len);
+
 /* changes with every put and delete; read without the lock */
 uint64_t ngx_http_tokenbiryani_rkeys_gen(ngx_http_tokenbiryani_zone_t *zone);
 
@@ -684,6 +690,8 @@ typedef struct {
     uint64_t                       failures;
     ngx_pid_t                      flusher;
     u_char                         error[256];
+    u_char                         epoch[33];     /* redis: the data set
+                                                     the zone holds */
 } ngx_http_tokenbiryani_store_state_t;
 
 /*
@@ -697,6 +705,11 @@ void ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now);
 void ngx_http_tokenbiryani_store_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_store_state_t *copy);
+
+/* the redis data set the zone holds (33 bytes, "" for none): copied into
+ * get, then replaced by set, either NULL */
+void ngx_http_tokenbiryani_store_epoch(ngx_http_tokenbiryani_zone_t *zone,
+    u_char *get, const u_char *set);
 
 /* whether this worker writes the history: elected while the last is gone */
 ngx_uint_t ngx_http_tokenbiryani_store_flusher(

@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a38      /* "tbz8" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a39      /* "tbz9" */
 
 
 /* a key's requests in flight and waiting, across workers; never freed */

@@ -246,6 +246,11 @@ static const tb_conf_field_t  tb_conf_store[] = {
            "tokenbiryani.key"),
     TB_STR("url", TB_CF, store_url, "redis://127.0.0.1:6379/0"),
     TB_STR("namespace", TB_CF, store_namespace, "tokenbiryani"),
+    TB_STR("password", TB_CF, store_password, ""),
+    TB_INT("database", TB_CF, store_database, -1, TB_RANGE(-1, 65535)),
+    TB_STR("instance", TB_CF, store_instance, ""),
+    TB_NUM("timeout_seconds", TB_CF, store_timeout_seconds, .25,
+           TB_RANGE(.001, 60)),
     TB_END
 };
 

@@ -193,6 +193,10 @@ typedef struct {
     char                     *store_secret_key_path; /* tokenbiryani.key */
     char                     *store_url;       /* redis://127.0.0.1:6379/0 */
     char                     *store_namespace;       /* tokenbiryani */
+    char                     *store_password;        /* over the URL's */
+    int64_t                   store_database;        /* -1: the URL's */
+    char                     *store_instance;  /* "": host name, prefix */
+    double                    store_timeout_seconds;   /* 0.25 */
 
     /* spend */
     double                    spend_window_hours;              /* 24 */

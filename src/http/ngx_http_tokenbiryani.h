@@ -129,8 +129,16 @@ typedef struct {
     tb_keytab_t                    keytab;
 
     /* store.backend: sqlite - the file, the pool its writes run in */
+    ngx_uint_t                     store_backend; /* NGX_HTTP_TB_STORE_* */
     ngx_str_t                      store_path;   /* NUL-terminated */
+    ngx_str_t                      store_shown;  /* the path, or the URL
+                                                    without its password */
     void                          *thread_pool;  /* ngx_thread_pool_t */
+
+    /* store.backend: redis - where, and this instance's name in it */
+    void                          *redis;  /* ..._redis_conf_t */
+    ngx_str_t                      store_ns;
+    ngx_str_t                      store_instance;
     ngx_cycle_t                   *cycle;        /* being configured */
     int                            reload_fd;    /* to the reload helper */
 

@@ -7,6 +7,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_keepalive.h"
+#include "ngx_http_tokenbiryani_store.h"
 #include "tb_hash.h"
 
 #include <cjson/cJSON.h>
@@ -431,7 +432,7 @@ ngx_http_tokenbiryani_accounts_hold(ngx_http_request_t *r,
 
     w = &ngx_http_tokenbiryani_accts;
 
-    if (tmcf->store_path.len == 0) {
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
         /* no store: the file's accounts are all there ever are */
         ctx->naccounts = tmcf->accounts.nelts;
         return NGX_OK;
@@ -569,7 +570,7 @@ ngx_http_tokenbiryani_accounts_sync(ngx_http_tokenbiryani_main_conf_t *tmcf)
 
     w = &ngx_http_tokenbiryani_accts;
 
-    if (tmcf->store_path.len == 0) {
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
         return;
     }
 

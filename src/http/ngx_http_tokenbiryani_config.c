@@ -11,6 +11,7 @@
 #include "tb_store.h"
 #include "tb_seal.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_redis_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 
@@ -220,6 +221,13 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
 
     if (ngx_strcmp(tbcf->store_backend, "sqlite") == 0
         && ngx_http_tokenbiryani_check_store(cf, tmcf) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_strcmp(tbcf->store_backend, "redis") == 0
+        && (ngx_http_tokenbiryani_secret_key(cf, tmcf) != NGX_OK
+            || ngx_http_tokenbiryani_redis_conf(cf, tmcf) != NGX_OK))
     {
         return NGX_ERROR;
     }

@@ -6,6 +6,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_redis_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_accounts.h"
@@ -102,6 +103,8 @@ ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
 
     ngx_memcpy(tmcf->store_path.data, path, len + 1);
     tmcf->store_path.len = len;
+    tmcf->store_shown = tmcf->store_path;
+    tmcf->store_backend = NGX_HTTP_TB_STORE_SQLITE;
 
     return NGX_OK;
 }
@@ -136,11 +139,17 @@ ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    ngx_http_tokenbiryani_store_own(tmcf, shm_zone->shm.log);
+    if (tmcf->store_backend == NGX_HTTP_TB_STORE_SQLITE) {
+        ngx_http_tokenbiryani_store_own(tmcf, shm_zone->shm.log);
+    }
 
     if (!fresh) {
         /* a reload: the zone lived on, and it is the truth */
         return NGX_OK;
+    }
+
+    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS) {
+        return ngx_http_tokenbiryani_redis_load(shm_zone, tmcf);
     }
 
     return ngx_http_tokenbiryani_store_load(shm_zone, tmcf);
@@ -201,14 +210,6 @@ ngx_http_tokenbiryani_store_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
 /* the master, before workers start: every minted key into the zone */
 
-typedef struct {
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    ngx_log_t                          *log;
-    ngx_uint_t                          keys;
-    ngx_uint_t                          accounts;
-    ngx_uint_t                          skipped;
-} ngx_http_tokenbiryani_load_t;
-
 
 /*
  * An account added at runtime, into the new zone: its host resolved now
@@ -217,11 +218,11 @@ typedef struct {
  * resolved is said once and left out of routing, listed with the reason.
  */
 
-static int
-ngx_http_tokenbiryani_load_account(void *data, const char *id,
+int
+ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
     const char *spec, const char *sealed)
 {
-    ngx_http_tokenbiryani_load_t  *ld = data;
+    ngx_http_tokenbiryani_store_load_t  *ld = data;
 
     u_char                               fingerprint[8];
     ngx_int_t                            rc;
@@ -323,11 +324,11 @@ ngx_http_tokenbiryani_load_account(void *data, const char *id,
 }
 
 
-static int
-ngx_http_tokenbiryani_load_key(void *data, const char *name,
+int
+ngx_http_tokenbiryani_store_load_key(void *data, const char *name,
     const unsigned char *digest, const char *spec)
 {
-    ngx_http_tokenbiryani_load_t  *ld = data;
+    ngx_http_tokenbiryani_store_load_t  *ld = data;
 
     ngx_uint_t    rc;
     tb_keyspec_t  ks;
@@ -383,8 +384,8 @@ static ngx_int_t
 ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    tb_store_t                    *db;
-    ngx_http_tokenbiryani_load_t   ld;
+    tb_store_t                          *db;
+    ngx_http_tokenbiryani_store_load_t   ld;
     char                           err[NGX_MAX_ERROR_STR];
 
     db = tb_store_open((char *) tmcf->store_path.data,
@@ -399,7 +400,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
     ld.tmcf = tmcf;
     ld.log = shm_zone->shm.log;
 
-    if (tb_store_keys(db, ngx_http_tokenbiryani_load_key, &ld)
+    if (tb_store_keys(db, ngx_http_tokenbiryani_store_load_key, &ld)
         != TB_STORE_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -408,7 +409,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
         return NGX_ERROR;
     }
 
-    if (tb_store_accounts(db, ngx_http_tokenbiryani_load_account, &ld)
+    if (tb_store_accounts(db, ngx_http_tokenbiryani_store_load_account, &ld)
         != TB_STORE_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -465,6 +466,10 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
 
     if (!ngx_http_tokenbiryani_store_on(tmcf)) {
         return NGX_OK;
+    }
+
+    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS) {
+        return ngx_http_tokenbiryani_redis_init_worker(cycle, tmcf);
     }
 
     /* the history: written by one worker, elected, every second */
@@ -570,6 +575,11 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
      * act, so a graceful stop loses no history
      */
 
+    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS) {
+        ngx_http_tokenbiryani_redis_exit_worker(cycle, tmcf);
+        return;
+    }
+
     if (!ngx_http_tokenbiryani_store_on(tmcf)
         || !ngx_http_tokenbiryani_store_flusher(&tmcf->zone, ngx_pid))
     {
@@ -615,6 +625,12 @@ ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_job_t *job)
 {
     ngx_http_tokenbiryani_writer_t  *w;
+
+    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS
+        && job->op != NGX_HTTP_TB_JOB_RESOLVE)
+    {
+        return ngx_http_tokenbiryani_redis_post(tmcf, job);
+    }
 
     w = &ngx_http_tokenbiryani_writer;
 
@@ -837,20 +853,8 @@ ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
         }
     }
 
-    if (wrote
-        && ngx_http_tokenbiryani_store_report(&w->tmcf->zone, err,
-                                              ngx_http_tokenbiryani_now_ms()))
-    {
-        if (err) {
-            ngx_log_error(NGX_LOG_ERR, ev->log, 0,
-                          "tokenbiryani: the store cannot be written, the "
-                          "gateway serves from memory and keeps trying: %s",
-                          err);
-        } else {
-            ngx_log_error(NGX_LOG_NOTICE, ev->log, 0,
-                          "tokenbiryani: the store \"%V\" is written again",
-                          &w->tmcf->store_path);
-        }
+    if (wrote) {
+        ngx_http_tokenbiryani_store_wrote(w->tmcf, err, ev->log);
     }
 
     job = w->running;
@@ -1571,6 +1575,14 @@ ngx_http_tokenbiryani_load_settings(tb_store_t *db,
         return;
     }
 
+    ngx_http_tokenbiryani_store_load_strategy(tmcf, name, log);
+}
+
+
+void
+ngx_http_tokenbiryani_store_load_strategy(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name, ngx_log_t *log)
+{
     if (ngx_http_tokenbiryani_find_strategy(tmcf, name) == NULL) {
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "tokenbiryani: the strategy \"%s\" set at runtime is "
@@ -1585,4 +1597,28 @@ ngx_http_tokenbiryani_load_settings(tb_store_t *db,
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "tokenbiryani: routing.strategy \"%s\", set at runtime, "
                   "from the store", name);
+}
+
+
+/* a write's outcome: the store degraded or back, said once */
+void
+ngx_http_tokenbiryani_store_wrote(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const char *err, ngx_log_t *log)
+{
+    if (!ngx_http_tokenbiryani_store_report(&tmcf->zone, err,
+                                            ngx_http_tokenbiryani_now_ms()))
+    {
+        return;
+    }
+
+    if (err) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "tokenbiryani: the store cannot be written, the "
+                      "gateway serves from memory and keeps trying: %s",
+                      err);
+    } else {
+        ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                      "tokenbiryani: the store \"%V\" is written again",
+                      &tmcf->store_shown);
+    }
 }

@@ -100,6 +100,29 @@ struct ngx_http_tokenbiryani_job_s {
 };
 
 
+/* the master's load: what is read into a new zone, and how much */
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_log_t                          *log;
+    ngx_uint_t                          keys;
+    ngx_uint_t                          accounts;
+    ngx_uint_t                          skipped;
+} ngx_http_tokenbiryani_store_load_t;
+
+/* one stored key or account into the zone (data: ..._store_load_t): 0, or
+ * -1 when the zone is full (said) */
+int ngx_http_tokenbiryani_store_load_key(void *data, const char *name,
+    const unsigned char *digest, const char *spec);
+int ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
+    const char *spec, const char *sealed);
+void ngx_http_tokenbiryani_store_load_strategy(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name, ngx_log_t *log);
+
+/* a write's outcome (err: NULL when it worked): degraded or back, the log
+ * told once per change of state */
+void ngx_http_tokenbiryani_store_wrote(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const char *err, ngx_log_t *log);
+
 /* at configuration: the store file's path, and nginx's thread pool */
 ngx_int_t ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path);
@@ -115,8 +138,13 @@ ngx_int_t ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
 void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
+#define NGX_HTTP_TB_STORE_NONE         0      /* store.backend: memory */
+#define NGX_HTTP_TB_STORE_SQLITE       1
+#define NGX_HTTP_TB_STORE_REDIS        2
+
 /* whether writes go to a store (else the zone is all there is) */
-#define ngx_http_tokenbiryani_store_on(tmcf)  ((tmcf)->store_path.len != 0)
+#define ngx_http_tokenbiryani_store_on(tmcf)                                  \
+    ((tmcf)->store_backend != NGX_HTTP_TB_STORE_NONE)
 
 /*
  * Queues a write; job->done is called from the event loop once it is

@@ -202,14 +202,15 @@ sub quiet_pool_ok {
 # the arguments of an admin API request, for http_request or
 # http_requests_concurrent: $body is a Perl structure (sent as JSON), a
 # string (sent as it is) or undef (an empty body); %o: key (the default
-# admin-key), headers (more headers), timeout
+# admin-key), headers (more headers), timeout, port (another instance's)
 sub admin_args {
     my ($method, $path, $body, %o) = @_;
     +{ method => $method, path => $path,
        headers => { 'x-api-key' => $o{key} // 'admin-key',
                     'content-type' => 'application/json', %{ $o{headers} // {} } },
        body => defined $body ? (ref $body ? TB::Nginx::json_encode($body) : $body) : '',
-       defined $o{timeout} ? (timeout => $o{timeout}) : () };
+       defined $o{timeout} ? (timeout => $o{timeout}) : (),
+       defined $o{port} ? (port => $o{port}) : () };
 }
 
 # an admin API request, whatever its answer: (status, the body decoded or
@@ -222,7 +223,8 @@ sub admin {
 # the arguments of POST /v1/messages with key $key, the body msg_body(%o)
 sub message_args {
     my ($key, %o) = @_;
-    +{ method => 'POST', path => '/v1/messages',
+    my $port = delete $o{port};
+    +{ method => 'POST', path => '/v1/messages', defined $port ? (port => $port) : (),
        headers => { 'x-api-key' => $key, 'content-type' => 'application/json',
                     'anthropic-version' => '2023-06-01' },
        body => msg_body(%o) };

@@ -103,6 +103,8 @@ our @EXPORT = ((grep { !/^\$/ } @Test::Base::EXPORT), qw(note explain BAIL_OUT
     http_request http_requests_concurrent http_request_abort
     mock_start mock_stop mock_log mock_reset mock_config mock_stats
     dns_start dns_stop dns_zone dns_log
+    redis_start redis_stop redis_kill redis_cmd redis_port redis_running
+    peer_start peer_stop peer_port peer_pid peer_log
     nginx_reload nginx_pid worker_pids wait_idle error_log_since_block_start write_user_file
     poll_until json_decode json_encode sha256_hex request_record add_block_preprocessor));
 
@@ -139,6 +141,7 @@ my %Known = map { $_ => 1 } qw(main_config http_config config user_files request
     timeout must_die skip_eval wait init log_level check no_check_leak ONLY SKIP LAST);
 
 my ($NginxPid, $MockPid, $DnsPid, $HaveStatus, $CaDone, @LogOff, $FirstStart);
+my ($RedisPid, $PeerPid);
 my @Preprocessors;                  # add_block_preprocessor(), as in Test::Nginx
 my $CodePkg = 'main';               # where --- init and --- check run
 
@@ -148,14 +151,15 @@ my %Own = (%Ca, TEST_NGINX_SERVER_PORT => $Port, TEST_NGINX_SERVROOT => $ServRoo
            TEST_NGINX_SERVER_ROOT => $ServRoot, TEST_NGINX_HTML_DIR => "$ServRoot/html");
 @ENV{keys %Own} = values %Own;     # derived from the servroot: never inherited
 my %Default = (TEST_NGINX_MOCK_PORT => 19101, TEST_NGINX_MOCK_PORT2 => 19102, TEST_NGINX_MOCK_PORT3 => 19103,
-    TEST_NGINX_MOCK_PORT4 => 19104, TEST_NGINX_MOCK_TLS_PORT => 19443, TEST_NGINX_DNS_PORT => 19153);
+    TEST_NGINX_MOCK_PORT4 => 19104, TEST_NGINX_MOCK_TLS_PORT => 19443, TEST_NGINX_DNS_PORT => 19153,
+    TEST_NGINX_REDIS_PORT => 19379, TEST_NGINX_PEER_PORT => $Port + 1);
 $ENV{$_} //= $Default{$_} for keys %Default;
 
 for my $sig (qw(INT TERM HUP)) {
     $SIG{$sig} = sub { diag("caught SIG$sig, stopping nginx and the mock"); exit 1 }
         if !defined $SIG{$sig} || $SIG{$sig} eq 'DEFAULT';
 }
-END { if ($$ == $OrigPid) { local $?; stop_nginx(); mock_stop(); dns_stop(); } }
+END { if ($$ == $OrigPid) { local $?; peer_stop(); stop_nginx(); mock_stop(); dns_stop(); redis_stop(); } }
 
 # ---------------------------------------------------------------- settings
 sub master_on ()  { $Master = 'on' }
@@ -651,6 +655,122 @@ sub mock_start {
     die "mock_start: the mock $why; command: @cmd\n--- its output:\n" . slurp($errf);
 }
 
+# ---------------------------------------------------------------- redis
+# Debian's redis-server on 127.0.0.1:$TEST_NGINX_REDIS_PORT, its data in
+# <servroot>/../redis (append-only, so a stop and start keeps it; fresh =>
+# 1 starts it empty), flushed before every block while it runs
+sub redis_port { $ENV{TEST_NGINX_REDIS_PORT} }
+sub redis_running { $RedisPid && alive($RedisPid) }
+
+sub redis_start {
+    my %o = @_;
+    die "redis_start: redis is already running (pid $RedisPid)\n" if $RedisPid;
+    my $dir = "$Aux/redis";
+    kill_stale("$Aux/redis.pid", qr/redis-server/);
+    remove_tree($dir) if $o{fresh};
+    make_path($dir);
+    my @cmd = ('redis-server', '--port', redis_port(), '--bind', '127.0.0.1', '--protected-mode', 'no',
+               '--daemonize', 'no', '--pidfile', "$Aux/redis.pid", '--dir', $dir, '--save', '',
+               '--appendonly', 'yes', '--appendfsync', 'always', '--logfile', '',
+               @{ $o{args} // [] });
+    $RedisPid = spawn("$Aux/redis.log", @cmd);
+    my $exited;
+    poll_until(10, sub { return $exited = 1 if waitpid($RedisPid, WNOHANG) == $RedisPid;
+                         listening(redis_port()) && eval { redis_cmd('PING') eq 'PONG' } })
+        and !$exited and return $RedisPid;
+    stop_pid($RedisPid, 'TERM', 3) unless $exited;
+    undef $RedisPid;
+    die "redis_start: redis-server did not come up: @cmd\n" . tail(slurp("$Aux/redis.log"), 20) . "\n";
+}
+
+sub redis_stop {      # a clean stop (its data kept for the next start)
+    return unless $RedisPid;
+    stop_pid($RedisPid, 'TERM', 5);
+    undef $RedisPid;
+}
+
+sub redis_kill {      # as if the machine lost it: SIGKILL, nothing more said
+    return unless $RedisPid;
+    kill 'KILL', $RedisPid;
+    reap($RedisPid, 5);
+    undef $RedisPid;
+}
+
+sub _resp_read {
+    my ($s) = @_;
+    my $line = <$s>;
+    die "redis: connection closed\n" unless defined $line;
+    $line =~ s/\r\n\z//;
+    my ($t, $v) = (substr($line, 0, 1), substr($line, 1));
+    return $v if $t eq '+';
+    return { error => $v } if $t eq '-';
+    return 0 + $v if $t eq ':';
+    if ($t eq '$') {
+        return undef if $v < 0;
+        my $buf = '';
+        while (length($buf) < $v + 2) {
+            my $n = read($s, $buf, $v + 2 - length($buf), length($buf));
+            die "redis: connection closed\n" unless $n;
+        }
+        return substr($buf, 0, $v);
+    }
+    if ($t eq '*') { return undef if $v < 0; return [map { _resp_read($s) } 1 .. $v] }
+    die "redis: unexpected reply '$line'\n";
+}
+
+sub redis_cmd {       # one command on a connection of its own: its reply ({error} for an error)
+    my @a = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => redis_port(), Timeout => 5)
+        or die "redis: cannot connect to port " . redis_port() . ": $!\n";
+    binmode $s;
+    print $s '*' . scalar(@a) . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @a);
+    my $r = _resp_read($s);
+    close $s;
+    $r;
+}
+
+# ---------------------------------------------------------------- a second nginx
+# the block's nginx.conf again, on $TEST_NGINX_PEER_PORT with its own prefix
+# (<servroot>/peer: logs, pid, temp paths) and the same files (tb.yaml, keys)
+sub peer_port { $ENV{TEST_NGINX_PEER_PORT} }
+sub peer_pid { $PeerPid }
+sub peer_log { my $d = "$ServRoot/peer/logs"; slurp("$d/stderr.log") . slurp("$d/error.log") }
+
+sub peer_start {
+    die "peer_start: the peer is already running (pid $PeerPid)\n" if $PeerPid;
+    my $root = "$ServRoot/peer";
+    make_path(map { "$root/$_" } qw(conf logs));
+    chmod 0755, $root, "$root/conf", "$root/logs";
+    my $conf = slurp("$ServRoot/conf/nginx.conf");
+    my $port = peer_port();
+    $conf =~ s/listen 127\.0\.0\.1:$Port;/listen 127.0.0.1:$port;/g;
+    $conf =~ s{\Q$ServRoot\E/(logs|\w+_temp)\b}{$root/$1}g;
+    spew("$root/conf/nginx.conf", $conf);
+    return (0, "port $port is already in use") if listening($port);
+    $PeerPid = spawn("$root/logs/stderr.log", $Bin, '-p', "$root/", '-c', 'conf/nginx.conf');
+    my $exited;
+    my $ok = poll_until($StartSecs, sub {
+        return $exited = 1 if waitpid($PeerPid, WNOHANG) == $PeerPid;
+        my ($p) = slurp("$root/logs/nginx.pid") =~ /(\d+)/;
+        $p && $p == $PeerPid && listening($port)
+            && ($Master ne 'on' || children_of($PeerPid) >= $Workers);
+    });
+    if ($ok && !$exited) { return 1 }
+    my $logs = peer_log();
+    peer_stop() unless $exited;
+    undef $PeerPid;
+    die "peer_start: the second nginx did not come up\n" . tail($logs, 20) . "\n";
+}
+
+sub peer_stop {       # (wait status, how) or () if it was not running
+    return () unless $PeerPid;
+    my @workers = $Master eq 'on' ? children_of($PeerPid) : ();
+    my ($st, $how) = stop_pid($PeerPid, 'QUIT', 5);
+    poll_until(5, sub { !grep { alive($_) } @workers }) or kill 'KILL', grep { alive($_) } @workers;
+    undef $PeerPid;
+    ($st, $how);
+}
+
 # t/mock/dns.py on 127.0.0.1:$TEST_NGINX_DNS_PORT (UDP), answering from a zone
 # the test rewrites with dns_zone(); dns_log() is the questions it was asked
 sub dns_zone {
@@ -862,6 +982,8 @@ sub run_block {
         if ($skip) { SKIP: { skip("$name - skip_eval", $n) } return }
     }
     mock_reset() if $MockPid;
+    peer_stop();
+    if ($RedisPid) { my $r = redis_cmd('FLUSHALL'); die "FLUSHALL: $r->{error}\n" if ref $r eq 'HASH' }
     setup_servroot();
     write_user_files(expand($b->user_files));
     write_conf($b);
@@ -878,6 +1000,11 @@ sub run_block {
     }
     return start_failure($name, $st, $why) unless $ok;
     my $end_check = sub {
+        if ($PeerPid) {     # the second instance first: its logs are checked as the first's
+            my @p = peer_stop();
+            ok(0, "$name - the peer nginx ended with wait status $p[0]") if @p && (!defined $p[0] || $p[0]);
+            crash_check("$name (peer)", $b, peer_log());
+        }
         my @s = stop_nginx();
         if (!@s || !defined $s[0] || ($s[0] & 127) || $s[0] >> 8) {
             ok(0, "$name - nginx " . (!@s ? 'was not running at the end of the block'

@@ -1,0 +1,2156 @@
+/*
+ * The shared store in Redis (see ngx_http_tokenbiryani_redis_store.h).
+ *
+ * Under the namespace N:
+ *
+ *     N:keys       hash  name -> 64 hex digits of the digest, ' ', spec
+ *     N:accounts   hash  id -> spec (JSON, no credential)
+ *     N:sealed     hash  id -> the credential, sealed (AES-256-GCM)
+ *     N:meta       hash  setting name -> value
+ *     N:epoch      the data set's name: made when Redis has none, so an
+ *                  instance that finds another (or none) knows Redis lost
+ *                  or replaced what it had
+ *     N:changes    the channel each write is announced on: "k name",
+ *                  "a id", "s name"
+ *
+ * Every write is one script: the change and its announcement are one
+ * step, and an insert of a name that exists or an update of one that does
+ * not is told apart as sqlite tells it.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_redis.h"
+#include "ngx_http_tokenbiryani_redis_store.h"
+#include "ngx_http_tokenbiryani_keys.h"
+#include "ngx_http_tokenbiryani_accounts.h"
+#include "ngx_http_tokenbiryani_settings.h"
+#include "tb_keyspec.h"
+#include "tb_redis.h"
+
+#include <netdb.h>
+
+
+#define NGX_HTTP_TB_REDIS_ELECT_MS     1000
+#define NGX_HTTP_TB_SETTING_STRATEGY   "setting.routing.strategy"
+
+
+/* KEYS[1] the hash; ARGV: name, channel, value */
+static const char  ngx_http_tokenbiryani_lua_key_insert[] =
+    "if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then "
+    "return 0 end "
+    "redis.call('PUBLISH', ARGV[2], 'k ' .. ARGV[1]) return 1";
+
+/* the digest kept, the spec replaced */
+static const char  ngx_http_tokenbiryani_lua_key_update[] =
+    "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
+    "if not v then return 0 end "
+    "redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, 65) .. ARGV[3]) "
+    "redis.call('PUBLISH', ARGV[2], 'k ' .. ARGV[1]) return 1";
+
+static const char  ngx_http_tokenbiryani_lua_key_delete[] =
+    "if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end "
+    "redis.call('PUBLISH', ARGV[2], 'k ' .. ARGV[1]) return 1";
+
+/* KEYS: accounts, sealed; ARGV: id, channel, spec, sealed, create;
+ * 0: it exists (create), 2: there is none (update) */
+static const char  ngx_http_tokenbiryani_lua_account_put[] =
+    "local e = redis.call('HEXISTS', KEYS[1], ARGV[1]) "
+    "if ARGV[5] == '1' and e == 1 then return 0 end "
+    "if ARGV[5] == '0' and e == 0 then return 2 end "
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) "
+    "redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) "
+    "redis.call('PUBLISH', ARGV[2], 'a ' .. ARGV[1]) return 1";
+
+static const char  ngx_http_tokenbiryani_lua_account_delete[] =
+    "local n = redis.call('HDEL', KEYS[1], ARGV[1]) "
+    "redis.call('HDEL', KEYS[2], ARGV[1]) "
+    "if n == 0 then return 0 end "
+    "redis.call('PUBLISH', ARGV[2], 'a ' .. ARGV[1]) return 1";
+
+/* KEYS: accounts, sealed; ARGV: id; {spec, sealed}, nil for none */
+static const char  ngx_http_tokenbiryani_lua_account_get[] =
+    "return {redis.call('HGET', KEYS[1], ARGV[1]), "
+    "redis.call('HGET', KEYS[2], ARGV[1])}";
+
+/* KEYS: accounts, sealed; {HGETALL accounts, HGETALL sealed} */
+static const char  ngx_http_tokenbiryani_lua_accounts[] =
+    "return {redis.call('HGETALL', KEYS[1]), "
+    "redis.call('HGETALL', KEYS[2])}";
+
+/* KEYS: accounts, sealed; ARGV: id, spec, sealed: put back if missing */
+static const char  ngx_http_tokenbiryani_lua_account_back[] =
+    "if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then "
+    "redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) end return 1";
+
+static const char  ngx_http_tokenbiryani_lua_setting[] =
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) "
+    "redis.call('PUBLISH', ARGV[2], 's ' .. ARGV[1]) return 1";
+
+
+/* the names under the namespace, NUL-terminated */
+typedef struct {
+    char                               *keys;
+    char                               *accounts;
+    char                               *sealed;
+    char                               *meta;
+    char                               *epoch;
+    char                               *changes;
+} ngx_http_tokenbiryani_rnames_t;
+
+
+/* this worker's: its connection, and the subscriber when it is elected */
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_http_tokenbiryani_rnames_t      n;
+
+    ngx_http_tokenbiryani_redis_t       cmd;
+    ngx_http_tokenbiryani_redis_t       sub;
+    ngx_uint_t                          sub_started;
+    ngx_uint_t                          resync;     /* once cmd is ready */
+
+    ngx_event_t                         elect;
+
+    /* jobs answered without Redis: from the event loop, never inline */
+    ngx_event_t                         later_ev;
+    ngx_http_tokenbiryani_job_t        *later;
+    ngx_http_tokenbiryani_job_t       **later_last;
+
+    /* a write back in flight: what it has put back */
+    ngx_uint_t                          back_keys;
+    ngx_uint_t                          back_accounts;
+} ngx_http_tokenbiryani_rstore_t;
+
+
+static ngx_http_tokenbiryani_rstore_t  ngx_http_tokenbiryani_rstore;
+
+
+static void ngx_http_tokenbiryani_rstore_resync(
+    ngx_http_tokenbiryani_rstore_t *rs);
+static void ngx_http_tokenbiryani_rstore_pull(
+    ngx_http_tokenbiryani_rstore_t *rs);
+static void ngx_http_tokenbiryani_rstore_apply_account(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    const redisReply *spec, const redisReply *sealed);
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_rnames(ngx_pool_t *pool, ngx_str_t *ns,
+    ngx_http_tokenbiryani_rnames_t *n)
+{
+    size_t       i;
+    char       **name;
+    const char  *suffix[] = { "keys", "accounts", "sealed", "meta", "epoch",
+                              "changes" };
+
+    name = &n->keys;
+
+    for (i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        name[i] = ngx_pnalloc(pool, ns->len + 1 + ngx_strlen(suffix[i]) + 1);
+        if (name[i] == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_sprintf((u_char *) name[i], "%V:%s%Z", ns, suffix[i]);
+    }
+
+    return NGX_OK;
+}
+
+
+/* configuration */
+
+static ngx_int_t
+ngx_http_tokenbiryani_redis_numeric(ngx_conf_t *cf, const char *host,
+    int port, ngx_str_t *out)
+{
+    int               rc;
+    struct addrinfo   hints, *res;
+    char              buf[NI_MAXHOST];
+
+    ngx_memzero(&hints, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+
+    /* the master, at configuration: the one place a lookup may wait */
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: store.url: the host \"%s\" cannot "
+                           "be resolved: %s", host, gai_strerror(rc));
+        return NGX_ERROR;
+    }
+
+    rc = getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof(buf), NULL,
+                     0, NI_NUMERICHOST);
+    freeaddrinfo(res);
+
+    if (rc != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: store.url: the host \"%s\" has no "
+                           "usable address: %s", host, gai_strerror(rc));
+        return NGX_ERROR;
+    }
+
+    out->len = ngx_strlen(buf);
+    out->data = ngx_pnalloc(cf->pool, out->len + 1);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, buf, out->len + 1);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_redis_str(ngx_conf_t *cf, ngx_str_t *out,
+    const char *s)
+{
+    out->len = ngx_strlen(s);
+    out->data = ngx_pnalloc(cf->pool, out->len + 1);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, s, out->len + 1);
+
+    return NGX_OK;
+}
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_redis_name_ok(const char *s, size_t max)
+{
+    size_t  n;
+
+    for (n = 0; s[n]; n++) {
+        if (!(isalnum((u_char) s[n]) || s[n] == '.' || s[n] == '_'
+              || s[n] == '-' || s[n] == ':'))
+        {
+            return 0;
+        }
+    }
+
+    return n > 0 && n <= max;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_redis_conf(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    u_char                              *p;
+    tb_config_t                         *tbcf;
+    tb_redis_url_t                       u;
+    ngx_http_tokenbiryani_redis_conf_t  *rc;
+    char                                 err[512], shown[600];
+    u_char                               host[256];
+
+    tbcf = tmcf->tbcf;
+
+    if (tb_redis_url_parse(&u, tbcf->store_url, err, sizeof(err)) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "tokenbiryani: %s: %s",
+                           tmcf->config_file.data, err);
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_tokenbiryani_redis_name_ok(tbcf->store_namespace, 64)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %s: store.namespace is 1 to 64 "
+                           "letters, digits, '.', '_', '-' or ':'",
+                           tmcf->config_file.data);
+        return NGX_ERROR;
+    }
+
+    if (tbcf->store_instance[0]
+        && !ngx_http_tokenbiryani_redis_name_ok(tbcf->store_instance, 64))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: %s: store.instance is 1 to 64 "
+                           "letters, digits, '.', '_', '-' or ':'",
+                           tmcf->config_file.data);
+        return NGX_ERROR;
+    }
+
+    rc = ngx_pcalloc(cf->pool, sizeof(ngx_http_tokenbiryani_redis_conf_t));
+    if (rc == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (u.path[0]) {
+        if (ngx_http_tokenbiryani_redis_str(cf, &rc->path, u.path)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+    } else if (ngx_http_tokenbiryani_redis_numeric(cf, u.host, u.port,
+                                                   &rc->host)
+               != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    rc->port = u.port;
+    rc->database = (tbcf->store_database >= 0) ? (int) tbcf->store_database
+                   : (u.database > 0) ? u.database : 0;
+    rc->timeout = (ngx_msec_t) (tbcf->store_timeout_seconds * 1000);
+
+    if (rc->timeout == 0) {
+        rc->timeout = 1;
+    }
+
+    if (ngx_http_tokenbiryani_redis_str(cf, &rc->user, u.user) != NGX_OK
+        || ngx_http_tokenbiryani_redis_str(cf, &rc->password,
+                                           tbcf->store_password[0]
+                                           ? tbcf->store_password
+                                           : u.password)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_explicit_memzero(u.password, sizeof(u.password));
+
+    tb_redis_url_print(&u, shown, sizeof(shown) - 16);
+    p = (u_char *) shown + ngx_strlen(shown);
+
+    if (rc->database) {
+        ngx_sprintf(p, "/%d%Z", rc->database);
+    }
+
+    if (ngx_http_tokenbiryani_redis_str(cf, &rc->shown, shown) != NGX_OK
+        || ngx_http_tokenbiryani_redis_str(cf, &tmcf->store_ns,
+                                           tbcf->store_namespace)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* this instance's name: the file's, or the host's and the prefix's */
+
+    if (tbcf->store_instance[0]) {
+        if (ngx_http_tokenbiryani_redis_str(cf, &tmcf->store_instance,
+                                            tbcf->store_instance)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+    } else {
+        if (gethostname((char *) host, sizeof(host) - 1) == -1) {
+            ngx_cpystrn(host, (u_char *) "localhost", sizeof(host));
+        }
+
+        host[sizeof(host) - 1] = '\0';
+
+        tmcf->store_instance.data = ngx_pnalloc(cf->pool,
+                                                ngx_strlen(host) + 10);
+        if (tmcf->store_instance.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        tmcf->store_instance.len = ngx_sprintf(tmcf->store_instance.data,
+                                       "%s-%08xD", host,
+                                       ngx_crc32_short(cf->cycle->prefix.data,
+                                                       cf->cycle->prefix.len))
+                                   - tmcf->store_instance.data;
+    }
+
+    tmcf->redis = rc;
+    tmcf->store_shown = rc->shown;
+    tmcf->store_backend = NGX_HTTP_TB_STORE_REDIS;
+
+#if (NGX_THREADS)
+    /* accounts added at runtime have their hosts looked up there */
+    tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
+    if (tmcf->thread_pool == NULL) {
+        return NGX_ERROR;
+    }
+#endif
+
+    return NGX_OK;
+}
+
+
+/* the master's read: blocking, bounded, before any worker serves */
+
+static redisReply *
+ngx_http_tokenbiryani_redis_sync(redisContext *c, int argc,
+    const char **argv, const size_t *lens, char *err, size_t size)
+{
+    redisReply  *reply;
+
+    reply = redisCommandArgv(c, argc, argv, lens);
+
+    if (reply == NULL) {
+        ngx_cpystrn((u_char *) err, (u_char *) (c->errstr[0] ? c->errstr
+                                                : "no answer"), size);
+        return NULL;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR) {
+        ngx_snprintf((u_char *) err, size - 1, "%s: %s%Z", argv[0],
+                     reply->str);
+        err[size - 1] = '\0';
+        freeReplyObject(reply);
+        return NULL;
+    }
+
+    return reply;
+}
+
+
+static void
+ngx_http_tokenbiryani_redis_new_epoch(u_char *epoch)
+{
+    ngx_sprintf(epoch, "%08xD%08xD%08xD%08xD%Z", (uint32_t) ngx_random(),
+                (uint32_t) ngx_time(), (uint32_t) ngx_pid,
+                (uint32_t) ngx_random());
+}
+
+
+/* the key's stored value: its digest, from 64 hex digits */
+static ngx_int_t
+ngx_http_tokenbiryani_redis_digest(const char *v, size_t len,
+    u_char digest[32])
+{
+    ngx_int_t   hi, lo;
+    ngx_uint_t  i;
+
+    if (len < 66 || v[64] != ' ') {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < 32; i++) {
+        hi = ngx_hextoi((u_char *) &v[2 * i], 1);
+        lo = ngx_hextoi((u_char *) &v[2 * i + 1], 1);
+
+        if (hi == NGX_ERROR || lo == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        digest[i] = (u_char) (hi * 16 + lo);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_redis_read(redisContext *c,
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_rnames_t *n, ngx_http_tokenbiryani_store_load_t *ld,
+    char *err, size_t size)
+{
+    size_t       lens[4];
+    ngx_uint_t   i;
+    redisReply  *r, *sealed, *pair;
+    const char  *argv[4];
+    u_char       digest[32], epoch[33];
+    char         name[TB_ID_MAX + 1];
+
+    /* the data set: this zone holds it from now */
+
+    argv[0] = "GET";
+    argv[1] = n->epoch;
+    lens[0] = 3;
+    lens[1] = ngx_strlen(n->epoch);
+
+    r = ngx_http_tokenbiryani_redis_sync(c, 2, argv, lens, err, size);
+    if (r == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (r->type == REDIS_REPLY_STRING && r->len && r->len < sizeof(epoch)) {
+        ngx_cpystrn(epoch, (u_char *) r->str, r->len + 1);
+        freeReplyObject(r);
+
+    } else {
+        freeReplyObject(r);
+
+        ngx_http_tokenbiryani_redis_new_epoch(epoch);
+
+        argv[0] = "SET";
+        argv[2] = (char *) epoch;
+        argv[3] = "NX";
+        lens[0] = 3;
+        lens[2] = ngx_strlen(epoch);
+        lens[3] = 2;
+
+        r = ngx_http_tokenbiryani_redis_sync(c, 4, argv, lens, err, size);
+        if (r == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (r->type == REDIS_REPLY_NIL) {
+            /* another instance made one meanwhile: read again at sync */
+            epoch[0] = '\0';
+        }
+
+        freeReplyObject(r);
+    }
+
+    ngx_http_tokenbiryani_store_epoch(&tmcf->zone, NULL, epoch);
+
+    /* the minted keys */
+
+    argv[0] = "HGETALL";
+    argv[1] = n->keys;
+    lens[0] = 7;
+    lens[1] = ngx_strlen(n->keys);
+
+    r = ngx_http_tokenbiryani_redis_sync(c, 2, argv, lens, err, size);
+    if (r == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        pair = r->element[i + 1];
+
+        if (r->element[i]->type != REDIS_REPLY_STRING
+            || pair->type != REDIS_REPLY_STRING
+            || ngx_http_tokenbiryani_redis_digest(pair->str, pair->len,
+                                                  digest)
+               != NGX_OK
+            || r->element[i]->len > TB_ID_MAX)
+        {
+            ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                          "tokenbiryani: a key in Redis is unreadable and "
+                          "left out");
+            ld->skipped++;
+            continue;
+        }
+
+        ngx_cpystrn((u_char *) name, (u_char *) r->element[i]->str,
+                    r->element[i]->len + 1);
+
+        if (ngx_http_tokenbiryani_store_load_key(ld, name, digest,
+                                                 pair->str + 65)
+            != 0)
+        {
+            freeReplyObject(r);
+            ngx_cpystrn((u_char *) err, (u_char *) "the zone is full",
+                        size);
+            return NGX_ERROR;
+        }
+    }
+
+    freeReplyObject(r);
+
+    /* the accounts added at runtime */
+
+    argv[0] = "EVAL";
+    argv[1] = ngx_http_tokenbiryani_lua_accounts;
+    argv[2] = "2";
+    lens[0] = 4;
+    lens[1] = sizeof(ngx_http_tokenbiryani_lua_accounts) - 1;
+    lens[2] = 1;
+
+    {
+    const char  *av[5];
+    size_t       al[5];
+
+    av[0] = argv[0]; av[1] = argv[1]; av[2] = argv[2];
+    al[0] = lens[0]; al[1] = lens[1]; al[2] = lens[2];
+    av[3] = n->accounts;
+    al[3] = ngx_strlen(n->accounts);
+    av[4] = n->sealed;
+    al[4] = ngx_strlen(n->sealed);
+
+    r = ngx_http_tokenbiryani_redis_sync(c, 5, av, al, err, size);
+    }
+
+    if (r == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2
+        && r->element[0]->type == REDIS_REPLY_ARRAY
+        && r->element[1]->type == REDIS_REPLY_ARRAY)
+    {
+        for (i = 0; i + 1 < r->element[0]->elements; i += 2) {
+            redisReply  *id, *spec, *s;
+            ngx_uint_t   j;
+
+            id = r->element[0]->element[i];
+            spec = r->element[0]->element[i + 1];
+            sealed = r->element[1];
+            s = NULL;
+
+            for (j = 0; j + 1 < sealed->elements; j += 2) {
+                if (sealed->element[j]->len == id->len
+                    && ngx_memcmp(sealed->element[j]->str, id->str, id->len)
+                       == 0)
+                {
+                    s = sealed->element[j + 1];
+                    break;
+                }
+            }
+
+            if (s == NULL || id->len > TB_ID_MAX) {
+                ld->skipped++;
+                continue;
+            }
+
+            ngx_cpystrn((u_char *) name, (u_char *) id->str, id->len + 1);
+
+            if (ngx_http_tokenbiryani_store_load_account(ld, name, spec->str,
+                                                         s->str)
+                != 0)
+            {
+                freeReplyObject(r);
+                ngx_cpystrn((u_char *) err, (u_char *) "the zone is full",
+                            size);
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    freeReplyObject(r);
+
+    /* the strategy set at runtime */
+
+    argv[0] = "HGET";
+    argv[1] = n->meta;
+    argv[2] = NGX_HTTP_TB_SETTING_STRATEGY;
+    lens[0] = 4;
+    lens[1] = ngx_strlen(n->meta);
+    lens[2] = sizeof(NGX_HTTP_TB_SETTING_STRATEGY) - 1;
+
+    r = ngx_http_tokenbiryani_redis_sync(c, 3, argv, lens, err, size);
+    if (r == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (r->type == REDIS_REPLY_STRING && r->len && r->len < 64) {
+        ngx_http_tokenbiryani_store_load_strategy(tmcf, r->str, ld->log);
+    }
+
+    freeReplyObject(r);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    int                                  argc;
+    size_t                               lens[3];
+    ngx_int_t                            rc;
+    ngx_msec_t                           ms;
+    ngx_pool_t                          *pool;
+    redisReply                          *r;
+    redisContext                        *c;
+    struct timeval                       tv;
+    const char                          *argv[3];
+    ngx_http_tokenbiryani_rnames_t       n;
+    ngx_http_tokenbiryani_redis_conf_t  *conf;
+    ngx_http_tokenbiryani_store_load_t   ld;
+    char                                 err[512], why[600];
+    u_char                               db[NGX_INT_T_LEN + 1];
+
+    conf = tmcf->redis;
+
+    pool = ngx_create_pool(1024, shm_zone->shm.log);
+    if (pool == NULL
+        || ngx_http_tokenbiryani_rnames(pool, &tmcf->store_ns, &n) != NGX_OK)
+    {
+        if (pool) {
+            ngx_destroy_pool(pool);
+        }
+
+        return NGX_ERROR;
+    }
+
+    /* a second at least: a start is not the request path */
+    ms = ngx_max(conf->timeout, 1000);
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+
+    c = conf->path.len
+        ? redisConnectUnixWithTimeout((char *) conf->path.data, tv)
+        : redisConnectWithTimeout((char *) conf->host.data, conf->port, tv);
+
+    err[0] = '\0';
+    rc = NGX_ERROR;
+
+    if (c == NULL || c->err) {
+        ngx_cpystrn((u_char *) err,
+                    (u_char *) (c ? c->errstr : "no memory"), sizeof(err));
+        goto failed;
+    }
+
+    (void) redisSetTimeout(c, tv);
+
+    if (conf->password.len) {
+        argc = 0;
+        argv[argc] = "AUTH";
+        lens[argc++] = 4;
+
+        if (conf->user.len) {
+            argv[argc] = (char *) conf->user.data;
+            lens[argc++] = conf->user.len;
+        }
+
+        argv[argc] = (char *) conf->password.data;
+        lens[argc++] = conf->password.len;
+
+        r = ngx_http_tokenbiryani_redis_sync(c, argc, argv, lens, err,
+                                             sizeof(err));
+        if (r == NULL) {
+            goto failed;
+        }
+
+        freeReplyObject(r);
+    }
+
+    if (conf->database) {
+        argv[0] = "SELECT";
+        argv[1] = (char *) db;
+        lens[0] = 6;
+        lens[1] = ngx_sprintf(db, "%d", conf->database) - db;
+
+        r = ngx_http_tokenbiryani_redis_sync(c, 2, argv, lens, err,
+                                             sizeof(err));
+        if (r == NULL) {
+            goto failed;
+        }
+
+        freeReplyObject(r);
+    }
+
+    ngx_memzero(&ld, sizeof(ld));
+    ld.tmcf = tmcf;
+    ld.log = shm_zone->shm.log;
+
+    if (ngx_http_tokenbiryani_redis_read(c, tmcf, &n, &ld, err, sizeof(err))
+        != NGX_OK)
+    {
+        if (ngx_strcmp(err, "the zone is full") == 0) {
+            /* said already, and not Redis's failure */
+            redisFree(c);
+            ngx_destroy_pool(pool);
+            return NGX_ERROR;
+        }
+
+        goto failed;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                  "tokenbiryani: the store %V (namespace \"%V\", instance "
+                  "\"%V\") loaded: %ui minted keys, %ui accounts%s",
+                  &conf->shown, &tmcf->store_ns, &tmcf->store_instance,
+                  ld.keys, ld.accounts,
+                  ld.skipped ? " (some left out, see above)" : "");
+
+    rc = NGX_OK;
+
+failed:
+
+    if (c) {
+        redisFree(c);
+    }
+
+    ngx_destroy_pool(pool);
+
+    if (rc == NGX_OK) {
+        return NGX_OK;
+    }
+
+    /* not an outage: the file's keys and accounts serve meanwhile */
+
+    ngx_snprintf((u_char *) why, sizeof(why) - 1, "Redis %V: %s%Z",
+                 &conf->shown, err);
+    why[sizeof(why) - 1] = '\0';
+
+    (void) ngx_http_tokenbiryani_store_report(&tmcf->zone, why,
+                                              ngx_http_tokenbiryani_now_ms());
+
+    ngx_log_error(NGX_LOG_WARN, shm_zone->shm.log, 0,
+                  "tokenbiryani: the store is degraded: %s; the gateway "
+                  "starts with the file's keys and accounts, and takes the "
+                  "store's once Redis answers", why);
+
+    return NGX_OK;
+}
+
+
+/* a worker's writes */
+
+static void
+ngx_http_tokenbiryani_rstore_later_handler(ngx_event_t *ev)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = ev->data;
+
+    ngx_uint_t                    wrote;
+    const char                   *err;
+    ngx_http_tokenbiryani_job_t  *job, *next;
+
+    job = rs->later;
+    rs->later = NULL;
+    rs->later_last = &rs->later;
+
+    err = NULL;
+    wrote = 0;
+
+    for (next = job; next; next = next->next) {
+        if (next->op != NGX_HTTP_TB_JOB_OPEN
+            && next->op != NGX_HTTP_TB_JOB_USAGE)
+        {
+            wrote = 1;
+
+            if (next->rc == TB_STORE_ERROR && err == NULL) {
+                err = next->err;
+            }
+        }
+    }
+
+    if (wrote) {
+        ngx_http_tokenbiryani_store_wrote(rs->tmcf, err, ev->log);
+    }
+
+    for ( /* void */ ; job; job = next) {
+        next = job->next;
+        job->done(job);
+    }
+}
+
+
+/* a job answered from the event loop, soon, without Redis */
+static void
+ngx_http_tokenbiryani_rstore_later(ngx_http_tokenbiryani_rstore_t *rs,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    job->next = NULL;
+    *rs->later_last = job;
+    rs->later_last = &job->next;
+
+    if (!rs->later_ev.posted) {
+        ngx_post_event(&rs->later_ev, &ngx_posted_events);
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_written(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_job_t *job = data;
+
+    ngx_http_tokenbiryani_rstore_t  *rs;
+
+    rs = &ngx_http_tokenbiryani_rstore;
+
+    if (reply == NULL) {
+        job->rc = TB_STORE_ERROR;
+        ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
+                     "Redis %V went away before it answered: %s%Z",
+                     &rs->tmcf->store_shown, rd->error);
+
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        job->rc = TB_STORE_ERROR;
+        ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
+                     "Redis %V: %s%Z", &rs->tmcf->store_shown, reply->str);
+
+    } else if (reply->type == REDIS_REPLY_INTEGER && reply->integer != 1) {
+        job->rc = (reply->integer == 0
+                   && (job->op == NGX_HTTP_TB_JOB_KEY_INSERT
+                       || (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
+                           && job->create)))
+                  ? TB_STORE_EXISTS : TB_STORE_NONE;
+
+    } else {
+        job->rc = TB_STORE_OK;
+    }
+
+    job->err[sizeof(job->err) - 1] = '\0';
+
+    ngx_http_tokenbiryani_store_wrote(rs->tmcf,
+                                      job->rc == TB_STORE_ERROR ? job->err
+                                                                : NULL,
+                                      rd->log);
+
+    job->done(job);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    int                              argc;
+    u_char                          *value;
+    size_t                           lens[10];
+    ngx_int_t                        rc;
+    ngx_uint_t                       i;
+    const char                      *argv[10];
+    ngx_http_tokenbiryani_rstore_t  *rs;
+
+    rs = &ngx_http_tokenbiryani_rstore;
+
+    if (rs->tmcf == NULL) {
+        return NGX_ERROR;
+    }
+
+    job->next = NULL;
+    job->rc = TB_STORE_ERROR;
+    job->err[0] = '\0';
+    job->posted = ngx_current_msec;
+
+    value = NULL;
+
+    /* EVAL script numkeys KEYS... ARGV: name, channel, values... */
+
+    argv[0] = "EVAL";
+    argc = 2;
+
+    switch (job->op) {
+
+    case NGX_HTTP_TB_JOB_KEY_INSERT:
+    case NGX_HTTP_TB_JOB_KEY_UPDATE:
+    case NGX_HTTP_TB_JOB_KEY_DELETE:
+    case NGX_HTTP_TB_JOB_SETTING:
+        argv[argc++] = "1";
+        argv[argc++] = (job->op == NGX_HTTP_TB_JOB_SETTING) ? rs->n.meta
+                                                            : rs->n.keys;
+        argv[argc++] = job->name;
+        argv[argc++] = rs->n.changes;
+
+        if (job->op == NGX_HTTP_TB_JOB_KEY_INSERT) {
+            argv[1] = ngx_http_tokenbiryani_lua_key_insert;
+
+            value = ngx_alloc(64 + 1 + ngx_strlen(job->spec) + 1,
+                              ngx_cycle->log);
+            if (value == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_hex_dump(value, (u_char *) job->digest, 32);
+            value[64] = ' ';
+            ngx_memcpy(value + 65, job->spec, ngx_strlen(job->spec) + 1);
+            argv[argc++] = (char *) value;
+
+        } else if (job->op == NGX_HTTP_TB_JOB_KEY_UPDATE) {
+            argv[1] = ngx_http_tokenbiryani_lua_key_update;
+            argv[argc++] = job->spec;
+
+        } else if (job->op == NGX_HTTP_TB_JOB_SETTING) {
+            argv[1] = ngx_http_tokenbiryani_lua_setting;
+            argv[argc++] = job->spec;
+
+        } else {
+            argv[1] = ngx_http_tokenbiryani_lua_key_delete;
+        }
+
+        break;
+
+    case NGX_HTTP_TB_JOB_ACCOUNT_PUT:
+    case NGX_HTTP_TB_JOB_ACCOUNT_DELETE:
+        argv[argc++] = "2";
+        argv[argc++] = rs->n.accounts;
+        argv[argc++] = rs->n.sealed;
+        argv[argc++] = job->name;
+        argv[argc++] = rs->n.changes;
+
+        if (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT) {
+            argv[1] = ngx_http_tokenbiryani_lua_account_put;
+            argv[argc++] = job->spec;
+            argv[argc++] = job->sealed;
+            argv[argc++] = job->create ? "1" : "0";
+
+        } else {
+            argv[1] = ngx_http_tokenbiryani_lua_account_delete;
+        }
+
+        break;
+
+    case NGX_HTTP_TB_JOB_OPEN:
+        /* the connection is the worker's from its start */
+        job->rc = TB_STORE_OK;
+        ngx_http_tokenbiryani_rstore_later(rs, job);
+        return NGX_OK;
+
+    default:
+        ngx_cpystrn((u_char *) job->err, (u_char *) "the redis store does "
+                    "not keep the usage history", sizeof(job->err));
+        ngx_http_tokenbiryani_rstore_later(rs, job);
+        return NGX_OK;
+    }
+
+    for (i = 0; i < (ngx_uint_t) argc; i++) {
+        lens[i] = ngx_strlen(argv[i]);
+    }
+
+    rc = ngx_http_tokenbiryani_redis_send(&rs->cmd,
+             ngx_http_tokenbiryani_rstore_written, job, argc, argv, lens, 0);
+
+    if (value) {
+        /* hiredis has its own copy of the command */
+        ngx_free(value);
+    }
+
+    if (rc != NGX_OK) {
+        ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
+                     "Redis %V is not reachable: %s%Z", &tmcf->store_shown,
+                     rs->cmd.error[0] ? rs->cmd.error : "not connected yet");
+        job->err[sizeof(job->err) - 1] = '\0';
+        ngx_http_tokenbiryani_rstore_later(rs, job);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Keeping the zone in step: the elected worker's subscriber.  A change
+ * announced is read back on this worker's connection and put into the
+ * zone; on every (re)subscription, the whole is compared.
+ */
+
+static ngx_uint_t
+ngx_http_tokenbiryani_reply_is(const redisReply *r, const char *s)
+{
+    size_t  n;
+
+    n = ngx_strlen(s);
+
+    return r->type == REDIS_REPLY_STRING && r->len == n
+           && ngx_strncasecmp((u_char *) r->str, (u_char *) s, n) == 0;
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_apply_key(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *name, size_t len,
+    const redisReply *value)
+{
+    ngx_uint_t    rc;
+    tb_keyspec_t  ks;
+    u_char        digest[32];
+    char          err[256];
+
+    if (len == 0 || len > TB_ID_MAX
+        || ngx_http_tokenbiryani_yaml_key(tmcf, (u_char *) name, len))
+    {
+        /* the file's key of that name wins, as at load */
+        return;
+    }
+
+    if (value == NULL || value->type != REDIS_REPLY_STRING) {
+        if (ngx_http_tokenbiryani_rkey_delete(&tmcf->zone, name, len)
+            == NGX_HTTP_TB_RKEY_OK)
+        {
+            ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                          "tokenbiryani: key \"%*s\" revoked by another "
+                          "instance", len, name);
+        }
+
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_redis_digest(value->str, value->len, digest)
+        != NGX_OK
+        || tb_keyspec_parse(&ks, value->str + 65, value->len - 65,
+                            TB_KEYSPEC_STORED, NULL, NULL, 0, err,
+                            sizeof(err))
+           != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the key \"%*s\" in Redis is "
+                      "unreadable and left out", len, name);
+        return;
+    }
+
+    rc = (ngx_strlen(ks.conf.name) == len
+          && ngx_strncmp(ks.conf.name, name, len) == 0);
+
+    tb_keyspec_free(&ks);
+
+    if (!rc) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the key \"%*s\" in Redis names another "
+                      "key in its spec and is left out", len, name);
+        return;
+    }
+
+    rc = ngx_http_tokenbiryani_rkey_set(&tmcf->zone, name, len, digest,
+                                        (u_char *) value->str + 65,
+                                        value->len - 65);
+
+    if (rc == NGX_HTTP_TB_RKEY_NOMEM) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the key \"%*s\" from Redis does not "
+                      "fit: make tokenbiryani_zone larger", len, name);
+    }
+}
+
+
+/* an account another instance wrote: opened, its host looked up off the
+ * event loop, then put into the zone */
+
+typedef struct {
+    ngx_http_tokenbiryani_job_t         job;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    u_char                              fingerprint[8];
+    int                                 replenishment;
+    ngx_http_tokenbiryani_racct_view_t  v;
+    ngx_http_tokenbiryani_raddr_t       addrs[NGX_HTTP_TB_RACCT_ADDRS];
+    char                                host[256];
+    u_char                              data[1];   /* id, spec, sealed */
+} ngx_http_tokenbiryani_rapply_t;
+
+
+static void
+ngx_http_tokenbiryani_rstore_put_account(ngx_http_tokenbiryani_rapply_t *ra)
+{
+    ngx_uint_t                          rc, slot, i, exists;
+    ngx_pool_t                         *pool;
+    ngx_array_t                         views;
+    ngx_http_tokenbiryani_racct_view_t *v;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ra->tmcf;
+    exists = 0;
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_raccts_copy(&tmcf->zone, pool, &views, NULL)
+        == NGX_OK)
+    {
+        v = views.elts;
+
+        for (i = 0; i < views.nelts; i++) {
+            if (v[i].id.len == ra->v.id.len
+                && ngx_memcmp(v[i].id.data, ra->v.id.data, ra->v.id.len) == 0)
+            {
+                exists = 1;
+                break;
+            }
+        }
+    }
+
+    ngx_destroy_pool(pool);
+
+    rc = ngx_http_tokenbiryani_racct_put(&tmcf->zone, &ra->v, ra->fingerprint,
+                                         ra->replenishment, !exists,
+                                         tmcf->max_accounts - tmcf->nyaml,
+                                         &slot);
+
+    switch (rc) {
+
+    case NGX_HTTP_TB_RKEY_OK:
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" %s by another instance",
+                      &ra->v.id, exists ? "changed" : "added");
+        ngx_http_tokenbiryani_accounts_sync(tmcf);
+        break;
+
+    case NGX_HTTP_TB_RKEY_FULL:
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" from Redis is left out: "
+                      "tokenbiryani_max_accounts (%ui) are there",
+                      &ra->v.id, tmcf->max_accounts);
+        break;
+
+    case NGX_HTTP_TB_RKEY_NOMEM:
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" from Redis does not fit: "
+                      "make tokenbiryani_zone larger", &ra->v.id);
+        break;
+
+    default:
+        /* added or removed meanwhile: the next announcement settles it */
+        break;
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_resolved(ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_rapply_t *ra = job->data;
+
+    if (job->rc == TB_STORE_OK) {
+        ra->v.naddrs = job->naddrs;
+        ngx_memcpy(ra->v.addrs, ra->addrs, sizeof(ra->v.addrs));
+        ngx_http_tokenbiryani_rstore_put_account(ra);
+
+    } else {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" from Redis does not "
+                      "serve here: %s", &ra->v.id, job->err);
+    }
+
+    ngx_free(ra);
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_apply_account(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    const redisReply *spec, const redisReply *sealed)
+{
+    u_char                              *p;
+    in_port_t                            port;
+    ngx_int_t                            rc;
+    ngx_uint_t                           i, slot;
+    ngx_pool_t                          *pool;
+    ngx_array_t                          views;
+    tb_config_t                         *cf;
+    ngx_http_tokenbiryani_account_t      a;
+    ngx_http_tokenbiryani_rapply_t      *ra;
+    ngx_http_tokenbiryani_racct_view_t  *v;
+    char                                 err[512];
+
+    if (len == 0 || len > TB_ID_MAX
+        || ngx_http_tokenbiryani_yaml_account(tmcf, id, len))
+    {
+        return;
+    }
+
+    if (spec == NULL || spec->type != REDIS_REPLY_STRING
+        || sealed == NULL || sealed->type != REDIS_REPLY_STRING)
+    {
+        if (ngx_http_tokenbiryani_racct_delete(&tmcf->zone, id, len, &slot)
+            == NGX_HTTP_TB_RKEY_OK)
+        {
+            ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                          "tokenbiryani: account \"%*s\" removed by another "
+                          "instance", len, id);
+            ngx_http_tokenbiryani_accounts_sync(tmcf);
+        }
+
+        return;
+    }
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    /* as the zone has it already: nothing to do */
+
+    if (ngx_http_tokenbiryani_raccts_copy(&tmcf->zone, pool, &views, NULL)
+        == NGX_OK)
+    {
+        v = views.elts;
+
+        for (i = 0; i < views.nelts; i++) {
+            if (v[i].id.len == len && ngx_memcmp(v[i].id.data, id, len) == 0
+                && v[i].spec.len == spec->len
+                && ngx_memcmp(v[i].spec.data, spec->str, spec->len) == 0
+                && v[i].sealed.len == sealed->len
+                && ngx_memcmp(v[i].sealed.data, sealed->str, sealed->len)
+                   == 0)
+            {
+                ngx_destroy_pool(pool);
+                return;
+            }
+        }
+    }
+
+    ra = ngx_calloc(sizeof(ngx_http_tokenbiryani_rapply_t) + len + spec->len
+                    + sealed->len + 3, ngx_cycle->log);
+    if (ra == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    ra->tmcf = tmcf;
+
+    p = ra->data;
+    ra->v.id.data = p;
+    ra->v.id.len = len;
+    p = ngx_cpymem(p, id, len);
+    *p++ = '\0';
+    ra->v.spec.data = p;
+    ra->v.spec.len = spec->len;
+    p = ngx_cpymem(p, spec->str, spec->len);
+    *p++ = '\0';
+    ra->v.sealed.data = p;
+    ra->v.sealed.len = sealed->len;
+    p = ngx_cpymem(p, sealed->str, sealed->len);
+    *p = '\0';
+
+    cf = ngx_http_tokenbiryani_racct_open(tmcf, &ra->v.id, &ra->v.spec,
+                                          &ra->v.sealed, err, sizeof(err));
+    if (cf == NULL) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" from Redis does not "
+                      "serve here: %s", &ra->v.id, err);
+        ngx_free(ra);
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    ngx_memzero(&a, sizeof(a));
+
+    rc = ngx_http_tokenbiryani_account_fill(pool, &a, &cf->accounts[0],
+                                            ra->fingerprint, err,
+                                            sizeof(err));
+
+    ngx_explicit_memzero(a.auth_header.data, a.auth_header.len);
+
+    port = (in_port_t) cf->accounts[0].port;
+    ra->replenishment = cf->accounts[0].replenishment;
+    ngx_cpystrn((u_char *) ra->host, (u_char *) cf->accounts[0].host,
+                sizeof(ra->host));
+
+    tb_config_free(cf);
+    ngx_destroy_pool(pool);
+
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" from Redis does not "
+                      "serve here: %s", &ra->v.id,
+                      rc == NGX_ABORT ? "no memory" : err);
+        ngx_free(ra);
+        return;
+    }
+
+    ra->v.naddrs = ngx_http_tokenbiryani_literal_addr(ra->host, port,
+                                                      ra->v.addrs);
+    if (ra->v.naddrs) {
+        ngx_http_tokenbiryani_rstore_put_account(ra);
+        ngx_free(ra);
+        return;
+    }
+
+    ra->job.op = NGX_HTTP_TB_JOB_RESOLVE;
+    ra->job.name = ra->host;
+    ra->job.port = port;
+    ra->job.addrs = ra->addrs;
+    ra->job.naddrs = NGX_HTTP_TB_RACCT_ADDRS;
+    ra->job.done = ngx_http_tokenbiryani_rstore_resolved;
+    ra->job.data = ra;
+
+    if (ngx_http_tokenbiryani_store_post(tmcf, &ra->job) != NGX_OK) {
+        ngx_free(ra);
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_apply_strategy(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const redisReply *value)
+{
+    u_char  cur[64], name[64];
+
+    name[0] = '\0';
+
+    if (value && value->type == REDIS_REPLY_STRING) {
+        if (value->len >= sizeof(name)) {
+            return;
+        }
+
+        ngx_cpystrn(name, (u_char *) value->str, value->len + 1);
+    }
+
+    (void) ngx_http_tokenbiryani_settings_strategy(&tmcf->zone, cur,
+                                                   sizeof(cur));
+
+    if (ngx_strcmp(cur, name) == 0) {
+        return;
+    }
+
+    if (name[0] && ngx_http_tokenbiryani_find_strategy(tmcf, (char *) name)
+                   == NULL)
+    {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "tokenbiryani: the strategy \"%s\" another instance "
+                      "set is not in this build or its plugins: this one "
+                      "keeps \"%s\"", name,
+                      cur[0] ? cur : (u_char *) tmcf->strategy->name);
+        return;
+    }
+
+    ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, name,
+                                                ngx_strlen(name));
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "tokenbiryani: routing.strategy \"%s\", set by another "
+                  "instance", name[0] ? name : (u_char *) tmcf->strategy->name);
+}
+
+
+/* one change announced: what it names, read back */
+
+typedef struct {
+    ngx_uint_t                          kind;   /* 'k', 'a', 's' */
+    size_t                              len;
+    u_char                              name[1];
+} ngx_http_tokenbiryani_rchange_t;
+
+
+static void
+ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rchange_t *ch = data;
+
+    ngx_http_tokenbiryani_rstore_t  *rs;
+
+    rs = &ngx_http_tokenbiryani_rstore;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        /* compared whole when the connection is back */
+        rs->resync = 1;
+        ngx_free(ch);
+        return;
+    }
+
+    switch (ch->kind) {
+
+    case 'k':
+        ngx_http_tokenbiryani_rstore_apply_key(rs->tmcf, ch->name, ch->len,
+                                               reply);
+        break;
+
+    case 'a':
+        if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
+            ngx_http_tokenbiryani_rstore_apply_account(rs->tmcf, ch->name,
+                ch->len, reply->element[0], reply->element[1]);
+        }
+
+        break;
+
+    default:
+        if (ch->len == sizeof(NGX_HTTP_TB_SETTING_STRATEGY) - 1
+            && ngx_strncmp(ch->name, NGX_HTTP_TB_SETTING_STRATEGY, ch->len)
+               == 0)
+        {
+            ngx_http_tokenbiryani_rstore_apply_strategy(rs->tmcf, reply);
+        }
+
+        break;
+    }
+
+    ngx_free(ch);
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
+    const redisReply *msg)
+{
+    int                               i, argc;
+    size_t                            lens[6];
+    const char                       *argv[6];
+    ngx_http_tokenbiryani_rchange_t  *ch;
+
+    if (msg->type != REDIS_REPLY_STRING || msg->len < 3 || msg->str[1] != ' '
+        || msg->len - 2 > TB_ID_MAX + 64)
+    {
+        return;
+    }
+
+    ch = ngx_alloc(sizeof(ngx_http_tokenbiryani_rchange_t) + msg->len,
+                   ngx_cycle->log);
+    if (ch == NULL) {
+        return;
+    }
+
+    ch->kind = (u_char) msg->str[0];
+    ch->len = msg->len - 2;
+    ngx_memcpy(ch->name, msg->str + 2, ch->len);
+    ch->name[ch->len] = '\0';
+
+    switch (ch->kind) {
+
+    case 'k':
+    case 's':
+        argv[0] = "HGET";
+        argv[1] = (ch->kind == 'k') ? rs->n.keys : rs->n.meta;
+        argv[2] = (char *) ch->name;
+        argc = 3;
+        break;
+
+    case 'a':
+        argv[0] = "EVAL";
+        argv[1] = ngx_http_tokenbiryani_lua_account_get;
+        argv[2] = "2";
+        argv[3] = rs->n.accounts;
+        argv[4] = rs->n.sealed;
+        argv[5] = (char *) ch->name;
+        argc = 6;
+        break;
+
+    default:
+        ngx_free(ch);
+        return;
+    }
+
+    for (i = 0; i < argc; i++) {
+        lens[i] = ngx_strlen(argv[i]);
+    }
+
+    if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+            ngx_http_tokenbiryani_rstore_changed, ch, argc, argv, lens, 0)
+        != NGX_OK)
+    {
+        rs->resync = 1;
+        ngx_free(ch);
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_message(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = data;
+
+    if (reply == NULL) {
+        /* the subscription ends with its connection */
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) {
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_reply_is(reply->element[0], "subscribe")) {
+        /* from now no change is missed: what came before, compared */
+        ngx_http_tokenbiryani_rstore_resync(rs);
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_reply_is(reply->element[0], "message")) {
+        ngx_http_tokenbiryani_rstore_announced(rs, reply->element[2]);
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_sub_ready(ngx_http_tokenbiryani_redis_t *rd)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = rd->data;
+
+    size_t       lens[2];
+    const char  *argv[2];
+
+    argv[0] = "SUBSCRIBE";
+    argv[1] = rs->n.changes;
+    lens[0] = 9;
+    lens[1] = ngx_strlen(rs->n.changes);
+
+    if (ngx_http_tokenbiryani_redis_send(rd,
+            ngx_http_tokenbiryani_rstore_message, rs, 2, argv, lens, 1)
+        != NGX_OK)
+    {
+        ngx_http_tokenbiryani_redis_drop(rd, "SUBSCRIBE cannot be sent");
+    }
+}
+
+
+/* the whole compared: first the data set's name */
+
+static ngx_uint_t
+ngx_http_tokenbiryani_rstore_has(const redisReply *all, const u_char *name,
+    size_t len)
+{
+    size_t  i;
+
+    for (i = 0; all->type == REDIS_REPLY_ARRAY && i + 1 < all->elements;
+         i += 2)
+    {
+        if (all->element[i]->type == REDIS_REPLY_STRING
+            && all->element[i]->len == len
+            && ngx_memcmp(all->element[i]->str, name, len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_pulled_keys(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = data;
+
+    size_t                              i;
+    ngx_pool_t                         *pool;
+    ngx_array_t                         views;
+    ngx_http_tokenbiryani_rkey_view_t  *v;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
+        rs->resync = 1;
+        return;
+    }
+
+    for (i = 0; i + 1 < reply->elements; i += 2) {
+        if (reply->element[i]->type == REDIS_REPLY_STRING) {
+            ngx_http_tokenbiryani_rstore_apply_key(rs->tmcf,
+                (u_char *) reply->element[i]->str, reply->element[i]->len,
+                reply->element[i + 1]);
+        }
+    }
+
+    /* what the zone has and Redis has not: revoked meanwhile */
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_rkeys_copy(&rs->tmcf->zone, pool, &views, NULL)
+        == NGX_OK)
+    {
+        v = views.elts;
+
+        for (i = 0; i < views.nelts; i++) {
+            if (!ngx_http_tokenbiryani_rstore_has(reply, v[i].name.data,
+                                                  v[i].name.len))
+            {
+                ngx_http_tokenbiryani_rstore_apply_key(rs->tmcf,
+                    v[i].name.data, v[i].name.len, NULL);
+            }
+        }
+    }
+
+    ngx_destroy_pool(pool);
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_pulled_accounts(
+    ngx_http_tokenbiryani_redis_t *rd, redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = data;
+
+    size_t                               i, j;
+    redisReply                          *specs, *sealed, *s;
+    ngx_pool_t                          *pool;
+    ngx_array_t                          views;
+    ngx_http_tokenbiryani_racct_view_t  *v;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 2
+        || reply->element[0]->type != REDIS_REPLY_ARRAY
+        || reply->element[1]->type != REDIS_REPLY_ARRAY)
+    {
+        rs->resync = 1;
+        return;
+    }
+
+    specs = reply->element[0];
+    sealed = reply->element[1];
+
+    for (i = 0; i + 1 < specs->elements; i += 2) {
+        s = NULL;
+
+        for (j = 0; j + 1 < sealed->elements; j += 2) {
+            if (sealed->element[j]->len == specs->element[i]->len
+                && ngx_memcmp(sealed->element[j]->str, specs->element[i]->str,
+                              specs->element[i]->len)
+                   == 0)
+            {
+                s = sealed->element[j + 1];
+                break;
+            }
+        }
+
+        if (s) {
+            ngx_http_tokenbiryani_rstore_apply_account(rs->tmcf,
+                (u_char *) specs->element[i]->str, specs->element[i]->len,
+                specs->element[i + 1], s);
+        }
+    }
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_raccts_copy(&rs->tmcf->zone, pool, &views, NULL)
+        == NGX_OK)
+    {
+        v = views.elts;
+
+        for (i = 0; i < views.nelts; i++) {
+            if (!ngx_http_tokenbiryani_rstore_has(specs, v[i].id.data,
+                                                  v[i].id.len))
+            {
+                ngx_http_tokenbiryani_rstore_apply_account(rs->tmcf,
+                    v[i].id.data, v[i].id.len, NULL, NULL);
+            }
+        }
+    }
+
+    ngx_destroy_pool(pool);
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_pulled_strategy(
+    ngx_http_tokenbiryani_redis_t *rd, redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = data;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        rs->resync = 1;
+        return;
+    }
+
+    ngx_http_tokenbiryani_rstore_apply_strategy(rs->tmcf, reply);
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_pull(ngx_http_tokenbiryani_rstore_t *rs)
+{
+    size_t       lens[5];
+    ngx_uint_t   i;
+    const char  *argv[5];
+
+    argv[0] = "HGETALL";
+    argv[1] = rs->n.keys;
+
+    for (i = 0; i < 2; i++) {
+        lens[i] = ngx_strlen(argv[i]);
+    }
+
+    if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+            ngx_http_tokenbiryani_rstore_pulled_keys, rs, 2, argv, lens, 0)
+        != NGX_OK)
+    {
+        rs->resync = 1;
+        return;
+    }
+
+    argv[0] = "EVAL";
+    argv[1] = ngx_http_tokenbiryani_lua_accounts;
+    argv[2] = "2";
+    argv[3] = rs->n.accounts;
+    argv[4] = rs->n.sealed;
+
+    for (i = 0; i < 5; i++) {
+        lens[i] = ngx_strlen(argv[i]);
+    }
+
+    if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+            ngx_http_tokenbiryani_rstore_pulled_accounts, rs, 5, argv, lens,
+            0)
+        != NGX_OK)
+    {
+        rs->resync = 1;
+        return;
+    }
+
+    argv[0] = "HGET";
+    argv[1] = rs->n.meta;
+    argv[2] = NGX_HTTP_TB_SETTING_STRATEGY;
+
+    for (i = 0; i < 3; i++) {
+        lens[i] = ngx_strlen(argv[i]);
+    }
+
+    if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+            ngx_http_tokenbiryani_rstore_pulled_strategy, rs, 3, argv, lens,
+            0)
+        != NGX_OK)
+    {
+        rs->resync = 1;
+    }
+}
+
+
+/*
+ * Redis has another data set than the zone's, or none: it restarted
+ * empty, or was restored.  What this instance holds goes back where
+ * Redis has nothing of that name, then a new data set name, then the
+ * whole is read as usual.
+ */
+
+static void
+ngx_http_tokenbiryani_rstore_ignore(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_renamed(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = data;
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        rs->resync = 1;
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "tokenbiryani: Redis %V did not have this gateway's data "
+                  "set (restarted empty, or restored): this instance wrote "
+                  "back what Redis lacked of its %ui minted keys and %ui "
+                  "accounts", &rs->tmcf->store_shown, rs->back_keys,
+                  rs->back_accounts);
+
+    ngx_http_tokenbiryani_rstore_resync(rs);
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_back(ngx_http_tokenbiryani_rstore_t *rs,
+    const u_char *redis_epoch)
+{
+    u_char                              *p;
+    size_t                               lens[6];
+    ngx_uint_t                           i, j;
+    ngx_pool_t                          *pool;
+    ngx_array_t                          keys, accts;
+    const char                          *argv[6];
+    ngx_http_tokenbiryani_rkey_view_t   *k;
+    ngx_http_tokenbiryani_racct_view_t  *a;
+    u_char                               epoch[33], cur[64];
+
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_rkeys_copy(&rs->tmcf->zone, pool, &keys, NULL)
+        != NGX_OK
+        || ngx_http_tokenbiryani_raccts_copy(&rs->tmcf->zone, pool, &accts,
+                                             NULL)
+           != NGX_OK)
+    {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    rs->back_keys = 0;
+    rs->back_accounts = 0;
+
+    k = keys.elts;
+
+    for (i = 0; i < keys.nelts; i++) {
+        p = ngx_pnalloc(pool, 65 + k[i].spec.len + 1);
+        if (p == NULL) {
+            break;
+        }
+
+        ngx_hex_dump(p, k[i].digest, 32);
+        p[64] = ' ';
+        ngx_memcpy(p + 65, k[i].spec.data, k[i].spec.len + 1);
+
+        argv[0] = "HSETNX";
+        argv[1] = rs->n.keys;
+        argv[2] = (char *) k[i].name.data;
+        argv[3] = (char *) p;
+
+        for (j = 0; j < 4; j++) {
+            lens[j] = ngx_strlen(argv[j]);
+        }
+
+        lens[2] = k[i].name.len;
+
+        if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+                ngx_http_tokenbiryani_rstore_ignore, NULL, 4, argv, lens, 0)
+            != NGX_OK)
+        {
+            break;
+        }
+
+        rs->back_keys++;
+    }
+
+    a = accts.elts;
+
+    for (i = 0; i < accts.nelts; i++) {
+        argv[0] = "EVAL";
+        argv[1] = ngx_http_tokenbiryani_lua_account_back;
+        argv[2] = "2";
+        argv[3] = rs->n.accounts;
+        argv[4] = rs->n.sealed;
+        argv[5] = (char *) a[i].id.data;
+
+        for (j = 0; j < 6; j++) {
+            lens[j] = ngx_strlen(argv[j]);
+        }
+
+        {
+        const char  *av[8];
+        size_t       al[8];
+
+        for (j = 0; j < 6; j++) {
+            av[j] = argv[j];
+            al[j] = lens[j];
+        }
+
+        av[6] = (char *) a[i].spec.data;
+        al[6] = a[i].spec.len;
+        av[7] = (char *) a[i].sealed.data;
+        al[7] = a[i].sealed.len;
+
+        if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+                ngx_http_tokenbiryani_rstore_ignore, NULL, 8, av, al, 0)
+            != NGX_OK)
+        {
+            break;
+        }
+        }
+
+        rs->back_accounts++;
+    }
+
+    (void) ngx_http_tokenbiryani_settings_strategy(&rs->tmcf->zone, cur,
+                                                   sizeof(cur));
+    if (cur[0]) {
+        argv[0] = "HSETNX";
+        argv[1] = rs->n.meta;
+        argv[2] = NGX_HTTP_TB_SETTING_STRATEGY;
+        argv[3] = (char *) cur;
+
+        for (j = 0; j < 4; j++) {
+            lens[j] = ngx_strlen(argv[j]);
+        }
+
+        (void) ngx_http_tokenbiryani_redis_send(&rs->cmd,
+                   ngx_http_tokenbiryani_rstore_ignore, NULL, 4, argv, lens,
+                   0);
+    }
+
+    ngx_destroy_pool(pool);
+
+    /* a new name for what Redis holds now: every other instance finds it
+     * is not the one it has, and writes back what it holds too */
+
+    if (redis_epoch == NULL) {
+        ngx_http_tokenbiryani_redis_new_epoch(epoch);
+
+    } else {
+        ngx_cpystrn(epoch, (u_char *) redis_epoch, sizeof(epoch));
+    }
+
+    ngx_http_tokenbiryani_store_epoch(&rs->tmcf->zone, NULL, epoch);
+
+    argv[0] = "SET";
+    argv[1] = rs->n.epoch;
+    argv[2] = (char *) epoch;
+
+    for (j = 0; j < 3; j++) {
+        lens[j] = ngx_strlen(argv[j]);
+    }
+
+    if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+            ngx_http_tokenbiryani_rstore_renamed, rs, 3, argv, lens, 0)
+        != NGX_OK)
+    {
+        rs->resync = 1;
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_epoch(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = data;
+
+    u_char  mine[33];
+
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        rs->resync = 1;
+        return;
+    }
+
+    ngx_http_tokenbiryani_store_epoch(&rs->tmcf->zone, mine, NULL);
+
+    if (reply->type != REDIS_REPLY_STRING || reply->len == 0
+        || reply->len >= sizeof(mine))
+    {
+        /* nothing at all: it restarted empty */
+        ngx_http_tokenbiryani_rstore_back(rs, NULL);
+        return;
+    }
+
+    if (mine[0] == '\0') {
+        /* the master could not read it: this zone takes what Redis has */
+        ngx_cpystrn(mine, (u_char *) reply->str, reply->len + 1);
+        ngx_http_tokenbiryani_store_epoch(&rs->tmcf->zone, NULL, mine);
+        ngx_http_tokenbiryani_rstore_pull(rs);
+        return;
+    }
+
+    if (reply->len == ngx_strlen(mine)
+        && ngx_memcmp(reply->str, mine, reply->len) == 0)
+    {
+        ngx_http_tokenbiryani_rstore_pull(rs);
+        return;
+    }
+
+    /* another data set: what this instance holds is merged into it */
+    ngx_cpystrn(mine, (u_char *) reply->str, reply->len + 1);
+    ngx_http_tokenbiryani_rstore_back(rs, mine);
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_resync(ngx_http_tokenbiryani_rstore_t *rs)
+{
+    size_t       lens[2];
+    const char  *argv[2];
+
+    rs->resync = 0;
+
+    argv[0] = "GET";
+    argv[1] = rs->n.epoch;
+    lens[0] = 3;
+    lens[1] = ngx_strlen(rs->n.epoch);
+
+    if (ngx_http_tokenbiryani_redis_send(&rs->cmd,
+            ngx_http_tokenbiryani_rstore_epoch, rs, 2, argv, lens, 0)
+        != NGX_OK)
+    {
+        rs->resync = 1;
+    }
+}
+
+
+/* the worker's connection */
+
+static void
+ngx_http_tokenbiryani_rstore_cmd_ready(ngx_http_tokenbiryani_redis_t *rd)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = rd->data;
+
+    ngx_http_tokenbiryani_store_wrote(rs->tmcf, NULL, rd->log);
+
+    if (rs->resync && rs->sub.state == NGX_HTTP_TB_REDIS_READY) {
+        ngx_http_tokenbiryani_rstore_resync(rs);
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_cmd_down(ngx_http_tokenbiryani_redis_t *rd)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = rd->data;
+
+    char  why[600];
+
+    ngx_snprintf((u_char *) why, sizeof(why) - 1, "Redis %V: %s%Z",
+                 &rs->tmcf->store_shown, rd->error);
+    why[sizeof(why) - 1] = '\0';
+
+    ngx_http_tokenbiryani_store_wrote(rs->tmcf, why, rd->log);
+
+    rs->resync = 1;
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_sub_down(ngx_http_tokenbiryani_redis_t *rd)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = rd->data;
+
+    /* changes may be missed until it is back: compared then */
+    rs->resync = 1;
+}
+
+
+static void
+ngx_http_tokenbiryani_rstore_elect(ngx_event_t *ev)
+{
+    ngx_http_tokenbiryani_rstore_t *rs = ev->data;
+
+    if (!rs->sub_started
+        && ngx_http_tokenbiryani_store_flusher(&rs->tmcf->zone, ngx_pid))
+    {
+        rs->sub_started = 1;
+        ngx_http_tokenbiryani_redis_start(&rs->sub);
+    }
+
+    if (rs->resync && rs->sub.state == NGX_HTTP_TB_REDIS_READY
+        && rs->cmd.state == NGX_HTTP_TB_REDIS_READY)
+    {
+        ngx_http_tokenbiryani_rstore_resync(rs);
+    }
+
+    ngx_add_timer(ev, NGX_HTTP_TB_REDIS_ELECT_MS);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_redis_init_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_http_tokenbiryani_rstore_t  *rs;
+
+    rs = &ngx_http_tokenbiryani_rstore;
+
+    if (ngx_http_tokenbiryani_rnames(cycle->pool, &tmcf->store_ns, &rs->n)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    rs->tmcf = tmcf;
+    rs->later_last = &rs->later;
+
+    rs->later_ev.handler = ngx_http_tokenbiryani_rstore_later_handler;
+    rs->later_ev.data = rs;
+    rs->later_ev.log = cycle->log;
+
+    rs->cmd.conf = tmcf->redis;
+    rs->cmd.log = cycle->log;
+    rs->cmd.ready = ngx_http_tokenbiryani_rstore_cmd_ready;
+    rs->cmd.down = ngx_http_tokenbiryani_rstore_cmd_down;
+    rs->cmd.data = rs;
+
+    rs->sub.conf = tmcf->redis;
+    rs->sub.log = cycle->log;
+    rs->sub.ready = ngx_http_tokenbiryani_rstore_sub_ready;
+    rs->sub.down = ngx_http_tokenbiryani_rstore_sub_down;
+    rs->sub.data = rs;
+
+    ngx_http_tokenbiryani_redis_start(&rs->cmd);
+
+    rs->elect.handler = ngx_http_tokenbiryani_rstore_elect;
+    rs->elect.data = rs;
+    rs->elect.log = cycle->log;
+    rs->elect.cancelable = 1;
+
+    ngx_add_timer(&rs->elect, 1);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_tokenbiryani_redis_exit_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_http_tokenbiryani_rstore_t  *rs;
+
+    rs = &ngx_http_tokenbiryani_rstore;
+
+    if (rs->tmcf == NULL) {
+        return;
+    }
+
+    if (rs->elect.timer_set) {
+        ngx_del_timer(&rs->elect);
+    }
+
+    ngx_http_tokenbiryani_redis_stop(&rs->sub);
+    ngx_http_tokenbiryani_redis_stop(&rs->cmd);
+
+    /* the subscriber's worker of the next generation takes over */
+    ngx_http_tokenbiryani_store_unelect(&tmcf->zone, ngx_pid);
+}

@@ -1,0 +1,252 @@
+# store.backend: redis - the durable state in a real redis-server (started
+# here on a private port), shared by two nginx instances of two workers
+# each: a key or an account written on one is honoured on the other within
+# a second; Redis away is the store degraded, never an outage; Redis back
+# empty is written again from what the instances hold.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+use Time::HiRes ();
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+redis_start(fresh => 1);
+
+our $Yaml = <<'_EOY_';
+store:
+  backend: redis
+  url: redis://127.0.0.1:${TEST_NGINX_REDIS_PORT}/0
+  namespace: tbtest
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+_EOY_
+
+gateway_suite(yaml => ">>> tb.yaml\n$Yaml");
+
+my $B = peer_port();
+
+# polls $cond every 10 ms for up to $secs: how long it took, or undef
+sub within {
+    my ($secs, $cond) = @_;
+    my $t0 = Time::HiRes::time();
+    TB::Nginx::poll_until($secs, $cond) or return undef;
+    Time::HiRes::time() - $t0;
+}
+
+sub store_of { pool_status()->{store} }
+
+# GET $path from the instance on $port: the body decoded
+sub admin_get_port {
+    my ($path, $port) = @_;
+    my (undef, $j) = admin(GET => $path, undef, port => $port);
+    $j;
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: rediss:// is refused at nginx -t, naming why and what to do instead
+--- user_files
+>>> tb.yaml
+store:
+  backend: redis
+  url: rediss://redis.example.com:6380/0
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+--- must_die
+--- error_log eval
+[qr/store\.url: rediss:\/\/ \(Redis over TLS\) is not supported: this build's hiredis \(Debian 12's 0\.14\) has no TLS/,
+ qr/stunnel, or a unix socket to a local replica \(docs\/deployment\.md\)/]
+
+
+
+=== TEST 2: a malformed URL or namespace stops the load naming it; the password never reaches a log
+--- request
+GET /healthz
+--- check
+my ($rc, $out) = nginx_t($::Yaml =~ s{url: \S+}{url: redis://:hunter2\@127.0.0.1:99999/0}r);
+isnt($rc, 0, 'a port out of range is refused');
+like($out, qr/store\.url: its port is not a number from 1 to 65535/, 'named');
+unlike($out, qr/hunter2/, 'the password is not printed');
+($rc, $out) = nginx_t($::Yaml =~ s{namespace: tbtest}{namespace: "has space"}r);
+isnt($rc, 0, 'a namespace with a space is refused');
+like($out, qr/store\.namespace is 1 to 64 letters/, 'named');
+($rc, $out) = nginx_t($::Yaml =~ s{url: \S+}{url: unix:relative.sock}r);
+like($out, qr/a unix socket's path is absolute/, 'a relative socket path');
+($rc, $out) = nginx_t($::Yaml);
+is($rc, 0, 'the file as it was passes') or diag($out);
+
+
+
+=== TEST 3: /admin/status and /healthz say where the store is and that it is ok
+--- request
+GET /healthz
+--- response_body_like: "store":"ok"
+--- check
+my $s = store_of();
+is($s->{backend}, 'redis', 'backend');
+is($s->{url}, "redis://127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}", 'the URL, no password');
+is($s->{namespace}, 'tbtest', 'namespace');
+like($s->{instance}, qr/^[\w.-]+-[0-9a-f]{8}$/, 'the instance, by host and prefix');
+is($s->{state}, 'ok', 'ok');
+like(TB::Nginx::log_text(), qr/the store redis:\/\/127\.0\.0\.1:\d+ \(namespace "tbtest", instance "[^"]+"\) loaded: 0 minted keys, 0 accounts/,
+     'the master says what it read');
+
+
+
+=== TEST 4: a key minted on A works on B, and revoked on A fails on B, each within a second
+--- request
+GET /healthz
+--- check
+peer_start();
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'shared', models => ['claude-*'] });
+is($st, 201, 'minted on A') or diag(explain($j));
+my $secret = $j->{key};
+is(TB::Nginx::redis_cmd('HGET', 'tbtest:keys', 'shared') =~ /^([0-9a-f]{64}) \{/ ? $1 : '',
+   sha256_hex($secret), 'Redis holds its digest and spec, not its secret');
+ok(defined within(1, sub { (message_with($secret, port => $B)->{status} // 0) == 200 }),
+   'B honours it within a second');
+is(message_with($secret, port => $B, model => 'gpt-4o')->{status}, 403, 'with its scope');
+
+($st, $j) = admin(PATCH => '/admin/keys/shared', { models => ['gpt-*'] });
+is($st, 200, 'rescoped on A');
+ok(defined within(1, sub { (message_with($secret, port => $B)->{status} // 0) == 403 }),
+   'B applies the new scope within a second');
+
+($st, $j) = admin(DELETE => '/admin/keys/shared');
+is($st, 200, 'revoked on A');
+ok(defined within(1, sub { (message_with($secret, port => $B, model => 'gpt-4o')->{status} // 0) == 401 }),
+   'B refuses it within a second');
+is(message_with($secret)->{status}, 401, 'and A at once');
+my ($bs, $bj) = admin(GET => '/admin/keys', undef, port => $B);
+is_deeply([map { $_->{name} } @{ $bj->{keys} }], ['ops', 'tenant'], 'B lists only the file\'s keys');
+unlike(TB::Nginx::log_text() . peer_log(), qr/\Q$secret\E/, 'the secret is in no log');
+
+
+
+=== TEST 5: minted on B, the same name on A conflicts; both restart and read it back
+--- request
+GET /healthz
+--- check
+peer_start();
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'from-b' }, port => $B);
+is($st, 201, 'minted on B') or diag(explain($j));
+my $secret = $j->{key};
+ok(defined within(1, sub { (message_with($secret)->{status} // 0) == 200 }), 'A honours it');
+($st, $j) = admin(POST => '/admin/keys', { name => 'from-b' });
+is($st, 409, 'A refuses a second key of that name');
+TB::Nginx::peer_stop();
+restart();
+is(message_with($secret)->{status}, 200, 'after a restart A read it back from Redis');
+like(TB::Nginx::log_text(), qr/loaded: 1 minted keys/, 'as the log says');
+
+
+
+=== TEST 6: an account added on A serves on B; removed on A, B stops routing to it
+--- request
+GET /healthz
+--- check
+peer_start();
+my ($st, $j) = admin(POST => '/admin/accounts', { id => 'rt1', type => 'anthropic', api_key => 'sk-rt1',
+                                                  base_url => "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT2}",
+                                                  probe => JSON::PP::false });
+is($st, 201, 'added on A') or diag(explain($j));
+my $sealed = TB::Nginx::redis_cmd('HGET', 'tbtest:sealed', 'rt1');
+ok(length($sealed // '') > 20, 'Redis holds its credential sealed');
+unlike(join('', @{ TB::Nginx::redis_cmd('HGETALL', 'tbtest:accounts') }, $sealed), qr/sk-rt1/,
+       'and nowhere in plaintext');
+ok(defined within(1, sub { grep { $_->{id} eq 'rt1' } @{ admin_get_port('/admin/status', $B)->{accounts} } }),
+   'B lists it within a second');
+($st, $j) = admin(POST => '/admin/accounts/a1/disable', undef, port => $B);
+is($st, 200, 'a1 disabled on B');
+my $r = message_with('tenant-key', port => $B);
+is($r->{status}, 200, 'B serves');
+is(request_record($r)->{account}, 'rt1', 'through the account added on A');
+($st, $j) = admin(DELETE => '/admin/accounts/rt1');
+is($st, 200, 'removed on A');
+ok(defined within(1, sub { !grep { $_->{id} eq 'rt1' } @{ admin_get_port('/admin/status', $B)->{accounts} } }),
+   'B drops it within a second');
+unlike(TB::Nginx::log_text() . peer_log(), qr/sk-rt1/, 'the credential is in no log');
+
+
+
+=== TEST 7: Redis killed while serving: requests go on, the store is degraded with one log line, writes refuse honestly, and it comes back
+--- request
+GET /healthz
+--- check
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'before' });
+my $secret = $j->{key};
+TB::Nginx::redis_kill();
+my @r = map { message_with('tenant-key') } 1 .. 5;
+is_deeply([map { $_->{status} } @r], [200, 200, 200, 200, 200], 'serving goes on from the zone');
+is(message_with($secret)->{status}, 200, 'the minted key still works');
+ok(defined within(5, sub { store_of()->{state} eq 'degraded' }), '/admin/status: degraded');
+like(store_of()->{error}, qr/Redis redis:\/\/127\.0\.0\.1:\d+/, 'naming Redis');
+like(TB::Nginx::http_request(method => 'GET', path => '/healthz')->{body}, qr/"status":"ok".*"store":"degraded"/,
+     '/healthz: ok, the store degraded');
+($st, $j) = admin(POST => '/admin/keys', { name => 'during' });
+is($st, 503, 'a mint while Redis is away is refused');
+like($j->{error}{message}, qr/nothing was changed: the store cannot be written \(Redis .* is not reachable/,
+     'saying why') or diag(explain($j));
+my @lines = grep { /the store cannot be written, the gateway serves from memory/ } split /\n/, TB::Nginx::log_text();
+is(scalar @lines, 1, 'the log says so once');
+TB::Nginx::redis_start();
+ok(defined within(8, sub { store_of()->{state} eq 'ok' }), 'ok again once Redis is back');
+like(TB::Nginx::log_text(), qr/the store "redis:\/\/[^"]+" is written again/, 'which the log says');
+($st, $j) = admin(POST => '/admin/keys', { name => 'after' });
+is($st, 201, 'writes work again');
+--- error_log eval
+qr/the store cannot be written/
+
+
+
+=== TEST 8: Redis restarted empty: the instances write back the keys and accounts they hold
+--- request
+GET /healthz
+--- check
+peer_start();
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'kept' });
+my $secret = $j->{key};
+($st, $j) = admin(POST => '/admin/accounts', { id => 'rt2', api_key => 'sk-rt2',
+                                               base_url => "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT2}",
+                                               probe => JSON::PP::false });
+is($st, 201, 'an account added');
+TB::Nginx::redis_kill();
+TB::Nginx::redis_start(fresh => 1);
+ok(defined within(10, sub { (TB::Nginx::redis_cmd('HGET', 'tbtest:keys', 'kept') // '') =~ /^[0-9a-f]{64} / }),
+   'the key is in Redis again');
+ok(defined within(5, sub { defined TB::Nginx::redis_cmd('HGET', 'tbtest:sealed', 'rt2') }), 'and the account');
+like(TB::Nginx::log_text() . peer_log(), qr/did not have this gateway's data set .*wrote back/, 'the log says why');
+is(message_with($secret, port => $B)->{status}, 200, 'the key works on B');
+($st, $j) = admin(DELETE => '/admin/keys/kept', undef, port => $B);
+is($st, 200, 'and can be revoked on B');
+ok(defined within(1, sub { (message_with($secret)->{status} // 0) == 401 }), 'which A honours');
+--- error_log eval
+qr/the store cannot be written/
+
+
+
+=== TEST 9: a wrong password: degraded, with Redis's words and never the password
+--- user_files eval
+">>> tb.yaml\n" . ($::Yaml =~ s{namespace: tbtest}{namespace: tbtest\n  password: not-the-password}r)
+--- request
+GET /healthz
+--- response_body_like: "store":"degraded"
+--- check
+like(store_of()->{error}, qr/AUTH.*(WRONGPASS|without any password|invalid)/i, 'Redis\'s refusal') or diag(explain(store_of()));
+unlike(TB::Nginx::log_text() . json_encode(pool_status()), qr/not-the-password/, 'the password is nowhere');
+--- error_log eval
+qr/degraded/

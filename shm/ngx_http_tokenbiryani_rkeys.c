@@ -76,7 +76,16 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
 
     old = ngx_http_tokenbiryani_rkey_find_locked(sh, name, name_len);
 
-    if (set) {
+    if (digest == NULL && old == NULL) {
+        rc = NGX_HTTP_TB_RKEY_NONE;
+        goto done;
+    }
+
+    if (digest == NULL) {
+        /* another spec, the same secret */
+        digest = old->digest;
+
+    } else if (set) {
         if (old && ngx_memcmp(old->digest, digest, 32) == 0
             && old->spec_len == spec_len
             && ngx_memcmp(old->data + old->name_len, spec, spec_len) == 0)
@@ -85,12 +94,8 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
             goto done;
         }
 
-    } else if (digest && old) {
+    } else if (old) {
         rc = NGX_HTTP_TB_RKEY_EXISTS;
-        goto done;
-
-    } else if (digest == NULL && old == NULL) {
-        rc = NGX_HTTP_TB_RKEY_NONE;
         goto done;
     }
 
@@ -102,7 +107,7 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
         goto done;
     }
 
-    ngx_memcpy(k->digest, digest ? digest : old->digest, 32);
+    ngx_memcpy(k->digest, digest, 32);
 
     k->name_len = name_len;
     k->spec_len = spec_len;

@@ -136,6 +136,7 @@ typedef struct {
     void                          *thread_pool;  /* ngx_thread_pool_t */
 
     /* store.backend: redis - where, and this instance's name in it */
+    const void                    *store_ops;  /* ..._store_ops_t */
     void                          *redis;  /* ..._redis_conf_t */
     ngx_str_t                      store_ns;
     ngx_str_t                      store_instance;
@@ -182,6 +183,15 @@ typedef struct {
 
     ngx_uint_t                     used;      /* any location uses us */
 } ngx_http_tokenbiryani_main_conf_t;
+
+
+#define NGX_HTTP_TB_STORE_NONE         0      /* store.backend: memory */
+#define NGX_HTTP_TB_STORE_SQLITE       1
+#define NGX_HTTP_TB_STORE_REDIS        2
+
+/* whether writes go to a store (else the zone is all there is) */
+#define ngx_http_tokenbiryani_store_on(tmcf)                                  \
+    ((tmcf)->store_backend != NGX_HTTP_TB_STORE_NONE)
 
 
 typedef struct {

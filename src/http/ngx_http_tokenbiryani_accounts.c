@@ -7,7 +7,6 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_keepalive.h"
-#include "ngx_http_tokenbiryani_store.h"
 #include "tb_hash.h"
 
 #include <cjson/cJSON.h>

@@ -125,6 +125,15 @@ typedef struct {
 
 static ngx_http_tokenbiryani_rstore_t  ngx_http_tokenbiryani_rstore;
 
+static const ngx_http_tokenbiryani_store_ops_t
+    ngx_http_tokenbiryani_redis_ops =
+{
+    ngx_http_tokenbiryani_redis_load,
+    ngx_http_tokenbiryani_redis_init_worker,
+    ngx_http_tokenbiryani_redis_exit_worker,
+    ngx_http_tokenbiryani_redis_post
+};
+
 
 static void ngx_http_tokenbiryani_rstore_resync(
     ngx_http_tokenbiryani_rstore_t *rs);
@@ -361,6 +370,7 @@ ngx_http_tokenbiryani_redis_conf(ngx_conf_t *cf,
     }
 
     tmcf->redis = rc;
+    tmcf->store_ops = &ngx_http_tokenbiryani_redis_ops;
     tmcf->store_shown = rc->shown;
     tmcf->store_backend = NGX_HTTP_TB_STORE_REDIS;
 

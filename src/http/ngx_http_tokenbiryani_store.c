@@ -6,7 +6,6 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_store.h"
-#include "ngx_http_tokenbiryani_redis_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_accounts.h"
@@ -53,13 +52,12 @@ static void ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job);
 
 #endif
 
-static ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
 static int ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
     ngx_http_tokenbiryani_job_t *job);
 static int ngx_http_tokenbiryani_flush_spend(tb_store_t *db,
     ngx_http_tokenbiryani_job_t *job);
-static void ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size);
+
 static void ngx_http_tokenbiryani_load_history(tb_store_t *db,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
 static void ngx_http_tokenbiryani_load_spend(tb_store_t *db,
@@ -148,8 +146,9 @@ ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS) {
-        return ngx_http_tokenbiryani_redis_load(shm_zone, tmcf);
+    if (tmcf->store_ops) {
+        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)->load(
+                   shm_zone, tmcf);
     }
 
     return ngx_http_tokenbiryani_store_load(shm_zone, tmcf);
@@ -468,8 +467,9 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
         return NGX_OK;
     }
 
-    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS) {
-        return ngx_http_tokenbiryani_redis_init_worker(cycle, tmcf);
+    if (tmcf->store_ops) {
+        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)
+                   ->init_worker(cycle, tmcf);
     }
 
     /* the history: written by one worker, elected, every second */
@@ -575,8 +575,9 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
      * act, so a graceful stop loses no history
      */
 
-    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS) {
-        ngx_http_tokenbiryani_redis_exit_worker(cycle, tmcf);
+    if (tmcf->store_ops) {
+        ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)->exit_worker(
+            cycle, tmcf);
         return;
     }
 
@@ -626,10 +627,9 @@ ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
 {
     ngx_http_tokenbiryani_writer_t  *w;
 
-    if (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS
-        && job->op != NGX_HTTP_TB_JOB_RESOLVE)
-    {
-        return ngx_http_tokenbiryani_redis_post(tmcf, job);
+    if (tmcf->store_ops && job->op != NGX_HTTP_TB_JOB_RESOLVE) {
+        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)->post(
+                   tmcf, job);
     }
 
     w = &ngx_http_tokenbiryani_writer;
@@ -902,7 +902,7 @@ ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
  * one log line.
  */
 
-static void
+void
 ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size)
 {
     u_char  *p;
@@ -917,7 +917,7 @@ ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size)
 
 
 /* what the store does not have yet, from the zone; NULL: nothing new */
-static ngx_http_tokenbiryani_job_t *
+ngx_http_tokenbiryani_job_t *
 ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
     u_char                               *p, *id;
@@ -1257,17 +1257,9 @@ failed:
 
 /* the master: history read back, its slots mapped onto this zone's */
 
-typedef struct {
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    ngx_int_t                          *map;      /* old slot -> new */
-    ngx_uint_t                          nmap;
-    ngx_uint_t                          records;
-    ngx_uint_t                          events;
-} ngx_http_tokenbiryani_hload_t;
-
-
-static int
-ngx_http_tokenbiryani_hload_slot(void *data, uint64_t slot, const char *id)
+int
+ngx_http_tokenbiryani_store_hload_slot(void *data, uint64_t slot,
+    const char *id)
 {
     ngx_http_tokenbiryani_hload_t *hl = data;
 
@@ -1288,9 +1280,9 @@ ngx_http_tokenbiryani_hload_map(ngx_http_tokenbiryani_hload_t *hl,
 }
 
 
-static int
-ngx_http_tokenbiryani_hload_record(void *data, uint64_t seq, const void *blob,
-    size_t len)
+int
+ngx_http_tokenbiryani_store_hload_record(void *data, uint64_t seq,
+    const void *blob, size_t len)
 {
     ngx_http_tokenbiryani_hload_t *hl = data;
 
@@ -1334,9 +1326,9 @@ ngx_http_tokenbiryani_hload_record(void *data, uint64_t seq, const void *blob,
 }
 
 
-static int
-ngx_http_tokenbiryani_hload_event(void *data, uint64_t seq, const void *blob,
-    size_t len)
+int
+ngx_http_tokenbiryani_store_hload_event(void *data, uint64_t seq,
+    const void *blob, size_t len)
 {
     ngx_http_tokenbiryani_hload_t *hl = data;
 
@@ -1358,14 +1350,69 @@ ngx_http_tokenbiryani_hload_event(void *data, uint64_t seq, const void *blob,
 }
 
 
+ngx_int_t
+ngx_http_tokenbiryani_store_hload_begin(ngx_http_tokenbiryani_hload_t *hl,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *stored,
+    ngx_log_t *log)
+{
+    ngx_uint_t  i;
+    u_char      layout[128];
+
+    ngx_http_tokenbiryani_history_layout(layout, sizeof(layout));
+
+    if (ngx_strcmp(layout, stored) != 0) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "tokenbiryani: the store's request history was written "
+                      "by another build (%s, this one: %s) and is not read "
+                      "back", stored, layout);
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(hl, sizeof(ngx_http_tokenbiryani_hload_t));
+    hl->tmcf = tmcf;
+    hl->nmap = 4096;
+
+    hl->map = ngx_alloc(hl->nmap * sizeof(ngx_int_t), log);
+    if (hl->map == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < hl->nmap; i++) {
+        hl->map[i] = -1;
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_tokenbiryani_store_hload_end(ngx_http_tokenbiryani_hload_t *hl,
+    ngx_log_t *log)
+{
+    ngx_http_tokenbiryani_zone_stats_t  zs;
+
+    ngx_free(hl->map);
+
+    /* what was read back is written already */
+
+    ngx_http_tokenbiryani_zone_stats(&hl->tmcf->zone, &zs);
+    ngx_http_tokenbiryani_store_flushed(&hl->tmcf->zone, zs.ring_seq,
+                                        ngx_http_tokenbiryani_events_last(
+                                            &hl->tmcf->zone),
+                                        0, 0);
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "tokenbiryani: the store's history read back: %ui "
+                  "requests, %ui events", hl->records, hl->events);
+}
+
+
 static void
 ngx_http_tokenbiryani_load_history(tb_store_t *db,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)
 {
-    ngx_uint_t                           i;
     ngx_http_tokenbiryani_hload_t        hl;
     ngx_http_tokenbiryani_zone_stats_t   zs;
-    u_char                               layout[128];
     char                                 stored[128];
 
     if (tb_store_meta_get(db, "history_layout", stored, sizeof(stored))
@@ -1375,38 +1422,21 @@ ngx_http_tokenbiryani_load_history(tb_store_t *db,
         return;
     }
 
-    ngx_http_tokenbiryani_history_layout(layout, sizeof(layout));
-
-    if (ngx_strcmp(layout, stored) != 0) {
-        ngx_log_error(NGX_LOG_WARN, log, 0,
-                      "tokenbiryani: the store's request history was written "
-                      "by another build (%s, this one: %s) and is not read "
-                      "back", stored, layout);
+    if (ngx_http_tokenbiryani_store_hload_begin(&hl, tmcf, stored, log)
+        != NGX_OK)
+    {
         return;
-    }
-
-    ngx_memzero(&hl, sizeof(hl));
-    hl.tmcf = tmcf;
-    hl.nmap = 4096;
-
-    hl.map = ngx_alloc(hl.nmap * sizeof(ngx_int_t), log);
-    if (hl.map == NULL) {
-        return;
-    }
-
-    for (i = 0; i < hl.nmap; i++) {
-        hl.map[i] = -1;
     }
 
     ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
 
-    if (tb_store_slots(db, ngx_http_tokenbiryani_hload_slot, &hl)
+    if (tb_store_slots(db, ngx_http_tokenbiryani_store_hload_slot, &hl)
         != TB_STORE_OK
         || tb_store_history(db, TB_STORE_RECORDS, zs.ring_size,
-                            ngx_http_tokenbiryani_hload_record, &hl)
+                            ngx_http_tokenbiryani_store_hload_record, &hl)
            != TB_STORE_OK
         || tb_store_history(db, TB_STORE_EVENTS, zs.events_size,
-                            ngx_http_tokenbiryani_hload_event, &hl)
+                            ngx_http_tokenbiryani_store_hload_event, &hl)
            != TB_STORE_OK)
     {
         ngx_log_error(NGX_LOG_ERR, log, 0,
@@ -1414,36 +1444,16 @@ ngx_http_tokenbiryani_load_history(tb_store_t *db,
                       "back: %s", tb_store_error(db));
     }
 
-    ngx_free(hl.map);
-
-    /* what was read back is written already */
-
-    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
-    ngx_http_tokenbiryani_store_flushed(&tmcf->zone, zs.ring_seq,
-                                        ngx_http_tokenbiryani_events_last(
-                                            &tmcf->zone),
-                                        0, 0);
-
-    ngx_log_error(NGX_LOG_NOTICE, log, 0,
-                  "tokenbiryani: the store's history read back: %ui "
-                  "requests, %ui events", hl.records, hl.events);
+    ngx_http_tokenbiryani_store_hload_end(&hl, log);
 }
 
 
 /* the settings an operator made at runtime, over the file's */
 /* the master: the spend ledgers and the conversations read back */
 
-typedef struct {
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    ngx_uint_t                          ledgers;
-    ngx_uint_t                          sessions;
-    ngx_uint_t                          skipped;  /* another build's */
-} ngx_http_tokenbiryani_sload_t;
-
-
-static int
-ngx_http_tokenbiryani_sload_ledger(void *data, int scope, const char *id,
-    const void *blob, size_t len)
+int
+ngx_http_tokenbiryani_store_sload_ledger(void *data, int scope,
+    const char *id, const void *blob, size_t len)
 {
     ngx_http_tokenbiryani_sload_t *sl = data;
 
@@ -1496,8 +1506,8 @@ ngx_http_tokenbiryani_sload_ledger(void *data, int scope, const char *id,
 }
 
 
-static int
-ngx_http_tokenbiryani_sload_session(void *data, uint64_t seq,
+int
+ngx_http_tokenbiryani_store_sload_session(void *data, uint64_t seq,
     const void *blob, size_t len)
 {
     ngx_http_tokenbiryani_sload_t *sl = data;
@@ -1537,10 +1547,10 @@ ngx_http_tokenbiryani_load_spend(tb_store_t *db,
     ngx_memzero(&sl, sizeof(sl));
     sl.tmcf = tmcf;
 
-    if (tb_store_ledgers(db, ngx_http_tokenbiryani_sload_ledger, &sl)
+    if (tb_store_ledgers(db, ngx_http_tokenbiryani_store_sload_ledger, &sl)
         != TB_STORE_OK
         || tb_store_sessions(db, NGX_HTTP_TB_SESSIONS,
-                             ngx_http_tokenbiryani_sload_session, &sl)
+                             ngx_http_tokenbiryani_store_sload_session, &sl)
            != TB_STORE_OK)
     {
         ngx_log_error(NGX_LOG_ERR, log, 0,
@@ -1549,16 +1559,24 @@ ngx_http_tokenbiryani_load_spend(tb_store_t *db,
         return;
     }
 
+    ngx_http_tokenbiryani_store_sload_end(&sl, log);
+}
+
+
+void
+ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
+    ngx_log_t *log)
+{
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "tokenbiryani: the store's spend read back: %ui ledgers, "
-                  "%ui conversations", sl.ledgers, sl.sessions);
+                  "%ui conversations", sl->ledgers, sl->sessions);
 
-    if (sl.skipped) {
+    if (sl->skipped) {
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "tokenbiryani: %ui spend ledgers and conversations in "
                       "the store were written by another build (another "
                       "layout) and are not read back: their caps count "
-                      "from nothing", sl.skipped);
+                      "from nothing", sl->skipped);
     }
 }
 

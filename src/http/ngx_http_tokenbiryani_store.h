@@ -123,6 +123,52 @@ void ngx_http_tokenbiryani_store_load_strategy(
 void ngx_http_tokenbiryani_store_wrote(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const char *err, ngx_log_t *log);
 
+/*
+ * The history and the spend read back by the master, by either backend:
+ * hload_begin with the layout the store says it wrote (NGX_DECLINED:
+ * another build's, said), then the slots, records and events through the
+ * callbacks, then hload_end; the ledgers and conversations through the
+ * sload callbacks, then sload_end.
+ */
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_int_t                          *map;      /* old slot -> new */
+    ngx_uint_t                          nmap;
+    ngx_uint_t                          records;
+    ngx_uint_t                          events;
+} ngx_http_tokenbiryani_hload_t;
+
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_uint_t                          ledgers;
+    ngx_uint_t                          sessions;
+    ngx_uint_t                          skipped;  /* another build's */
+} ngx_http_tokenbiryani_sload_t;
+
+void ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size);
+ngx_int_t ngx_http_tokenbiryani_store_hload_begin(
+    ngx_http_tokenbiryani_hload_t *hl, ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const char *stored, ngx_log_t *log);
+int ngx_http_tokenbiryani_store_hload_slot(void *data, uint64_t slot,
+    const char *id);
+int ngx_http_tokenbiryani_store_hload_record(void *data, uint64_t seq,
+    const void *blob, size_t len);
+int ngx_http_tokenbiryani_store_hload_event(void *data, uint64_t seq,
+    const void *blob, size_t len);
+void ngx_http_tokenbiryani_store_hload_end(ngx_http_tokenbiryani_hload_t *hl,
+    ngx_log_t *log);
+int ngx_http_tokenbiryani_store_sload_ledger(void *data, int scope,
+    const char *id, const void *blob, size_t len);
+int ngx_http_tokenbiryani_store_sload_session(void *data, uint64_t seq,
+    const void *blob, size_t len);
+void ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
+    ngx_log_t *log);
+
+/* what the store does not have yet, from the zone (ngx_alloc'd, freed by
+ * the caller); NULL: nothing new */
+ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
+    ngx_http_tokenbiryani_main_conf_t *tmcf);
+
 /* at configuration: the store file's path, and nginx's thread pool */
 ngx_int_t ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path);
@@ -138,13 +184,22 @@ ngx_int_t ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
 void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
-#define NGX_HTTP_TB_STORE_NONE         0      /* store.backend: memory */
-#define NGX_HTTP_TB_STORE_SQLITE       1
-#define NGX_HTTP_TB_STORE_REDIS        2
-
-/* whether writes go to a store (else the zone is all there is) */
-#define ngx_http_tokenbiryani_store_on(tmcf)                                  \
-    ((tmcf)->store_backend != NGX_HTTP_TB_STORE_NONE)
+/*
+ * A backend other than sqlite (redis): what the store does, done its way.
+ * Set at configuration; the sqlite backend is this file's own.
+ */
+typedef struct {
+    /* the master, a new zone */
+    ngx_int_t (*load)(ngx_shm_zone_t *shm_zone,
+        ngx_http_tokenbiryani_main_conf_t *tmcf);
+    ngx_int_t (*init_worker)(ngx_cycle_t *cycle,
+        ngx_http_tokenbiryani_main_conf_t *tmcf);
+    void (*exit_worker)(ngx_cycle_t *cycle,
+        ngx_http_tokenbiryani_main_conf_t *tmcf);
+    /* every job but RESOLVE, which runs in the thread pool */
+    ngx_int_t (*post)(ngx_http_tokenbiryani_main_conf_t *tmcf,
+        ngx_http_tokenbiryani_job_t *job);
+} ngx_http_tokenbiryani_store_ops_t;
 
 /*
  * Queues a write; job->done is called from the event loop once it is

@@ -33,7 +33,7 @@ _EOY_
 
 gateway_suite(yaml => ">>> tb.yaml\n$Yaml");
 
-my $B = peer_port();
+our $B = peer_port();
 
 # polls $cond every 10 ms for up to $secs: how long it took, or undef
 sub within {
@@ -112,6 +112,7 @@ like(TB::Nginx::log_text(), qr/the store redis:\/\/127\.0\.0\.1:\d+ \(namespace 
 GET /healthz
 --- check
 peer_start();
+isnt(admin_get_port('/admin/status', $B)->{store}{instance}, store_of()->{instance}, 'B is another instance');
 my ($st, $j) = admin(POST => '/admin/keys', { name => 'shared', models => ['claude-*'] });
 is($st, 201, 'minted on A') or diag(explain($j));
 my $secret = $j->{key};
@@ -174,7 +175,7 @@ ok(defined within(1, sub { grep { $_->{id} eq 'rt1' } @{ admin_get_port('/admin/
 is($st, 200, 'a1 disabled on B');
 my $r = message_with('tenant-key', port => $B);
 is($r->{status}, 200, 'B serves');
-is(request_record($r)->{account}, 'rt1', 'through the account added on A');
+is($r->{headers}{'x-tokenbiryani-account'}, 'rt1', 'through the account added on A');
 ($st, $j) = admin(DELETE => '/admin/accounts/rt1');
 is($st, 200, 'removed on A');
 ok(defined within(1, sub { !grep { $_->{id} eq 'rt1' } @{ admin_get_port('/admin/status', $B)->{accounts} } }),
@@ -250,3 +251,61 @@ like(store_of()->{error}, qr/AUTH.*(WRONGPASS|without any password|invalid)/i, '
 unlike(TB::Nginx::log_text() . json_encode(pool_status()), qr/not-the-password/, 'the password is nowhere');
 --- error_log eval
 qr/degraded/
+
+
+
+=== TEST 10: the history, the spend and the usage in Redis: written each second, read back after a restart
+--- user_files eval
+">>> tb.yaml\npricing: builtin\n" . $::Yaml
+--- request
+GET /healthz
+--- check
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'capped', spend_cap_usd => 0.001 });
+is($st, 201, 'a capped key') or diag(explain($j));
+my $secret = $j->{key};
+my @r = map { message_with($secret) } 1 .. 8;
+my $served = grep { $_->{status} == 200 } @r;
+ok($served >= 2 && $r[-1]{status} == 429, "the cap refuses after $served") or diag(join ' ', map { $_->{status} } @r);
+my $inst = store_of()->{instance};
+ok(defined within(3, sub { (TB::Nginx::redis_cmd('LLEN', "tbtest:i:$inst:records") // 0) == 8 }),
+   'the eight records are in Redis within the flush');
+ok(defined within(3, sub { grep { /^k:[0-9a-f]{16}$/ } @{ TB::Nginx::redis_cmd('HKEYS', "tbtest:i:$inst:ledgers") } }),
+   'and the key\'s ledger');
+my %usage;
+for my $range (qw(1h 24h 7d 30d)) {
+    ($st, $j) = admin(GET => "/admin/usage?range=$range&by=key");
+    is($st, 200, "/admin/usage?range=$range answers") or diag(explain($j));
+    my %g = map { $_->{name} => $_ } @{ $j->{groups} // [] };
+    $usage{$range} = $g{capped}{totals}{requests} // 0;
+}
+is_deeply(\%usage, { '1h' => 8, '24h' => 8, '7d' => 8, '30d' => 8 }, 'every range counts the eight (minutes, quarters, hours, days)');
+ok($j->{totals}{cost_usd} > 0.001, "their cost, past the cap: \$$j->{totals}{cost_usd}");
+unlike(join('', map { TB::Nginx::redis_cmd('TYPE', $_) eq 'string' ? TB::Nginx::redis_cmd('GET', $_) // '' : '' }
+                @{ TB::Nginx::redis_cmd('KEYS', 'tbtest:*') }), qr/\Q$secret\E/, 'the secret is in no Redis string');
+restart();
+like(TB::Nginx::log_text(), qr/the store's history read back: 8 requests/, 'the history read back');
+like(TB::Nginx::log_text(), qr/the store's spend read back: [1-9]\d* ledgers/, 'and the ledgers');
+is(message_with($secret)->{status}, 429, 'the cap still holds after the restart');
+($st, $j) = admin(GET => '/admin/requests?limit=50');
+ok(@{ $j->{requests} // [] } >= 8, 'the inspector shows the requests from before') or diag(explain($j));
+ok(defined within(3, sub { my (undef, $u) = admin(GET => '/admin/usage?range=1h&by=key');
+                           my %g = map { $_->{name} => $_ } @{ $u->{groups} // [] };
+                           ($g{capped}{totals}{requests} // 0) == 9 }), 'the usage goes on from where it was: 9');
+
+
+
+=== TEST 11: the usage history is one for both instances: each adds to the same buckets
+--- request
+GET /healthz
+--- check
+peer_start();
+my @a = map { message_with('tenant-key') } 1 .. 3;
+my @b = map { message_with('tenant-key', port => $B) } 1 .. 2;
+is_deeply([map { $_->{status} } @a, @b], [200, 200, 200, 200, 200], 'three on A, two on B');
+my $u;
+ok(defined within(3, sub { (undef, $u) = admin(GET => '/admin/usage?range=1h&by=key', undef, port => $B);
+                           my %g = map { $_->{name} => $_ } @{ $u->{groups} // [] };
+                           ($g{tenant}{totals}{requests} // 0) == 5 }),
+   'B\'s /admin/usage counts all five') or diag(explain($u));
+my $instances = TB::Nginx::redis_cmd('ZRANGE', 'tbtest:instances', 0, -1);
+is(scalar @$instances, 2, 'two instances have written') or diag(explain($instances));

@@ -557,3 +557,89 @@ ngx_http_tokenbiryani_redis_send(ngx_http_tokenbiryani_redis_t *rd,
     return ngx_http_tokenbiryani_redis_command(rd, cb, data, argc, argv,
                                                argvlen, persistent);
 }
+
+
+redisContext *
+ngx_http_tokenbiryani_redis_connect_sync(
+    ngx_http_tokenbiryani_redis_conf_t *conf, char *err, size_t size)
+{
+    int              argc;
+    size_t           lens[3];
+    ngx_msec_t       ms;
+    redisReply      *r;
+    redisContext    *c;
+    struct timeval   tv;
+    const char      *argv[3], *what;
+    u_char           db[NGX_INT_T_LEN + 1];
+
+    ms = ngx_max(conf->timeout, 1000);
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+
+    c = conf->path.len
+        ? redisConnectUnixWithTimeout((char *) conf->path.data, tv)
+        : redisConnectWithTimeout((char *) conf->host.data, conf->port, tv);
+
+    if (c == NULL || c->err) {
+        ngx_cpystrn((u_char *) err,
+                    (u_char *) (c ? c->errstr : "no memory"), size);
+        if (c) {
+            redisFree(c);
+        }
+
+        return NULL;
+    }
+
+    (void) redisSetTimeout(c, tv);
+
+    for (what = "AUTH"; what; what = (what[0] == 'A') ? "SELECT" : NULL) {
+        if (what[0] == 'A') {
+            if (conf->password.len == 0) {
+                continue;
+            }
+
+            argc = 0;
+            argv[argc] = "AUTH";
+            lens[argc++] = 4;
+
+            if (conf->user.len) {
+                argv[argc] = (char *) conf->user.data;
+                lens[argc++] = conf->user.len;
+            }
+
+            argv[argc] = (char *) conf->password.data;
+            lens[argc++] = conf->password.len;
+
+        } else {
+            if (conf->database == 0) {
+                continue;
+            }
+
+            argv[0] = "SELECT";
+            lens[0] = 6;
+            argv[1] = (char *) db;
+            lens[1] = ngx_sprintf(db, "%d", conf->database) - db;
+            argc = 2;
+        }
+
+        r = redisCommandArgv(c, argc, argv, lens);
+
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            /* Redis's words: they never hold the password */
+            ngx_snprintf((u_char *) err, size - 1, "%s refused: %s%Z", what,
+                         r ? r->str : c->errstr);
+            err[size - 1] = '\0';
+
+            if (r) {
+                freeReplyObject(r);
+            }
+
+            redisFree(c);
+            return NULL;
+        }
+
+        freeReplyObject(r);
+    }
+
+    return c;
+}

@@ -97,4 +97,14 @@ void ngx_http_tokenbiryani_redis_drop(ngx_http_tokenbiryani_redis_t *rd,
     const char *why);
 
 
+/*
+ * A blocking connection, AUTH and SELECT done: for the master before
+ * workers run and for a worker's last act as it exits, never for one
+ * that serves.  Bounded by the timeout (a second at least); NULL with
+ * the reason in err.
+ */
+redisContext *ngx_http_tokenbiryani_redis_connect_sync(
+    ngx_http_tokenbiryani_redis_conf_t *conf, char *err, size_t size);
+
+
 #endif /* _NGX_HTTP_TOKENBIRYANI_REDIS_H_INCLUDED_ */

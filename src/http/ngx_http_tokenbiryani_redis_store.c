@@ -23,6 +23,7 @@
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_redis.h"
 #include "ngx_http_tokenbiryani_redis_store.h"
+#include "ngx_http_tokenbiryani_redis_history.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_settings.h"
@@ -89,17 +90,6 @@ static const char  ngx_http_tokenbiryani_lua_setting[] =
     "redis.call('PUBLISH', ARGV[2], 's ' .. ARGV[1]) return 1";
 
 
-/* the names under the namespace, NUL-terminated */
-typedef struct {
-    char                               *keys;
-    char                               *accounts;
-    char                               *sealed;
-    char                               *meta;
-    char                               *epoch;
-    char                               *changes;
-} ngx_http_tokenbiryani_rnames_t;
-
-
 /* this worker's: its connection, and the subscriber when it is elected */
 typedef struct {
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -125,16 +115,22 @@ typedef struct {
 
 static ngx_http_tokenbiryani_rstore_t  ngx_http_tokenbiryani_rstore;
 
+static int ngx_http_tokenbiryani_redis_flush_now(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_job_t *job);
+
 static const ngx_http_tokenbiryani_store_ops_t
     ngx_http_tokenbiryani_redis_ops =
 {
     ngx_http_tokenbiryani_redis_load,
     ngx_http_tokenbiryani_redis_init_worker,
     ngx_http_tokenbiryani_redis_exit_worker,
-    ngx_http_tokenbiryani_redis_post
+    ngx_http_tokenbiryani_redis_post,
+    ngx_http_tokenbiryani_redis_flush_now
 };
 
 
+static ngx_int_t ngx_http_tokenbiryani_rstore_flush(
+    ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job);
 static void ngx_http_tokenbiryani_rstore_resync(
     ngx_http_tokenbiryani_rstore_t *rs);
 static void ngx_http_tokenbiryani_rstore_pull(
@@ -142,30 +138,6 @@ static void ngx_http_tokenbiryani_rstore_pull(
 static void ngx_http_tokenbiryani_rstore_apply_account(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
     const redisReply *spec, const redisReply *sealed);
-
-
-static ngx_int_t
-ngx_http_tokenbiryani_rnames(ngx_pool_t *pool, ngx_str_t *ns,
-    ngx_http_tokenbiryani_rnames_t *n)
-{
-    size_t       i;
-    char       **name;
-    const char  *suffix[] = { "keys", "accounts", "sealed", "meta", "epoch",
-                              "changes" };
-
-    name = &n->keys;
-
-    for (i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
-        name[i] = ngx_pnalloc(pool, ns->len + 1 + ngx_strlen(suffix[i]) + 1);
-        if (name[i] == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_sprintf((u_char *) name[i], "%V:%s%Z", ns, suffix[i]);
-    }
-
-    return NGX_OK;
-}
 
 
 /* configuration */
@@ -642,6 +614,9 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
 
     freeReplyObject(r);
 
+    /* this instance's history and spend */
+    ngx_http_tokenbiryani_rhistory_read(c, n, tmcf, ld->log);
+
     return NGX_OK;
 }
 
@@ -650,26 +625,21 @@ ngx_int_t
 ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    int                                  argc;
-    size_t                               lens[3];
     ngx_int_t                            rc;
-    ngx_msec_t                           ms;
     ngx_pool_t                          *pool;
-    redisReply                          *r;
     redisContext                        *c;
-    struct timeval                       tv;
-    const char                          *argv[3];
     ngx_http_tokenbiryani_rnames_t       n;
     ngx_http_tokenbiryani_redis_conf_t  *conf;
     ngx_http_tokenbiryani_store_load_t   ld;
     char                                 err[512], why[600];
-    u_char                               db[NGX_INT_T_LEN + 1];
 
     conf = tmcf->redis;
 
     pool = ngx_create_pool(1024, shm_zone->shm.log);
     if (pool == NULL
-        || ngx_http_tokenbiryani_rnames(pool, &tmcf->store_ns, &n) != NGX_OK)
+        || ngx_http_tokenbiryani_rnames(pool, &tmcf->store_ns,
+                                        &tmcf->store_instance, &n)
+           != NGX_OK)
     {
         if (pool) {
             ngx_destroy_pool(pool);
@@ -678,61 +648,13 @@ ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
         return NGX_ERROR;
     }
 
-    /* a second at least: a start is not the request path */
-    ms = ngx_max(conf->timeout, 1000);
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-
-    c = conf->path.len
-        ? redisConnectUnixWithTimeout((char *) conf->path.data, tv)
-        : redisConnectWithTimeout((char *) conf->host.data, conf->port, tv);
-
     err[0] = '\0';
     rc = NGX_ERROR;
 
-    if (c == NULL || c->err) {
-        ngx_cpystrn((u_char *) err,
-                    (u_char *) (c ? c->errstr : "no memory"), sizeof(err));
+    /* a second at least: a start is not the request path */
+    c = ngx_http_tokenbiryani_redis_connect_sync(conf, err, sizeof(err));
+    if (c == NULL) {
         goto failed;
-    }
-
-    (void) redisSetTimeout(c, tv);
-
-    if (conf->password.len) {
-        argc = 0;
-        argv[argc] = "AUTH";
-        lens[argc++] = 4;
-
-        if (conf->user.len) {
-            argv[argc] = (char *) conf->user.data;
-            lens[argc++] = conf->user.len;
-        }
-
-        argv[argc] = (char *) conf->password.data;
-        lens[argc++] = conf->password.len;
-
-        r = ngx_http_tokenbiryani_redis_sync(c, argc, argv, lens, err,
-                                             sizeof(err));
-        if (r == NULL) {
-            goto failed;
-        }
-
-        freeReplyObject(r);
-    }
-
-    if (conf->database) {
-        argv[0] = "SELECT";
-        argv[1] = (char *) db;
-        lens[0] = 6;
-        lens[1] = ngx_sprintf(db, "%d", conf->database) - db;
-
-        r = ngx_http_tokenbiryani_redis_sync(c, 2, argv, lens, err,
-                                             sizeof(err));
-        if (r == NULL) {
-            goto failed;
-        }
-
-        freeReplyObject(r);
     }
 
     ngx_memzero(&ld, sizeof(ld));
@@ -890,6 +812,97 @@ ngx_http_tokenbiryani_rstore_written(ngx_http_tokenbiryani_redis_t *rd,
 }
 
 
+/* the elected worker's flush: one script, sent without waiting */
+static ngx_int_t
+ngx_http_tokenbiryani_rstore_flush(ngx_http_tokenbiryani_rstore_t *rs,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    int           argc;
+    void         *block;
+    size_t       *lens;
+    ngx_int_t     rc;
+    const char  **argv;
+
+    block = ngx_http_tokenbiryani_rflush_args(&rs->n, job, &argc, &argv,
+                                              &lens);
+    if (block == NULL) {
+        ngx_cpystrn((u_char *) job->err, (u_char *) "no memory",
+                    sizeof(job->err));
+        ngx_http_tokenbiryani_rstore_later(rs, job);
+        return NGX_OK;
+    }
+
+    rc = ngx_http_tokenbiryani_redis_send(&rs->cmd,
+             ngx_http_tokenbiryani_rstore_written, job, argc, argv, lens, 0);
+
+    /* hiredis has its own copy of the command */
+    ngx_free(block);
+
+    if (rc != NGX_OK) {
+        ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
+                     "Redis %V is not reachable: %s%Z",
+                     &rs->tmcf->store_shown,
+                     rs->cmd.error[0] ? rs->cmd.error : "not connected yet");
+        job->err[sizeof(job->err) - 1] = '\0';
+        ngx_http_tokenbiryani_rstore_later(rs, job);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the exiting worker's last flush: a connection of its own, waited for
+ * (the worker serves nothing any more), bounded by the timeout */
+static int
+ngx_http_tokenbiryani_redis_flush_now(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    int                              argc, rc;
+    void                            *block;
+    size_t                          *lens;
+    redisReply                      *r;
+    redisContext                    *c;
+    const char                     **argv;
+    ngx_http_tokenbiryani_rstore_t  *rs;
+
+    rs = &ngx_http_tokenbiryani_rstore;
+
+    c = ngx_http_tokenbiryani_redis_connect_sync(tmcf->redis, job->err,
+                                                 sizeof(job->err));
+    if (c == NULL) {
+        return TB_STORE_ERROR;
+    }
+
+    block = ngx_http_tokenbiryani_rflush_args(&rs->n, job, &argc, &argv,
+                                              &lens);
+    if (block == NULL) {
+        redisFree(c);
+        ngx_cpystrn((u_char *) job->err, (u_char *) "no memory",
+                    sizeof(job->err));
+        return TB_STORE_ERROR;
+    }
+
+    r = redisCommandArgv(c, argc, argv, lens);
+    ngx_free(block);
+
+    rc = (r && r->type == REDIS_REPLY_INTEGER) ? TB_STORE_OK
+                                               : TB_STORE_ERROR;
+
+    if (rc != TB_STORE_OK) {
+        ngx_cpystrn((u_char *) job->err,
+                    (u_char *) (r ? r->str : c->errstr), sizeof(job->err));
+    }
+
+    if (r) {
+        freeReplyObject(r);
+    }
+
+    redisFree(c);
+
+    return rc;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_job_t *job)
@@ -980,15 +993,26 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
         break;
 
-    case NGX_HTTP_TB_JOB_OPEN:
-        /* the connection is the worker's from its start */
-        job->rc = TB_STORE_OK;
-        ngx_http_tokenbiryani_rstore_later(rs, job);
+    case NGX_HTTP_TB_JOB_FLUSH:
+        return ngx_http_tokenbiryani_rstore_flush(rs, job);
+
+    case NGX_HTTP_TB_JOB_USAGE:
+        if (ngx_http_tokenbiryani_rusage_read(&rs->cmd, &rs->n, job)
+            != NGX_OK)
+        {
+            ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
+                         "Redis %V is not reachable: %s%Z",
+                         &tmcf->store_shown,
+                         rs->cmd.error[0] ? rs->cmd.error
+                                          : "not connected yet");
+            job->err[sizeof(job->err) - 1] = '\0';
+            ngx_http_tokenbiryani_rstore_later(rs, job);
+        }
+
         return NGX_OK;
 
-    default:
-        ngx_cpystrn((u_char *) job->err, (u_char *) "the redis store does "
-                    "not keep the usage history", sizeof(job->err));
+    default: /* NGX_HTTP_TB_JOB_OPEN: the connection is the worker's */
+        job->rc = TB_STORE_OK;
         ngx_http_tokenbiryani_rstore_later(rs, job);
         return NGX_OK;
     }
@@ -2104,7 +2128,8 @@ ngx_http_tokenbiryani_redis_init_worker(ngx_cycle_t *cycle,
 
     rs = &ngx_http_tokenbiryani_rstore;
 
-    if (ngx_http_tokenbiryani_rnames(cycle->pool, &tmcf->store_ns, &rs->n)
+    if (ngx_http_tokenbiryani_rnames(cycle->pool, &tmcf->store_ns,
+                                     &tmcf->store_instance, &rs->n)
         != NGX_OK)
     {
         return NGX_ERROR;

@@ -467,11 +467,6 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
         return NGX_OK;
     }
 
-    if (tmcf->store_ops) {
-        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)
-                   ->init_worker(cycle, tmcf);
-    }
-
     /* the history: written by one worker, elected, every second */
 
     w->flush.handler = ngx_http_tokenbiryani_flush_timer;
@@ -480,6 +475,11 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     w->flush.cancelable = 1;
 
     ngx_add_timer(&w->flush, NGX_HTTP_TB_FLUSH_MS);
+
+    if (tmcf->store_ops) {
+        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)
+                   ->init_worker(cycle, tmcf);
+    }
 
     /*
      * The worker's connection, opened now and kept: a store that cannot
@@ -565,9 +565,10 @@ void
 ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    tb_store_t                   *db;
-    ngx_http_tokenbiryani_job_t  *job;
-    char                          err[NGX_MAX_ERROR_STR];
+    tb_store_t                               *db;
+    ngx_http_tokenbiryani_job_t              *job;
+    const ngx_http_tokenbiryani_store_ops_t  *ops;
+    char                                      err[NGX_MAX_ERROR_STR];
 
     /*
      * nginx's thread pool has finished its tasks by now (its module exits
@@ -576,8 +577,26 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
      */
 
     if (tmcf->store_ops) {
-        ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)->exit_worker(
-            cycle, tmcf);
+        ops = tmcf->store_ops;
+
+        if (ngx_http_tokenbiryani_store_flusher(&tmcf->zone, ngx_pid)) {
+            job = ngx_http_tokenbiryani_flush_collect(tmcf);
+
+            if (job && ops->flush_now(tmcf, job) == TB_STORE_OK) {
+                ngx_http_tokenbiryani_store_flushed(&tmcf->zone,
+                    job->records_seq, job->events_seq, job->spend_seq,
+                    ngx_http_tokenbiryani_now_ms());
+
+            } else if (job) {
+                ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                              "tokenbiryani: the last history of this "
+                              "worker is not written: %s", job->err);
+            }
+
+            ngx_free(job);
+        }
+
+        ops->exit_worker(cycle, tmcf);
         return;
     }
 
@@ -1057,6 +1076,35 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
 }
 
 
+const char *
+ngx_http_tokenbiryani_record_usage(ngx_http_tokenbiryani_job_t *job,
+    const ngx_http_tokenbiryani_record_t *rec, tb_usage_row_t *u)
+{
+    ngx_memzero(u, sizeof(tb_usage_row_t));
+
+    u->requests = 1;
+    u->errors = (rec->status >= 400 || rec->status == 0);
+
+    if (rec->usage.input_tokens >= 0) {
+        u->input = rec->usage.input_tokens;
+        u->output = ngx_max(rec->usage.output_tokens, 0);
+        u->cache_read = ngx_max(rec->usage.cache_read_input_tokens, 0);
+        u->cache_write = ngx_max(rec->usage.cache_creation_input_tokens, 0);
+        u->cache_hits = (u->cache_read > 0);
+
+        if (rec->cost >= 0) {
+            u->cost = rec->cost;
+
+        } else {
+            u->unpriced = 1;
+        }
+    }
+
+    return (rec->chosen >= 0 && (ngx_uint_t) rec->chosen < job->nslots)
+           ? (char *) job->slot_ids[rec->chosen] : "";
+}
+
+
 /*
  * In the flush's transaction: each record's usage into its minute of the
  * usage history, the ledgers and conversations charged since the last
@@ -1078,29 +1126,7 @@ ngx_http_tokenbiryani_flush_spend(tb_store_t *db,
     for (i = 0; i < job->nrecords; i++) {
         rec = &job->records[i];
 
-        ngx_memzero(&u, sizeof(tb_usage_row_t));
-
-        u.requests = 1;
-        u.errors = (rec->status >= 400 || rec->status == 0);
-
-        if (rec->usage.input_tokens >= 0) {
-            u.input = rec->usage.input_tokens;
-            u.output = ngx_max(rec->usage.output_tokens, 0);
-            u.cache_read = ngx_max(rec->usage.cache_read_input_tokens, 0);
-            u.cache_write = ngx_max(rec->usage.cache_creation_input_tokens,
-                                    0);
-            u.cache_hits = (u.cache_read > 0);
-
-            if (rec->cost >= 0) {
-                u.cost = rec->cost;
-
-            } else {
-                u.unpriced = 1;
-            }
-        }
-
-        acct = (rec->chosen >= 0 && (ngx_uint_t) rec->chosen < job->nslots)
-               ? (char *) job->slot_ids[rec->chosen] : "";
+        acct = ngx_http_tokenbiryani_record_usage(job, rec, &u);
 
         if (tb_store_usage_add(db, 60,
                                (rec->started_ms + rec->latency_ms) / 60000

@@ -169,6 +169,11 @@ void ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
 ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
+/* a flushed record's counts in the usage history; its account's id */
+const char *ngx_http_tokenbiryani_record_usage(
+    ngx_http_tokenbiryani_job_t *job, const ngx_http_tokenbiryani_record_t *rec,
+    tb_usage_row_t *u);
+
 /* at configuration: the store file's path, and nginx's thread pool */
 ngx_int_t ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path);
@@ -198,6 +203,9 @@ typedef struct {
         ngx_http_tokenbiryani_main_conf_t *tmcf);
     /* every job but RESOLVE, which runs in the thread pool */
     ngx_int_t (*post)(ngx_http_tokenbiryani_main_conf_t *tmcf,
+        ngx_http_tokenbiryani_job_t *job);
+    /* the exiting worker's last flush, written before it returns */
+    int (*flush_now)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_job_t *job);
 } ngx_http_tokenbiryani_store_ops_t;
 

@@ -59,23 +59,49 @@ ngx_http_tokenbiryani_affinity_get(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-void
-ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t session, ngx_uint_t slot, int64_t cached, int64_t now)
+/*
+ * When the entry was last told to the other instances, in units of a 32nd
+ * of the time to live, modulo 256: in the byte of the rbtree node nothing
+ * else uses (the entry is the slab's 64-byte class exactly).  An entry
+ * lives at most 32 units, so the difference never wraps.
+ */
+
+static u_char
+ngx_http_tokenbiryani_affinity_unit(ngx_http_tokenbiryani_zone_t *zone,
+    uint32_t clock)
 {
+    uint32_t  unit;
+
+    unit = (uint32_t) ngx_max(zone->tbcf->affinity_ttl_seconds / 32, 1);
+
+    return (u_char) (clock / unit);
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t session, ngx_uint_t slot, int64_t cached, int64_t now,
+    ngx_uint_t told)
+{
+    u_char                             unit;
+    uint32_t                           clock;
+    ngx_uint_t                         share;
     ngx_slab_pool_t                   *shpool;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_affinity_t  *e;
 
     if (slot > 65535) {
         /* an entry holds 16 bits of slot */
-        return;
+        return NGX_HTTP_TB_AFFINITY_KEPT;
     }
 
     sh = zone->sh;
     shpool = zone->shpool;
 
     ngx_shmtx_lock(&shpool->mutex);
+
+    clock = ngx_http_tokenbiryani_affinity_clock(sh, now);
+    unit = ngx_http_tokenbiryani_affinity_unit(zone, clock);
 
     e = ngx_http_tokenbiryani_affinity_find(sh, session);
 
@@ -84,28 +110,69 @@ ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
                                      sizeof(ngx_http_tokenbiryani_affinity_t));
         if (e == NULL) {
             ngx_shmtx_unlock(&shpool->mutex);
-            return;
+            return NGX_HTTP_TB_AFFINITY_KEPT;
         }
 
         e->node.key = (ngx_rbtree_key_t) session;
         ngx_rbtree_insert(&sh->aff_tree, &e->node);
         sh->aff_entries++;
+        share = NGX_HTTP_TB_AFFINITY_CHANGED;
 
     } else {
         ngx_queue_remove(&e->lru);
+
+        share = (e->slot != slot) ? NGX_HTTP_TB_AFFINITY_CHANGED
+                : ((u_char) (unit - e->node.data) >= 8)
+                  ? NGX_HTTP_TB_AFFINITY_REFRESH : NGX_HTTP_TB_AFFINITY_KEPT;
     }
 
     ngx_queue_insert_head(&sh->aff_lru, &e->lru);
+
+    if (told) {
+        /* from another instance: nothing to tell back */
+        share = NGX_HTTP_TB_AFFINITY_KEPT;
+    }
+
+    if (share != NGX_HTTP_TB_AFFINITY_KEPT || told) {
+        e->node.data = unit;
+    }
 
     e->slot = (uint16_t) slot;
 
     /* rounded down: what is discounted for it is never more than it holds */
     cached /= 64;
     e->cached = (uint16_t) (cached < 0 ? 0 : ngx_min(cached, 65535));
-    e->expires = ngx_http_tokenbiryani_affinity_clock(sh, now)
-                 + (uint32_t) zone->tbcf->affinity_ttl_seconds;
+    e->expires = clock + (uint32_t) zone->tbcf->affinity_ttl_seconds;
 
     ngx_shmtx_unlock(&shpool->mutex);
+
+    return share;
+}
+
+
+void
+ngx_http_tokenbiryani_affinity_adopt(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t session, const u_char *value, size_t len, int64_t now)
+{
+    u_char     *sp;
+    ngx_int_t   slot, cached;
+
+    sp = ngx_strlchr((u_char *) value, (u_char *) value + len, ' ');
+    if (sp == NULL || sp == value) {
+        return;
+    }
+
+    cached = ngx_atoi(sp + 1, value + len - sp - 1);
+
+    slot = ngx_http_tokenbiryani_zone_slot_of(zone, (u_char *) value,
+                                              sp - value);
+    if (slot < 0) {
+        /* an account this instance does not have */
+        return;
+    }
+
+    (void) ngx_http_tokenbiryani_affinity_set(zone, session, (ngx_uint_t) slot,
+                                              cached > 0 ? cached : 0, now, 1);
 }
 
 

@@ -390,8 +390,25 @@ void ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_zone_t *zone,
 ngx_int_t ngx_http_tokenbiryani_affinity_get(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t session, int64_t now,
     int64_t *cached);
-void ngx_http_tokenbiryani_affinity_set(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t session, ngx_uint_t slot, int64_t cached, int64_t now);
+
+/*
+ * The session's owner from now (told: another instance said so).  What the
+ * other instances must be told: _CHANGED (a new owner, or a new
+ * conversation), _REFRESH (the same, told a quarter of its time to live
+ * ago), _KEPT (nothing; always when told).
+ */
+#define NGX_HTTP_TB_AFFINITY_KEPT      0
+#define NGX_HTTP_TB_AFFINITY_REFRESH   1
+#define NGX_HTTP_TB_AFFINITY_CHANGED   2
+
+ngx_uint_t ngx_http_tokenbiryani_affinity_set(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t session, ngx_uint_t slot,
+    int64_t cached, int64_t now, ngx_uint_t told);
+
+/* another instance's owner, "<account id> <cached tokens>", into the zone
+ * (nothing when this zone has no account of that id) */
+void ngx_http_tokenbiryani_affinity_adopt(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t session, const u_char *value, size_t len, int64_t now);
 
 
 /* estimators (shm/ngx_http_tokenbiryani_estimator.c) */

@@ -309,3 +309,62 @@ ok(defined within(3, sub { (undef, $u) = admin(GET => '/admin/usage?range=1h&by=
    'B\'s /admin/usage counts all five') or diag(explain($u));
 my $instances = TB::Nginx::redis_cmd('ZRANGE', 'tbtest:instances', 0, -1);
 is(scalar @$instances, 2, 'two instances have written') or diag(explain($instances));
+
+
+
+=== TEST 12: a conversation alternating between the instances stays on the account that holds its cache, and follows it when it fails over
+--- user_files eval
+">>> tb.yaml\n" . ($::Yaml =~ s{(    base_url: http://127.0.0.1:\$\{TEST_NGINX_MOCK_PORT\}\n)}{$1    priority: 1\n  - id: a2\n    api_key: sk-a2\n    base_url: http://127.0.0.1:\${TEST_NGINX_MOCK_PORT2}\n}r)
+--- request
+GET /healthz
+--- check
+peer_start();
+my $turn = sub {
+    my ($port, $t, %o) = @_;
+    my $a = message_args('tenant-key', port => $port);
+    $a->{body} = turn_body('C', $t);
+    $a->{headers}{'x-mock-script'} = $o{script} if $o{script};
+    $a->{headers}{'x-mock-script-id'} = "turn-$t" if $o{script};
+    my $r = TB::Nginx::http_request(%$a);
+    ($r->{status} // 0) . ' ' . ($r->{headers}{'x-tokenbiryani-account'} // '-');
+};
+# turn 1 on A while a1, the preferred, is disabled there: a2 owns it
+my ($st) = admin(POST => '/admin/accounts/a1/disable');
+is($turn->(undef, 1), '200 a2', 'turn 1 on A: a2');
+($st) = admin(POST => '/admin/accounts/a1/enable');
+# what B does with a conversation it has never heard of: a1, the preferred
+my $d = message_args('tenant-key', port => $B);
+$d->{body} = turn_body('D', 1);
+is(TB::Nginx::http_request(%$d)->{headers}{'x-tokenbiryani-account'}, 'a1', 'a new conversation on B goes to a1');
+my @turns = map { $turn->($_ % 2 ? $B : undef, $_) } 2 .. 7;
+is_deeply(\@turns, [('200 a2') x 6], 'turns 2 to 7, B, A, B, ...: every one on a2, the cache\'s');
+my $ses = TB::Nginx::redis_cmd('KEYS', 'tbtest:aff:*');
+ok(@$ses >= 2, 'Redis holds the owners') or diag(explain($ses));
+# a2 fails on B: the turn goes to a1, which owns the conversation from now
+is($turn->($B, 8, script => '529,ok'), '200 a1', 'turn 8 on B: a2 answers 529, a1 serves');
+my ($ks, $kj) = admin(POST => '/admin/keys', { name => 'after-8' }, port => $B);
+ok(defined within(1, sub { (message_with($kj->{key})->{status} // 0) == 200 }),
+   'A has read what B announced after turn 8');
+is($turn->(undef, 9), '200 a1', 'turn 9 on A: a1, the new owner');
+is($turn->($B, 10), '200 a1', 'turn 10 on B: a1');
+
+
+
+=== TEST 13: without Redis the same turns break the cache: B does not know A's owner
+--- user_files eval
+">>> tb.yaml\n" . ($::Yaml =~ s{(    base_url: http://127.0.0.1:\$\{TEST_NGINX_MOCK_PORT\}\n)}{$1    priority: 1\n  - id: a2\n    api_key: sk-a2\n    base_url: http://127.0.0.1:\${TEST_NGINX_MOCK_PORT2}\n}r =~ s{backend: redis}{backend: memory}r)
+--- request
+GET /healthz
+--- check
+peer_start();
+my $turn = sub {
+    my ($port, $t) = @_;
+    my $a = message_args('tenant-key', port => $port);
+    $a->{body} = turn_body('C', $t);
+    my $r = TB::Nginx::http_request(%$a);
+    ($r->{status} // 0) . ' ' . ($r->{headers}{'x-tokenbiryani-account'} // '-');
+};
+admin(POST => '/admin/accounts/a1/disable');
+is($turn->(undef, 1), '200 a2', 'turn 1 on A: a2');
+admin(POST => '/admin/accounts/a1/enable');
+is($turn->($B, 2), '200 a1', 'turn 2 on B: a1, away from the cache on a2');

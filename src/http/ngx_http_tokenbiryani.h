@@ -255,6 +255,7 @@ typedef struct {
     uint64_t                       held_epoch;
 
     /* routing: what the request needs, the decisions made */
+    ngx_str_t                      rbody;     /* the body, one buffer */
     uint64_t                       session;
     tb_session_source_e            session_source;
     ngx_int_t                      owner;     /* the owner's zone slot, -1 */

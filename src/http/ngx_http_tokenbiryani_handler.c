@@ -15,11 +15,13 @@
 #include "ngx_http_tokenbiryani_attempt.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_accounts.h"
+#include "ngx_http_tokenbiryani_share.h"
 
 
 static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_refuse_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
 
@@ -227,7 +229,30 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
         }
     }
 
-    if (ngx_http_tokenbiryani_route_prepare(r, ctx, &body) != NGX_OK) {
+    ctx->rbody = body;
+
+    ngx_http_tokenbiryani_route_session(r, ctx, &body);
+
+    /* a conversation another instance gave an owner: asked first */
+    if (ngx_http_tokenbiryani_share_owner(r, ctx,
+                                          ngx_http_tokenbiryani_route_begin)
+        == NGX_AGAIN)
+    {
+        return;
+    }
+
+    ngx_http_tokenbiryani_route_begin(r);
+}
+
+
+static void
+ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r)
+{
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+
+    if (ngx_http_tokenbiryani_route_prepare(r, ctx, &ctx->rbody) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }

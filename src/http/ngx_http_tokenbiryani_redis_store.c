@@ -713,6 +713,24 @@ failed:
 }
 
 
+ngx_http_tokenbiryani_redis_t *
+ngx_http_tokenbiryani_redis_worker(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_rnames_t **names)
+{
+    ngx_http_tokenbiryani_rstore_t  *rs;
+
+    rs = &ngx_http_tokenbiryani_rstore;
+
+    if (tmcf->store_backend != NGX_HTTP_TB_STORE_REDIS || rs->tmcf == NULL) {
+        return NULL;
+    }
+
+    *names = &rs->n;
+
+    return &rs->cmd;
+}
+
+
 /* a worker's writes */
 
 static void
@@ -1425,6 +1443,20 @@ typedef struct {
 } ngx_http_tokenbiryani_rchange_t;
 
 
+static uint64_t
+ngx_http_tokenbiryani_rstore_session(const u_char *hex, size_t len)
+{
+    uint64_t  v;
+
+    for (v = 0; len; len--, hex++) {
+        v <<= 4;
+        v |= (uint64_t) ((*hex >= 'a') ? *hex - 'a' + 10 : *hex - '0');
+    }
+
+    return v;
+}
+
+
 static void
 ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
     redisReply *reply, void *data)
@@ -1447,6 +1479,16 @@ ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
     case 'k':
         ngx_http_tokenbiryani_rstore_apply_key(rs->tmcf, ch->name, ch->len,
                                                reply);
+        break;
+
+    case 'f':
+        if (reply->type == REDIS_REPLY_STRING) {
+            ngx_http_tokenbiryani_affinity_adopt(&rs->tmcf->zone,
+                ngx_http_tokenbiryani_rstore_session(ch->name, ch->len),
+                (u_char *) reply->str, reply->len,
+                ngx_http_tokenbiryani_now_ms());
+        }
+
         break;
 
     case 'a':
@@ -1480,6 +1522,7 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
     size_t                            lens[6];
     const char                       *argv[6];
     ngx_http_tokenbiryani_rchange_t  *ch;
+    u_char                            key[128];
 
     if (msg->type != REDIS_REPLY_STRING || msg->len < 3 || msg->str[1] != ' '
         || msg->len - 2 > TB_ID_MAX + 64)
@@ -1499,6 +1542,19 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
     ch->name[ch->len] = '\0';
 
     switch (ch->kind) {
+
+    case 'f':
+        /* a conversation's new owner */
+        if (ch->len != 16) {
+            ngx_free(ch);
+            return;
+        }
+
+        argv[0] = "GET";
+        argv[1] = (char *) key;
+        ngx_snprintf(key, sizeof(key), "%s:aff:%s%Z", rs->n.ns, ch->name);
+        argc = 2;
+        break;
 
     case 'k':
     case 's':

@@ -17,6 +17,8 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_redis.h"
+#include "ngx_http_tokenbiryani_redis_history.h"
 
 
 /* at configuration: the URL, where it points, this instance's name */
@@ -32,6 +34,12 @@ ngx_int_t ngx_http_tokenbiryani_redis_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 void ngx_http_tokenbiryani_redis_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
+
+/* this worker's connection and the names under the namespace; NULL when
+ * the store is not redis */
+ngx_http_tokenbiryani_redis_t *ngx_http_tokenbiryani_redis_worker(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_rnames_t **names);
 
 /* as ngx_http_tokenbiryani_store_post(), for every job but RESOLVE */
 ngx_int_t ngx_http_tokenbiryani_redis_post(

@@ -38,6 +38,34 @@ static ngx_event_t  ngx_http_tokenbiryani_lease_event;
 static int64_t      ngx_http_tokenbiryani_renewed_ms;
 
 
+/* the conversation, scoped by the key so tenants never share one */
+void
+ngx_http_tokenbiryani_route_session(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
+{
+    const char           *scope;
+    ngx_table_elt_t      *h;
+    const tb_key_conf_t  *kc;
+
+    if (ctx->kind != NGX_HTTP_TB_MESSAGES) {
+        return;
+    }
+
+    kc = ctx->key;
+    scope = kc ? kc->name : "";
+
+    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-session",
+                                          sizeof("x-tokenbiryani-session")
+                                          - 1);
+
+    ctx->session = tb_session_key(body->data, body->len, &ctx->body,
+                                  h ? (char *) h->value.data : NULL,
+                                  h ? h->value.len : 0,
+                                  scope, ngx_strlen(scope),
+                                  &ctx->session_source);
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
@@ -47,9 +75,6 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     int64_t                             fixed;
     ngx_uint_t                          i, n, calibrated;
     tb_cand_t                          *c;
-    const char                         *scope;
-    ngx_table_elt_t                    *h;
-    const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -57,8 +82,6 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
     a = tmcf->accounts.elts;
     n = ctx->naccounts;
-    kc = ctx->key;
-
     ctx->marks = ngx_pcalloc(r->pool, n + 1);
     ctx->cands = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_t));
     ctx->outs = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_out_t));
@@ -88,19 +111,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    /* the conversation, scoped by the key so tenants never share one */
-
-    scope = kc ? kc->name : "";
-
-    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-session",
-                                          sizeof("x-tokenbiryani-session")
-                                          - 1);
-
-    ctx->session = tb_session_key(body->data, body->len, &ctx->body,
-                                  h ? (char *) h->value.data : NULL,
-                                  h ? h->value.len : 0,
-                                  scope, ngx_strlen(scope),
-                                  &ctx->session_source);
+    /* the conversation (ngx_http_tokenbiryani_route_session), its owner */
 
     ctx->owner = ngx_http_tokenbiryani_affinity_get(&tmcf->zone, ctx->session,
                                              ngx_http_tokenbiryani_now_ms(),

@@ -16,6 +16,10 @@
  * conversation, the conversation's owner and the need vector (count_tokens
  * and models need one concurrency slot and no tokens).
  */
+/* ctx->session: the conversation the request continues, or 0 */
+void ngx_http_tokenbiryani_route_session(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
+
 ngx_int_t ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
 

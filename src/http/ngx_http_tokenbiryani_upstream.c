@@ -16,6 +16,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_upstream.h"
 #include "ngx_http_tokenbiryani_outcome.h"
+#include "ngx_http_tokenbiryani_share.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_create_request(ngx_http_request_t *r);
@@ -1097,6 +1098,8 @@ static ngx_int_t
 ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
+    int64_t                             cached;
+    ngx_uint_t                          share;
     ngx_http_upstream_t                *u;
     ngx_http_tokenbiryani_loc_conf_t   *tlcf;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -1127,13 +1130,19 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
          */
         tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-        ngx_http_tokenbiryani_affinity_set(&tmcf->zone, ctx->session,
-            ctx->account->slot,
-            (ctx->usage.cache_read_input_tokens > 0
-             ? ctx->usage.cache_read_input_tokens : 0)
-            + (ctx->usage.cache_creation_input_tokens > 0
-               ? ctx->usage.cache_creation_input_tokens : 0),
-            ngx_http_tokenbiryani_now_ms());
+        cached = (ctx->usage.cache_read_input_tokens > 0
+                  ? ctx->usage.cache_read_input_tokens : 0)
+                 + (ctx->usage.cache_creation_input_tokens > 0
+                    ? ctx->usage.cache_creation_input_tokens : 0);
+
+        share = ngx_http_tokenbiryani_affinity_set(&tmcf->zone, ctx->session,
+                    ctx->account->slot, cached,
+                    ngx_http_tokenbiryani_now_ms(), 0);
+
+        /* and so do the other instances, when there are */
+        ngx_http_tokenbiryani_share_affinity(tmcf, ctx->session,
+                                             &ctx->account->id, cached,
+                                             share);
     }
 
     if (ctx->uconf) {

@@ -133,8 +133,8 @@ ngx_http_tokenbiryani_redis_cleanup(void *privdata)
         ngx_delete_posted_event(c->write);
     }
 
-    c->fd = (ngx_socket_t) -1;
     ngx_free_connection(c);
+    c->fd = (ngx_socket_t) -1;
 }
 
 
@@ -404,6 +404,7 @@ ngx_http_tokenbiryani_redis_connect(ngx_http_tokenbiryani_redis_t *rd)
                 "AUTH refused", argc, argv, lens, 0)
             != NGX_OK)
         {
+            ngx_http_tokenbiryani_redis_drop(rd, "AUTH cannot be sent");
             return;
         }
     }
@@ -419,6 +420,7 @@ ngx_http_tokenbiryani_redis_connect(ngx_http_tokenbiryani_redis_t *rd)
                 "SELECT refused", 2, argv, lens, 0)
             != NGX_OK)
         {
+            ngx_http_tokenbiryani_redis_drop(rd, "SELECT cannot be sent");
             return;
         }
     }
@@ -426,9 +428,12 @@ ngx_http_tokenbiryani_redis_connect(ngx_http_tokenbiryani_redis_t *rd)
     argv[0] = "PING";
     lens[0] = 4;
 
-    (void) ngx_http_tokenbiryani_redis_command(rd,
-               ngx_http_tokenbiryani_redis_handshake, "PING", 1, argv, lens,
-               0);
+    if (ngx_http_tokenbiryani_redis_command(rd,
+            ngx_http_tokenbiryani_redis_handshake, "PING", 1, argv, lens, 0)
+        != NGX_OK)
+    {
+        ngx_http_tokenbiryani_redis_drop(rd, "PING cannot be sent");
+    }
 }
 
 

@@ -1,0 +1,45 @@
+/*
+ * libFuzzer: store.url as the YAML file gives it - parsed, and when it
+ * parses, printed without its password (which must never be in the text).
+ */
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tb_redis.h"
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char            *url, err[512], shown[1024];
+    tb_redis_url_t   u;
+
+    url = malloc(size + 1);
+    if (url == NULL) {
+        return 0;
+    }
+
+    memcpy(url, data, size);
+    url[size] = '\0';
+
+    if (tb_redis_url_parse(&u, url, err, sizeof(err)) == 0) {
+        tb_redis_url_print(&u, shown, sizeof(shown));
+
+        if (u.password[0] && strlen(u.password) > 3
+            && strstr(shown, u.password) != NULL)
+        {
+            abort();
+        }
+
+        if (u.path[0] == '\0' && (u.port < 1 || u.port > 65535)) {
+            abort();
+        }
+    }
+
+    free(url);
+
+    return 0;
+}

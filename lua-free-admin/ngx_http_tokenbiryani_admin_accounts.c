@@ -1547,6 +1547,20 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
                                          aw->op == NGX_HTTP_TB_ACCT_ADD,
                                          tmcf->max_accounts - tmcf->nyaml,
                                          &slot);
+
+    if (rc == NGX_HTTP_TB_RKEY_EXISTS && aw->op == NGX_HTTP_TB_ACCT_ADD) {
+        /*
+         * The store took the id, so the account is this one: this
+         * instance's subscriber may have read its announcement back into
+         * the zone already
+         */
+        rc = ngx_http_tokenbiryani_racct_put(&tmcf->zone, &v,
+                                             aw->fingerprint,
+                                             aw->cf->accounts[0].replenishment,
+                                             0,
+                                             tmcf->max_accounts - tmcf->nyaml,
+                                             &slot);
+    }
     if (rc != NGX_HTTP_TB_RKEY_OK && aw->op == NGX_HTTP_TB_ACCT_ADD) {
         /* the store has a row the zone could not take: it goes too */
         ngx_http_tokenbiryani_accounts_unstore(r, aw);

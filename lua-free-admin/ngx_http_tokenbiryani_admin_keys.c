@@ -531,6 +531,17 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
         rc = ngx_http_tokenbiryani_rkey_delete(&tmcf->zone,
                                                (u_char *) kw->name, nlen);
 
+    } else if (kw->op == NGX_HTTP_TB_JOB_KEY_INSERT
+               && ngx_http_tokenbiryani_store_on(tmcf))
+    {
+        /*
+         * The store took the name, so the key is this one: another
+         * instance's announcement of it, read back by this instance's
+         * subscriber, may have put it into the zone already
+         */
+        rc = ngx_http_tokenbiryani_rkey_set(&tmcf->zone, (u_char *) kw->name,
+                 nlen, kw->digest, (u_char *) kw->spec, ngx_strlen(kw->spec));
+
     } else {
         rc = ngx_http_tokenbiryani_rkey_put(&tmcf->zone, (u_char *) kw->name,
                  nlen, kw->op == NGX_HTTP_TB_JOB_KEY_INSERT ? kw->digest

@@ -454,6 +454,12 @@ ngx_http_tokenbiryani_redis_start(ngx_http_tokenbiryani_redis_t *rd)
     rd->watch.log = rd->log;
     rd->watch.cancelable = 1;
 
+    /*
+     * From init_worker the clock is the master's, as it was before it
+     * read the store and forked: the handshake's deadline counts from now
+     */
+    ngx_time_update();
+
     ngx_http_tokenbiryani_redis_connect(rd);
 }
 

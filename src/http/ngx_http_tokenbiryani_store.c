@@ -981,12 +981,11 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
            + NGX_HTTP_TB_FLUSH_SESSIONS
              * sizeof(ngx_http_tokenbiryani_session_view_t);
 
-    job = ngx_alloc(size, ngx_cycle->log);
+    /* zeroed whole: what is written is the views' bytes, padding too */
+    job = ngx_calloc(size, ngx_cycle->log);
     if (job == NULL) {
         return NULL;
     }
-
-    ngx_memzero(job, sizeof(ngx_http_tokenbiryani_job_t));
 
     job->op = NGX_HTTP_TB_JOB_FLUSH;
     job->keep_records = zs.ring_size;

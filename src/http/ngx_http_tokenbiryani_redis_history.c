@@ -33,78 +33,78 @@
 
 
 #define NGX_HTTP_TB_RUSAGE_VALUES      9
-#define NGX_HTTP_TB_RUSAGE_BUCKETS     2000     /* read for one answer, at most */
+#define NGX_HTTP_TB_RUSAGE_BUCKETS     2000     /* read per answer, at most */
 #define NGX_HTTP_TB_RHIST_CHUNK        512      /* conversations per HMGET */
 
 
 /*
  * KEYS: records, events, slots, layout, flushed, ledgers, sessions,
  * sessions_t, instances.  ARGV: nslots, nrecords, nevents, nledgers,
- * nsessions, records kept, events kept, now (ms), instance, namespace,
- * layout, conversations kept; then slot, id; then per record seq, blob,
- * end (s), group, values; per event seq, blob; per ledger field, blob;
- * per conversation field, last seen (ms), blob.
+ * nsessions, nusage, records kept, events kept, now (ms), instance,
+ * namespace, layout, conversations kept, the first and last record's and
+ * event's sequence; then slot, id; per record its blob; per usage bucket
+ * (a minute of one group) start (s), group, values; per event its blob;
+ * per ledger field, blob; per conversation field, last seen (ms), blob.
+ *
+ * A batch whose first record the store has already (the answer to the
+ * last flush was lost, and it is sent again with more) is not written:
+ * the answer says how far the store has each, and the next flush goes on
+ * from there, so usage is never counted twice.  Answers {records, events}
+ * written up to.
  */
 static const char  ngx_http_tokenbiryani_lua_flush[] =
     "local i = 1 "
     "local function arg() local v = ARGV[i]; i = i + 1; return v end "
     "local nslot, nrec, nev = tonumber(arg()), tonumber(arg()), "
     "tonumber(arg()) "
-    "local nled, nses = tonumber(arg()), tonumber(arg()) "
+    "local nled, nses, nuse = tonumber(arg()), tonumber(arg()), "
+    "tonumber(arg()) "
     "local keepr, keepe, now = tonumber(arg()), tonumber(arg()), "
     "tonumber(arg()) "
     "local inst, ns = arg(), arg() "
     "redis.call('SET', KEYS[4], arg()) "
     "local maxses = tonumber(arg()) "
+    "local rfirst, rlast = tonumber(arg()), tonumber(arg()) "
+    "local efirst, elast = tonumber(arg()), tonumber(arg()) "
     "redis.call('ZADD', KEYS[9], now, inst) "
     "for n = 1, nslot do local s = arg(); "
     "redis.call('HSET', KEYS[3], s, arg()) end "
     "local doner = tonumber(redis.call('HGET', KEYS[5], 'r') or '0') "
     "local donee = tonumber(redis.call('HGET', KEYS[5], 'e') or '0') "
+    "local freshr = nrec > 0 and rfirst > doner "
+    "for n = 1, nrec do local b = arg(); "
+    "if freshr then redis.call('RPUSH', KEYS[1], b) end end "
+    "if freshr then redis.call('LTRIM', KEYS[1], -keepr, -1); "
+    "doner = rlast; "
+    "redis.call('HSET', KEYS[5], 'r', string.format('%d', doner)) end "
     "local res = {60, 900, 3600, 86400} "
     "local ttl = {180000, 180000, 2768400, 7948800} "
-    "local acc, order = {}, {} "
-    "local topr = doner "
-    "for n = 1, nrec do "
-    "  local seq, blob, t, g, v = tonumber(arg()), arg(), tonumber(arg()), "
-    "arg(), arg() "
-    "  if seq > doner then "
-    "    redis.call('RPUSH', KEYS[1], blob) "
-    "    if seq > topr then topr = seq end "
+    "for n = 1, nuse do "
+    "  local t, g, v = tonumber(arg()), arg(), arg() "
+    "  if freshr then "
+    "    local add = {} "
+    "    for x in string.gmatch(v, '[^,]+') do add[#add + 1] = tonumber(x) "
+    "end "
     "    for r = 1, 4 do "
     "      local k = ns .. ':u:' .. res[r] .. ':' .. (t - t % res[r]) "
-    "      local kk = k .. '|' .. g "
-    "      local a = acc[kk] "
-    "      if not a then a = {k, g, r, {}}; acc[kk] = a; "
-    "order[#order + 1] = kk end "
-    "      local j = 0 "
-    "      for x in string.gmatch(v, '[^,]+') do j = j + 1; "
-    "a[4][j] = (a[4][j] or 0) + tonumber(x) end "
+    "      local old = redis.call('HGET', k, g) "
+    "      local o = {} "
+    "      if old then for x in string.gmatch(old, '[^,]+') do "
+    "o[#o + 1] = tonumber(x) end end "
+    "      local out = {} "
+    "      for j = 1, #add do out[j] = string.format('%d', "
+    "(o[j] or 0) + add[j]) end "
+    "      redis.call('HSET', k, g, table.concat(out, ',')) "
+    "      redis.call('EXPIRE', k, ttl[r]) "
     "    end "
     "  end "
     "end "
-    "if nrec > 0 then redis.call('LTRIM', KEYS[1], -keepr, -1) end "
-    "for _, kk in ipairs(order) do "
-    "  local a = acc[kk] "
-    "  local old = redis.call('HGET', a[1], a[2]) "
-    "  local o = {} "
-    "  if old then for x in string.gmatch(old, '[^,]+') do "
-    "o[#o + 1] = tonumber(x) end end "
-    "  local out = {} "
-    "  for j = 1, #a[4] do out[j] = string.format('%d', "
-    "(o[j] or 0) + a[4][j]) end "
-    "  redis.call('HSET', a[1], a[2], table.concat(out, ',')) "
-    "  redis.call('EXPIRE', a[1], ttl[a[3]]) "
-    "end "
-    "redis.call('HSET', KEYS[5], 'r', string.format('%d', topr)) "
-    "local tope = donee "
-    "for n = 1, nev do "
-    "  local seq, blob = tonumber(arg()), arg() "
-    "  if seq > donee then redis.call('RPUSH', KEYS[2], blob); "
-    "if seq > tope then tope = seq end end "
-    "end "
-    "if nev > 0 then redis.call('LTRIM', KEYS[2], -keepe, -1) end "
-    "redis.call('HSET', KEYS[5], 'e', string.format('%d', tope)) "
+    "local freshe = nev > 0 and efirst > donee "
+    "for n = 1, nev do local b = arg(); "
+    "if freshe then redis.call('RPUSH', KEYS[2], b) end end "
+    "if freshe then redis.call('LTRIM', KEYS[2], -keepe, -1); "
+    "donee = elast; "
+    "redis.call('HSET', KEYS[5], 'e', string.format('%d', donee)) end "
     "for n = 1, nled do local f = arg(); "
     "redis.call('HSET', KEYS[6], f, arg()) end "
     "for n = 1, nses do "
@@ -122,7 +122,7 @@ static const char  ngx_http_tokenbiryani_lua_flush[] =
     "end "
     "for _, f in ipairs(gone) do redis.call('HDEL', KEYS[7], f); "
     "redis.call('ZREM', KEYS[8], f) end "
-    "return 1";
+    "return {doner, donee}";
 
 
 ngx_int_t
@@ -176,6 +176,16 @@ ngx_http_tokenbiryani_rnames(ngx_pool_t *pool, ngx_str_t *ns,
 
     return NGX_OK;
 }
+
+
+/* a minute of one group's usage, summed from the records of a flush */
+typedef struct {
+    int64_t                             t;
+    const char                         *acct;
+    const char                         *model;
+    const char                         *key;
+    tb_usage_row_t                      u;
+} ngx_http_tokenbiryani_rusage_agg_t;
 
 
 /* the flush's arguments: a list of pointers, their lengths, their bytes */
@@ -235,7 +245,9 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 {
     u_char                                *block, *start;
     size_t                                 size, len;
-    ngx_uint_t                             i, nargs, nled;
+    int64_t                                t;
+    ngx_uint_t                             i, k, nargs, nled, nagg;
+    ngx_http_tokenbiryani_rusage_agg_t    *agg;
     const char                            *acct;
     tb_usage_row_t                         u;
     ngx_http_tokenbiryani_rargs_t          a;
@@ -244,19 +256,20 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     ngx_http_tokenbiryani_session_view_t  *sv;
     u_char                                 layout[128];
 
-    nargs = 3 + 9 + 12 + 2 * job->nslots + 5 * job->nrecords
-            + 2 * job->nevents + 2 * job->nledgers + 3 * job->nsessions;
+    nargs = 3 + 9 + 17 + 2 * job->nslots + 4 * job->nrecords
+            + job->nevents + 2 * job->nledgers + 3 * job->nsessions;
 
     size = nargs * (sizeof(char *) + sizeof(size_t)) + NGX_ALIGNMENT
-           + 12 * NGX_INT64_LEN + sizeof(layout)
+           + job->nrecords * sizeof(ngx_http_tokenbiryani_rusage_agg_t)
+           + NGX_ALIGNMENT
+           + 17 * NGX_INT64_LEN + sizeof(layout)
            + job->nslots * (NGX_INT64_LEN + TB_ID_MAX + 1)
-           + job->nrecords * (2 * NGX_INT64_LEN + 8
+           + job->nrecords * (NGX_INT64_LEN + 8
                               + sizeof(ngx_http_tokenbiryani_record_t)
                               + TB_ID_MAX + TB_MODEL_MAX + TB_ID_MAX + 3
                               + NGX_HTTP_TB_RUSAGE_VALUES
                                 * (NGX_INT64_LEN + 1))
-           + job->nevents * (NGX_INT64_LEN + 8
-                             + sizeof(ngx_http_tokenbiryani_event_t))
+           + job->nevents * (8 + sizeof(ngx_http_tokenbiryani_event_t))
            + job->nledgers * (TB_ID_MAX + 3 + sizeof(tb_ledger_t))
            + job->nsessions * (16 + NGX_INT64_LEN
                                + sizeof(ngx_http_tokenbiryani_session_view_t));
@@ -270,7 +283,48 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     a.argv = (const char **) block;
     a.lens = (size_t *) ngx_align_ptr(block + nargs * sizeof(char *),
                                       NGX_ALIGNMENT);
-    a.p = (u_char *) (a.lens + nargs);
+    agg = (ngx_http_tokenbiryani_rusage_agg_t *)
+              ngx_align_ptr((u_char *) (a.lens + nargs), NGX_ALIGNMENT);
+    a.p = (u_char *) (agg + job->nrecords);
+
+    /* the records' usage, a bucket per minute and group: the script adds
+     * each to its four resolutions */
+
+    nagg = 0;
+
+    for (i = 0; i < job->nrecords; i++) {
+        rec = &job->records[i];
+        acct = ngx_http_tokenbiryani_record_usage(job, rec, &u);
+        t = (rec->started_ms + rec->latency_ms) / 60000 * 60;
+
+        for (k = 0; k < nagg; k++) {
+            if (agg[k].t == t && ngx_strcmp(agg[k].acct, acct) == 0
+                && ngx_strcmp(agg[k].model, rec->model) == 0
+                && ngx_strcmp(agg[k].key, rec->key) == 0)
+            {
+                break;
+            }
+        }
+
+        if (k == nagg) {
+            agg[k].t = t;
+            agg[k].acct = acct;
+            agg[k].model = rec->model;
+            agg[k].key = rec->key;
+            ngx_memzero(&agg[k].u, sizeof(tb_usage_row_t));
+            nagg++;
+        }
+
+        agg[k].u.requests += u.requests;
+        agg[k].u.input += u.input;
+        agg[k].u.output += u.output;
+        agg[k].u.cache_read += u.cache_read;
+        agg[k].u.cache_write += u.cache_write;
+        agg[k].u.cost += u.cost;
+        agg[k].u.unpriced += u.unpriced;
+        agg[k].u.errors += u.errors;
+        agg[k].u.cache_hits += u.cache_hits;
+    }
 
     ngx_http_tokenbiryani_rargs_add(&a, "EVAL", 4);
     ngx_http_tokenbiryani_rargs_add(&a, ngx_http_tokenbiryani_lua_flush,
@@ -311,6 +365,7 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->nevents);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) nled);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->nsessions);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) nagg);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(job->keep_records,
                                                           1));
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(job->keep_events,
@@ -326,6 +381,17 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 
     ngx_http_tokenbiryani_rargs_num(&a, NGX_HTTP_TB_SESSIONS);
 
+    ngx_http_tokenbiryani_rargs_num(&a, job->nrecords
+                                        ? (int64_t) job->records[0].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, job->nrecords
+                                        ? (int64_t) job->records
+                                              [job->nrecords - 1].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, job->nevents
+                                        ? (int64_t) job->events[0].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, job->nevents
+                                        ? (int64_t) job->events
+                                              [job->nevents - 1].seq : 0);
+
     for (i = 0; i < job->nslots; i++) {
         ngx_http_tokenbiryani_rargs_num(&a, (int64_t) i);
         ngx_http_tokenbiryani_rargs_add(&a, job->slot_ids[i],
@@ -335,29 +401,30 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     for (i = 0; i < job->nrecords; i++) {
         rec = &job->records[i];
 
-        ngx_http_tokenbiryani_rargs_num(&a, (int64_t) rec->seq);
         ngx_http_tokenbiryani_rargs_blob(&a, rec->seq, rec,
             offsetof(ngx_http_tokenbiryani_record_t, cands)
             + ngx_min(rec->ncands, NGX_HTTP_TB_INSPECT_CANDS)
               * sizeof(ngx_http_tokenbiryani_inspect_cand_t));
-        ngx_http_tokenbiryani_rargs_num(&a, (rec->started_ms
-                                             + rec->latency_ms) / 1000);
+    }
 
-        acct = ngx_http_tokenbiryani_record_usage(job, rec, &u);
+    for (k = 0; k < nagg; k++) {
+        ngx_http_tokenbiryani_rargs_num(&a, agg[k].t);
 
         start = a.p;
-        a.p = ngx_sprintf(a.p, "%s\x1f%s\x1f%s", acct, rec->model, rec->key);
+        a.p = ngx_sprintf(a.p, "%s\x1f%s\x1f%s", agg[k].acct, agg[k].model,
+                          agg[k].key);
         ngx_http_tokenbiryani_rargs_add(&a, start, a.p - start);
 
         start = a.p;
-        a.p = ngx_sprintf(a.p, "%L,%L,%L,%L,%L,%L,%L,%L,%L", u.requests,
-                          u.input, u.output, u.cache_read, u.cache_write,
-                          u.cost, u.unpriced, u.errors, u.cache_hits);
+        a.p = ngx_sprintf(a.p, "%L,%L,%L,%L,%L,%L,%L,%L,%L",
+                          agg[k].u.requests, agg[k].u.input, agg[k].u.output,
+                          agg[k].u.cache_read, agg[k].u.cache_write,
+                          agg[k].u.cost, agg[k].u.unpriced, agg[k].u.errors,
+                          agg[k].u.cache_hits);
         ngx_http_tokenbiryani_rargs_add(&a, start, a.p - start);
     }
 
     for (i = 0; i < job->nevents; i++) {
-        ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->events[i].seq);
         ngx_http_tokenbiryani_rargs_blob(&a, job->events[i].seq,
                                          &job->events[i],
                                          sizeof(ngx_http_tokenbiryani_event_t));

@@ -131,6 +131,8 @@ static const ngx_http_tokenbiryani_store_ops_t
 
 static ngx_int_t ngx_http_tokenbiryani_rstore_flush(
     ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job);
+static int ngx_http_tokenbiryani_rstore_flushed(
+    ngx_http_tokenbiryani_job_t *job, const redisReply *reply);
 static void ngx_http_tokenbiryani_rstore_resync(
     ngx_http_tokenbiryani_rstore_t *rs);
 static void ngx_http_tokenbiryani_rstore_pull(
@@ -808,6 +810,9 @@ ngx_http_tokenbiryani_rstore_written(ngx_http_tokenbiryani_redis_t *rd,
         ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
                      "Redis %V: %s%Z", &rs->tmcf->store_shown, reply->str);
 
+    } else if (job->op == NGX_HTTP_TB_JOB_FLUSH) {
+        job->rc = ngx_http_tokenbiryani_rstore_flushed(job, reply);
+
     } else if (reply->type == REDIS_REPLY_INTEGER && reply->integer != 1) {
         job->rc = (reply->integer == 0
                    && (job->op == NGX_HTTP_TB_JOB_KEY_INSERT
@@ -827,6 +832,36 @@ ngx_http_tokenbiryani_rstore_written(ngx_http_tokenbiryani_redis_t *rd,
                                       rd->log);
 
     job->done(job);
+}
+
+
+/*
+ * The flush's answer: how far the store has the records and the events.
+ * A batch the store had begun already was not written: the zone's flush
+ * goes on from where the store is.
+ */
+static int
+ngx_http_tokenbiryani_rstore_flushed(ngx_http_tokenbiryani_job_t *job,
+    const redisReply *reply)
+{
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2
+        || reply->element[0]->type != REDIS_REPLY_INTEGER
+        || reply->element[1]->type != REDIS_REPLY_INTEGER)
+    {
+        ngx_cpystrn((u_char *) job->err, (u_char *) "the flush's script "
+                    "answered unlike itself", sizeof(job->err));
+        return TB_STORE_ERROR;
+    }
+
+    if (job->nrecords) {
+        job->records_seq = (uint64_t) reply->element[0]->integer;
+    }
+
+    if (job->nevents) {
+        job->events_seq = (uint64_t) reply->element[1]->integer;
+    }
+
+    return TB_STORE_OK;
 }
 
 
@@ -903,12 +938,13 @@ ngx_http_tokenbiryani_redis_flush_now(ngx_http_tokenbiryani_main_conf_t *tmcf,
     r = redisCommandArgv(c, argc, argv, lens);
     ngx_free(block);
 
-    rc = (r && r->type == REDIS_REPLY_INTEGER) ? TB_STORE_OK
-                                               : TB_STORE_ERROR;
+    rc = (r && r->type != REDIS_REPLY_ERROR)
+         ? ngx_http_tokenbiryani_rstore_flushed(job, r) : TB_STORE_ERROR;
 
     if (rc != TB_STORE_OK) {
         ngx_cpystrn((u_char *) job->err,
-                    (u_char *) (r ? r->str : c->errstr), sizeof(job->err));
+                    (u_char *) (r ? (r->str ? r->str : "an unexpected answer")
+                                  : c->errstr), sizeof(job->err));
     }
 
     if (r) {

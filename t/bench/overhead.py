@@ -11,14 +11,17 @@ wrk against:
   (c) gateway   nginx with this module (2 workers, 4 accounts, keys on,
                 the default strategy) in front of it;
   (d) portkey   Portkey's open-source gateway (@portkey-ai/gateway from
-                npm, Node) in front of it, as a peer a user might choose.
+                npm, Node) in front of it, as a peer a user might choose;
+  (e) redis     the gateway of (c) with store.backend: redis, Debian's
+                redis-server on a free port (no persistence), on the same
+                cores.
 
     overhead.py --module build/ngx_http_tokenbiryani_module.so
-        [--conns 1,16,64,256] [--seconds 5] [--targets a,b,c,d]
+        [--conns 1,16,64,256] [--seconds 5] [--targets a,b,c,d,e]
         [--modes json,stream] [--json]
 
-Prints requests/s, p50 and p99 for each, and the ratios c/b and c/d, as
-markdown.  A benchmark, not a test: it asserts nothing.
+Prints requests/s, p50 and p99 for each, and the ratios c/b, c/d and e/c,
+as markdown.  A benchmark, not a test: it asserts nothing.
 """
 
 import argparse
@@ -160,7 +163,7 @@ def start_proxy(workdir, up):
     return tbbench.Nginx(workdir, None, conf, workers=2, name="proxy")
 
 
-def start_gateway(workdir, module, up, extra_yaml=""):
+def start_gateway(workdir, module, up, extra_yaml="", name="gateway"):
     accounts = ""
     for mode, prefix in (("json", ""), ("sse", "/sse")):
         for i in range(1, 5):
@@ -187,8 +190,32 @@ def start_gateway(workdir, module, up, extra_yaml=""):
     }
 """
     conf = conf % os.environ.get("TB_KEEPALIVE", "64")
-    return tbbench.Nginx(workdir, module, conf, workers=2, name="gateway",
+    return tbbench.Nginx(workdir, module, conf, workers=2, name=name,
                          files={"tb.yaml": yaml})
+
+
+class Redis:
+    def __init__(self, workdir):
+        self.dir = os.path.join(workdir, "redis")
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = tbbench.free_port()
+        self.log = open(os.path.join(self.dir, "redis.log"), "w")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir,
+             "--daemonize", "no"], stdout=self.log, stderr=self.log)
+        tbbench.wait_listening(self.port, 10, "redis-server")
+
+    def pids(self):
+        return [self.proc.pid]
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
 
 
 class Portkey:
@@ -248,7 +275,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3,
                     help="runs per cell, interleaved; medians are reported")
-    ap.add_argument("--targets", default="a,b,c,d")
+    ap.add_argument("--targets", default="a,b,c,d,e")
     ap.add_argument("--modes", default="json,stream")
     ap.add_argument("--workdir", default=os.path.join(tbbench.TOP, "build",
                                                       "bench", "overhead"))
@@ -272,9 +299,17 @@ def main():
         if "b" in targets:
             procs["b"] = start_proxy(args.workdir, up)
         if "c" in targets:
-            procs["c"] = start_gateway(args.workdir, args.module, up)
+            procs["c"] = start_gateway(args.workdir, args.module, up,
+                                       extra_yaml=os.environ.get(
+                                           "TB_BENCH_EXTRA_C", ""))
         if "d" in targets:
             procs["d"] = Portkey(args.workdir)
+        if "e" in targets:
+            procs["redis"] = Redis(args.workdir)
+            procs["e"] = start_gateway(
+                args.workdir, args.module, up, name="gateway-redis",
+                extra_yaml=os.environ.get("TB_BENCH_EXTRA", "") + "store:\n  backend: redis\n  url: redis://"
+                           "127.0.0.1:%d/0\n" % procs["redis"].port)
 
         def url_lua(t, mode):
             stream = mode == "stream"
@@ -286,8 +321,8 @@ def main():
             elif t == "b":
                 url = "http://127.0.0.1:%d%s" % (
                     procs["b"].port, "/v1/stream" if stream else "/v1/messages")
-            elif t == "c":
-                url = "http://127.0.0.1:%d/v1/messages" % procs["c"].port
+            elif t in ("c", "e"):
+                url = "http://127.0.0.1:%d/v1/messages" % procs[t].port
                 key = "sk-client-sse" if stream else "sk-client-json"
             else:
                 url = "http://127.0.0.1:%d/v1/messages" % procs["d"].port
@@ -336,7 +371,8 @@ def main():
             p.stop()
 
     names = {"a": "upstream (direct)", "b": "nginx proxy_pass",
-             "c": "tokenbiryani", "d": "Portkey"}
+             "c": "tokenbiryani", "d": "Portkey",
+             "e": "tokenbiryani, store.backend: redis"}
     if args.json:
         print(json.dumps({"%s/%d/%s" % k: v for k, v in results.items()},
                          indent=1))
@@ -373,6 +409,13 @@ def main():
                     line += " %.1f |" % (rc["rps"] / results[(mode, c, "d")]
                                          ["rps"])
                 print(line)
+        if "c" in targets and "e" in targets:
+            print("\n| conns | redis backend / zone only req/s | redis p99 − "
+                  "zone only p99 (ms) |\n|---|---|---|")
+            for c in conns:
+                rc, re_ = results[(mode, c, "c")], results[(mode, c, "e")]
+                print("| %d | %.2f | %+.3f |" % (
+                    c, re_["rps"] / rc["rps"], (re_["p99"] - rc["p99"]) / 1000))
         print()
     print("reproduce: make bench-overhead")
 

@@ -248,7 +248,9 @@ GET /healthz
 --- response_body_like: "store":"degraded"
 --- check
 like(store_of()->{error}, qr/AUTH.*(WRONGPASS|without any password|invalid)/i, 'Redis\'s refusal') or diag(explain(store_of()));
-unlike(TB::Nginx::log_text() . json_encode(pool_status()), qr/not-the-password/, 'the password is nowhere');
+my (undef, $settings) = admin(GET => '/admin/settings');
+unlike(TB::Nginx::log_text() . json_encode(pool_status()) . json_encode($settings), qr/not-the-password/,
+       'the password is in no log, /admin/status or /admin/settings');
 --- error_log eval
 qr/degraded/
 

@@ -209,6 +209,8 @@ ok(defined within(8, sub { store_of()->{state} eq 'ok' }), 'ok again once Redis 
 like(TB::Nginx::log_text(), qr/the store "redis:\/\/[^"]+" is written again/, 'which the log says');
 ($st, $j) = admin(POST => '/admin/keys', { name => 'after' });
 is($st, 201, 'writes work again');
+@lines = grep { /the store cannot be written, the gateway serves from memory/ } split /\n/, TB::Nginx::log_text();
+is(scalar @lines, 1, 'and it did not flap while the workers came back one by one');
 --- error_log eval
 qr/the store cannot be written/
 

@@ -98,6 +98,7 @@ typedef struct {
     ngx_http_tokenbiryani_redis_t       cmd;
     ngx_http_tokenbiryani_redis_t       sub;
     ngx_uint_t                          sub_started;
+    ngx_uint_t                          cmd_up;     /* cmd was ready */
     ngx_uint_t                          resync;     /* once cmd is ready */
 
     ngx_event_t                         elect;
@@ -2155,6 +2156,8 @@ ngx_http_tokenbiryani_rstore_cmd_ready(ngx_http_tokenbiryani_redis_t *rd)
 {
     ngx_http_tokenbiryani_rstore_t *rs = rd->data;
 
+    rs->cmd_up = 1;
+
     ngx_http_tokenbiryani_store_wrote(rs->tmcf, NULL, rd->log);
 
     if (rs->resync && rs->sub.state == NGX_HTTP_TB_REDIS_READY) {
@@ -2170,13 +2173,24 @@ ngx_http_tokenbiryani_rstore_cmd_down(ngx_http_tokenbiryani_redis_t *rd)
 
     char  why[600];
 
+    rs->resync = 1;
+
+    if (!rs->cmd_up) {
+        /*
+         * a try to connect again that failed: said when the connection
+         * was lost (or by the master, at start), not again with each try
+         * - another worker back meanwhile would make the log flap
+         */
+        return;
+    }
+
+    rs->cmd_up = 0;
+
     ngx_snprintf((u_char *) why, sizeof(why) - 1, "Redis %V: %s%Z",
                  &rs->tmcf->store_shown, rd->error);
     why[sizeof(why) - 1] = '\0';
 
     ngx_http_tokenbiryani_store_wrote(rs->tmcf, why, rd->log);
-
-    rs->resync = 1;
 }
 
 

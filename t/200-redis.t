@@ -346,6 +346,13 @@ my $ses = TB::Nginx::redis_cmd('KEYS', 'tbtest:aff:*');
 ok(@$ses >= 2, 'Redis holds the owners') or diag(explain($ses));
 # a2 fails on B: the turn goes to a1, which owns the conversation from now
 is($turn->($B, 8, script => '529,ok'), '200 a1', 'turn 8 on B: a2 answers 529, a1 serves');
+# the new owner is in Redis once the commit's write landed (it is sent
+# without waiting, from whichever worker of B served the turn); a key
+# minted on B after that is announced after it, and A reads the two back
+# in that order on one connection
+ok(defined within(1, sub { !grep { (TB::Nginx::redis_cmd('GET', $_) // '') =~ /^a2 / }
+                                @{ TB::Nginx::redis_cmd('KEYS', 'tbtest:aff:*') } }),
+   'Redis has the new owner');
 my ($ks, $kj) = admin(POST => '/admin/keys', { name => 'after-8' }, port => $B);
 ok(defined within(1, sub { (message_with($kj->{key})->{status} // 0) == 200 }),
    'A has read what B announced after turn 8');

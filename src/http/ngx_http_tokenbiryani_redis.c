@@ -556,6 +556,16 @@ ngx_http_tokenbiryani_redis_command(ngx_http_tokenbiryani_redis_t *rd,
 }
 
 
+void
+ngx_http_tokenbiryani_redis_push(ngx_http_tokenbiryani_redis_t *rd)
+{
+    if (rd->ac && rd->state == NGX_HTTP_TB_REDIS_READY) {
+        /* a non-blocking write: what does not fit waits for the event */
+        redisAsyncHandleWrite(rd->ac);
+    }
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_redis_send(ngx_http_tokenbiryani_redis_t *rd,
     ngx_http_tokenbiryani_redis_reply_pt cb, void *data, int argc,

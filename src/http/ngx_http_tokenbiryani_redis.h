@@ -91,6 +91,11 @@ ngx_int_t ngx_http_tokenbiryani_redis_send(ngx_http_tokenbiryani_redis_t *rd,
     ngx_http_tokenbiryani_redis_reply_pt cb, void *data, int argc,
     const char **argv, const size_t *argvlen, ngx_uint_t persistent);
 
+/* what is queued written to the socket now, not at the next turn of the
+ * event loop (a write that must land before the client can act on the
+ * answer it goes with) */
+void ngx_http_tokenbiryani_redis_push(ngx_http_tokenbiryani_redis_t *rd);
+
 /* the connection dropped now, as if Redis had gone (a reply that is
  * garbage, a subscriber that must start over): reconnects after backoff */
 void ngx_http_tokenbiryani_redis_drop(ngx_http_tokenbiryani_redis_t *rd,

@@ -905,6 +905,63 @@ ngx_http_tokenbiryani_rstore_flush(ngx_http_tokenbiryani_rstore_t *rs,
 }
 
 
+/*
+ * A flush of the event loop may have landed while the exiting worker's
+ * last one was collected: what the store has is left out of it, or the
+ * script would refuse the whole batch as begun already and the rest
+ * would be lost.
+ */
+static void
+ngx_http_tokenbiryani_rstore_skip_done(redisContext *c,
+    ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job)
+{
+    size_t       lens[4];
+    uint64_t     done;
+    ngx_uint_t   k;
+    redisReply  *r;
+    const char  *argv[4];
+
+    argv[0] = "HMGET";
+    argv[1] = rs->n.flushed;
+    argv[2] = "r";
+    argv[3] = "e";
+
+    for (k = 0; k < 4; k++) {
+        lens[k] = ngx_strlen(argv[k]);
+    }
+
+    r = redisCommandArgv(c, 4, argv, lens);
+
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        done = (r->element[0]->type == REDIS_REPLY_STRING)
+               ? (uint64_t) ngx_atoof((u_char *) r->element[0]->str,
+                                      r->element[0]->len) : 0;
+
+        for (k = 0; k < job->nrecords && job->records[k].seq <= done; k++) {
+            /* void */
+        }
+
+        job->records += k;
+        job->nrecords -= k;
+
+        done = (r->element[1]->type == REDIS_REPLY_STRING)
+               ? (uint64_t) ngx_atoof((u_char *) r->element[1]->str,
+                                      r->element[1]->len) : 0;
+
+        for (k = 0; k < job->nevents && job->events[k].seq <= done; k++) {
+            /* void */
+        }
+
+        job->events += k;
+        job->nevents -= k;
+    }
+
+    if (r) {
+        freeReplyObject(r);
+    }
+}
+
+
 /* the exiting worker's last flush: a connection of its own, waited for
  * (the worker serves nothing any more), bounded by the timeout */
 static int
@@ -926,6 +983,8 @@ ngx_http_tokenbiryani_redis_flush_now(ngx_http_tokenbiryani_main_conf_t *tmcf,
     if (c == NULL) {
         return TB_STORE_ERROR;
     }
+
+    ngx_http_tokenbiryani_rstore_skip_done(c, rs, job);
 
     block = ngx_http_tokenbiryani_rflush_args(&rs->n, job, &argc, &argv,
                                               &lens);

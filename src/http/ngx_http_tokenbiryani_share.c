@@ -218,6 +218,12 @@ ngx_http_tokenbiryani_share_affinity(ngx_http_tokenbiryani_main_conf_t *tmcf,
         lens[i] = ngx_strlen(argv[i]);
     }
 
-    (void) ngx_http_tokenbiryani_redis_send(rd,
-               ngx_http_tokenbiryani_share_told, NULL, 8, argv, lens, 0);
+    if (ngx_http_tokenbiryani_redis_send(rd,
+            ngx_http_tokenbiryani_share_told, NULL, 8, argv, lens, 0)
+        == NGX_OK)
+    {
+        /* the client may send the next turn to another instance the
+         * moment it has this answer: the owner is on its way first */
+        ngx_http_tokenbiryani_redis_push(rd);
+    }
 }

@@ -24,6 +24,7 @@
 #include "ngx_http_tokenbiryani_redis.h"
 #include "ngx_http_tokenbiryani_redis_store.h"
 #include "ngx_http_tokenbiryani_redis_history.h"
+#include "ngx_http_tokenbiryani_redis_zone.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_settings.h"
@@ -138,9 +139,6 @@ static void ngx_http_tokenbiryani_rstore_resync(
     ngx_http_tokenbiryani_rstore_t *rs);
 static void ngx_http_tokenbiryani_rstore_pull(
     ngx_http_tokenbiryani_rstore_t *rs);
-static void ngx_http_tokenbiryani_rstore_apply_account(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
-    const redisReply *spec, const redisReply *sealed);
 
 
 /* configuration */
@@ -389,42 +387,6 @@ ngx_http_tokenbiryani_redis_sync(redisContext *c, int argc,
 }
 
 
-static void
-ngx_http_tokenbiryani_redis_new_epoch(u_char *epoch)
-{
-    ngx_sprintf(epoch, "%08xD%08xD%08xD%08xD%Z", (uint32_t) ngx_random(),
-                (uint32_t) ngx_time(), (uint32_t) ngx_pid,
-                (uint32_t) ngx_random());
-}
-
-
-/* the key's stored value: its digest, from 64 hex digits */
-static ngx_int_t
-ngx_http_tokenbiryani_redis_digest(const char *v, size_t len,
-    u_char digest[32])
-{
-    ngx_int_t   hi, lo;
-    ngx_uint_t  i;
-
-    if (len < 66 || v[64] != ' ') {
-        return NGX_ERROR;
-    }
-
-    for (i = 0; i < 32; i++) {
-        hi = ngx_hextoi((u_char *) &v[2 * i], 1);
-        lo = ngx_hextoi((u_char *) &v[2 * i + 1], 1);
-
-        if (hi == NGX_ERROR || lo == NGX_ERROR) {
-            return NGX_ERROR;
-        }
-
-        digest[i] = (u_char) (hi * 16 + lo);
-    }
-
-    return NGX_OK;
-}
-
-
 static ngx_int_t
 ngx_http_tokenbiryani_redis_read(redisContext *c,
     ngx_http_tokenbiryani_main_conf_t *tmcf,
@@ -457,7 +419,7 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
     } else {
         freeReplyObject(r);
 
-        ngx_http_tokenbiryani_redis_new_epoch(epoch);
+        ngx_http_tokenbiryani_rzone_epoch(epoch);
 
         argv[0] = "SET";
         argv[2] = (char *) epoch;
@@ -498,7 +460,7 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
 
         if (r->element[i]->type != REDIS_REPLY_STRING
             || pair->type != REDIS_REPLY_STRING
-            || ngx_http_tokenbiryani_redis_digest(pair->str, pair->len,
+            || ngx_http_tokenbiryani_rzone_digest(pair->str, pair->len,
                                                   digest)
                != NGX_OK
             || r->element[i]->len > TB_ID_MAX)
@@ -1173,363 +1135,6 @@ ngx_http_tokenbiryani_reply_is(const redisReply *r, const char *s)
 }
 
 
-static void
-ngx_http_tokenbiryani_rstore_apply_key(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *name, size_t len,
-    const redisReply *value)
-{
-    ngx_uint_t    rc;
-    tb_keyspec_t  ks;
-    u_char        digest[32];
-    char          err[256];
-
-    if (len == 0 || len > TB_ID_MAX
-        || ngx_http_tokenbiryani_yaml_key(tmcf, (u_char *) name, len))
-    {
-        /* the file's key of that name wins, as at load */
-        return;
-    }
-
-    if (value == NULL || value->type != REDIS_REPLY_STRING) {
-        if (ngx_http_tokenbiryani_rkey_delete(&tmcf->zone, name, len)
-            == NGX_HTTP_TB_RKEY_OK)
-        {
-            ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
-                          "tokenbiryani: key \"%*s\" revoked by another "
-                          "instance", len, name);
-        }
-
-        return;
-    }
-
-    if (ngx_http_tokenbiryani_redis_digest(value->str, value->len, digest)
-        != NGX_OK
-        || tb_keyspec_parse(&ks, value->str + 65, value->len - 65,
-                            TB_KEYSPEC_STORED, NULL, NULL, 0, err,
-                            sizeof(err))
-           != 0)
-    {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: the key \"%*s\" in Redis is "
-                      "unreadable and left out", len, name);
-        return;
-    }
-
-    rc = (ngx_strlen(ks.conf.name) == len
-          && ngx_strncmp(ks.conf.name, name, len) == 0);
-
-    tb_keyspec_free(&ks);
-
-    if (!rc) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: the key \"%*s\" in Redis names another "
-                      "key in its spec and is left out", len, name);
-        return;
-    }
-
-    rc = ngx_http_tokenbiryani_rkey_set(&tmcf->zone, name, len, digest,
-                                        (u_char *) value->str + 65,
-                                        value->len - 65);
-
-    if (rc == NGX_HTTP_TB_RKEY_NOMEM) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: the key \"%*s\" from Redis does not "
-                      "fit: make tokenbiryani_zone larger", len, name);
-    }
-}
-
-
-/* an account another instance wrote: opened, its host looked up off the
- * event loop, then put into the zone */
-
-typedef struct {
-    ngx_http_tokenbiryani_job_t         job;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    u_char                              fingerprint[8];
-    int                                 replenishment;
-    ngx_http_tokenbiryani_racct_view_t  v;
-    ngx_http_tokenbiryani_raddr_t       addrs[NGX_HTTP_TB_RACCT_ADDRS];
-    char                                host[256];
-    u_char                              data[1];   /* id, spec, sealed */
-} ngx_http_tokenbiryani_rapply_t;
-
-
-static void
-ngx_http_tokenbiryani_rstore_put_account(ngx_http_tokenbiryani_rapply_t *ra)
-{
-    ngx_uint_t                          rc, slot, i, exists;
-    ngx_pool_t                         *pool;
-    ngx_array_t                         views;
-    ngx_http_tokenbiryani_racct_view_t *v;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ra->tmcf;
-    exists = 0;
-
-    pool = ngx_create_pool(4096, ngx_cycle->log);
-    if (pool == NULL) {
-        return;
-    }
-
-    if (ngx_http_tokenbiryani_raccts_copy(&tmcf->zone, pool, &views, NULL)
-        == NGX_OK)
-    {
-        v = views.elts;
-
-        for (i = 0; i < views.nelts; i++) {
-            if (v[i].id.len == ra->v.id.len
-                && ngx_memcmp(v[i].id.data, ra->v.id.data, ra->v.id.len) == 0)
-            {
-                exists = 1;
-                break;
-            }
-        }
-    }
-
-    ngx_destroy_pool(pool);
-
-    rc = ngx_http_tokenbiryani_racct_put(&tmcf->zone, &ra->v, ra->fingerprint,
-                                         ra->replenishment, !exists,
-                                         tmcf->max_accounts - tmcf->nyaml,
-                                         &slot);
-
-    switch (rc) {
-
-    case NGX_HTTP_TB_RKEY_OK:
-        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
-                      "tokenbiryani: account \"%V\" %s by another instance",
-                      &ra->v.id, exists ? "changed" : "added");
-        ngx_http_tokenbiryani_accounts_sync(tmcf);
-        break;
-
-    case NGX_HTTP_TB_RKEY_FULL:
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: account \"%V\" from Redis is left out: "
-                      "tokenbiryani_max_accounts (%ui) are there",
-                      &ra->v.id, tmcf->max_accounts);
-        break;
-
-    case NGX_HTTP_TB_RKEY_NOMEM:
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: account \"%V\" from Redis does not fit: "
-                      "make tokenbiryani_zone larger", &ra->v.id);
-        break;
-
-    default:
-        /* added or removed meanwhile: the next announcement settles it */
-        break;
-    }
-}
-
-
-static void
-ngx_http_tokenbiryani_rstore_resolved(ngx_http_tokenbiryani_job_t *job)
-{
-    ngx_http_tokenbiryani_rapply_t *ra = job->data;
-
-    if (job->rc == TB_STORE_OK) {
-        ra->v.naddrs = job->naddrs;
-        ngx_memcpy(ra->v.addrs, ra->addrs, sizeof(ra->v.addrs));
-        ngx_http_tokenbiryani_rstore_put_account(ra);
-
-    } else {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: account \"%V\" from Redis does not "
-                      "serve here: %s", &ra->v.id, job->err);
-    }
-
-    ngx_free(ra);
-}
-
-
-static void
-ngx_http_tokenbiryani_rstore_apply_account(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
-    const redisReply *spec, const redisReply *sealed)
-{
-    u_char                              *p;
-    in_port_t                            port;
-    ngx_int_t                            rc;
-    ngx_uint_t                           i, slot;
-    ngx_pool_t                          *pool;
-    ngx_array_t                          views;
-    tb_config_t                         *cf;
-    ngx_http_tokenbiryani_account_t      a;
-    ngx_http_tokenbiryani_rapply_t      *ra;
-    ngx_http_tokenbiryani_racct_view_t  *v;
-    char                                 err[512];
-
-    if (len == 0 || len > TB_ID_MAX
-        || ngx_http_tokenbiryani_yaml_account(tmcf, id, len))
-    {
-        return;
-    }
-
-    if (spec == NULL || spec->type != REDIS_REPLY_STRING
-        || sealed == NULL || sealed->type != REDIS_REPLY_STRING)
-    {
-        if (ngx_http_tokenbiryani_racct_delete(&tmcf->zone, id, len, &slot)
-            == NGX_HTTP_TB_RKEY_OK)
-        {
-            ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
-                          "tokenbiryani: account \"%*s\" removed by another "
-                          "instance", len, id);
-            ngx_http_tokenbiryani_accounts_sync(tmcf);
-        }
-
-        return;
-    }
-
-    pool = ngx_create_pool(4096, ngx_cycle->log);
-    if (pool == NULL) {
-        return;
-    }
-
-    /* as the zone has it already: nothing to do */
-
-    if (ngx_http_tokenbiryani_raccts_copy(&tmcf->zone, pool, &views, NULL)
-        == NGX_OK)
-    {
-        v = views.elts;
-
-        for (i = 0; i < views.nelts; i++) {
-            if (v[i].id.len == len && ngx_memcmp(v[i].id.data, id, len) == 0
-                && v[i].spec.len == spec->len
-                && ngx_memcmp(v[i].spec.data, spec->str, spec->len) == 0
-                && v[i].sealed.len == sealed->len
-                && ngx_memcmp(v[i].sealed.data, sealed->str, sealed->len)
-                   == 0)
-            {
-                ngx_destroy_pool(pool);
-                return;
-            }
-        }
-    }
-
-    ra = ngx_calloc(sizeof(ngx_http_tokenbiryani_rapply_t) + len + spec->len
-                    + sealed->len + 3, ngx_cycle->log);
-    if (ra == NULL) {
-        ngx_destroy_pool(pool);
-        return;
-    }
-
-    ra->tmcf = tmcf;
-
-    p = ra->data;
-    ra->v.id.data = p;
-    ra->v.id.len = len;
-    p = ngx_cpymem(p, id, len);
-    *p++ = '\0';
-    ra->v.spec.data = p;
-    ra->v.spec.len = spec->len;
-    p = ngx_cpymem(p, spec->str, spec->len);
-    *p++ = '\0';
-    ra->v.sealed.data = p;
-    ra->v.sealed.len = sealed->len;
-    p = ngx_cpymem(p, sealed->str, sealed->len);
-    *p = '\0';
-
-    cf = ngx_http_tokenbiryani_racct_open(tmcf, &ra->v.id, &ra->v.spec,
-                                          &ra->v.sealed, err, sizeof(err));
-    if (cf == NULL) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: account \"%V\" from Redis does not "
-                      "serve here: %s", &ra->v.id, err);
-        ngx_free(ra);
-        ngx_destroy_pool(pool);
-        return;
-    }
-
-    ngx_memzero(&a, sizeof(a));
-
-    rc = ngx_http_tokenbiryani_account_fill(pool, &a, &cf->accounts[0],
-                                            ra->fingerprint, err,
-                                            sizeof(err));
-
-    ngx_explicit_memzero(a.auth_header.data, a.auth_header.len);
-
-    port = (in_port_t) cf->accounts[0].port;
-    ra->replenishment = cf->accounts[0].replenishment;
-    ngx_cpystrn((u_char *) ra->host, (u_char *) cf->accounts[0].host,
-                sizeof(ra->host));
-
-    tb_config_free(cf);
-    ngx_destroy_pool(pool);
-
-    if (rc != NGX_OK) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: account \"%V\" from Redis does not "
-                      "serve here: %s", &ra->v.id,
-                      rc == NGX_ABORT ? "no memory" : err);
-        ngx_free(ra);
-        return;
-    }
-
-    ra->v.naddrs = ngx_http_tokenbiryani_literal_addr(ra->host, port,
-                                                      ra->v.addrs);
-    if (ra->v.naddrs) {
-        ngx_http_tokenbiryani_rstore_put_account(ra);
-        ngx_free(ra);
-        return;
-    }
-
-    ra->job.op = NGX_HTTP_TB_JOB_RESOLVE;
-    ra->job.name = ra->host;
-    ra->job.port = port;
-    ra->job.addrs = ra->addrs;
-    ra->job.naddrs = NGX_HTTP_TB_RACCT_ADDRS;
-    ra->job.done = ngx_http_tokenbiryani_rstore_resolved;
-    ra->job.data = ra;
-
-    if (ngx_http_tokenbiryani_store_post(tmcf, &ra->job) != NGX_OK) {
-        ngx_free(ra);
-    }
-}
-
-
-static void
-ngx_http_tokenbiryani_rstore_apply_strategy(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const redisReply *value)
-{
-    u_char  cur[64], name[64];
-
-    name[0] = '\0';
-
-    if (value && value->type == REDIS_REPLY_STRING) {
-        if (value->len >= sizeof(name)) {
-            return;
-        }
-
-        ngx_cpystrn(name, (u_char *) value->str, value->len + 1);
-    }
-
-    (void) ngx_http_tokenbiryani_settings_strategy(&tmcf->zone, cur,
-                                                   sizeof(cur));
-
-    if (ngx_strcmp(cur, name) == 0) {
-        return;
-    }
-
-    if (name[0] && ngx_http_tokenbiryani_find_strategy(tmcf, (char *) name)
-                   == NULL)
-    {
-        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                      "tokenbiryani: the strategy \"%s\" another instance "
-                      "set is not in this build or its plugins: this one "
-                      "keeps \"%s\"", name,
-                      cur[0] ? cur : (u_char *) tmcf->strategy->name);
-        return;
-    }
-
-    ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, name,
-                                                ngx_strlen(name));
-
-    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
-                  "tokenbiryani: routing.strategy \"%s\", set by another "
-                  "instance", name[0] ? name : (u_char *) tmcf->strategy->name);
-}
-
-
 /* one change announced: what it names, read back */
 
 typedef struct {
@@ -1573,7 +1178,7 @@ ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
     switch (ch->kind) {
 
     case 'k':
-        ngx_http_tokenbiryani_rstore_apply_key(rs->tmcf, ch->name, ch->len,
+        ngx_http_tokenbiryani_rzone_key(rs->tmcf, ch->name, ch->len,
                                                reply);
         break;
 
@@ -1589,7 +1194,7 @@ ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
 
     case 'a':
         if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
-            ngx_http_tokenbiryani_rstore_apply_account(rs->tmcf, ch->name,
+            ngx_http_tokenbiryani_rzone_account(rs->tmcf, ch->name,
                 ch->len, reply->element[0], reply->element[1]);
         }
 
@@ -1600,7 +1205,7 @@ ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
             && ngx_strncmp(ch->name, NGX_HTTP_TB_SETTING_STRATEGY, ch->len)
                == 0)
         {
-            ngx_http_tokenbiryani_rstore_apply_strategy(rs->tmcf, reply);
+            ngx_http_tokenbiryani_rzone_strategy(rs->tmcf, reply);
         }
 
         break;
@@ -1779,7 +1384,7 @@ ngx_http_tokenbiryani_rstore_pulled_keys(ngx_http_tokenbiryani_redis_t *rd,
 
     for (i = 0; i + 1 < reply->elements; i += 2) {
         if (reply->element[i]->type == REDIS_REPLY_STRING) {
-            ngx_http_tokenbiryani_rstore_apply_key(rs->tmcf,
+            ngx_http_tokenbiryani_rzone_key(rs->tmcf,
                 (u_char *) reply->element[i]->str, reply->element[i]->len,
                 reply->element[i + 1]);
         }
@@ -1801,7 +1406,7 @@ ngx_http_tokenbiryani_rstore_pulled_keys(ngx_http_tokenbiryani_redis_t *rd,
             if (!ngx_http_tokenbiryani_rstore_has(reply, v[i].name.data,
                                                   v[i].name.len))
             {
-                ngx_http_tokenbiryani_rstore_apply_key(rs->tmcf,
+                ngx_http_tokenbiryani_rzone_key(rs->tmcf,
                     v[i].name.data, v[i].name.len, NULL);
             }
         }
@@ -1850,7 +1455,7 @@ ngx_http_tokenbiryani_rstore_pulled_accounts(
         }
 
         if (s) {
-            ngx_http_tokenbiryani_rstore_apply_account(rs->tmcf,
+            ngx_http_tokenbiryani_rzone_account(rs->tmcf,
                 (u_char *) specs->element[i]->str, specs->element[i]->len,
                 specs->element[i + 1], s);
         }
@@ -1870,7 +1475,7 @@ ngx_http_tokenbiryani_rstore_pulled_accounts(
             if (!ngx_http_tokenbiryani_rstore_has(specs, v[i].id.data,
                                                   v[i].id.len))
             {
-                ngx_http_tokenbiryani_rstore_apply_account(rs->tmcf,
+                ngx_http_tokenbiryani_rzone_account(rs->tmcf,
                     v[i].id.data, v[i].id.len, NULL, NULL);
             }
         }
@@ -1891,7 +1496,7 @@ ngx_http_tokenbiryani_rstore_pulled_strategy(
         return;
     }
 
-    ngx_http_tokenbiryani_rstore_apply_strategy(rs->tmcf, reply);
+    ngx_http_tokenbiryani_rzone_strategy(rs->tmcf, reply);
 }
 
 
@@ -2117,7 +1722,7 @@ ngx_http_tokenbiryani_rstore_back(ngx_http_tokenbiryani_rstore_t *rs,
      * is not the one it has, and writes back what it holds too */
 
     if (redis_epoch == NULL) {
-        ngx_http_tokenbiryani_redis_new_epoch(epoch);
+        ngx_http_tokenbiryani_rzone_epoch(epoch);
 
     } else {
         ngx_cpystrn(epoch, (u_char *) redis_epoch, sizeof(epoch));

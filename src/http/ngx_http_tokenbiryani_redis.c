@@ -62,18 +62,30 @@ ngx_http_tokenbiryani_redis_write_handler(ngx_event_t *ev)
 }
 
 
+/* interest in one direction: added level-triggered, or deleted */
+static void
+ngx_http_tokenbiryani_redis_interest(ngx_event_t *ev, ngx_int_t event,
+    ngx_uint_t add)
+{
+    if (add && !ev->active) {
+        if (ngx_add_event(ev, event, NGX_LEVEL_EVENT) != NGX_OK) {
+            ngx_log_error(NGX_LOG_ALERT, ev->log, 0,
+                          "tokenbiryani: a Redis connection's event cannot "
+                          "be added");
+        }
+
+    } else if (!add && ev->active) {
+        (void) ngx_del_event(ev, event, 0);
+    }
+}
+
+
 static void
 ngx_http_tokenbiryani_redis_add_read(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (!c->read->active
-        && ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT) != NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_ALERT, c->log, 0,
-                      "tokenbiryani: a Redis connection's read event cannot "
-                      "be added");
-    }
+    ngx_http_tokenbiryani_redis_interest(c->read, NGX_READ_EVENT, 1);
 }
 
 
@@ -82,9 +94,7 @@ ngx_http_tokenbiryani_redis_del_read(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (c->read->active) {
-        (void) ngx_del_event(c->read, NGX_READ_EVENT, 0);
-    }
+    ngx_http_tokenbiryani_redis_interest(c->read, NGX_READ_EVENT, 0);
 }
 
 
@@ -93,14 +103,7 @@ ngx_http_tokenbiryani_redis_add_write(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (!c->write->active
-        && ngx_add_event(c->write, NGX_WRITE_EVENT, NGX_LEVEL_EVENT)
-           != NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_ALERT, c->log, 0,
-                      "tokenbiryani: a Redis connection's write event cannot "
-                      "be added");
-    }
+    ngx_http_tokenbiryani_redis_interest(c->write, NGX_WRITE_EVENT, 1);
 }
 
 
@@ -109,9 +112,7 @@ ngx_http_tokenbiryani_redis_del_write(void *privdata)
 {
     ngx_connection_t  *c = privdata;
 
-    if (c->write->active) {
-        (void) ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
-    }
+    ngx_http_tokenbiryani_redis_interest(c->write, NGX_WRITE_EVENT, 0);
 }
 
 

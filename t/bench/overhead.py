@@ -194,6 +194,15 @@ def start_gateway(workdir, module, up, extra_yaml="", name="gateway"):
                          files={"tb.yaml": yaml})
 
 
+def stop_process(proc, log):
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
 class Redis:
     def __init__(self, workdir):
         self.dir = os.path.join(workdir, "redis")
@@ -210,12 +219,7 @@ class Redis:
         return [self.proc.pid]
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        stop_process(self.proc, self.log)
 
 
 class Portkey:
@@ -247,12 +251,7 @@ class Portkey:
         return [self.proc.pid]
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        stop_process(self.proc, self.log)
 
 
 def wrk(args, url, conns, lua):

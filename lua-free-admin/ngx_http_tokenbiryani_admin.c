@@ -1537,6 +1537,39 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
  * they do not, since when and why, in the words of the one log line.
  */
 
+/* the part of the pool this gateway holds, of several sharing it */
+
+static ngx_int_t
+ngx_http_tokenbiryani_share_json(ngx_http_request_t *r, cJSON *obj,
+    int64_t now)
+{
+    cJSON                                *sh;
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
+    ngx_http_tokenbiryani_share_state_t   ss;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    ngx_http_tokenbiryani_zone_share(&tmcf->zone, &ss);
+
+    if (ss.granted_ms == 0) {
+        /* never granted yet */
+        return cJSON_AddNullToObject(obj, "share") ? NGX_OK : NGX_ERROR;
+    }
+
+    sh = cJSON_AddObjectToObject(obj, "share");
+
+    return (sh == NULL
+            || cJSON_AddNumberToObject(sh, "held",
+                   (double) (TB_SHARE_ONE - ss.withheld) / TB_SHARE_ONE)
+               == NULL
+            || cJSON_AddNumberToObject(sh, "gateways", (double) ss.peers)
+               == NULL
+            || cJSON_AddNumberToObject(sh, "granted_seconds_ago",
+                   (double) (now - ss.granted_ms) / 1000) == NULL)
+           ? NGX_ERROR : NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
     int64_t now)
@@ -1572,7 +1605,8 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
             || ngx_http_tokenbiryani_add_str(obj, "instance",
                                              tmcf->store_instance.data,
                                              tmcf->store_instance.len)
-               == NULL)
+               == NULL
+            || ngx_http_tokenbiryani_share_json(r, obj, now) != NGX_OK)
          : (cJSON_AddStringToObject(obj, "backend", "sqlite") == NULL
             || ngx_http_tokenbiryani_add_str(obj, "path",
                                              tmcf->store_path.data,

@@ -11,8 +11,7 @@
 
 static void ngx_http_tokenbiryani_lease_drop(
     ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_lease_t *lease,
-    const tb_usage_t *usage, int64_t headers_ms,
-    const ngx_http_tokenbiryani_charge_t *charge);
+    const tb_answer_t *ans, const ngx_http_tokenbiryani_charge_t *charge);
 
 
 ngx_uint_t
@@ -104,9 +103,8 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
 
 void
 ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
-    int64_t headers_ms, ngx_uint_t probe_back,
-    const ngx_http_tokenbiryani_charge_t *charge)
+    ngx_http_tokenbiryani_ticket_t *ticket, const tb_answer_t *ans,
+    ngx_uint_t probe_back, const ngx_http_tokenbiryani_charge_t *charge)
 {
     ngx_http_tokenbiryani_shm_t    *sh;
     ngx_http_tokenbiryani_lease_t  *lease;
@@ -126,8 +124,7 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
             sh->slots[lease->slot]->breaker.probe = 0;
         }
 
-        ngx_http_tokenbiryani_lease_drop(zone, lease, usage, headers_ms,
-                                         charge);
+        ngx_http_tokenbiryani_lease_drop(zone, lease, ans, charge);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -142,8 +139,8 @@ ngx_http_tokenbiryani_lease_give_back(ngx_http_tokenbiryani_zone_t *zone,
 
 static void
 ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_http_tokenbiryani_lease_t *lease, const tb_usage_t *usage,
-    int64_t headers_ms, const ngx_http_tokenbiryani_charge_t *charge)
+    ngx_http_tokenbiryani_lease_t *lease, const tb_answer_t *ans,
+    const ngx_http_tokenbiryani_charge_t *charge)
 {
     ngx_slab_pool_t              *shpool;
     ngx_http_tokenbiryani_shm_t  *sh;
@@ -153,9 +150,9 @@ ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_zone_t *zone,
 
     if (lease->slot < sh->nslots) {
         /* leases taken from now on are sent after this one ended */
-        tb_lease_release(sh->slots[lease->slot], &lease->need, usage,
-                         headers_ms, sh->seq, lease->id,
-                         (int) lease->reads_count);
+        tb_lease_release(sh->slots[lease->slot], &lease->need, ans, sh->seq,
+                         lease->id, (int) lease->reads_count,
+                         ngx_http_tokenbiryani_now_ms());
     }
 
     ngx_http_tokenbiryani_caps_settle_locked(zone, lease->ks, lease->sess,
@@ -245,7 +242,7 @@ ngx_http_tokenbiryani_lease_reclaim(ngx_http_tokenbiryani_zone_t *zone,
             sh->slots[lease->slot]->breaker.probe = 0;
         }
 
-        ngx_http_tokenbiryani_lease_drop(zone, lease, NULL, 0, NULL);
+        ngx_http_tokenbiryani_lease_drop(zone, lease, NULL, NULL);
         sh->leases_reclaimed++;
         n++;
     }

@@ -217,6 +217,8 @@ ngx_http_tokenbiryani_zone_slot_locked(ngx_http_tokenbiryani_shm_t *sh,
     }
 
     tb_account_state_init(slot, (char *) za->id, za->fingerprint);
+    slot->withheld = sh->withheld;
+    tb_account_share(slot, sh->shared);
 
     *index = sh->nslots;
     sh->slots[sh->nslots] = slot;
@@ -282,6 +284,7 @@ ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
 
     result = tb_account_observe(st, obs, now);
     st->last_status = status;
+    st->news = 1;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
@@ -347,6 +350,11 @@ ngx_http_tokenbiryani_zone_attempt_end(ngx_http_tokenbiryani_zone_t *zone,
     } else {
         opened = tb_account_apply(st, o, &zone->breaker, model_hash,
                                   model, model_len, (int) probed, now);
+
+        if (o->kind != TB_KIND_OK) {
+            /* a cooldown, an exhaustion, a breaker the others should know */
+            st->news = 1;
+        }
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

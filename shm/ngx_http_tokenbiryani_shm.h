@@ -126,6 +126,48 @@ void ngx_http_tokenbiryani_zone_snapshot(ngx_http_tokenbiryani_zone_t *zone,
 ngx_int_t ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len);
 
+/*
+ * A pool shared with other gateways (shm/ngx_http_tokenbiryani_news.c).
+ * The share of every account's windows the others hold, and how many
+ * gateways share the pool: a grant (0: not a grant, unchanged).
+ */
+void ngx_http_tokenbiryani_zone_withhold(ngx_http_tokenbiryani_zone_t *zone,
+    uint32_t withheld, ngx_uint_t peers, int64_t now);
+
+typedef struct {
+    uint32_t                       withheld;
+    ngx_uint_t                     peers;         /* 0: never seen */
+    int64_t                        granted_ms;    /* 0: never */
+    uint64_t                       decisions;     /* what asks for it */
+    ngx_uint_t                     waiting;
+} ngx_http_tokenbiryani_share_state_t;
+
+void ngx_http_tokenbiryani_zone_share(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_share_state_t *ss);
+
+
+typedef struct {
+    char                           id[TB_ID_MAX + 1];
+    u_char                         fingerprint[8];
+    tb_account_news_t              news;
+} ngx_http_tokenbiryani_news_t;
+
+/*
+ * The accounts whose news the others have not been told, or whose
+ * holdings changed since, max at most: to be told now
+ */
+ngx_uint_t ngx_http_tokenbiryani_zone_news(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now, ngx_http_tokenbiryani_news_t *out, ngx_uint_t max);
+
+/*
+ * another gateway's news of an account (who: the gateway, by a hash of its
+ * name); 1 if this zone has the account
+ */
+ngx_uint_t ngx_http_tokenbiryani_zone_adopt(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
+    const u_char fingerprint[8], const tb_account_news_t *news, uint64_t who,
+    int64_t now);
+
 /* how many slots the zone has made */
 ngx_uint_t ngx_http_tokenbiryani_zone_nslots(
     ngx_http_tokenbiryani_zone_t *zone);
@@ -286,13 +328,13 @@ ngx_uint_t ngx_http_tokenbiryani_lease_take(
 
 /*
  * Exactly once: a lease already given back or taken back is left alone.
- * charge: what the attempt ran up, if it was answered (NULL: nothing).
+ * ans: what the attempt's answer said (NULL: nothing came); charge: what
+ * the attempt ran up, if it was answered (NULL: nothing).
  */
 void ngx_http_tokenbiryani_lease_give_back(
     ngx_http_tokenbiryani_zone_t *zone,
-    ngx_http_tokenbiryani_ticket_t *ticket, const tb_usage_t *usage,
-    int64_t headers_ms, ngx_uint_t probe_back,
-    const ngx_http_tokenbiryani_charge_t *charge);
+    ngx_http_tokenbiryani_ticket_t *ticket, const tb_answer_t *ans,
+    ngx_uint_t probe_back, const ngx_http_tokenbiryani_charge_t *charge);
 
 /* how many leases each worker holds: at most max workers, in pids/held */
 ngx_uint_t ngx_http_tokenbiryani_lease_owners(

@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a39      /* "tbz9" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a61      /* "tbza" */
 
 
 /* a key's requests in flight and waiting, across workers; never freed */
@@ -222,6 +222,13 @@ struct ngx_http_tokenbiryani_shm_s {
 
     /* answered requests that took more than one attempt */
     ngx_atomic_t                   failovers;
+
+    /* a pool shared with other gateways: their share, how many they are */
+    uint32_t                       withheld;      /* of TB_SHARE_ONE */
+    ngx_uint_t                     peers;         /* with this one; 0:
+                                                     never seen */
+    int64_t                        granted_ms;    /* the last grant */
+    unsigned                       shared;        /* others were seen */
 };
 
 

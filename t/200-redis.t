@@ -1,7 +1,10 @@
 # store.backend: redis - the durable state in a real redis-server (started
 # here on a private port), shared by two nginx instances of two workers
 # each: a key or an account written on one is honoured on the other within
-# a second; Redis away is the store degraded, never an outage; Redis back
+# a second; the accounts' capacity shared by reservation, so that a
+# stampede split across both makes the upstream refuse nothing (and
+# without Redis it does); Redis away is the store degraded, never an
+# outage, each instance holding itself to its part of the pool; Redis back
 # empty is written again from what the instances hold.
 use lib 't/lib';
 use TB::Nginx;
@@ -44,6 +47,59 @@ sub within {
 }
 
 sub store_of { pool_status()->{store} }
+
+# two accounts on the mock's first two ports, each with a key that
+# reaches only it, for the suites that share their capacity
+our $Pair = <<'_EOY_';
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+    max_concurrency: 200
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+    max_concurrency: 200
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+  - key: pin-a1
+    name: pin-a1
+    pool: [a1]
+  - key: pin-a2
+    name: pin-a2
+    pool: [a2]
+_EOY_
+
+sub pair_yaml {
+    my %o = @_;
+    my $store = "store:\n  backend: " . ($o{redis} // 1 ? "redis\n  url: redis://127.0.0.1:\${TEST_NGINX_REDIS_PORT}/0\n  namespace: tbtest\n"
+                                                       : "memory\n");
+    ">>> tb.yaml\n$store$::Pair";
+}
+
+# the requests window of account $id as instance $port reads it
+sub requests_window {
+    my ($id, $port) = @_;
+    my ($a) = grep { $_->{id} eq $id } @{ admin_get_port('/admin/status', $port)->{accounts} // [] };
+    $a ? $a->{limits}{requests} : undef;
+}
+
+# $n overlapping streams, split between A and B, none of them waiting for
+# capacity: the responses
+sub stampede {
+    my ($n, $wait) = @_;
+    my @reqs = map { my $a = message_args('tenant-key', stream => 1, text => "stampede $_",
+                                          $_ % 2 ? (port => $::B) : ());
+                     $a->{headers}{'x-tokenbiryani-max-wait'} = $wait // 0;
+                     $a->{headers}{'x-mock-event-delay-ms'} = 25;
+                     $a->{timeout} = 25;
+                     $a } 1 .. $n;
+    @{ TB::Nginx::http_requests_concurrent(\@reqs) };
+}
 
 # GET $path from the instance on $port: the body decoded
 sub admin_get_port {
@@ -379,3 +435,110 @@ admin(POST => '/admin/accounts/a1/disable');
 is($turn->(undef, 1), '200 a2', 'turn 1 on A: a2');
 admin(POST => '/admin/accounts/a1/enable');
 is($turn->($B, 2), '200 a1', 'turn 2 on B: a1, away from the cache on a2');
+
+
+
+=== TEST 14: a stampede split across both instances: each holds its share of every window, and the upstream refuses nothing
+--- user_files eval: pair_yaml()
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+mock_config({ defaults => { requests_limit => 20, window_seconds => 60 } });
+peer_start();
+is(message_with("pin-a$_")->{status}, 200, "a$_ read on A") for 1, 2;
+ok(defined within(2, sub { my $w = requests_window('a2', $B); $w && ($w->{remaining} // -1) == 19 }),
+   'B has what A read: 19 left on each') or diag(explain(requests_window('a2', $B)));
+ok(defined within(3, sub { my ($a, $b) = (store_of()->{share}, admin_get_port('/admin/status', $B)->{store}{share});
+                           ($a->{gateways} // 0) == 2 && ($b->{gateways} // 0) == 2
+                           && $a->{held} > 0 && $b->{held} > 0 && $a->{held} + $b->{held} <= 1 }),
+   'both hold a share of the pool, of two gateways') or diag(explain(store_of()));
+my @res = stampede(100, 2);
+my @ok = grep { ($_->{status} // 0) == 200 } @res;
+my @refused = grep { ($_->{status} // 0) == 429 } @res;
+is(@ok + @refused, 100, 'every request answered: served, or refused by its gateway');
+is(mock_stats()->{refused_429}, 0, 'the upstream refused nothing');
+ok(@ok <= 38, scalar(@ok) . ' served, no more than the two windows held');
+ok(@ok >= 30, '... and most of what they held');
+ok(!grep({ exists $_->{headers}{'x-tokenbiryani-account'} } @refused), 'the refusals are the gateways\' own');
+my @served = map { my $p = $_; scalar grep { $res[$_]{status} == 200 } grep { $_ % 2 == $p } 0 .. 99 } 1, 0;
+ok($served[0] >= 4 && $served[1] >= 4, "both instances served their part: A $served[0], B $served[1]");
+
+
+
+=== TEST 15: the same stampede without Redis: each instance believes it holds the whole of every window, and together they over-admit
+--- user_files eval: pair_yaml(redis => 0)
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+mock_config({ defaults => { requests_limit => 20, window_seconds => 60 } });
+peer_start();
+for my $port (undef, $B) {
+    is(message_with("pin-a$_", port => $port)->{status}, 200, "a$_ read on " . ($port ? 'B' : 'A')) for 1, 2;
+}
+my @res = stampede(100);
+my @ok = grep { ($_->{status} // 0) == 200 } @res;
+my $refused = mock_stats()->{refused_429};
+ok($refused > 0, "the upstream refused $refused requests the gateways let through");
+ok(@ok <= 36, scalar(@ok) . ' served: the windows held 36 all the same');
+
+
+
+=== TEST 16: an account that answers 429 on one instance rests on both
+--- user_files eval: pair_yaml()
+--- request
+GET /healthz
+--- check
+peer_start();
+my $r = message_args('pin-a1');
+$r->{headers}{'x-mock-script'} = '429:30';
+$r->{headers}{'x-tokenbiryani-max-wait'} = 0;
+$r = TB::Nginx::http_request(%$r);
+is($r->{status}, 429, 'a1 answered 429 on A');
+my $a1;
+ok(defined within(1, sub { ($a1) = grep { $_->{id} eq 'a1' } @{ admin_get_port('/admin/status', $B)->{accounts} };
+                           $a1->{state} eq 'cooling' }), 'B rests a1 within a second') or diag(explain($a1));
+is($a1->{reason}, 'resting on another instance', 'saying why');
+ok($a1->{cooling_for} > 20, "for as long as A does: $a1->{cooling_for} s");
+my @r = map { message_with('tenant-key', port => $B) } 1 .. 3;
+is_deeply([map { "$_->{status} " . ($_->{headers}{'x-tokenbiryani-account'} // '-') } @r],
+          [('200 a2') x 3], 'B sends nothing to a1 meanwhile');
+is(scalar(grep { ($_->{credential} // '') eq 'sk-a1' } @{ mock_log() }), 1, 'a1 was asked once, by A');
+
+
+
+=== TEST 17: Redis away: each instance holds itself to its part of every window, by the number of instances it last saw
+--- user_files eval: pair_yaml()
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+mock_config({ defaults => { requests_limit => 20, window_seconds => 60 } });
+peer_start();
+is(message_with("pin-a$_")->{status}, 200, "a$_ read on A") for 1, 2;
+ok(defined within(2, sub { my $w = requests_window('a2', $B); $w && ($w->{remaining} // -1) == 19 }),
+   'B has what A read');
+ok(defined within(3, sub { (store_of()->{share}{held} // 0) == 0.5
+                           && (admin_get_port('/admin/status', $B)->{store}{share}{held} // 0) == 0.5 }),
+   'two gateways, idle: half of the pool each');
+TB::Nginx::redis_kill();
+ok(defined within(3, sub { store_of()->{state} eq 'degraded' }), 'A: the store degraded');
+ok(defined within(3, sub { admin_get_port('/admin/status', $B)->{store}{state} eq 'degraded' }), 'B too');
+is(store_of()->{share}{held}, 0.5, 'A holds half of the pool');
+is(admin_get_port('/admin/status', $B)->{store}{share}{held}, 0.5, 'and B the other half');
+my @res = stampede(100);
+my @ok = grep { ($_->{status} // 0) == 200 } @res;
+is(scalar(grep { ($_->{status} // 0) == 200 || ($_->{status} // 0) == 429 } @res), 100, 'every request answered');
+is(mock_stats()->{refused_429}, 0, 'the upstream refused nothing, with Redis away');
+ok(@ok >= 30 && @ok <= 38, scalar(@ok) . ' served of the 38 the windows held');
+my @lines = grep { /the pool's capacity is not shared while Redis is away: this gateway holds itself to 1\/2/ }
+            split /\n/, TB::Nginx::log_text();
+is(scalar @lines, 1, 'the log says so once');
+TB::Nginx::redis_start();
+ok(defined within(5, sub { (store_of()->{share}{held} // 0) != 0.5 || store_of()->{state} eq 'ok' }),
+   'shared through Redis again');
+ok(defined within(5, sub { TB::Nginx::log_text() =~ /the pool is shared through Redis again \(2 gateways\)/ }),
+   'which the log says');
+--- error_log eval
+qr/the store cannot be written/

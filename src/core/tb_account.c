@@ -30,6 +30,9 @@ tb_account_state_init(tb_account_state_t *a, const char *id,
     a->gen = gen + 1;
 
     tb_mirror_init(&a->mirror);
+
+    a->slice[TB_WIN_REQUESTS] = TB_UNKNOWN;
+    a->slice[TB_WIN_INPUT] = TB_UNKNOWN;
 }
 
 
@@ -187,12 +190,13 @@ tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
  * not count; releases every window surely counts are dropped.
  */
 static void
-tb_account_pending(tb_account_state_t *a)
+tb_account_pending(tb_account_state_t *a, int64_t now)
 {
-    int            w, keep;
-    uint32_t       i, j;
-    uint64_t       s;
-    tb_release_t  *r;
+    int                 w, keep;
+    uint32_t            i, j;
+    uint64_t            s;
+    tb_release_t       *r;
+    const tb_window_t  *win;
 
     a->pending[TB_WIN_REQUESTS] = 0;
     a->pending[TB_WIN_INPUT] = 0;
@@ -202,10 +206,21 @@ tb_account_pending(tb_account_state_t *a)
         keep = 0;
 
         for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
-            s = a->mirror.w[w].seq;
+            win = &a->mirror.w[w];
+            s = win->seq;
 
-            if (r->n[w] == 0 || r->ended < s) {
-                /* nothing of it there, or that window's answer counts it */
+            if (r->n[w] == 0 || r->ended < s
+                || tb_window_counts(win, w, r->seen[w], now)
+                || (r->ended_ms
+                    && r->ended_ms + TB_CLOCK_SKEW_MS < win->sent_ms))
+            {
+                /*
+                 * nothing of it there, or that window's answer counts it:
+                 * its request was taken after this one ended, arrived
+                 * after it (the window holds less than this one's answer
+                 * said), or was sent after the upstream had surely
+                 * counted this one (another gateway's)
+                 */
                 continue;
             }
 
@@ -232,6 +247,9 @@ tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
 {
     unsigned  result;
 
+    /* the slices refilled by the window as it was read until now */
+    tb_slice_refill(a, now_ms);
+
     result = tb_mirror_apply(&a->mirror, obs, now_ms, a->replenishment);
 
     if (obs->seq == 0) {
@@ -239,7 +257,7 @@ tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
         a->nreleased = 0;
     }
 
-    tb_account_pending(a);
+    tb_account_pending(a, now_ms);
 
     return result;
 }
@@ -247,7 +265,8 @@ tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
 
 void
 tb_account_released(tb_account_state_t *a, uint64_t ended, uint64_t own,
-    int64_t requests, int64_t input)
+    int64_t ended_ms, const int64_t *seen, int64_t requests, int64_t input,
+    int64_t now_ms)
 {
     tb_release_t  *r;
 
@@ -259,6 +278,8 @@ tb_account_released(tb_account_state_t *a, uint64_t ended, uint64_t own,
         a->released[1].n[0] += a->released[0].n[0];
         a->released[1].n[1] += a->released[0].n[1];
         a->released[1].own = 0;
+        a->released[1].seen[0] = -1;
+        a->released[1].seen[1] = -1;
         memmove(&a->released[0], &a->released[1],
                 (TB_RELEASES - 1) * sizeof(tb_release_t));
         a->nreleased--;
@@ -267,10 +288,175 @@ tb_account_released(tb_account_state_t *a, uint64_t ended, uint64_t own,
     r = &a->released[a->nreleased++];
     r->ended = ended;
     r->own = own;
+    r->ended_ms = ended_ms;
+    r->seen[0] = seen ? seen[0] : -1;
+    r->seen[1] = seen ? seen[1] : -1;
     r->n[0] = requests;
     r->n[1] = input;
 
-    tb_account_pending(a);
+    tb_account_pending(a, now_ms);
+}
+
+
+void
+tb_account_share(tb_account_state_t *a, unsigned shared)
+{
+    a->shared = shared;
+    a->mirror.shared = (int) shared;
+}
+
+
+/* v * the share of withheld, rounded down */
+static int64_t
+tb_share_of(int64_t v, uint32_t withheld)
+{
+    return v * (TB_SHARE_ONE - (int64_t) withheld) / TB_SHARE_ONE;
+}
+
+
+/* what a slice gains from since to now: its share of the refill */
+static int64_t
+tb_slice_gain(const tb_account_state_t *a, int win, int64_t since,
+    int64_t now)
+{
+    int64_t             then, level;
+    const tb_window_t  *w;
+
+    w = &a->mirror.w[win];
+
+    then = tb_window_level_inline(w, since);
+    level = tb_window_level_inline(w, now);
+
+    if (then == TB_UNKNOWN || level == TB_UNKNOWN || level <= then) {
+        return 0;
+    }
+
+    return tb_share_of(level - then, a->withheld);
+}
+
+
+int64_t
+tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms)
+{
+    int64_t             left, cap;
+    const tb_window_t  *w;
+
+    if (!a->shared) {
+        return TB_UNKNOWN;
+    }
+
+    w = &a->mirror.w[win];
+
+    if (a->slice[win] == TB_UNKNOWN
+        || (w->refill == TB_REFILL_FIXED && w->reset_ms
+            && a->slice_ms < w->reset_ms && w->reset_ms <= now_ms))
+    {
+        /*
+         * Begun, or begun again: a fixed window is whole again after its
+         * reset, whatever was spent before (a bucket's refill is gained)
+         */
+        left = tb_window_level_inline(w, now_ms);
+
+        /* its share of what the window holds, less its own */
+        return (left == TB_UNKNOWN)
+               ? TB_UNKNOWN
+               : tb_share_of(left, a->withheld) - a->reserved[win]
+                 - a->pending[win];
+    }
+
+    left = a->slice[win] + tb_slice_gain(a, win, a->slice_ms, now_ms);
+
+    if (a->mirror.w[win].limit > 0) {
+        cap = tb_share_of(a->mirror.w[win].limit, a->withheld);
+
+        if (left > cap) {
+            left = cap;
+        }
+    }
+
+    return left;
+}
+
+
+void
+tb_slice_refill(tb_account_state_t *a, int64_t now_ms)
+{
+    int  w;
+
+    if (!a->shared) {
+        return;
+    }
+
+    for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
+        /* begun once the window is known */
+        a->slice[w] = tb_slice_left(a, w, now_ms);
+    }
+
+    a->slice_ms = now_ms;
+}
+
+
+void
+tb_slice_spend(tb_account_state_t *a, int win, int64_t n, int64_t now_ms)
+{
+    if (!a->shared) {
+        return;
+    }
+
+    tb_slice_refill(a, now_ms);
+
+    if (a->slice[win] != TB_UNKNOWN) {
+        a->slice[win] -= n;
+    }
+}
+
+
+void
+tb_slice_reshare(tb_account_state_t *a, uint32_t withheld, int64_t now_ms)
+{
+    int      w;
+    int64_t  limit, d;
+
+    /* refilled at the share it had until now */
+    tb_slice_refill(a, now_ms);
+
+    for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
+        limit = a->mirror.w[w].limit;
+
+        if (a->slice[w] != TB_UNKNOWN && limit > 0) {
+            /*
+             * The limit's part that changes hands: gained rounded down,
+             * given rounded up, so that the slices never hold more
+             */
+            d = limit * ((int64_t) a->withheld - (int64_t) withheld);
+
+            a->slice[w] += (d >= 0) ? d / TB_SHARE_ONE
+                                    : -((-d + TB_SHARE_ONE - 1) / TB_SHARE_ONE);
+        }
+    }
+
+    a->withheld = withheld;
+}
+
+
+int64_t
+tb_account_others(const tb_account_state_t *a, int win, int64_t now_ms)
+{
+    int                     i;
+    int64_t                 sum;
+    const tb_peer_holds_t  *p;
+
+    sum = 0;
+
+    for (i = 0; i < TB_PEERS; i++) {
+        p = &a->peers[i];
+
+        if (p->who && p->at_ms + TB_PEER_HOLDS_MS > now_ms) {
+            sum += p->holds[win];
+        }
+    }
+
+    return sum;
 }
 
 
@@ -355,4 +541,208 @@ tb_models_match(char *const *patterns, size_t n, const char *name,
     }
 
     return 0;
+}
+
+
+void
+tb_account_news(const tb_account_state_t *a, const tb_breaker_conf_t *bc,
+    int64_t now_ms, tb_account_news_t *n)
+{
+    int64_t  at;
+
+    memcpy(n->w, a->mirror.w, sizeof(n->w));
+    n->holds[0] = a->reserved[TB_WIN_REQUESTS] + a->pending[TB_WIN_REQUESTS];
+    n->holds[1] = a->reserved[TB_WIN_INPUT] + a->pending[TB_WIN_INPUT];
+    n->retry_after_ms = a->mirror.retry_after_ms;
+    n->cooling_until_ms = a->cooling_until_ms;
+    n->exhausted_until_ms = a->exhausted_until_ms;
+
+    /* an open breaker rests the account until it half-opens */
+    at = tb_breaker_half_open_at(&a->breaker, bc, now_ms);
+
+    if (at > n->cooling_until_ms) {
+        n->cooling_until_ms = at;
+    }
+}
+
+
+/*
+ * "1 requests input retry cooling exhausted" (what it holds, and its
+ * rests), and per window "limit remaining reset observed sent read
+ * refill": decimal numbers, one space apart
+ */
+
+#define TB_NEWS_HEAD          6
+#define TB_NEWS_NUMBERS       (TB_NEWS_HEAD + TB_NWINDOWS * 7)
+
+size_t
+tb_account_news_print(const tb_account_news_t *n, char *buf)
+{
+    int      w, len;
+    size_t   off;
+
+    off = (size_t) sprintf(buf, "1 %lld %lld %lld %lld %lld",
+                           (long long) n->holds[0], (long long) n->holds[1],
+                           (long long) n->retry_after_ms,
+                           (long long) n->cooling_until_ms,
+                           (long long) n->exhausted_until_ms);
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        len = sprintf(buf + off, " %lld %lld %lld %lld %lld %lld %d",
+                      (long long) n->w[w].limit,
+                      (long long) n->w[w].remaining,
+                      (long long) n->w[w].reset_ms,
+                      (long long) n->w[w].observed_ms,
+                      (long long) n->w[w].sent_ms,
+                      (long long) n->w[w].read_ms, n->w[w].refill);
+        off += (size_t) len;
+    }
+
+    return off;
+}
+
+
+int
+tb_account_news_scan(tb_account_news_t *n, const char *p, size_t len)
+{
+    int          i, k, neg, digits;
+    int64_t      v[TB_NEWS_NUMBERS], x;
+    const char  *end;
+
+    end = p + len;
+
+    for (i = 0; i < TB_NEWS_NUMBERS; i++) {
+        if (i > 0) {
+            if (p == end || *p != ' ') {
+                return 0;
+            }
+
+            p++;
+        }
+
+        neg = (p < end && *p == '-');
+        p += neg;
+        x = 0;
+        digits = 0;
+
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (++digits > 18) {
+                return 0;
+            }
+
+            x = x * 10 + (*p++ - '0');
+        }
+
+        if (digits == 0) {
+            return 0;
+        }
+
+        v[i] = neg ? -x : x;
+    }
+
+    if (p != end || v[0] != 1) {
+        return 0;
+    }
+
+    memset(n, 0, sizeof(tb_account_news_t));
+
+    if (v[1] < 0 || v[1] > TB_RL_COUNT_MAX || v[2] < 0
+        || v[2] > TB_RL_COUNT_MAX)
+    {
+        return 0;
+    }
+
+    n->holds[0] = v[1];
+    n->holds[1] = v[2];
+    n->retry_after_ms = v[3];
+    n->cooling_until_ms = v[4];
+    n->exhausted_until_ms = v[5];
+
+    for (i = 0; i < TB_NWINDOWS; i++) {
+        k = TB_NEWS_HEAD + i * 7;
+
+        n->w[i].limit = v[k];
+        n->w[i].remaining = v[k + 1];
+        n->w[i].reset_ms = v[k + 2];
+        n->w[i].observed_ms = v[k + 3];
+        n->w[i].sent_ms = v[k + 4];
+        n->w[i].read_ms = v[k + 5];
+        n->w[i].refill = (v[k + 6] == TB_REFILL_BUCKET
+                          || v[k + 6] == TB_REFILL_FIXED)
+                         ? (int) v[k + 6] : TB_REFILL_AUTO;
+
+        if (n->w[i].limit < -1 || n->w[i].limit > TB_RL_COUNT_MAX
+            || n->w[i].remaining < -1 || n->w[i].remaining > TB_RL_COUNT_MAX
+            || n->w[i].reset_ms < 0 || n->w[i].observed_ms < 0
+            || n->w[i].sent_ms < 0 || n->w[i].read_ms < 0
+            || n->w[i].read_ms > n->w[i].sent_ms
+            || n->w[i].reset_ms - n->w[i].observed_ms > TB_RL_RESET_MAX_MS)
+        {
+            /* what no response's headers could have said */
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+unsigned
+tb_account_adopt(tb_account_state_t *a, const tb_account_news_t *n,
+    uint64_t who, int64_t now_ms)
+{
+    int               i;
+    unsigned          taken;
+    tb_peer_holds_t  *p, *oldest;
+
+    tb_slice_refill(a, now_ms);
+
+    taken = tb_mirror_adopt(&a->mirror, n->w, n->retry_after_ms, now_ms);
+
+    /* its place, or a free one, or the one said longest ago */
+
+    p = NULL;
+    oldest = &a->peers[0];
+
+    for (i = 0; i < TB_PEERS; i++) {
+        if (a->peers[i].who == who) {
+            p = &a->peers[i];
+            break;
+        }
+
+        if (a->peers[i].at_ms < oldest->at_ms) {
+            oldest = &a->peers[i];
+        }
+    }
+
+    if (p == NULL) {
+        p = oldest;
+        p->who = who;
+    }
+
+    p->at_ms = now_ms;
+    p->holds[0] = n->holds[0];
+    p->holds[1] = n->holds[1];
+
+    if (n->cooling_until_ms > now_ms
+        && n->cooling_until_ms > a->cooling_until_ms)
+    {
+        a->cooling_until_ms = n->cooling_until_ms;
+        snprintf(a->cooling_reason, sizeof(a->cooling_reason), "%s",
+                 "resting on another instance");
+    }
+
+    if (n->exhausted_until_ms > now_ms
+        && n->exhausted_until_ms > a->exhausted_until_ms)
+    {
+        a->exhausted_until_ms = n->exhausted_until_ms;
+        snprintf(a->exhausted_reason, sizeof(a->exhausted_reason), "%s",
+                 "exhausted on another instance");
+    }
+
+    if (taken) {
+        tb_account_pending(a, now_ms);
+    }
+
+    return taken;
 }

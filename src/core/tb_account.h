@@ -41,15 +41,59 @@ typedef enum {
  * any, none or some - its count may be older than a request that already
  * ended.  So an ended request stays pending while the window's latest
  * answer (mirror seq S) was leased no later than it ended (ended >= S)
- * and is not its own answer (own != S).
+ * and is not its own answer (own != S) - unless the window says less than
+ * its own answer did, by more than the window can have refilled since:
+ * the window decreases in the order requests arrive, so that answer's
+ * request arrived after it - or was sent after its answer began (another
+ * gateway's, clocks apart by TB_CLOCK_SKEW_MS at most).
  */
 #define TB_RELEASES           32
 
 typedef struct {
     uint64_t                  ended;          /* the lease sequence then */
     uint64_t                  own;            /* its lease; 0: unknown */
+    int64_t                   ended_ms;       /* by when the upstream
+                                                 surely counted it: its
+                                                 answer began, or it
+                                                 ended */
+    int64_t                   seen[2];        /* what its answer said
+                                                 the windows held; -1 */
     int64_t                   n[2];           /* requests, input */
 } tb_release_t;
+
+
+/*
+ * Several gateways sharing one pool (store.backend: redis) each hold a
+ * share of every account's windows, in 1/TB_SHARE_ONE: this gateway's
+ * reservations and what it sent that the mirror may not count yet stay
+ * within its share of what the windows hold.  A state holds what the
+ * others hold (0: alone, the whole of it).
+ *
+ * Of the requests and input windows each gateway holds a slice: its
+ * share of what the window held when the slice began, refilled at its
+ * share of the window's refill, spent by what it takes whatever the
+ * upstream counts first - so the slices never add up to more than the
+ * window, however the upstream orders the requests of several gateways.
+ * A share that changes moves its part of the limit between the slices.
+ * Besides, each gateway tells the others what it holds that its windows
+ * do not count yet (its reservations and what is pending), and takes no
+ * more than the windows leave once the others' is taken off: a window
+ * not full when the slices began, or spent by someone else, is not
+ * over-spent either.
+ */
+#define TB_SHARE_ONE          65536
+
+/* the other gateways whose holdings an account keeps */
+#define TB_PEERS              8
+
+/* what another gateway said it holds is believed this long (ms) */
+#define TB_PEER_HOLDS_MS      60000
+
+typedef struct {
+    uint64_t                  who;            /* the gateway, 0: free */
+    int64_t                   at_ms;          /* said then */
+    int64_t                   holds[2];       /* requests, input */
+} tb_peer_holds_t;
 
 
 typedef struct {
@@ -71,6 +115,13 @@ typedef struct {
     int64_t                   leases;         /* leases held */
     int64_t                   probe_ms;       /* first lease, unobserved */
     int64_t                   inflight;       /* atomic */
+    uint32_t                  withheld;       /* of TB_SHARE_ONE: the
+                                                 other gateways' share */
+    uint32_t                  news;           /* changed since told */
+    uint32_t                  shared;         /* with other gateways */
+    int64_t                   slice[2];       /* requests, input;
+                                                 TB_UNKNOWN: not begun */
+    int64_t                   slice_ms;       /* refilled until then */
 
     /* state, written under the zone lock */
     uint32_t                  disabled;       /* 0, or why (see reason) */
@@ -89,6 +140,10 @@ typedef struct {
     /* the releases the mirror may not count yet, oldest first */
     tb_release_t              released[TB_RELEASES];
     uint32_t                  nreleased;
+
+    /* what the other gateways hold of it, and what this one last said */
+    tb_peer_holds_t           peers[TB_PEERS];
+    int64_t                   told_holds[2];
 
     /* the rest: reports, reasons, counters */
 
@@ -176,7 +231,62 @@ unsigned tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
 
 /* an ended lease (see tb_release_t); pending updated.  Under the lock. */
 void tb_account_released(tb_account_state_t *a, uint64_t ended,
-    uint64_t own, int64_t requests, int64_t input);
+    uint64_t own, int64_t ended_ms, const int64_t *seen, int64_t requests,
+    int64_t input, int64_t now_ms);
+
+
+/*
+ * What one gateway tells the others that share the pool about an account:
+ * its windows as last read, what it holds that they do not count (its
+ * reservations and what is pending, requests and input), and how long it
+ * must rest (a cooldown, an exhaustion, an open breaker until it
+ * half-opens).
+ */
+typedef struct {
+    tb_window_t               w[TB_NWINDOWS];
+    int64_t                   holds[2];
+    int64_t                   retry_after_ms;
+    int64_t                   cooling_until_ms;
+    int64_t                   exhausted_until_ms;
+} tb_account_news_t;
+
+#define TB_NEWS_MAX           (8 + 6 * 21 + TB_NWINDOWS * 7 * 21)
+
+void tb_account_news(const tb_account_state_t *a,
+    const tb_breaker_conf_t *bc, int64_t now_ms, tb_account_news_t *n);
+
+/* as text (at most TB_NEWS_MAX bytes, no NUL), and back: 0 if malformed */
+size_t tb_account_news_print(const tb_account_news_t *n, char *buf);
+int tb_account_news_scan(tb_account_news_t *n, const char *p, size_t len);
+
+/*
+ * Another gateway's news folded in (tb_mirror_adopt() for the windows; a
+ * rest it says is longer than ours is taken; what it holds, kept as the
+ * gateway who's); what this gateway sent and that answer surely counts is
+ * no longer pending.  Returns the windows taken.  Under the lock.
+ */
+unsigned tb_account_adopt(tb_account_state_t *a, const tb_account_news_t *n,
+    uint64_t who, int64_t now_ms);
+
+/* shared with other gateways (see tb_mirror_t's shared), or not */
+void tb_account_share(tb_account_state_t *a, unsigned shared);
+
+/*
+ * The slices (see TB_SHARE_ONE): what is left of the slice of window win
+ * (requests or input) at now, TB_UNKNOWN while it has not begun; refilled
+ * to now (begun once the window is known); spent; and a share changed
+ * from withheld to now_withheld.  Under the lock but for the first.
+ */
+int64_t tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms);
+void tb_slice_refill(tb_account_state_t *a, int64_t now_ms);
+void tb_slice_spend(tb_account_state_t *a, int win, int64_t n,
+    int64_t now_ms);
+void tb_slice_reshare(tb_account_state_t *a, uint32_t withheld,
+    int64_t now_ms);
+
+/* what the other gateways hold of a window (requests or input) now */
+int64_t tb_account_others(const tb_account_state_t *a, int win,
+    int64_t now_ms);
 
 /* an operator's re-enable: every state and the breaker cleared */
 void tb_account_clear(tb_account_state_t *a);

@@ -30,6 +30,11 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
         return 0;
     }
 
+    /* from this gateway's slices, when it shares the pool (before the
+     * reservation: a slice begun now counts what is reserved) */
+    tb_slice_spend(st, TB_WIN_REQUESTS, need->n[TB_WIN_REQUESTS], now);
+    tb_slice_spend(st, TB_WIN_INPUT, need->n[TB_WIN_INPUT], now);
+
     for (w = 0; w < TB_NWINDOWS; w++) {
         st->reserved[w] += need->n[w];
 
@@ -64,12 +69,13 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
 
 void
 tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
-    const tb_usage_t *usage, int64_t headers_ms, uint64_t seq, uint64_t own,
-    int reads_count)
+    const tb_answer_t *ans, uint64_t seq, uint64_t own, int reads_count,
+    int64_t now)
 {
-    int           w;
-    int64_t       input;
-    tb_window_t  *out;
+    int                w;
+    int64_t            input;
+    tb_window_t       *out;
+    const tb_usage_t  *usage;
 
     for (w = 0; w < TB_NWINDOWS; w++) {
         st->reserved[w] -= need->n[w];
@@ -78,6 +84,8 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
             st->reserved[w] = 0;
         }
     }
+
+    usage = ans ? ans->usage : NULL;
 
     /*
      * Held as pending while the mirror may not count it: for the input,
@@ -95,8 +103,17 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
                    ? usage->cache_read_input_tokens : 0);
     }
 
+    if (input != need->n[TB_WIN_INPUT]) {
+        /* the slice spent what the answer says, not the estimate */
+        tb_slice_spend(st, TB_WIN_INPUT, input - need->n[TB_WIN_INPUT], now);
+    }
+
     if (need->n[TB_WIN_REQUESTS] || input) {
-        tb_account_released(st, seq, own, need->n[TB_WIN_REQUESTS], input);
+        /* the upstream had counted it by when its answer began */
+        tb_account_released(st, seq, own,
+                            (ans && ans->headers_ms) ? ans->headers_ms : now,
+                            ans ? ans->remaining : NULL,
+                            need->n[TB_WIN_REQUESTS], input, now);
     }
 
     if (!tb_need_empty(need) && st->leases > 0) {
@@ -105,13 +122,13 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
 
     __atomic_sub_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
 
-    if (usage == NULL || usage->output_tokens <= 0 || headers_ms == 0) {
+    if (usage == NULL || usage->output_tokens <= 0 || ans->headers_ms == 0) {
         return;
     }
 
     out = &st->mirror.w[TB_WIN_OUTPUT];
 
-    if (out->remaining >= 0 && out->observed_ms <= headers_ms) {
+    if (out->remaining >= 0 && out->observed_ms <= ans->headers_ms) {
         out->remaining -= usage->output_tokens;
 
         if (out->remaining < 0) {

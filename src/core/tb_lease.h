@@ -25,19 +25,29 @@ int tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
     const tb_breaker_conf_t *bc, const tb_need_t *need, int64_t now,
     int *probed);
 
+/* what an attempt's answer said, as far as its lease is concerned */
+typedef struct {
+    const tb_usage_t         *usage;          /* NULL: not known */
+    int64_t                   headers_ms;     /* when its headers came */
+    int64_t                   remaining[2];   /* what they said the
+                                                 requests and input
+                                                 windows held; -1: not
+                                                 said */
+} tb_answer_t;
+
 /*
- * Gives a lease back, exactly once per reserve.  With the attempt's actual
- * usage (NULL if unknown), output the account produced after the response
- * headers were observed is taken from the mirror: the headers of a
- * response are sent before its output exists.  Its request and input stay
- * held as pending while the mirror may not count them (tb_release_t): seq
- * is the lease sequence now, own the lease's own number; the input held is
- * what the answer says the window counted when it says (its cache reads
- * too with reads_count).
+ * Gives a lease back, exactly once per reserve.  With the attempt's answer
+ * (NULL: none came) and its usage, output the account produced after the
+ * response headers were observed is taken from the mirror: the headers of
+ * a response are sent before its output exists.  Its request and input
+ * stay held as pending while the mirror may not count them (tb_release_t):
+ * seq is the lease sequence now, own the lease's own number; the input
+ * held is what the answer says the window counted when it says (its cache
+ * reads too with reads_count); now is when it ended.
  */
 void tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
-    const tb_usage_t *usage, int64_t headers_ms, uint64_t seq, uint64_t own,
-    int reads_count);
+    const tb_answer_t *ans, uint64_t seq, uint64_t own, int reads_count,
+    int64_t now);
 
 
 #endif /* TB_LEASE_H */

@@ -152,11 +152,16 @@ tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
     }
 
     if (f == TB_RL_RESET) {
-        if (tb_parse_rfc3339(value, value_len, &v) != 0) {
+        if (tb_parse_rfc3339(value, value_len, &v) != 0
+            || v > now_ms + TB_RL_RESET_MAX_MS)
+        {
+            /* beyond any window: the arithmetic of levels stays bounded */
             return 1;
         }
 
-    } else if (tb_parse_int64(value, value_len, &v) != 0 || v < 0) {
+    } else if (tb_parse_int64(value, value_len, &v) != 0 || v < 0
+               || v > TB_RL_COUNT_MAX)
+    {
         return 1;
     }
 
@@ -206,14 +211,44 @@ tb_window_learn(tb_window_t *win, int64_t prev_remaining, int64_t now_ms)
 }
 
 
+/*
+ * A pool shared with other gateways: the upstream answers requests in an
+ * order of its own, and a request sent later can be answered from before
+ * others were counted.  Alone, what this gateway sent and that answer may
+ * not count is pending here; the others' is not.  So a reading never says
+ * more than the window held before it, refilled to now: what it says more
+ * is older, not more capacity (the window's reset, once passed, refills
+ * it).
+ */
+static void
+tb_window_no_more(tb_window_t *win, const tb_window_t *before, int64_t now)
+{
+    int64_t  level;
+
+    level = tb_window_level_inline(before, now);
+
+    if (level == TB_UNKNOWN || win->remaining <= level) {
+        return;
+    }
+
+    win->remaining = level;
+    win->observed_ms = now;
+    win->read_ms = before->read_ms;
+
+    if (before->reset_ms > win->reset_ms) {
+        win->reset_ms = before->reset_ms;
+    }
+}
+
+
 unsigned
 tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
     int refill)
 {
-    int           w, f;
+    int           w, f, taken;
     int64_t       level, prev_remaining;
     unsigned      bit, rem, reset, result;
-    tb_window_t  *win;
+    tb_window_t  *win, before;
 
     result = 0;
 
@@ -228,9 +263,13 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
         rem = 1u << (w * TB_RL_NFIELDS + TB_RL_REMAINING);
         reset = 1u << (w * TB_RL_NFIELDS + TB_RL_RESET);
 
-        if (obs->seq && obs->seq < win->seq) {
-
-            /* older news: it may only say there is less */
+        if ((obs->seq && obs->seq < win->seq)
+            || (win->adopted && obs->sent_ms && obs->sent_ms < win->sent_ms))
+        {
+            /*
+             * older news: it may only say there is less (what another
+             * gateway read is ordered with ours by when it was sent)
+             */
 
             if (obs->has & rem) {
                 result |= 1u << (w + TB_MIRROR_STALE);
@@ -242,11 +281,30 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
 
             level = tb_window_level_inline(win, now_ms);
 
-            if ((obs->has & rem) && level != TB_UNKNOWN
-                && obs->v[w][TB_RL_REMAINING] < level)
+            taken = (obs->has & rem) && level != TB_UNKNOWN
+                    && obs->v[w][TB_RL_REMAINING] < level;
+
+            if ((obs->has & rem) && win->adopted && obs->seq > win->seq
+                && (taken
+                    || tb_window_counts(win, w, obs->v[w][TB_RL_REMAINING],
+                                        now_ms)))
             {
+                /*
+                 * Our own answer to a request sent before the one another
+                 * gateway read.  The upstream counts requests in the order
+                 * they arrive: saying less than the other's, ours arrived
+                 * later (and is taken below); saying more than the
+                 * other's could have grown to since, ours arrived before
+                 * and the other's counts it.  Either way the window now
+                 * counts ours and what ours counts: no longer pending.
+                 */
+                win->seq = obs->seq;
+            }
+
+            if (taken) {
                 win->remaining = obs->v[w][TB_RL_REMAINING];
                 win->observed_ms = now_ms;
+                win->read_ms = obs->sent_ms;
 
                 if ((obs->has & reset) && obs->v[w][TB_RL_RESET] > win->reset_ms)
                 {
@@ -258,6 +316,7 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
         }
 
         prev_remaining = win->remaining;
+        before = *win;
 
         for (f = 0; f < TB_RL_NFIELDS; f++) {
             bit = 1u << (w * TB_RL_NFIELDS + f);
@@ -280,6 +339,9 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
 
             win->observed_ms = now_ms;
             win->seq = obs->seq;
+            win->sent_ms = obs->sent_ms;
+            win->read_ms = obs->sent_ms;
+            win->adopted = 0;
         }
 
         if (refill != TB_REFILL_AUTO) {
@@ -287,6 +349,10 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
 
         } else if ((obs->has & rem) && (obs->has & reset)) {
             tb_window_learn(win, prev_remaining, now_ms);
+        }
+
+        if ((obs->has & rem) && m->shared) {
+            tb_window_no_more(win, &before, now_ms);
         }
 
         if (obs->has & rem) {
@@ -303,6 +369,111 @@ tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs, int64_t now_ms,
     }
 
     m->observed_ms = now_ms;
+
+    return result;
+}
+
+
+int
+tb_window_counts(const tb_window_t *w, int win, int64_t seen, int64_t now)
+{
+    int64_t      level;
+    tb_window_t  from;
+
+    if (seen < 0 || w->refill == TB_REFILL_AUTO || w->read_ms == 0) {
+        return 0;
+    }
+
+    /*
+     * What it can hold at most: refilled since its count was read at the
+     * earliest (it may have been observed later, or by another gateway
+     * whose clock is ahead) until now at the latest
+     */
+    from = *w;
+
+    if (from.observed_ms > w->read_ms - TB_CLOCK_SKEW_MS) {
+        from.observed_ms = w->read_ms - TB_CLOCK_SKEW_MS;
+    }
+
+    level = tb_window_level_inline(&from, now + TB_CLOCK_SKEW_MS);
+
+    if (level == TB_UNKNOWN) {
+        return 0;
+    }
+
+    /* a level is computed in whole units, below what it holds by one */
+    level += 1 + (win == TB_WIN_REQUESTS ? 0 : TB_RL_TOKENS_ROUNDING);
+
+    return seen > level;
+}
+
+
+unsigned
+tb_mirror_adopt(tb_mirror_t *m, const tb_window_t *w, int64_t retry_after_ms,
+    int64_t now_ms)
+{
+    int           i;
+    int64_t       level;
+    unsigned      result;
+    tb_window_t  *win, own;
+
+    result = 0;
+
+    for (i = 0; i < TB_NWINDOWS; i++) {
+        win = &m->w[i];
+
+        if (w[i].remaining < 0) {
+            continue;
+        }
+
+        if (w[i].sent_ms <= win->sent_ms) {
+            level = tb_window_level_inline(win, now_ms);
+
+            if (level != TB_UNKNOWN
+                && tb_window_level_inline(&w[i], now_ms) < level)
+            {
+                /*
+                 * Read from a request sent earlier, yet saying less now:
+                 * it was counted later upstream (or read again since, by
+                 * an answer of its own that said less).  Less is taken.
+                 */
+                win->limit = w[i].limit;
+                win->remaining = w[i].remaining;
+                win->reset_ms = w[i].reset_ms;
+                win->observed_ms = w[i].observed_ms;
+                win->read_ms = w[i].read_ms;
+                result |= 1u << i;
+            }
+
+            continue;
+        }
+
+        own = *win;
+        *win = w[i];
+
+        /* its order and the evidence a refill is learned by are our own */
+        win->seq = own.seq;
+        win->period_reset_ms = own.period_reset_ms;
+        win->period_remaining = own.period_remaining;
+
+        if (w[i].refill == TB_REFILL_AUTO) {
+            win->refill = own.refill;
+        }
+
+        win->adopted = 1;
+
+        tb_window_no_more(win, &own, now_ms);
+
+        if (win->observed_ms > m->observed_ms) {
+            m->observed_ms = win->observed_ms;
+        }
+
+        result |= 1u << i;
+    }
+
+    if (retry_after_ms > m->retry_after_ms) {
+        m->retry_after_ms = retry_after_ms;
+    }
 
     return result;
 }

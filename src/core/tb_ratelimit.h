@@ -43,6 +43,23 @@ enum {
 
 #define TB_ORG_MAX            64
 
+/*
+ * Counts and resets beyond these are not believed (no window is that
+ * large or that long): a level's arithmetic stays within 64 bits
+ */
+#define TB_RL_COUNT_MAX       1000000000LL
+#define TB_RL_RESET_MAX_MS    (31LL * 86400 * 1000)
+
+/*
+ * Gateways that share a pool order what they read by their clocks, apart
+ * by no more than this: an answer from another gateway surely counts what
+ * was counted upstream before that answer's request was sent
+ */
+#define TB_CLOCK_SKEW_MS      250
+
+/* token counts are said rounded to the nearest thousand */
+#define TB_RL_TOKENS_ROUNDING 1000
+
 
 typedef struct {
     int64_t                   limit;          /* -1: never seen */
@@ -50,6 +67,14 @@ typedef struct {
     int64_t                   reset_ms;       /* 0: unknown */
     int64_t                   observed_ms;    /* 0: never observed */
     uint64_t                  seq;            /* its request's order */
+    int64_t                   sent_ms;        /* when that request was
+                                                 sent, 0: unknown */
+    int64_t                   read_ms;        /* the remaining count's
+                                                 request sent (the
+                                                 earliest it was read
+                                                 upstream), 0: unknown */
+    int                       adopted;        /* read by another
+                                                 gateway */
 
     /* how it comes back (TB_REFILL_*), and the evidence it is learned by */
     int                       refill;         /* 0: not known yet */
@@ -63,6 +88,9 @@ typedef struct {
     int64_t                   retry_after_ms;   /* absolute, 0: none */
     int64_t                   observed_ms;      /* last response seen */
     char                      org[TB_ORG_MAX];  /* "" unknown */
+    int                       shared;           /* with other gateways: a
+                                                   reading never says more
+                                                   than the window held */
 } tb_mirror_t;
 
 
@@ -70,6 +98,8 @@ typedef struct {
     unsigned                  has;              /* bit (win * 3 + field) */
     uint64_t                  seq;              /* the request's order in
                                                    sending, 0: unknown */
+    int64_t                   sent_ms;          /* when it was sent, 0:
+                                                   unknown */
     int64_t                   v[TB_NWINDOWS][TB_RL_NFIELDS];
     int64_t                   retry_after_ms;   /* delay, -1: none */
     unsigned                  has_org:1;
@@ -106,6 +136,31 @@ int tb_rl_is_ratelimit_header(const unsigned char *name, size_t len);
  */
 unsigned tb_mirror_apply(tb_mirror_t *m, const tb_rl_obs_t *obs,
     int64_t now_ms, int refill);
+
+/*
+ * Another gateway's reading of the same account's windows (sharing one
+ * pool through a store): each window is taken where the other's was read
+ * from a request sent later (the upstream counts a request when it
+ * arrives: of two answers, the one to the request sent later counts
+ * more, as a rule), never saying more than the window held before,
+ * refilled to now_ms (see m->shared); from a request sent earlier, its
+ * count is taken when it says less now.  The window's seq is kept (it
+ * numbers this gateway's own requests).  Returns which windows were taken
+ * (bits 0-2).
+ */
+unsigned tb_mirror_adopt(tb_mirror_t *m, const tb_window_t *w,
+    int64_t retry_after_ms, int64_t now_ms);
+
+/*
+ * Whether an answer that said the window held `seen` was to a request the
+ * window's own answer counts.  Upstream a window decreases in the order
+ * requests arrive: an answer that said more than the window can have held
+ * since (refilled, over the clocks' skew, and by the rounding of its
+ * counts) was to a request that arrived before.  Only for a window whose
+ * refill is known (0 otherwise, and for a window never read).
+ */
+int tb_window_counts(const tb_window_t *w, int win, int64_t seen,
+    int64_t now);
 
 /* tb_mirror_apply()'s result: per window, 1 << TB_WIN_*, shifted by */
 #define TB_MIRROR_FRESH       0       /* the remaining count was taken */

@@ -81,12 +81,34 @@ tb_window_level(const tb_window_t *w, int64_t now)
 int64_t
 tb_window_available(const tb_account_state_t *st, int win, int64_t now)
 {
-    int64_t  level;
+    int64_t  level, slice;
 
     level = tb_window_level(&st->mirror.w[win], now);
 
     if (level == TB_UNKNOWN) {
         return TB_UNKNOWN;
+    }
+
+    if (st->shared && win != TB_WIN_OUTPUT) {
+        /*
+         * Several gateways: what the window leaves once what the others
+         * hold is taken off too, and no more than this one's slice
+         */
+        level -= tb_account_others(st, win, now)
+                 + st->reserved[win] + st->pending[win];
+
+        slice = tb_slice_left(st, win, now);
+
+        if (slice != TB_UNKNOWN && slice < level) {
+            level = slice;
+        }
+
+        return level > 0 ? level : 0;
+    }
+
+    if (st->withheld) {
+        /* the part of it this gateway holds, of several sharing the pool */
+        level = level * (TB_SHARE_ONE - st->withheld) / TB_SHARE_ONE;
     }
 
     level -= st->reserved[win] + st->pending[win];
@@ -107,11 +129,19 @@ tb_headroom(const tb_account_conf_t *conf, const tb_account_state_t *st,
         return conf->assumed_headroom;
     }
 
+    if (st->withheld >= TB_SHARE_ONE) {
+        return 0.0;
+    }
+
     h = 1.0;
 
     for (w = 0; w < TB_NWINDOWS; w++) {
         limit = st->mirror.w[w].limit;
         avail = tb_window_available(st, w, now);
+
+        if (st->withheld) {
+            limit = limit * (TB_SHARE_ONE - st->withheld) / TB_SHARE_ONE;
+        }
 
         if (limit <= 0 || avail == TB_UNKNOWN) {
             continue;
@@ -137,6 +167,11 @@ tb_fits(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
 {
     int      w;
     int64_t  avail;
+
+    if (st->withheld >= TB_SHARE_ONE && !tb_need_empty(need)) {
+        /* this gateway holds none of the pool now */
+        return 0;
+    }
 
     for (w = 0; w < TB_NWINDOWS; w++) {
         avail = tb_window_available(st, w, now);
@@ -179,7 +214,7 @@ int64_t
 tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
 {
     int                 w;
-    int64_t             want, at, latest, span;
+    int64_t             want, all, at, latest, span, share;
     const tb_window_t  *win;
 
     latest = now;
@@ -194,6 +229,27 @@ tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
         }
 
         want = need->n[w] + st->reserved[w] + st->pending[w];
+
+        if (st->withheld) {
+            /* what the whole window must hold for this share to fit it */
+            share = TB_SHARE_ONE - (int64_t) st->withheld;
+
+            if (share <= 0) {
+                return 0;
+            }
+
+            want = (want * TB_SHARE_ONE + share - 1) / share;
+        }
+
+        if (st->shared && w != TB_WIN_OUTPUT) {
+            /* and with what the others hold */
+            all = need->n[w] + st->reserved[w] + st->pending[w]
+                  + tb_account_others(st, w, now);
+
+            if (all > want) {
+                want = all;
+            }
+        }
 
         if (win->limit <= 0 || want > win->limit) {
             /* only leases coming back can make room: not knowable */

@@ -133,7 +133,8 @@ ngx_http_tokenbiryani_rnames(ngx_pool_t *pool, ngx_str_t *ns,
     char       **name;
 
     static const char  *shared[] = { "keys", "accounts", "sealed", "meta",
-                                     "epoch", "changes", "instances" };
+                                     "epoch", "changes", "instances",
+                                     "shares" };
     static const char  *own[] = { "records", "events", "slots", "layout",
                                   "flushed", "ledgers", "sessions",
                                   "sessions_t" };

@@ -26,6 +26,7 @@ typedef struct {
     char                               *epoch;       /* N:epoch */
     char                               *changes;     /* N:changes */
     char                               *instances;   /* N:instances */
+    char                               *shares;      /* N:shares */
     char                               *records;     /* N:i:I:records */
     char                               *events;      /* N:i:I:events */
     char                               *slots;       /* N:i:I:slots */

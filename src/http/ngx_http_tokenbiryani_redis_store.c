@@ -23,6 +23,7 @@
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_redis.h"
 #include "ngx_http_tokenbiryani_redis_store.h"
+#include "ngx_http_tokenbiryani_redis_capacity.h"
 #include "ngx_http_tokenbiryani_redis_history.h"
 #include "ngx_http_tokenbiryani_redis_zone.h"
 #include "ngx_http_tokenbiryani_keys.h"
@@ -639,6 +640,8 @@ ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
         goto failed;
     }
 
+    ngx_http_tokenbiryani_rcap_load(c, tmcf, &n);
+
     ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
                   "tokenbiryani: the store %V (namespace \"%V\", instance "
                   "\"%V\") loaded: %ui minted keys, %ui accounts%s",
@@ -1225,9 +1228,19 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
     ngx_http_tokenbiryani_rchange_t  *ch;
     u_char                            key[128];
 
-    if (msg->type != REDIS_REPLY_STRING || msg->len < 3 || msg->str[1] != ' '
-        || msg->len - 2 > TB_ID_MAX + 64)
+    if (msg->type != REDIS_REPLY_STRING || msg->len < 3 || msg->str[1] != ' ')
     {
+        return;
+    }
+
+    if (msg->str[0] == 'm') {
+        /* another gateway's news of an account: in the message itself */
+        ngx_http_tokenbiryani_rcap_message(rs->tmcf, (u_char *) msg->str + 2,
+                                           msg->len - 2);
+        return;
+    }
+
+    if (msg->len - 2 > TB_ID_MAX + 64) {
         return;
     }
 
@@ -1878,6 +1891,7 @@ ngx_http_tokenbiryani_rstore_elect(ngx_event_t *ev)
     {
         rs->sub_started = 1;
         ngx_http_tokenbiryani_redis_start(&rs->sub);
+        ngx_http_tokenbiryani_rcap_start(rs->tmcf, &rs->cmd, &rs->n, ev->log);
     }
 
     if (rs->resync && rs->sub.state == NGX_HTTP_TB_REDIS_READY
@@ -1953,6 +1967,7 @@ ngx_http_tokenbiryani_redis_exit_worker(ngx_cycle_t *cycle,
         ngx_del_timer(&rs->elect);
     }
 
+    ngx_http_tokenbiryani_rcap_stop();
     ngx_http_tokenbiryani_redis_stop(&rs->sub);
     ngx_http_tokenbiryani_redis_stop(&rs->cmd);
 

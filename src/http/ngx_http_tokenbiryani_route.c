@@ -380,6 +380,8 @@ void
 ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t success)
 {
+    int                                 w;
+    tb_answer_t                         ans;
     ngx_http_tokenbiryani_charge_t      ch, *chp;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -403,9 +405,16 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
         chp = &ch;
     }
 
-    ngx_http_tokenbiryani_lease_give_back(&tmcf->zone, &ctx->lease,
-                                          success ? &ctx->usage : NULL,
-                                          ctx->resp.headers_ms,
+    ans.usage = success ? &ctx->usage : NULL;
+    ans.headers_ms = ctx->resp.headers_ms;
+
+    for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
+        ans.remaining[w] =
+            (ctx->resp.obs.has & (1u << (w * TB_RL_NFIELDS + TB_RL_REMAINING)))
+            ? ctx->resp.obs.v[w][TB_RL_REMAINING] : -1;
+    }
+
+    ngx_http_tokenbiryani_lease_give_back(&tmcf->zone, &ctx->lease, &ans,
                                           ctx->probed, chp);
     ctx->probed = 0;
 

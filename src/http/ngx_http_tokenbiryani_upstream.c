@@ -573,6 +573,7 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
 
         /* leases are numbered in the order they were taken: sending order */
         ctx->resp.obs.seq = ctx->lease.id;
+        ctx->resp.obs.sent_ms = ctx->attempt_ms;
 
         (void) ngx_http_tokenbiryani_zone_observe(&tmcf->zone,
                               ctx->account->slot, &ctx->resp.obs,

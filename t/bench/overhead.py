@@ -203,25 +203,6 @@ def stop_process(proc, log):
     log.close()
 
 
-class Redis:
-    def __init__(self, workdir):
-        self.dir = os.path.join(workdir, "redis")
-        os.makedirs(self.dir, exist_ok=True)
-        self.port = tbbench.free_port()
-        self.log = open(os.path.join(self.dir, "redis.log"), "w")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir,
-             "--daemonize", "no"], stdout=self.log, stderr=self.log)
-        tbbench.wait_listening(self.port, 10, "redis-server")
-
-    def pids(self):
-        return [self.proc.pid]
-
-    def stop(self):
-        stop_process(self.proc, self.log)
-
-
 class Portkey:
     def __init__(self, workdir):
         self.dir = os.path.join(workdir, "portkey")
@@ -304,7 +285,7 @@ def main():
         if "d" in targets:
             procs["d"] = Portkey(args.workdir)
         if "e" in targets:
-            procs["redis"] = Redis(args.workdir)
+            procs["redis"] = tbbench.Redis(args.workdir)
             procs["e"] = start_gateway(
                 args.workdir, args.module, up, name="gateway-redis",
                 extra_yaml=os.environ.get("TB_BENCH_EXTRA", "") + "store:\n  backend: redis\n  url: redis://"

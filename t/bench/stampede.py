@@ -14,12 +14,19 @@ left at that moment.
 
     stampede.py --module ... --variants
 
+    stampede.py --module ... --pair [--requests 200 ...]
+
 --variants runs four cold pools in turn - token-bucket and fixed windows,
 10 s and a minute long, each of 8 requests and about 6 requests' worth of
 input tokens - with a wait budget that spans two window ends, and prints
 for each the upstream 429s caused by over-admission (goal 0) and the
 requests served against the capacity the windows offered in that time
 (goal >= 0.90).
+
+--pair splits the stampede across two gateways (2 workers each) in front
+of the same accounts, first sharing the pool through one redis-server
+(store.backend: redis), then each on its own, and prints both: the upstream
+429s each way (goal with Redis: 0).
 """
 
 import argparse
@@ -51,6 +58,11 @@ def main():
                     help="the windows' length in seconds (--rpm and "
                     "--itpm are per window)")
     ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--pair", action="store_true",
+                    help="two gateways, with Redis and without")
+    ap.add_argument("--instances", type=int, default=1)
+    ap.add_argument("--redis", action="store_true",
+                    help="the instances share the pool through Redis")
     ap.add_argument("--workdir", default=os.path.join(tbbench.TOP, "build",
                                                       "bench", "stampede"))
     ap.add_argument("--json", action="store_true")
@@ -61,6 +73,10 @@ def main():
 
     if args.variants:
         variants(args)
+        return
+
+    if args.pair:
+        pair(args)
         return
 
     out = run(args)
@@ -115,6 +131,32 @@ def variants(args):
     print("\nreproduce: make bench-stampede BENCH_ARGS=--variants")
 
 
+def pair(args):
+    rows = []
+    for redis in (True, False):
+        args.instances, args.redis = 2, redis
+        rows.append((redis, run(args)))
+    print("%d requests at once, split across two gateways (2 workers each) "
+          "in front of the same %d accounts, each %d requests and %d input "
+          "tokens per %gs %s; queue wait %gs\n"
+          % (args.requests, args.accounts, args.rpm, args.itpm, args.window,
+             "token bucket" if args.mode == "bucket" else "fixed window",
+             args.wait))
+    print("| the two gateways | upstream 429s (over-admission) | served | "
+          "queued | refused by the gateways |\n|---|---|---|---|---|")
+    for redis, out in rows:
+        print("| %s | **%d** | %d | %d | %d |" % (
+            "share the pool through Redis" if redis else "each on its own",
+            out["mock_refused_429"], out["served"], out["queued"],
+            out["refused_by_gateway_429"]))
+    for redis, out in rows:
+        if out["other"] or out["nginx_errors"]:
+            print("\n%s: other outcomes %s; nginx logged %s" % (
+                "Redis" if redis else "alone", out["other_samples"],
+                out["nginx_errors"]))
+    print("\nreproduce: make bench-stampede BENCH_ARGS=--pair")
+
+
 def run(args):
     mock = tbbench.Mock(args.workdir, args.accounts, config={
         "defaults": {"requests_limit": args.rpm, "input_limit": args.itpm,
@@ -124,9 +166,7 @@ def run(args):
         "  - id: acct-%02d\n    api_key: key-%02d\n"
         "    base_url: http://127.0.0.1:%d\n    max_concurrency: 1000\n"
         % (i, i, mock.ports[i - 1]) for i in range(1, args.accounts + 1))
-    yaml = ("queue:\n  max_size: %d\n  default_max_wait_seconds: %g\n"
-            "accounts:\n%skeys:\n  - key: bir_bench\n    name: bench\n"
-            "    admin: true\n" % (args.requests, args.wait, accounts))
+    redis = tbbench.Redis(args.workdir) if args.redis else None
     http = """
     tokenbiryani_zone   tb 32m;
     tokenbiryani_config tb.yaml;
@@ -136,8 +176,20 @@ def run(args):
         location /admin/    { tokenbiryani_admin; }
     }
 """
-    gw = tbbench.Nginx(args.workdir, args.module, http,
-                       files={"tb.yaml": yaml})
+    gws = []
+    for n in range(args.instances):
+        yaml = ("queue:\n  max_size: %d\n  default_max_wait_seconds: %g\n"
+                "accounts:\n%skeys:\n  - key: bir_bench\n    name: bench\n"
+                "    admin: true\n" % (args.requests, args.wait, accounts))
+        if redis:
+            yaml += ("store:\n  backend: redis\n  url: redis://127.0.0.1:%d\n"
+                     "  instance: gw-%d\n" % (redis.port, n))
+        gws.append(tbbench.Nginx(args.workdir, args.module, http,
+                                 files={"tb.yaml": yaml}, name="gw-%d" % n))
+    if redis:
+        # every gateway has been granted its share before the stampede
+        for gw in gws:
+            tbbench.wait_for(lambda: shared(gw), 10, "a gateway's share")
 
     # every request connected first, then all of them sent at once
     results = [None] * args.requests
@@ -151,7 +203,8 @@ def run(args):
                % (len(body), body)).encode()
         s = None
         try:
-            s = socket.create_connection(("127.0.0.1", gw.port), 30)
+            s = socket.create_connection(
+                ("127.0.0.1", gws[i % len(gws)].port), 30)
         except OSError as e:
             results[i] = (0, str(e))
         # every thread connected (or failed to): that is the start
@@ -185,13 +238,19 @@ def run(args):
         t.join()
     wall = time.monotonic() - t0
 
-    st, _, raw = tbbench.request(gw.port, "GET", "/admin/status",
-                                 headers={"x-api-key": "bir_bench"})
-    status = json.loads(raw)
-    errors = gw.errors()
-    gw.stop()
+    statuses = []
+    errors = []
+    for gw in gws:
+        st, _, raw = tbbench.request(gw.port, "GET", "/admin/status",
+                                     headers={"x-api-key": "bir_bench"})
+        statuses.append(json.loads(raw))
+        errors += gw.errors()
+        gw.stop()
+    if redis:
+        redis.stop()
     stats = mock.stats()
     mock.stop()
+    status = statuses[0]
 
     served = sum(1 for r in results if r[0] == 200)
     gw429 = sum(1 for r in results if r[0] == 429 and not r[1])
@@ -206,11 +265,11 @@ def run(args):
         "other_samples": [str(r) for r in other[:5]],
         "mock_refused_429": stats["refused_429"],
         "mock_requests": stats["total_requests"],
-        "queued": status["queue"]["queued_total"],
-        "queue_served": status["queue"]["served"],
-        "queue_timed_out": status["queue"]["timed_out"],
+        "queued": sum(x["queue"]["queued_total"] for x in statuses),
+        "queue_served": sum(x["queue"]["served"] for x in statuses),
+        "queue_timed_out": sum(x["queue"]["timed_out"] for x in statuses),
         "wall_s": wall,
-        "leases_held_after": status["leases"]["held"],
+        "leases_held_after": sum(x["leases"]["held"] for x in statuses),
         "accounts": [{
             "id": a["id"],
             "peak_reserved": a["peak"]["reserved"],
@@ -221,6 +280,16 @@ def run(args):
     }
 
     return out
+
+
+def shared(gw):
+    """whether the gateway's share of the pool was granted"""
+    try:
+        st, _, raw = tbbench.request(gw.port, "GET", "/admin/status",
+                                     headers={"x-api-key": "bir_bench"})
+        return st == 200 and json.loads(raw)["store"].get("share") is not None
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def report(args, out):

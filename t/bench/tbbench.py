@@ -105,6 +105,34 @@ class Mock:
         self.out.close()
 
 
+class Redis:
+    """Debian's redis-server on a free port, no persistence."""
+
+    def __init__(self, workdir):
+        self.dir = os.path.join(workdir, "redis")
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = free_port()
+        self.log = open(os.path.join(self.dir, "redis.log"), "w")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir,
+             "--daemonize", "no"], stdout=self.log, stderr=self.log)
+        wait_listening(self.port, 10, "redis-server")
+
+    def pids(self):
+        return [self.proc.pid]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
 class Nginx:
     """Debian's nginx with the module, master + workers, in a prefix."""
 

@@ -14,6 +14,22 @@
 
 
 #define T0        1795984859000LL
+
+
+/* an attempt's answer: its usage, when its headers came, nothing said of
+ * the windows (one at a time: the next call overwrites it) */
+static const tb_answer_t *
+answer(const tb_usage_t *usage, int64_t headers_ms)
+{
+    static tb_answer_t  ans;
+
+    ans.usage = usage;
+    ans.headers_ms = headers_ms;
+    ans.remaining[0] = -1;
+    ans.remaining[1] = -1;
+
+    return &ans;
+}
 #define NACCTS    4
 
 #define S(s)      (const unsigned char *) (s), sizeof(s) - 1
@@ -829,13 +845,13 @@ TB_TEST(release_reconciles_output_once_headers_are_old)
     u.output_tokens = 1200;
 
     /* the headers observed were this response's: its output is not in */
-    tb_lease_release(&st[0], &need, &u, T0, 0, 0, 0);
+    tb_lease_release(&st[0], &need, answer(&u, T0), 0, 0, 0, 0);
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
 
     /* a newer observation already knows better */
     TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &need, T0, &probed));
     st[0].mirror.w[TB_WIN_OUTPUT].observed_ms = T0 + 10;
-    tb_lease_release(&st[0], &need, &u, T0, 0, 0, 0);
+    tb_lease_release(&st[0], &need, answer(&u, T0), 0, 0, 0, 0);
     TB_CHECK_INT(st[0].mirror.w[TB_WIN_OUTPUT].remaining, 7800);
 }
 

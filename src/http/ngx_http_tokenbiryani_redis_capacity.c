@@ -1,0 +1,474 @@
+/*
+ * Capacity shared between gateways through Redis: the shares, the news
+ * (see ngx_http_tokenbiryani_redis_capacity.h).
+ */
+
+
+#include "ngx_http_tokenbiryani_redis_capacity.h"
+
+
+/* how often the news is told and the share asked for */
+#define NGX_HTTP_TB_RCAP_TICK_MS      50
+#define NGX_HTTP_TB_RCAP_ASK_TICKS    2
+
+/* a share not renewed for this long is free for the others */
+#define NGX_HTTP_TB_RCAP_TTL_MS       3000
+
+#define NGX_HTTP_TB_RCAP_NEWS         64
+
+
+/*
+ * The share: KEYS[1] N:shares, a hash of gateway -> "held demand expires"
+ * (ms, Redis's clock); ARGV me, the share it holds now, its demand (the
+ * requests it routed since it last asked, and those waiting), the TTL.
+ * A gateway's due is its part of the demand (each counted one more, so an
+ * idle one keeps a sliver and none starves); it is granted that, or what
+ * the others leave if that is less.  What it holds now stays recorded
+ * until it asks again, so a share it gives back is free only once it
+ * surely stopped using it.  Returns { granted, gateways, due }.
+ */
+static const char  ngx_http_tokenbiryani_lua_share[] =
+    "local t = redis.call('TIME') "
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+    "local me, cur, dem, ttl = ARGV[1], tonumber(ARGV[2]), "
+    "tonumber(ARGV[3]), tonumber(ARGV[4]) "
+    "local all = redis.call('HGETALL', KEYS[1]) "
+    "local held, sum, n = 0, dem + 1, 1 "
+    "for i = 1, #all, 2 do "
+    "  if all[i] ~= me then "
+    "    local h, d, e = string.match(all[i + 1], '^(%d+) (%d+) (%d+)$') "
+    "    if h == nil or tonumber(e) < now then "
+    "      redis.call('HDEL', KEYS[1], all[i]) "
+    "    else "
+    "      held = held + tonumber(h) sum = sum + tonumber(d) + 1 n = n + 1 "
+    "    end "
+    "  end "
+    "end "
+    "local due = math.floor(65536 * (dem + 1) / sum) "
+    "local got = math.min(due, 65536 - held) "
+    "if got < 0 then got = 0 end "
+    "local keep = math.max(got, cur) "
+    "redis.call('HSET', KEYS[1], me, keep .. ' ' .. dem .. ' ' .. "
+    "(now + ttl)) "
+    "redis.call('PEXPIRE', KEYS[1], ttl * 10) "
+    "return { got, n, due }";
+
+
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t     *tmcf;
+    ngx_http_tokenbiryani_redis_t         *cmd;
+    const ngx_http_tokenbiryani_rnames_t  *n;
+
+    ngx_event_t                            tick;
+    ngx_uint_t                             ticks;
+    ngx_uint_t                             asking;    /* a SHARE in flight */
+    ngx_uint_t                             again;     /* granted less */
+    ngx_uint_t                             degraded;
+    int64_t                                degraded_ms;   /* since */
+    uint64_t                               decisions; /* when last asked */
+
+    ngx_http_tokenbiryani_news_t           news[NGX_HTTP_TB_RCAP_NEWS];
+} ngx_http_tokenbiryani_rcap_t;
+
+
+static ngx_http_tokenbiryani_rcap_t   ngx_http_tokenbiryani_rcap;
+
+
+static void ngx_http_tokenbiryani_rcap_tick(ngx_event_t *ev);
+static void ngx_http_tokenbiryani_rcap_ask(ngx_http_tokenbiryani_rcap_t *rc);
+static void ngx_http_tokenbiryani_rcap_granted(
+    ngx_http_tokenbiryani_redis_t *rd, redisReply *reply, void *data);
+static void ngx_http_tokenbiryani_rcap_degrade(
+    ngx_http_tokenbiryani_rcap_t *rc);
+static void ngx_http_tokenbiryani_rcap_tell(ngx_http_tokenbiryani_rcap_t *rc,
+    int64_t now);
+
+
+void
+ngx_http_tokenbiryani_rcap_load(redisContext *c,
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const ngx_http_tokenbiryani_rnames_t *n)
+{
+    size_t       i, len;
+    int64_t      held, h;
+    u_char      *p, *last;
+    redisReply  *r;
+    ngx_uint_t   peers;
+
+    r = redisCommand(c, "HGETALL %s", n->shares);
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        /* nothing known of the others: alone until the first grant */
+        if (r) {
+            freeReplyObject(r);
+        }
+
+        return;
+    }
+
+    held = 0;
+    peers = 1;
+
+    /*
+     * What the others hold (an expired share counted too: the master has
+     * no clock of Redis's, and the first grant, a moment away, frees it)
+     */
+
+    for (i = 0; i + 1 < r->elements; i += 2) {
+        if (r->element[i]->type != REDIS_REPLY_STRING
+            || r->element[i + 1]->type != REDIS_REPLY_STRING
+            || (r->element[i]->len == ngx_strlen(n->instance)
+                && ngx_strncmp(r->element[i]->str, n->instance,
+                               r->element[i]->len) == 0))
+        {
+            continue;
+        }
+
+        p = (u_char *) r->element[i + 1]->str;
+        last = p + r->element[i + 1]->len;
+
+        for (len = 0; p + len < last && p[len] != ' '; len++) {
+            /* void */
+        }
+
+        h = ngx_atoi(p, len);
+
+        if (h > 0) {
+            held += h;
+            peers++;
+        }
+    }
+
+    freeReplyObject(r);
+
+    if (peers > 1) {
+        ngx_http_tokenbiryani_zone_withhold(&tmcf->zone,
+                                 (uint32_t) ngx_min(held, TB_SHARE_ONE),
+                                 peers, ngx_http_tokenbiryani_now_ms());
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_rcap_start(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_redis_t *cmd,
+    const ngx_http_tokenbiryani_rnames_t *n, ngx_log_t *log)
+{
+    ngx_http_tokenbiryani_rcap_t  *rc;
+
+    rc = &ngx_http_tokenbiryani_rcap;
+
+    rc->tmcf = tmcf;
+    rc->cmd = cmd;
+    rc->n = n;
+
+    rc->tick.handler = ngx_http_tokenbiryani_rcap_tick;
+    rc->tick.data = rc;
+    rc->tick.log = log;
+    rc->tick.cancelable = 1;
+
+    ngx_add_timer(&rc->tick, 1);
+}
+
+
+void
+ngx_http_tokenbiryani_rcap_stop(void)
+{
+    ngx_http_tokenbiryani_rcap_t  *rc;
+
+    rc = &ngx_http_tokenbiryani_rcap;
+
+    if (rc->tick.timer_set) {
+        ngx_del_timer(&rc->tick);
+    }
+
+    rc->tmcf = NULL;
+}
+
+
+static void
+ngx_http_tokenbiryani_rcap_tick(ngx_event_t *ev)
+{
+    ngx_http_tokenbiryani_rcap_t *rc = ev->data;
+
+    if (rc->cmd->state != NGX_HTTP_TB_REDIS_READY) {
+        ngx_http_tokenbiryani_rcap_degrade(rc);
+
+    } else {
+        ngx_http_tokenbiryani_rcap_tell(rc, ngx_http_tokenbiryani_now_ms());
+
+        if (!rc->asking
+            && (rc->again || rc->degraded
+                || rc->ticks % NGX_HTTP_TB_RCAP_ASK_TICKS == 0))
+        {
+            ngx_http_tokenbiryani_rcap_ask(rc);
+        }
+    }
+
+    rc->ticks++;
+
+    ngx_add_timer(ev, NGX_HTTP_TB_RCAP_TICK_MS);
+}
+
+
+static void
+ngx_http_tokenbiryani_rcap_ignore(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+}
+
+
+/* what this gateway read of its accounts since it last said, said */
+
+static void
+ngx_http_tokenbiryani_rcap_tell(ngx_http_tokenbiryani_rcap_t *rc, int64_t now)
+{
+    u_char                        *p;
+    size_t                         lens[3];
+    ngx_uint_t                     i, n;
+    const char                    *argv[3];
+    ngx_http_tokenbiryani_news_t  *nw;
+    u_char                         msg[2 + 64 + 1 + 16 + 1 + TB_ID_MAX + 1
+                                       + TB_NEWS_MAX];
+
+    n = ngx_http_tokenbiryani_zone_news(&rc->tmcf->zone, now, rc->news,
+                                        NGX_HTTP_TB_RCAP_NEWS);
+
+    for (i = 0; i < n; i++) {
+        nw = &rc->news[i];
+
+        p = ngx_snprintf(msg, 2 + 64 + 1, "m %s ", rc->n->instance);
+        p = ngx_hex_dump(p, nw->fingerprint, 8);
+        p = ngx_sprintf(p, " %s ", nw->id);
+        p += tb_account_news_print(&nw->news, (char *) p);
+
+        argv[0] = "PUBLISH";
+        argv[1] = rc->n->changes;
+        argv[2] = (char *) msg;
+        lens[0] = 7;
+        lens[1] = ngx_strlen(rc->n->changes);
+        lens[2] = p - msg;
+
+        if (ngx_http_tokenbiryani_redis_send(rc->cmd,
+                ngx_http_tokenbiryani_rcap_ignore, NULL, 3, argv, lens, 0)
+            != NGX_OK)
+        {
+            return;
+        }
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rcap_ask(ngx_http_tokenbiryani_rcap_t *rc)
+{
+    size_t                                lens[8];
+    uint64_t                              demand;
+    ngx_uint_t                            i;
+    const char                           *argv[8];
+    ngx_http_tokenbiryani_share_state_t   ss;
+    u_char       held[NGX_INT_T_LEN + 1], dem[NGX_INT64_LEN + 1],
+                 ttl[NGX_INT_T_LEN + 1];
+
+    ngx_http_tokenbiryani_zone_share(&rc->tmcf->zone, &ss);
+
+    demand = ss.decisions - rc->decisions + ss.waiting;
+    rc->decisions = ss.decisions;
+
+    ngx_sprintf(held, "%uD%Z", (uint32_t) (TB_SHARE_ONE - ss.withheld));
+    ngx_sprintf(dem, "%uL%Z", demand);
+    ngx_sprintf(ttl, "%d%Z", NGX_HTTP_TB_RCAP_TTL_MS);
+
+    argv[0] = "EVAL";
+    argv[1] = ngx_http_tokenbiryani_lua_share;
+    argv[2] = "1";
+    argv[3] = rc->n->shares;
+    argv[4] = rc->n->instance;
+    argv[5] = (char *) held;
+    argv[6] = (char *) dem;
+    argv[7] = (char *) ttl;
+
+    for (i = 0; i < 8; i++) {
+        lens[i] = ngx_strlen(argv[i]);
+    }
+
+    if (ngx_http_tokenbiryani_redis_send(rc->cmd,
+            ngx_http_tokenbiryani_rcap_granted, rc, 8, argv, lens, 0)
+        == NGX_OK)
+    {
+        rc->asking = 1;
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_rcap_granted(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rcap_t *rc = data;
+
+    long long  got, peers, due;
+
+    rc->asking = 0;
+
+    if (rc->tmcf == NULL) {
+        /* stopped meanwhile */
+        return;
+    }
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 3
+        || reply->element[0]->type != REDIS_REPLY_INTEGER
+        || reply->element[1]->type != REDIS_REPLY_INTEGER
+        || reply->element[2]->type != REDIS_REPLY_INTEGER)
+    {
+        if (reply && reply->type == REDIS_REPLY_ERROR) {
+            ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                          "tokenbiryani: Redis %V refused the share script: "
+                          "%*s", &rc->tmcf->store_shown,
+                          (size_t) reply->len, reply->str);
+        }
+
+        ngx_http_tokenbiryani_rcap_degrade(rc);
+        return;
+    }
+
+    got = reply->element[0]->integer;
+    peers = reply->element[1]->integer;
+    due = reply->element[2]->integer;
+
+    if (got < 0 || got > TB_SHARE_ONE || peers < 1) {
+        ngx_http_tokenbiryani_rcap_degrade(rc);
+        return;
+    }
+
+    if (rc->degraded) {
+        rc->degraded = 0;
+        ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
+                      "tokenbiryani: the pool is shared through Redis again "
+                      "(%L gateways)", peers);
+    }
+
+    ngx_http_tokenbiryani_zone_withhold(&rc->tmcf->zone,
+                                        (uint32_t) (TB_SHARE_ONE - got),
+                                        (ngx_uint_t) peers,
+                                        ngx_http_tokenbiryani_now_ms());
+
+    /* granted less than its due: asked again at the next tick */
+    rc->again = (got < due);
+}
+
+
+/*
+ * Redis away: one part in as many gateways as were last seen.  A share
+ * larger than the one held is taken only once the others' can have
+ * expired in Redis: until then another gateway may still be using more
+ * than its part.
+ */
+
+static void
+ngx_http_tokenbiryani_rcap_degrade(ngx_http_tokenbiryani_rcap_t *rc)
+{
+    int64_t                               now;
+    uint32_t                              want;
+    ngx_uint_t                            peers;
+    ngx_http_tokenbiryani_share_state_t   ss;
+
+    ngx_http_tokenbiryani_zone_share(&rc->tmcf->zone, &ss);
+
+    now = ngx_http_tokenbiryani_now_ms();
+    peers = ss.peers;
+    want = peers > 1 ? TB_SHARE_ONE - TB_SHARE_ONE / (uint32_t) peers : 0;
+
+    if (!rc->degraded) {
+        rc->degraded_ms = now;
+    }
+
+    if (want < ss.withheld
+        && now - rc->degraded_ms < NGX_HTTP_TB_RCAP_TTL_MS)
+    {
+        want = ss.withheld;
+    }
+
+    if (!rc->degraded) {
+        rc->degraded = 1;
+        ngx_log_error(NGX_LOG_WARN, rc->tick.log, 0,
+                      "tokenbiryani: the pool's capacity is not shared "
+                      "while Redis is away: this gateway holds itself to "
+                      "1/%ui of every account's windows", peers ? peers : 1);
+    }
+
+    if (ss.withheld != want) {
+        ngx_http_tokenbiryani_zone_withhold(&rc->tmcf->zone, want, 0, now);
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_rcap_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const u_char *p, size_t len)
+{
+    const u_char       *last, *inst, *id, *fp;
+    size_t              inst_len, id_len;
+    uint64_t            who;
+    ngx_int_t           b;
+    ngx_uint_t          i;
+    tb_account_news_t   news;
+    u_char              fingerprint[8];
+
+    /* "instance fingerprint id news" */
+
+    last = p + len;
+
+    inst = p;
+    p = ngx_strlchr((u_char *) p, (u_char *) last, ' ');
+    if (p == NULL) {
+        return;
+    }
+
+    inst_len = p - inst;
+
+    if (inst_len == tmcf->store_instance.len
+        && ngx_strncmp(inst, tmcf->store_instance.data, inst_len) == 0)
+    {
+        /* its own, back */
+        return;
+    }
+
+    fp = p + 1;
+
+    if (last - fp < 17 || fp[16] != ' ') {
+        return;
+    }
+
+    for (i = 0; i < 8; i++) {
+        b = ngx_hextoi((u_char *) fp + 2 * i, 2);
+        if (b < 0) {
+            return;
+        }
+
+        fingerprint[i] = (u_char) b;
+    }
+
+    id = fp + 17;
+    p = ngx_strlchr((u_char *) id, (u_char *) last, ' ');
+    if (p == NULL) {
+        return;
+    }
+
+    id_len = p - id;
+
+    if (id_len == 0 || id_len > TB_ID_MAX
+        || !tb_account_news_scan(&news, (const char *) p + 1, last - p - 1))
+    {
+        return;
+    }
+
+    /* the gateway, by its name */
+    who = ((uint64_t) ngx_crc32_long((u_char *) inst, inst_len) << 32
+           | (ngx_hash_key((u_char *) inst, inst_len) & 0xffffffff)) | 1;
+
+    (void) ngx_http_tokenbiryani_zone_adopt(&tmcf->zone, id, id_len,
+                                            fingerprint, &news, who,
+                                            ngx_http_tokenbiryani_now_ms());
+}

@@ -1472,10 +1472,11 @@ static ngx_int_t
 ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
 {
     size_t                              i, nfile;
-    cJSON                              *arr, *k;
+    cJSON                              *arr, *k, *sp;
     ngx_uint_t                          inflight, queued, n;
     const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_rkent_t      *ents;
+    ngx_http_tokenbiryani_key_spend_t   ksp;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -1497,6 +1498,8 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
 
         ngx_http_tokenbiryani_key_usage(&tmcf->zone, kc->name_hash,
                                         &inflight, &queued);
+        ngx_http_tokenbiryani_key_spend(&tmcf->zone, kc->name_hash,
+                                        ngx_http_tokenbiryani_now_ms(), &ksp);
 
         k = cJSON_CreateObject();
         if (k == NULL) {
@@ -1522,7 +1525,29 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
                 : cJSON_AddNullToObject(k, "max_queued")) == NULL
             || (kc->rpm >= 0
                 ? cJSON_AddNumberToObject(k, "rpm", (double) kc->rpm)
-                : cJSON_AddNullToObject(k, "rpm")) == NULL)
+                : cJSON_AddNullToObject(k, "rpm")) == NULL
+            || cJSON_AddNumberToObject(k, "rpm_used",
+                                       (double) (ksp.rpm + ksp.others_rpm))
+               == NULL)
+        {
+            return NGX_ERROR;
+        }
+
+        /* what its spend cap counts: this instance's and the others' */
+
+        sp = cJSON_AddObjectToObject(k, "spend");
+
+        if (sp == NULL
+            || cJSON_AddNumberToObject(sp, "window_usd",
+                   (double) (ksp.window_cost + ksp.reserved + ksp.others)
+                   / 1e9) == NULL
+            || cJSON_AddNumberToObject(sp, "in_flight_usd",
+                                       (double) ksp.reserved / 1e9) == NULL
+            || cJSON_AddNumberToObject(sp, "other_instances_usd",
+                                       (double) ksp.others / 1e9) == NULL
+            || (kc->spend_cap_usd >= 0
+                ? cJSON_AddNumberToObject(sp, "cap_usd", kc->spend_cap_usd)
+                : cJSON_AddNullToObject(sp, "cap_usd")) == NULL)
         {
             return NGX_ERROR;
         }

@@ -455,7 +455,9 @@ ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r)
         cJSON_AddStringToObject(item, "session", buf);
         cJSON_AddStringToObject(item, "key", (char *) v->key);
 
-        id = ngx_http_tokenbiryani_zone_slot_id(&tmcf->zone, v->slot);
+        id = (v->slot < 0 && v->account[0])
+             ? (const char *) v->account    /* served last on another */
+             : ngx_http_tokenbiryani_zone_slot_id(&tmcf->zone, v->slot);
 
         if (id) {
             cJSON_AddStringToObject(item, "account", id);
@@ -480,8 +482,9 @@ ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r)
         cJSON_AddNumberToObject(item, "last_seen_ago_seconds",
                                 (double) (now - v->last_ms) / 1000);
 
-        /* what its caps count: the window's */
-        cost = tb_ledger_spent(&v->ledger, now, bm, &turns);
+        /* what its caps count: the window's, every instance's */
+        cost = tb_ledger_spent(&v->ledger, now, bm, &turns) + v->others[0];
+        turns += v->others[1];
         cJSON_AddNumberToObject(item, "window_turns", (double) turns);
         cJSON_AddNumberToObject(item, "window_cost_usd", (double) cost / 1e9);
 

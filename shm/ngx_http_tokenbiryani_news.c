@@ -110,7 +110,8 @@ ngx_http_tokenbiryani_zone_news(ngx_http_tokenbiryani_zone_t *zone,
         st->told_holds[0] = holds[0];
         st->told_holds[1] = holds[1];
 
-        tb_account_news(st, &zone->breaker, now, &out[n].news);
+        tb_account_news(st, &zone->breaker, zone->spend_bucket_ms, now,
+                        &out[n].news);
         ngx_memcpy(out[n].id, st->id, sizeof(st->id));
         ngx_memcpy(out[n].fingerprint, st->fingerprint, 8);
         n++;

@@ -328,9 +328,11 @@ ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_zone_t *zone,
 
 /*
  * A key's rpm: the last `rpm` admissions' times.  A slot older than a
- * minute is free.  Returns the slot taken, or -1 with *retry_ms until one
- * frees, or NGX_ERROR when the zone has no room (the request is let
- * through: a full zone must not lock a key out).
+ * minute is free; with other instances sharing the pool, what they said
+ * they admitted in the last minute takes slots too.  Returns the slot
+ * taken, or -1 with *retry_ms until one frees, or NGX_ERROR when the zone
+ * has no room (the request is let through: a full zone must not lock a
+ * key out).
  */
 
 ngx_int_t
@@ -338,7 +340,7 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t rpm, int64_t now, int64_t *retry_ms)
 {
     ngx_int_t                     slot;
-    ngx_uint_t                    i;
+    ngx_uint_t                    i, used, others;
     int64_t                       oldest;
     ngx_queue_t                  *q;
     ngx_http_tokenbiryani_shm_t  *sh;
@@ -384,26 +386,38 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
         ngx_queue_insert_tail(&sh->rpm, &w->queue);
     }
 
+    others = ngx_http_tokenbiryani_key_others_rpm(zone, key, now);
+
     slot = -1;
     oldest = 0;
+    used = 0;
 
     for (i = 0; i < w->size; i++) {
         if (w->times[i] <= now - 60000) {
-            slot = (ngx_int_t) i;
-            w->times[i] = now;
-            break;
+            if (slot < 0) {
+                slot = (ngx_int_t) i;
+            }
+
+            continue;
         }
+
+        used++;
 
         if (oldest == 0 || w->times[i] < oldest) {
             oldest = w->times[i];
         }
     }
 
-    ngx_shmtx_unlock(&zone->shpool->mutex);
+    if (slot >= 0 && used + others < w->size) {
+        w->times[slot] = now;
 
-    if (slot < 0) {
-        *retry_ms = oldest + 60000 - now;
+    } else {
+        /* the others' admissions age out within the minute */
+        *retry_ms = (slot < 0 && oldest) ? oldest + 60000 - now : 60000;
+        slot = -1;
     }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return slot;
 }

@@ -67,6 +67,7 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_rbtree_init(&sh->sess_tree, &sh->sess_sentinel,
                         ngx_rbtree_insert_value);
         ngx_queue_init(&sh->sess_lru);
+        ngx_queue_init(&sh->sess_dirty);
 
         shpool->data = sh;
 

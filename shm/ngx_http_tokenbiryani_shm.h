@@ -23,6 +23,7 @@
 #include "tb_router.h"
 #include "tb_lease.h"
 #include "tb_estimator.h"
+#include "tb_told.h"
 
 
 #define NGX_HTTP_TB_REQUEST_ID_LEN     28      /* "tbr_" + 24 hex */
@@ -168,6 +169,24 @@ ngx_uint_t ngx_http_tokenbiryani_zone_adopt(
     const u_char fingerprint[8], const tb_account_news_t *news, uint64_t who,
     int64_t now);
 
+/*
+ * What the keys and conversations ran up, told to the other instances
+ * that share the pool (shm/ngx_http_tokenbiryani_peers.c): what changed
+ * since last told, at most max_keys keys (*nkeys) and max_sessions
+ * conversations (returned); another instance's (who: by a hash of its
+ * name) kept as its own; everything told again at the next tell (an
+ * instance that starts, or comes back).
+ */
+ngx_uint_t ngx_http_tokenbiryani_spend_tell(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now, tb_told_key_t *keys, ngx_uint_t max_keys,
+    ngx_uint_t *nkeys, tb_told_session_t *sessions, ngx_uint_t max_sessions);
+void ngx_http_tokenbiryani_spend_told_key(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t who, int64_t now, const tb_told_key_t *t);
+void ngx_http_tokenbiryani_spend_told_session(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t who, int64_t now,
+    const tb_told_session_t *t);
+void ngx_http_tokenbiryani_spend_retell(ngx_http_tokenbiryani_zone_t *zone);
+
 /* how many slots the zone has made */
 ngx_uint_t ngx_http_tokenbiryani_zone_nslots(
     ngx_http_tokenbiryani_zone_t *zone);
@@ -270,7 +289,11 @@ typedef struct {
     int32_t                        slot;
     uint32_t                       key_len;
     u_char                         key[TB_ID_MAX + 1];
-    u_char                         account[TB_ID_MAX + 1];  /* the store's */
+    u_char                         account[TB_ID_MAX + 1];  /* the store's,
+                                                     or another instance's */
+    int64_t                        others[2];     /* what the others ran up
+                                                     in the window: cost,
+                                                     turns */
 } ngx_http_tokenbiryani_session_view_t;
 
 #define NGX_HTTP_TB_LEDGER_ACCOUNT     1      /* id: the slot */
@@ -416,6 +439,20 @@ uint64_t ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_zone_t *zone,
 /* what a key has in flight and waiting, across workers */
 void ngx_http_tokenbiryani_key_usage(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t *inflight, ngx_uint_t *queued);
+
+/* what a key ran up, as its caps and rpm count it */
+typedef struct {
+    int64_t                        window_cost;   /* settled, nanodollars */
+    int64_t                        reserved;      /* in flight */
+    int64_t                        others;        /* the other instances',
+                                                     both */
+    int64_t                        rpm;           /* admitted in the last
+                                                     minute, here */
+    int64_t                        others_rpm;
+} ngx_http_tokenbiryani_key_spend_t;
+
+void ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, int64_t now, ngx_http_tokenbiryani_key_spend_t *ks);
 
 ngx_int_t ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t rpm, int64_t now, int64_t *retry_ms);

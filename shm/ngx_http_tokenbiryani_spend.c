@@ -25,6 +25,9 @@ static ngx_http_tokenbiryani_session_t *ngx_http_tokenbiryani_session_find(
 static void ngx_http_tokenbiryani_session_copy(
     ngx_http_tokenbiryani_session_view_t *v,
     const ngx_http_tokenbiryani_session_t *s);
+static void ngx_http_tokenbiryani_session_merge(
+    ngx_http_tokenbiryani_session_view_t *v,
+    const ngx_http_tokenbiryani_session_t *s, int64_t now, int64_t ttl);
 static ngx_uint_t ngx_http_tokenbiryani_caps_reached(
     ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_keystate_t *ks,
     ngx_http_tokenbiryani_session_t *s, ngx_http_tokenbiryani_caps_t *caps,
@@ -64,6 +67,15 @@ ngx_http_tokenbiryani_session_evict(ngx_http_tokenbiryani_zone_t *zone)
 
         ngx_queue_remove(&s->lru);
         ngx_rbtree_delete(&sh->sess_tree, &s->node);
+
+        if (s->is_dirty) {
+            ngx_queue_remove(&s->dirty);
+        }
+
+        if (s->peers) {
+            ngx_slab_free_locked(zone->shpool, s->peers);
+        }
+
         ngx_slab_free_locked(zone->shpool, s);
         sh->nsessions--;
         sh->sessions_evicted++;
@@ -160,11 +172,15 @@ ngx_http_tokenbiryani_caps_frees(const tb_ledger_t *l,
 }
 
 
-/* one ledger against its limit: reached, with what holds it and when */
+/*
+ * One ledger against its limit: reached, with what holds it and when.
+ * others: what the other instances sharing the pool said of it (turns or
+ * nanodollars, their reservations included).
+ */
 static ngx_uint_t
 ngx_http_tokenbiryani_cap_held(const tb_ledger_t *l,
     ngx_http_tokenbiryani_caps_t *caps, ngx_uint_t which, int64_t limit,
-    int64_t now, int64_t bm)
+    int64_t others, int64_t now, int64_t bm)
 {
     int64_t  spent, turns;
 
@@ -177,7 +193,7 @@ ngx_http_tokenbiryani_cap_held(const tb_ledger_t *l,
     caps->in_flight = (which == NGX_HTTP_TB_CAP_TURNS) ? l->reserved_turns
                                                         : l->reserved;
     caps->held = ((which == NGX_HTTP_TB_CAP_TURNS) ? turns : spent)
-                 + caps->in_flight;
+                 + caps->in_flight + others;
 
     if (caps->held < limit) {
         return 0;
@@ -185,10 +201,39 @@ ngx_http_tokenbiryani_cap_held(const tb_ledger_t *l,
 
     caps->reached = which;
     caps->limit = limit;
-    caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm,
-                                         which == NGX_HTTP_TB_CAP_TURNS);
+
+    if (others > 0 && limit > 0 && caps->held - others < limit) {
+        /* held by what the others ran up: theirs to free, not known when */
+        caps->frees_at = now + bm;
+
+    } else {
+        caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm,
+                                             which == NGX_HTTP_TB_CAP_TURNS);
+    }
 
     return 1;
+}
+
+
+/* what the other instances said of a key or a conversation, as of now */
+static int64_t
+ngx_http_tokenbiryani_peers_held(const ngx_http_tokenbiryani_peer_spend_t *p,
+    size_t stride, ngx_uint_t n, ngx_uint_t turns, int64_t now, int64_t ttl)
+{
+    int64_t     sum;
+    ngx_uint_t  i;
+
+    sum = 0;
+
+    for (i = 0; i < n; i++, p = (const void *) ((const u_char *) p + stride))
+    {
+        if (p->who && p->at_ms + ttl > now) {
+            sum += turns ? p->spend.window_turns + p->spend.reserved_turns
+                         : p->spend.window_cost + p->spend.reserved;
+        }
+    }
+
+    return sum;
 }
 
 
@@ -197,25 +242,46 @@ ngx_http_tokenbiryani_caps_reached(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_keystate_t *ks, ngx_http_tokenbiryani_session_t *s,
     ngx_http_tokenbiryani_caps_t *caps, int64_t now)
 {
-    int64_t  bm;
+    int64_t  bm, ttl, turns, cost;
 
     bm = zone->spend_bucket_ms;
+    ttl = bm * TB_LEDGER_BUCKETS;
     caps->reached = NGX_HTTP_TB_CAP_NONE;
 
     if (ks) {
+        cost = ngx_http_tokenbiryani_peers_held(ks->peers,
+                   sizeof(ngx_http_tokenbiryani_peer_spend_t),
+                   NGX_HTTP_TB_KEY_PEERS, 0, now, ttl);
+
         (void) ngx_http_tokenbiryani_cap_held(&ks->spend, caps,
                                               NGX_HTTP_TB_CAP_KEY,
-                                              caps->key_cap, now, bm);
+                                              caps->key_cap, cost, now, bm);
     }
 
-    if (s && caps->reached == NGX_HTTP_TB_CAP_NONE
-        && !ngx_http_tokenbiryani_cap_held(&s->ledger, caps,
-                                           NGX_HTTP_TB_CAP_TURNS,
-                                           caps->session_turns, now, bm))
+    if (s == NULL || caps->reached != NGX_HTTP_TB_CAP_NONE) {
+        return caps->reached;
+    }
+
+    turns = 0;
+    cost = 0;
+
+    if (s->peers) {
+        turns = ngx_http_tokenbiryani_peers_held(&s->peers[0].spend,
+                    sizeof(ngx_http_tokenbiryani_peer_session_t),
+                    NGX_HTTP_TB_SESSION_PEERS, 1, now, ttl);
+        cost = ngx_http_tokenbiryani_peers_held(&s->peers[0].spend,
+                   sizeof(ngx_http_tokenbiryani_peer_session_t),
+                   NGX_HTTP_TB_SESSION_PEERS, 0, now, ttl);
+    }
+
+    if (!ngx_http_tokenbiryani_cap_held(&s->ledger, caps,
+                                        NGX_HTTP_TB_CAP_TURNS,
+                                        caps->session_turns, turns, now, bm))
     {
         (void) ngx_http_tokenbiryani_cap_held(&s->ledger, caps,
                                               NGX_HTTP_TB_CAP_SESSION,
-                                              caps->session_cap, now, bm);
+                                              caps->session_cap, cost, now,
+                                              bm);
     }
 
     return caps->reached;
@@ -256,8 +322,11 @@ ngx_http_tokenbiryani_caps_reserve_locked(ngx_http_tokenbiryani_zone_t *zone,
     *sp = NULL;
 
     if (conf->spend_cap_usd >= 0
-        && tb_ledger_over(&st->spend, now, zone->spend_bucket_ms,
-                          tb_usd_to_nd(conf->spend_cap_usd)))
+        && tb_ledger_spent(&st->spend, now, zone->spend_bucket_ms, NULL)
+           + st->spend.reserved
+           + tb_account_others_spend(st, now,
+                                     zone->spend_bucket_ms * TB_LEDGER_BUCKETS)
+           >= tb_usd_to_nd(conf->spend_cap_usd))
     {
         /* the account, which the decision read without the lock */
         return NGX_HTTP_TB_CAP_ACCOUNT;
@@ -285,7 +354,11 @@ ngx_http_tokenbiryani_caps_reserve_locked(ngx_http_tokenbiryani_zone_t *zone,
         s->ledger.reserved += cost;
         s->ledger.reserved_turns++;
         s->leases++;
+        ngx_http_tokenbiryani_session_dirty(zone->sh, s);
     }
+
+    /* what the other instances are told of the account */
+    st->news = 1;
 
     *sp = s;
 
@@ -325,6 +398,11 @@ ngx_http_tokenbiryani_caps_settle_locked(ngx_http_tokenbiryani_zone_t *zone,
     if (s) {
         ngx_http_tokenbiryani_release(&s->ledger, reserved, 1);
         s->leases--;
+        ngx_http_tokenbiryani_session_dirty(sh, s);
+    }
+
+    if (st) {
+        st->news = 1;
     }
 
     if (charge == NULL) {
@@ -387,13 +465,16 @@ ngx_http_tokenbiryani_sessions_top(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_session_view_t *out, ngx_uint_t max,
     ngx_uint_t *total)
 {
-    ngx_uint_t                         n, i;
+    int64_t                            cost, now;
+    uint64_t                           turns;
+    ngx_uint_t                         n, i, k;
     ngx_queue_t                       *q;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_session_t   *s;
 
     sh = zone->sh;
     n = 0;
+    now = ngx_http_tokenbiryani_now_ms();
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -405,12 +486,28 @@ ngx_http_tokenbiryani_sessions_top(ngx_http_tokenbiryani_zone_t *zone,
     {
         s = ngx_queue_data(q, ngx_http_tokenbiryani_session_t, lru);
 
+        /* what it ran up, here and on the other instances */
+
+        cost = s->cost;
+        turns = s->turns;
+
+        for (k = 0; s->peers && k < NGX_HTTP_TB_SESSION_PEERS; k++) {
+            if (s->peers[k].spend.who) {
+                cost += s->peers[k].cost;
+                turns += (uint64_t) s->peers[k].turns;
+            }
+        }
+
+        if (turns == 0) {
+            /* made for the others' news, and they ran up nothing yet */
+            continue;
+        }
+
         /* its place among the worst kept so far */
 
         for (i = n; i > 0; i--) {
-            if (out[i - 1].cost > s->cost
-                || (out[i - 1].cost == s->cost
-                    && out[i - 1].turns >= s->turns))
+            if (out[i - 1].cost > cost
+                || (out[i - 1].cost == cost && out[i - 1].turns >= turns))
             {
                 break;
             }
@@ -428,6 +525,9 @@ ngx_http_tokenbiryani_sessions_top(ngx_http_tokenbiryani_zone_t *zone,
                     (n - 1 - i) * sizeof(ngx_http_tokenbiryani_session_view_t));
 
         ngx_http_tokenbiryani_session_copy(&out[i], s);
+        ngx_http_tokenbiryani_session_merge(&out[i], s, now,
+                                            zone->spend_bucket_ms
+                                            * TB_LEDGER_BUCKETS);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -453,6 +553,55 @@ ngx_http_tokenbiryani_session_copy(ngx_http_tokenbiryani_session_view_t *v,
     ngx_memcpy(v->key, s->key, s->key_len);
     v->key[s->key_len] = '\0';
     v->account[0] = '\0';
+    v->others[0] = 0;
+    v->others[1] = 0;
+}
+
+
+/* what the other instances said of it, added to a copy */
+static void
+ngx_http_tokenbiryani_session_merge(ngx_http_tokenbiryani_session_view_t *v,
+    const ngx_http_tokenbiryani_session_t *s, int64_t now, int64_t ttl)
+{
+    ngx_uint_t                                   k, i, seen;
+    const ngx_http_tokenbiryani_peer_session_t  *p;
+
+    /* a conversation made here only for the others' news was never seen */
+    seen = (s->turns > 0);
+
+    for (k = 0; s->peers && k < NGX_HTTP_TB_SESSION_PEERS; k++) {
+        p = &s->peers[k];
+
+        if (p->spend.who == 0 || p->turns == 0) {
+            continue;
+        }
+
+        v->cost += p->cost;
+        v->turns += (uint64_t) p->turns;
+        v->unpriced += (uint32_t) p->unpriced;
+
+        for (i = 0; i < 4; i++) {
+            v->tokens[i] += p->tokens[i];
+        }
+
+        if (!seen || p->first_ms < v->first_ms) {
+            v->first_ms = p->first_ms;
+        }
+
+        if (!seen || p->last_ms > v->last_ms) {
+            /* served last by another instance: its account, by name */
+            v->last_ms = p->last_ms;
+            v->slot = -1;
+            ngx_cpystrn(v->account, (u_char *) p->account, TB_ID_MAX + 1);
+        }
+
+        if (p->spend.at_ms + ttl > now) {
+            v->others[0] += p->spend.spend.window_cost;
+            v->others[1] += p->spend.spend.window_turns;
+        }
+
+        seen = 1;
+    }
 }
 
 

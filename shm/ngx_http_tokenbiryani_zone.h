@@ -10,7 +10,35 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a61      /* "tbza" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a62      /* "tbzb" */
+
+
+/*
+ * What another instance sharing the pool said one of its keys or
+ * conversations ran up (tb_told.h), kept as that instance's until it says
+ * again
+ */
+typedef struct {
+    uint64_t                       who;           /* the instance; 0 */
+    int64_t                        at_ms;         /* said then */
+    tb_told_spend_t                spend;
+    int64_t                        rpm;           /* keys */
+} ngx_http_tokenbiryani_peer_spend_t;
+
+#define NGX_HTTP_TB_KEY_PEERS          8
+#define NGX_HTTP_TB_SESSION_PEERS      4
+
+/* a conversation's, with what its report shows */
+typedef struct {
+    ngx_http_tokenbiryani_peer_spend_t  spend;
+    int64_t                        cost;
+    int64_t                        turns;
+    int64_t                        unpriced;
+    int64_t                        tokens[4];
+    int64_t                        first_ms;
+    int64_t                        last_ms;
+    u_char                         account[TB_ID_MAX + 1];
+} ngx_http_tokenbiryani_peer_session_t;
 
 
 /* a key's requests in flight and waiting, across workers; never freed */
@@ -20,6 +48,10 @@ typedef struct {
     ngx_uint_t                     inflight;      /* leases it holds */
     ngx_uint_t                     queued;        /* its waiters */
     tb_ledger_t                    spend;         /* its spend window */
+
+    /* the other instances' (store.backend: redis), and what it told */
+    ngx_http_tokenbiryani_peer_spend_t  peers[NGX_HTTP_TB_KEY_PEERS];
+    tb_told_key_t                  told;
 } ngx_http_tokenbiryani_keystate_t;
 
 
@@ -38,6 +70,14 @@ typedef struct {
     uint32_t                       leases;        /* held on it now */
     uint32_t                       key_len;
     u_char                         key[TB_ID_MAX];
+
+    /*
+     * Sharing the pool: changed since the other instances were told (in
+     * sh->sess_dirty), and what they said of it (NULL: nothing yet)
+     */
+    ngx_queue_t                    dirty;
+    ngx_uint_t                     is_dirty;
+    ngx_http_tokenbiryani_peer_session_t *peers;  /* [SESSION_PEERS] */
 } ngx_http_tokenbiryani_session_t;
 
 
@@ -219,6 +259,7 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;
     uint64_t                       spend_seq;
+    ngx_queue_t                    sess_dirty;    /* to tell the others */
 
     /* answered requests that took more than one attempt */
     ngx_atomic_t                   failovers;
@@ -230,6 +271,18 @@ struct ngx_http_tokenbiryani_shm_s {
     int64_t                        granted_ms;    /* the last grant */
     unsigned                       shared;        /* others were seen */
 };
+
+
+/* a conversation changed: to be told to the other instances */
+static ngx_inline void
+ngx_http_tokenbiryani_session_dirty(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_http_tokenbiryani_session_t *s)
+{
+    if (!s->is_dirty) {
+        s->is_dirty = 1;
+        ngx_queue_insert_tail(&sh->sess_dirty, &s->dirty);
+    }
+}
 
 
 /*
@@ -310,6 +363,11 @@ void ngx_http_tokenbiryani_caps_settle_locked(
 /* a key's state, made when first asked for; NULL: key 0, or no memory */
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
+
+/* what the other instances said a key admitted in the last minute.  Under
+ * the lock. */
+ngx_uint_t ngx_http_tokenbiryani_key_others_rpm(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t key, int64_t now);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

@@ -542,3 +542,131 @@ ok(defined within(5, sub { TB::Nginx::log_text() =~ /the pool is shared through 
    'which the log says');
 --- error_log eval
 qr/the store cannot be written/
+
+
+
+=== TEST 18: a key's spend cap and rpm hold on the sum of both instances, and after one restarts
+--- user_files eval
+">>> tb.yaml\npricing: builtin\n" . $::Yaml
+--- request
+GET /healthz
+--- check
+peer_start();
+my $key_on = sub {
+    my ($name, $port) = @_;
+    my ($k) = grep { $_->{name} eq $name } @{ admin_get_port('/admin/status', $port)->{keys} // [] };
+    $k;
+};
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'capped', spend_cap_usd => 0.001 });
+is($st, 201, 'a key capped at $0.001') or diag(explain($j));
+my $capped = $j->{key};
+ok(defined within(1, sub { $key_on->('capped', $B) }), 'B has it');
+my @r;
+for (1 .. 8) { push @r, message_with($capped); last if $r[-1]{status} != 200 }
+ok(@r >= 2 && $r[-1]{status} == 429, 'A serves it until the cap: ' . join(' ', map { $_->{status} } @r));
+ok(defined within(1, sub { ($key_on->('capped', $B)->{spend}{other_instances_usd} // 0) >= 0.001 }),
+   'B knows what A spent within a second') or diag(explain($key_on->('capped', $B)));
+my $rb = message_with($capped, port => $B);
+is($rb->{status}, 429, 'B, which served nothing of it, refuses it');
+like($rb->{body}, qr/spend cap/, 'naming the cap');
+is(scalar(grep { ($_->{headers}{'x-api-key'} // '') eq 'sk-a1' } @{ mock_log() }), @r - 1,
+   'the upstream saw only what A served');
+
+($st, $j) = admin(POST => '/admin/keys', { name => 'paced', rpm => 4 });
+my $paced = $j->{key};
+ok(defined within(1, sub { $key_on->('paced', $B) }), 'a key of 4 requests a minute, on both');
+is_deeply([map { message_with($paced)->{status} } 1 .. 3], [200, 200, 200], 'three on A');
+ok(defined within(1, sub { ($key_on->('paced', $B)->{rpm_used} // 0) == 3 }), 'B counts them within a second');
+my @b = map { message_with($paced, port => $B) } 1 .. 2;
+is_deeply([map { $_->{status} } @b], [200, 429], 'B serves the fourth, not a fifth');
+like($b[1]{body}, qr/over its limit of 4 requests a minute/, 'as the key\'s rpm');
+
+TB::Nginx::peer_stop();
+peer_start();
+ok(defined within(2, sub { ($key_on->('capped', $B)->{spend}{other_instances_usd} // 0) >= 0.001 }),
+   'B started again and was told again what A spent');
+is(message_with($capped, port => $B)->{status}, 429, 'the cap still holds on B');
+
+
+
+=== TEST 19: a conversation's caps hold on the sum of its turns on both instances; /admin/sessions on either shows the whole of it
+--- request
+GET /healthz
+--- check
+peer_start();
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'turns', session_max_turns => 3 });
+is($st, 201, 'a key whose conversations take 3 turns') or diag(explain($j));
+my $secret = $j->{key};
+ok(defined within(1, sub { (message_with($secret, port => $B, text => 'warm')->{status} // 0) == 200 }), 'B has it');
+my $turn = sub {
+    my ($port, $t) = @_;
+    my $a = message_args($secret, port => $port);
+    $a->{body} = turn_body('T', $t);
+    TB::Nginx::http_request(%$a);
+};
+my $sessions_on = sub {
+    my ($port) = @_;
+    [grep { $_->{key} eq 'turns' && $_->{turns} >= 1 && $_->{session} }
+          @{ admin_get_port('/admin/sessions', $port)->{sessions} // [] }];
+};
+is($turn->(undef, 1)->{status}, 200, 'turn 1 on A');
+ok(defined within(1, sub { my $s = $sessions_on->($B); grep { $_->{turns} == 1 && $_->{window_turns} == 1 } @$s }),
+   'B lists the conversation A served, within a second') or diag(explain($sessions_on->($B)));
+is($turn->($B, 2)->{status}, 200, 'turn 2 on B');
+ok(defined within(1, sub { grep { $_->{turns} == 2 } @{ $sessions_on->(undef) } }), 'A counts both turns');
+is($turn->(undef, 3)->{status}, 200, 'turn 3 on A');
+ok(defined within(1, sub { grep { $_->{turns} == 3 } @{ $sessions_on->($B) } }), 'B counts three');
+my $r = $turn->($B, 4);
+is($r->{status}, 429, 'turn 4 on B is refused: the conversation ran its 3 turns across both');
+like($r->{body}, qr/3 turns/, 'saying so') or diag($r->{body});
+my ($s) = grep { $_->{turns} == 3 } @{ $sessions_on->($B) };
+is($s->{account}, 'a1', 'its account, as the instance that served it last says');
+
+
+
+=== TEST 20: Redis killed under load: no request fails, and once it is back the usage and the spend are whole
+--- user_files eval
+">>> tb.yaml\npricing: builtin\n" . $::Yaml
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+peer_start();
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'loaded' });
+my $secret = $j->{key};
+ok(defined within(1, sub { (message_with($secret, port => $B)->{status} // 0) == 200 }), 'on both');
+my $batch = sub {
+    my ($tag) = @_;
+    my @reqs = map { message_args($secret, text => "$tag $_", $_ % 2 ? (port => $B) : ()) } 1 .. 20;
+    [map { $_->{status} // 0 } @{ TB::Nginx::http_requests_concurrent(\@reqs) }];
+};
+my @all = @{ $batch->('before') };
+TB::Nginx::redis_kill();
+push @all, @{ $batch->('away') };
+ok(defined within(3, sub { store_of()->{state} eq 'degraded' }), 'the store degraded meanwhile');
+push @all, @{ $batch->('still away') };
+TB::Nginx::redis_start();
+push @all, @{ $batch->('back') };
+is_deeply(\@all, [(200) x 80], 'all 80 requests served, before, while and after Redis was away');
+my $u;
+ok(defined within(5, sub { (undef, $u) = admin(GET => '/admin/usage?range=1h&by=key', undef, port => $B);
+                           my %g = map { $_->{name} => $_ } @{ $u->{groups} // [] };
+                           ($g{loaded}{totals}{requests} // 0) == 81 }),
+   'the usage history in Redis counts every one of them (and the first on B)') or diag(explain($u));
+my %g = map { $_->{name} => $_ } @{ $u->{groups} };
+my $cost = $g{loaded}{totals}{cost_usd};
+ok($cost > 0, "their cost: \$$cost");
+# the spend ledgers each instance wrote, read back by both after a restart
+my $inst_a = store_of()->{instance};
+ok(defined within(3, sub { grep { /^k:/ } @{ TB::Nginx::redis_cmd('HKEYS', "tbtest:i:$inst_a:ledgers") } }),
+   'A\'s ledgers are in Redis');
+TB::Nginx::peer_stop();
+restart();
+peer_start();
+my $spend;
+ok(defined within(2, sub { my ($k) = grep { $_->{name} eq 'loaded' } @{ pool_status()->{keys} };
+                           $spend = $k->{spend}{window_usd} // 0;
+                           abs($spend - $cost) < 1e-9 }),
+   "after both restarted, A's ledger and B's as told add up to the same \$$cost") or diag("spend $spend, usage $cost");
+--- error_log eval
+qr/the store cannot be written/

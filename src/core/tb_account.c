@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "tb_account.h"
+#include "tb_ledger.h"
 
 
 void
@@ -440,6 +441,28 @@ tb_slice_reshare(tb_account_state_t *a, uint32_t withheld, int64_t now_ms)
 
 
 int64_t
+tb_account_others_spend(const tb_account_state_t *a, int64_t now_ms,
+    int64_t ttl_ms)
+{
+    int                     i;
+    int64_t                 sum;
+    const tb_peer_holds_t  *p;
+
+    sum = 0;
+
+    for (i = 0; i < TB_PEERS; i++) {
+        p = &a->peers[i];
+
+        if (p->who && p->at_ms + ttl_ms > now_ms) {
+            sum += p->spend[0] + p->spend[1];
+        }
+    }
+
+    return sum;
+}
+
+
+int64_t
 tb_account_others(const tb_account_state_t *a, int win, int64_t now_ms)
 {
     int                     i;
@@ -546,13 +569,15 @@ tb_models_match(char *const *patterns, size_t n, const char *name,
 
 void
 tb_account_news(const tb_account_state_t *a, const tb_breaker_conf_t *bc,
-    int64_t now_ms, tb_account_news_t *n)
+    int64_t bucket_ms, int64_t now_ms, tb_account_news_t *n)
 {
     int64_t  at;
 
     memcpy(n->w, a->mirror.w, sizeof(n->w));
     n->holds[0] = a->reserved[TB_WIN_REQUESTS] + a->pending[TB_WIN_REQUESTS];
     n->holds[1] = a->reserved[TB_WIN_INPUT] + a->pending[TB_WIN_INPUT];
+    n->spend[0] = tb_ledger_spent(&a->spend, now_ms, bucket_ms, NULL);
+    n->spend[1] = a->spend.reserved;
     n->retry_after_ms = a->mirror.retry_after_ms;
     n->cooling_until_ms = a->cooling_until_ms;
     n->exhausted_until_ms = a->exhausted_until_ms;
@@ -567,12 +592,12 @@ tb_account_news(const tb_account_state_t *a, const tb_breaker_conf_t *bc,
 
 
 /*
- * "1 requests input retry cooling exhausted" (what it holds, and its
- * rests), and per window "limit remaining reset observed sent read
- * refill": decimal numbers, one space apart
+ * "1 requests input spent reserved retry cooling exhausted" (what it
+ * holds, what it spent, and its rests), and per window "limit remaining
+ * reset observed sent read refill": decimal numbers, one space apart
  */
 
-#define TB_NEWS_HEAD          6
+#define TB_NEWS_HEAD          8
 #define TB_NEWS_NUMBERS       (TB_NEWS_HEAD + TB_NWINDOWS * 7)
 
 size_t
@@ -581,8 +606,9 @@ tb_account_news_print(const tb_account_news_t *n, char *buf)
     int      w, len;
     size_t   off;
 
-    off = (size_t) sprintf(buf, "1 %lld %lld %lld %lld %lld",
+    off = (size_t) sprintf(buf, "1 %lld %lld %lld %lld %lld %lld %lld",
                            (long long) n->holds[0], (long long) n->holds[1],
+                           (long long) n->spend[0], (long long) n->spend[1],
                            (long long) n->retry_after_ms,
                            (long long) n->cooling_until_ms,
                            (long long) n->exhausted_until_ms);
@@ -647,16 +673,18 @@ tb_account_news_scan(tb_account_news_t *n, const char *p, size_t len)
     memset(n, 0, sizeof(tb_account_news_t));
 
     if (v[1] < 0 || v[1] > TB_RL_COUNT_MAX || v[2] < 0
-        || v[2] > TB_RL_COUNT_MAX)
+        || v[2] > TB_RL_COUNT_MAX || v[3] < 0 || v[4] < 0)
     {
         return 0;
     }
 
     n->holds[0] = v[1];
     n->holds[1] = v[2];
-    n->retry_after_ms = v[3];
-    n->cooling_until_ms = v[4];
-    n->exhausted_until_ms = v[5];
+    n->spend[0] = v[3];
+    n->spend[1] = v[4];
+    n->retry_after_ms = v[5];
+    n->cooling_until_ms = v[6];
+    n->exhausted_until_ms = v[7];
 
     for (i = 0; i < TB_NWINDOWS; i++) {
         k = TB_NEWS_HEAD + i * 7;
@@ -723,6 +751,8 @@ tb_account_adopt(tb_account_state_t *a, const tb_account_news_t *n,
     p->at_ms = now_ms;
     p->holds[0] = n->holds[0];
     p->holds[1] = n->holds[1];
+    p->spend[0] = n->spend[0];
+    p->spend[1] = n->spend[1];
 
     if (n->cooling_until_ms > now_ms
         && n->cooling_until_ms > a->cooling_until_ms)

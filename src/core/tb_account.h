@@ -93,6 +93,8 @@ typedef struct {
     uint64_t                  who;            /* the gateway, 0: free */
     int64_t                   at_ms;          /* said then */
     int64_t                   holds[2];       /* requests, input */
+    int64_t                   spend[2];       /* its spend window: settled,
+                                                 reserved (nanodollars) */
 } tb_peer_holds_t;
 
 
@@ -238,22 +240,26 @@ void tb_account_released(tb_account_state_t *a, uint64_t ended,
 /*
  * What one gateway tells the others that share the pool about an account:
  * its windows as last read, what it holds that they do not count (its
- * reservations and what is pending, requests and input), and how long it
- * must rest (a cooldown, an exhaustion, an open breaker until it
+ * reservations and what is pending, requests and input), what it spent of
+ * it (for the account's spend cap), and how long it must rest (a cooldown, an exhaustion, an open breaker until it
  * half-opens).
  */
 typedef struct {
     tb_window_t               w[TB_NWINDOWS];
     int64_t                   holds[2];
+    int64_t                   spend[2];       /* settled in the spend
+                                                 window, reserved */
     int64_t                   retry_after_ms;
     int64_t                   cooling_until_ms;
     int64_t                   exhausted_until_ms;
 } tb_account_news_t;
 
-#define TB_NEWS_MAX           (8 + 6 * 21 + TB_NWINDOWS * 7 * 21)
+#define TB_NEWS_MAX           (8 + 8 * 21 + TB_NWINDOWS * 7 * 21)
 
+/* bucket_ms: the spend window's buckets (tb_ledger_bucket_ms()) */
 void tb_account_news(const tb_account_state_t *a,
-    const tb_breaker_conf_t *bc, int64_t now_ms, tb_account_news_t *n);
+    const tb_breaker_conf_t *bc, int64_t bucket_ms, int64_t now_ms,
+    tb_account_news_t *n);
 
 /* as text (at most TB_NEWS_MAX bytes, no NUL), and back: 0 if malformed */
 size_t tb_account_news_print(const tb_account_news_t *n, char *buf);
@@ -287,6 +293,11 @@ void tb_slice_reshare(tb_account_state_t *a, uint32_t withheld,
 /* what the other gateways hold of a window (requests or input) now */
 int64_t tb_account_others(const tb_account_state_t *a, int win,
     int64_t now_ms);
+
+/* what they spent of the account in its spend window and reserve, as
+ * they said it within ttl_ms */
+int64_t tb_account_others_spend(const tb_account_state_t *a,
+    int64_t now_ms, int64_t ttl_ms);
 
 /* an operator's re-enable: every state and the breaker cleared */
 void tb_account_clear(tb_account_state_t *a);

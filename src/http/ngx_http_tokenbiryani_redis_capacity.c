@@ -16,6 +16,12 @@
 
 #define NGX_HTTP_TB_RCAP_NEWS         64
 
+/* what keys and conversations ran up: told at most this many a tick, in
+ * messages of at most this size */
+#define NGX_HTTP_TB_RCAP_KEYS          256
+#define NGX_HTTP_TB_RCAP_SESSIONS      256
+#define NGX_HTTP_TB_RCAP_MSG           32768
+
 
 /*
  * The share: KEYS[1] N:shares, a hash of gateway -> "held demand expires"
@@ -68,6 +74,9 @@ typedef struct {
     uint64_t                               decisions; /* when last asked */
 
     ngx_http_tokenbiryani_news_t           news[NGX_HTTP_TB_RCAP_NEWS];
+    tb_told_key_t                          keys[NGX_HTTP_TB_RCAP_KEYS];
+    tb_told_session_t              sessions[NGX_HTTP_TB_RCAP_SESSIONS];
+    u_char                                 msg[NGX_HTTP_TB_RCAP_MSG];
 } ngx_http_tokenbiryani_rcap_t;
 
 
@@ -82,6 +91,10 @@ static void ngx_http_tokenbiryani_rcap_degrade(
     ngx_http_tokenbiryani_rcap_t *rc);
 static void ngx_http_tokenbiryani_rcap_tell(ngx_http_tokenbiryani_rcap_t *rc,
     int64_t now);
+static void ngx_http_tokenbiryani_rcap_tell_spend(
+    ngx_http_tokenbiryani_rcap_t *rc, int64_t now);
+static ngx_int_t ngx_http_tokenbiryani_rcap_publish(
+    ngx_http_tokenbiryani_rcap_t *rc, const u_char *msg, size_t len);
 
 
 void
@@ -224,9 +237,7 @@ static void
 ngx_http_tokenbiryani_rcap_tell(ngx_http_tokenbiryani_rcap_t *rc, int64_t now)
 {
     u_char                        *p;
-    size_t                         lens[3];
     ngx_uint_t                     i, n;
-    const char                    *argv[3];
     ngx_http_tokenbiryani_news_t  *nw;
     u_char                         msg[2 + 64 + 1 + 16 + 1 + TB_ID_MAX + 1
                                        + TB_NEWS_MAX];
@@ -242,20 +253,98 @@ ngx_http_tokenbiryani_rcap_tell(ngx_http_tokenbiryani_rcap_t *rc, int64_t now)
         p = ngx_sprintf(p, " %s ", nw->id);
         p += tb_account_news_print(&nw->news, (char *) p);
 
-        argv[0] = "PUBLISH";
-        argv[1] = rc->n->changes;
-        argv[2] = (char *) msg;
-        lens[0] = 7;
-        lens[1] = ngx_strlen(rc->n->changes);
-        lens[2] = p - msg;
-
-        if (ngx_http_tokenbiryani_redis_send(rc->cmd,
-                ngx_http_tokenbiryani_rcap_ignore, NULL, 3, argv, lens, 0)
-            != NGX_OK)
-        {
+        if (ngx_http_tokenbiryani_rcap_publish(rc, msg, p - msg) != NGX_OK) {
             return;
         }
     }
+
+    ngx_http_tokenbiryani_rcap_tell_spend(rc, now);
+}
+
+
+/*
+ * What its keys and conversations ran up since it last said, said:
+ * "u <instance>" and a line a key or conversation, in messages of at most
+ * NGX_HTTP_TB_RCAP_MSG bytes
+ */
+
+static void
+ngx_http_tokenbiryani_rcap_tell_spend(ngx_http_tokenbiryani_rcap_t *rc,
+    int64_t now)
+{
+    u_char      *p, *head, *last;
+    ngx_uint_t   i, nkeys, nsessions;
+
+    nsessions = ngx_http_tokenbiryani_spend_tell(&rc->tmcf->zone, now,
+                                                 rc->keys,
+                                                 NGX_HTTP_TB_RCAP_KEYS,
+                                                 &nkeys, rc->sessions,
+                                                 NGX_HTTP_TB_RCAP_SESSIONS);
+    if (nkeys + nsessions == 0) {
+        return;
+    }
+
+    last = rc->msg + NGX_HTTP_TB_RCAP_MSG;
+    head = ngx_snprintf(rc->msg, 2 + 64, "u %s", rc->n->instance);
+    p = head;
+
+    for (i = 0; i < nkeys + nsessions; i++) {
+        if (last - p < 1 + TB_TOLD_LINE_MAX) {
+            if (ngx_http_tokenbiryani_rcap_publish(rc, rc->msg, p - rc->msg)
+                != NGX_OK)
+            {
+                return;
+            }
+
+            p = head;
+        }
+
+        *p++ = '\n';
+        p += (i < nkeys)
+             ? tb_told_key_print(&rc->keys[i], (char *) p)
+             : tb_told_session_print(&rc->sessions[i - nkeys], (char *) p);
+    }
+
+    (void) ngx_http_tokenbiryani_rcap_publish(rc, rc->msg, p - rc->msg);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_rcap_publish(ngx_http_tokenbiryani_rcap_t *rc,
+    const u_char *msg, size_t len)
+{
+    size_t       lens[3];
+    const char  *argv[3];
+
+    argv[0] = "PUBLISH";
+    argv[1] = rc->n->changes;
+    argv[2] = (const char *) msg;
+    lens[0] = 7;
+    lens[1] = ngx_strlen(rc->n->changes);
+    lens[2] = len;
+
+    return ngx_http_tokenbiryani_redis_send(rc->cmd,
+               ngx_http_tokenbiryani_rcap_ignore, NULL, 3, argv, lens, 0);
+}
+
+
+void
+ngx_http_tokenbiryani_rcap_subscribed(void)
+{
+    u_char                        *p;
+    ngx_http_tokenbiryani_rcap_t  *rc;
+    u_char                         msg[2 + 64];
+
+    rc = &ngx_http_tokenbiryani_rcap;
+
+    if (rc->tmcf == NULL || rc->cmd->state != NGX_HTTP_TB_REDIS_READY) {
+        /* asked once the command connection is back (it resubscribes) */
+        return;
+    }
+
+    p = ngx_snprintf(msg, sizeof(msg), "w %s", rc->n->instance);
+
+    (void) ngx_http_tokenbiryani_rcap_publish(rc, msg, p - msg);
 }
 
 
@@ -404,21 +493,92 @@ ngx_http_tokenbiryani_rcap_degrade(ngx_http_tokenbiryani_rcap_t *rc)
 }
 
 
+/* the instance a message names, as who; 0 if it is this one */
+
+static uint64_t
+ngx_http_tokenbiryani_rcap_who(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const u_char *inst, size_t len)
+{
+    if (len == 0
+        || (len == tmcf->store_instance.len
+            && ngx_strncmp(inst, tmcf->store_instance.data, len) == 0))
+    {
+        /* its own, back */
+        return 0;
+    }
+
+    return ((uint64_t) ngx_crc32_long((u_char *) inst, len) << 32
+            | (ngx_hash_key((u_char *) inst, len) & 0xffffffff)) | 1;
+}
+
+
 void
 ngx_http_tokenbiryani_rcap_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    const u_char *p, size_t len)
+    u_char kind, const u_char *p, size_t len)
 {
-    const u_char       *last, *inst, *id, *fp;
-    size_t              inst_len, id_len;
+    const u_char       *last, *inst, *id, *fp, *nl;
+    size_t              id_len;
+    int64_t             now;
     uint64_t            who;
     ngx_int_t           b;
     ngx_uint_t          i;
+    tb_told_key_t       tk;
     tb_account_news_t   news;
+    tb_told_session_t   ts;
     u_char              fingerprint[8];
 
-    /* "instance fingerprint id news" */
-
     last = p + len;
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (kind == 'w') {
+        /* "instance": it asks to be told everything again */
+        if (ngx_http_tokenbiryani_rcap_who(tmcf, p, len)) {
+            ngx_http_tokenbiryani_spend_retell(&tmcf->zone);
+        }
+
+        return;
+    }
+
+    if (kind == 'u') {
+        /* "instance\nline\nline..." */
+        nl = ngx_strlchr((u_char *) p, (u_char *) last, '\n');
+
+        if (nl == NULL) {
+            return;
+        }
+
+        who = ngx_http_tokenbiryani_rcap_who(tmcf, p, nl - p);
+
+        while (who && nl < last) {
+            p = nl + 1;
+            nl = ngx_strlchr((u_char *) p, (u_char *) last, '\n');
+
+            if (nl == NULL) {
+                nl = last;
+            }
+
+            switch (tb_told_scan((const char *) p, nl - p, &tk, &ts)) {
+
+            case TB_TOLD_KEY:
+                ngx_http_tokenbiryani_spend_told_key(&tmcf->zone, who, now,
+                                                     &tk);
+                break;
+
+            case TB_TOLD_SESSION:
+                ngx_http_tokenbiryani_spend_told_session(&tmcf->zone, who,
+                                                         now, &ts);
+                break;
+
+            default:
+                /* not what an instance writes: the rest too */
+                return;
+            }
+        }
+
+        return;
+    }
+
+    /* "instance fingerprint id news" */
 
     inst = p;
     p = ngx_strlchr((u_char *) p, (u_char *) last, ' ');
@@ -426,12 +586,9 @@ ngx_http_tokenbiryani_rcap_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return;
     }
 
-    inst_len = p - inst;
+    who = ngx_http_tokenbiryani_rcap_who(tmcf, inst, p - inst);
 
-    if (inst_len == tmcf->store_instance.len
-        && ngx_strncmp(inst, tmcf->store_instance.data, inst_len) == 0)
-    {
-        /* its own, back */
+    if (who == 0) {
         return;
     }
 
@@ -464,11 +621,6 @@ ngx_http_tokenbiryani_rcap_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return;
     }
 
-    /* the gateway, by its name */
-    who = ((uint64_t) ngx_crc32_long((u_char *) inst, inst_len) << 32
-           | (ngx_hash_key((u_char *) inst, inst_len) & 0xffffffff)) | 1;
-
     (void) ngx_http_tokenbiryani_zone_adopt(&tmcf->zone, id, id_len,
-                                            fingerprint, &news, who,
-                                            ngx_http_tokenbiryani_now_ms());
+                                            fingerprint, &news, who, now);
 }

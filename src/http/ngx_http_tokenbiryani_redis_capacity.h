@@ -37,9 +37,17 @@ void ngx_http_tokenbiryani_rcap_start(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const ngx_http_tokenbiryani_rnames_t *n, ngx_log_t *log);
 void ngx_http_tokenbiryani_rcap_stop(void);
 
-/* a message "m ..." on the changes channel, without its "m " */
+/*
+ * A message on the changes channel, without its "m ", "u " or "w ": an
+ * account's news, what keys and conversations ran up, an instance asking
+ * to be told everything again
+ */
 void ngx_http_tokenbiryani_rcap_message(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *p, size_t len);
+    ngx_http_tokenbiryani_main_conf_t *tmcf, u_char kind, const u_char *p,
+    size_t len);
+
+/* the elected worker subscribed: the others are asked to tell again */
+void ngx_http_tokenbiryani_rcap_subscribed(void);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_REDIS_CAPACITY_H_INCLUDED_ */

@@ -1233,9 +1233,13 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
         return;
     }
 
-    if (msg->str[0] == 'm') {
-        /* another gateway's news of an account: in the message itself */
-        ngx_http_tokenbiryani_rcap_message(rs->tmcf, (u_char *) msg->str + 2,
+    if (msg->str[0] == 'm' || msg->str[0] == 'u' || msg->str[0] == 'w') {
+        /*
+         * another gateway's news of an account, what its keys and
+         * conversations ran up, or its asking for ours: in the message
+         */
+        ngx_http_tokenbiryani_rcap_message(rs->tmcf, msg->str[0],
+                                           (u_char *) msg->str + 2,
                                            msg->len - 2);
         return;
     }
@@ -1325,6 +1329,9 @@ ngx_http_tokenbiryani_rstore_message(ngx_http_tokenbiryani_redis_t *rd,
     if (ngx_http_tokenbiryani_reply_is(reply->element[0], "subscribe")) {
         /* from now no change is missed: what came before, compared */
         ngx_http_tokenbiryani_rstore_resync(rs);
+
+        /* and what the other instances ran up, told again */
+        ngx_http_tokenbiryani_rcap_subscribed();
         return;
     }
 

@@ -14,14 +14,20 @@ wrk against:
                 npm, Node) in front of it, as a peer a user might choose;
   (e) redis     the gateway of (c) with store.backend: redis, Debian's
                 redis-server on a free port (no persistence), on the same
-                cores.
+                cores;
+  (f) pair      the same, and a second such gateway sharing its pool (the
+                same Redis, another namespace than e's), idle: the pool's
+                capacity, caps and conversations shared between the two
+                (slices, news, what each ran up told every 50 ms), the
+                load on the first.  For f, what Redis did per request:
+                commands, and bytes in and out (INFO stats).
 
     overhead.py --module build/ngx_http_tokenbiryani_module.so
-        [--conns 1,16,64,256] [--seconds 5] [--targets a,b,c,d,e]
+        [--conns 1,16,64,256] [--seconds 5] [--targets a,b,c,d,e,f]
         [--modes json,stream] [--json]
 
-Prints requests/s, p50 and p99 for each, and the ratios c/b, c/d and e/c,
-as markdown.  A benchmark, not a test: it asserts nothing.
+Prints requests/s, p50 and p99 for each, and the ratios c/b, c/d, e/c and
+f/c, as markdown.  A benchmark, not a test: it asserts nothing.
 """
 
 import argparse
@@ -235,6 +241,26 @@ class Portkey:
         stop_process(self.proc, self.log)
 
 
+def redis_stats(procs):
+    """Redis's counters: commands processed, bytes in and out"""
+    import socket
+    s = socket.create_connection(("127.0.0.1", procs["redis"].port), 5)
+    s.sendall(b"INFO stats\r\n")
+    data = b""
+    while b"\r\n" not in data:
+        data += s.recv(65536)
+    head, data = data.split(b"\r\n", 1)
+    size = int(head[1:])                    # a bulk string: $<len>
+    while len(data) < size:
+        data += s.recv(65536)
+    s.close()
+    f = dict(ln.split(":", 1) for ln in data[:size].decode().splitlines()
+             if ":" in ln)
+    return {"commands": int(f["total_commands_processed"]),
+            "in": int(f["total_net_input_bytes"]),
+            "out": int(f["total_net_output_bytes"])}
+
+
 def wrk(args, url, conns, lua):
     threads = 1 if conns == 1 else 2
     cmd = ["wrk", "-t%d" % threads, "-c%d" % conns, "-d%ds" % args.seconds,
@@ -284,12 +310,21 @@ def main():
                                            "TB_BENCH_EXTRA_C", ""))
         if "d" in targets:
             procs["d"] = Portkey(args.workdir)
-        if "e" in targets:
+        if ("e" in targets or "f" in targets) and "redis" not in procs:
             procs["redis"] = tbbench.Redis(args.workdir)
+        if "e" in targets:
             procs["e"] = start_gateway(
                 args.workdir, args.module, up, name="gateway-redis",
                 extra_yaml=os.environ.get("TB_BENCH_EXTRA", "") + "store:\n  backend: redis\n  url: redis://"
                            "127.0.0.1:%d/0\n" % procs["redis"].port)
+        if "f" in targets:
+            for name, inst in (("f", "pair-a"), ("f2", "pair-b")):
+                procs[name] = start_gateway(
+                    args.workdir, args.module, up, name="gateway-" + inst,
+                    extra_yaml=os.environ.get("TB_BENCH_EXTRA", "")
+                    + "store:\n  backend: redis\n  url: redis://"
+                    "127.0.0.1:%d/0\n  namespace: pair\n  instance: %s\n"
+                    % (procs["redis"].port, inst))
 
         def url_lua(t, mode):
             stream = mode == "stream"
@@ -301,7 +336,7 @@ def main():
             elif t == "b":
                 url = "http://127.0.0.1:%d%s" % (
                     procs["b"].port, "/v1/stream" if stream else "/v1/messages")
-            elif t in ("c", "e"):
+            elif t in ("c", "e", "f"):
                 url = "http://127.0.0.1:%d/v1/messages" % procs[t].port
                 key = "sk-client-sse" if stream else "sk-client-json"
             else:
@@ -328,13 +363,20 @@ def main():
         # the targets take turns, round after round, so that a slow moment
         # of the machine falls on all of them; each cell is the median run
         runs = {}
+        redis_use = {}
         for mode in modes:
             for c in conns:
                 for rnd in range(args.rounds):
                     for t in targets:
                         url, lua = url_lua(t, mode)
-                        runs.setdefault((mode, c, t), []).append(
-                            wrk(args, url, c, lua))
+                        before = redis_stats(procs) if t == "f" else None
+                        r = wrk(args, url, c, lua)
+                        if before:
+                            after = redis_stats(procs)
+                            redis_use.setdefault((mode, c), []).append(
+                                {k: (after[k] - before[k]) / r["requests"]
+                                 for k in after})
+                        runs.setdefault((mode, c, t), []).append(r)
                         time.sleep(0.3)
 
         results = {}
@@ -352,7 +394,8 @@ def main():
 
     names = {"a": "upstream (direct)", "b": "nginx proxy_pass",
              "c": "tokenbiryani", "d": "Portkey",
-             "e": "tokenbiryani, store.backend: redis"}
+             "e": "tokenbiryani, store.backend: redis",
+             "f": "tokenbiryani, two instances sharing the pool"}
     if args.json:
         print(json.dumps({"%s/%d/%s" % k: v for k, v in results.items()},
                          indent=1))
@@ -396,6 +439,18 @@ def main():
                 rc, re_ = results[(mode, c, "c")], results[(mode, c, "e")]
                 print("| %d | %.2f | %+.3f |" % (
                     c, re_["rps"] / rc["rps"], (re_["p99"] - rc["p99"]) / 1000))
+        if "c" in targets and "f" in targets:
+            print("\n| conns | pair / zone only req/s | pair p99 − zone only "
+                  "p99 (ms) | Redis commands / req | bytes to Redis / req | "
+                  "bytes from Redis / req |\n|---|---|---|---|---|---|")
+            for c in conns:
+                rc, rf = results[(mode, c, "c")], results[(mode, c, "f")]
+                use = redis_use[(mode, c)]
+                med = {k: statistics.median(u[k] for u in use)
+                       for k in use[0]}
+                print("| %d | %.2f | %+.3f | %.3f | %.0f | %.0f |" % (
+                    c, rf["rps"] / rc["rps"], (rf["p99"] - rc["p99"]) / 1000,
+                    med["commands"], med["in"], med["out"]))
         print()
     print("reproduce: make bench-overhead")
 

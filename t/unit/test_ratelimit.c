@@ -704,7 +704,7 @@ TB_TEST(shared_pool)
 
     /* the news as text and back, exactly */
     a.cooling_until_ms = T0 + 5000;
-    tb_account_news(&a, &bc, T0, &news);
+    tb_account_news(&a, &bc, 3600000, T0, &news);
     n = tb_account_news_print(&news, buf);
     TB_CHECK(n <= TB_NEWS_MAX);
     TB_CHECK(tb_account_news_scan(&back, buf, n));
@@ -990,7 +990,7 @@ TB_TEST(slices_hold_however_the_upstream_orders)
     TB_CHECK(!tb_lease_reserve(&x, &conf, &bc, &one, T0 + 100, &probed));
 
     /* y reads it too, and what x holds: nothing more for y either */
-    tb_account_news(&x, &bc, T0 + 100, &news);
+    tb_account_news(&x, &bc, 3600000, T0 + 100, &news);
     tb_account_adopt(&y, &news, 7, T0 + 150);
     TB_CHECK_INT(y.mirror.w[TB_WIN_REQUESTS].remaining, 30);
     TB_CHECK(!tb_lease_reserve(&y, &conf, &bc, &one, T0 + 150, &probed));

@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a62      /* "tbzb" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a63      /* "tbzc" */
 
 
 /*

@@ -2,6 +2,7 @@
  * Account state.
  */
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,8 +33,7 @@ tb_account_state_init(tb_account_state_t *a, const char *id,
 
     tb_mirror_init(&a->mirror);
 
-    a->slice[TB_WIN_REQUESTS] = TB_UNKNOWN;
-    a->slice[TB_WIN_INPUT] = TB_UNKNOWN;
+
 }
 
 
@@ -315,40 +315,71 @@ tb_share_of(int64_t v, uint32_t withheld)
 }
 
 
-/* what a slice gains from since to now: its share of the refill */
-static int64_t
+/* a slice gains no more than this at once (ms): it is whole long before */
+#define TB_SLICE_GAIN_MAX_MS  600000
+
+
+/*
+ * What a slice gains from since to now: its share of the window's refill,
+ * at the rate its reading says (what it lacks by its reset), or its limit
+ * a minute when the reading was full or said no reset (Anthropic's windows
+ * are a minute's); a fixed window gains only at its reset, when the slice
+ * begins again.  In fractions: a slice refilled on every request gains a
+ * little of one each time.
+ */
+static double
 tb_slice_gain(const tb_account_state_t *a, int win, int64_t since,
     int64_t now)
 {
-    int64_t             then, level;
+    double              rate;
+    int64_t             dt;
     const tb_window_t  *w;
 
     w = &a->mirror.w[win];
 
-    then = tb_window_level_inline(w, since);
-    level = tb_window_level_inline(w, now);
-
-    if (then == TB_UNKNOWN || level == TB_UNKNOWN || level <= then) {
+    if (since == 0 || now <= since || w->limit <= 0 || w->remaining < 0
+        || w->refill == TB_REFILL_FIXED)
+    {
         return 0;
     }
 
-    return tb_share_of(level - then, a->withheld);
+    dt = now - since;
+
+    if (dt > TB_SLICE_GAIN_MAX_MS) {
+        dt = TB_SLICE_GAIN_MAX_MS;
+    }
+
+    if (w->remaining < w->limit && w->reset_ms > w->observed_ms) {
+        rate = (double) (w->limit - w->remaining)
+               / (double) (w->reset_ms - w->observed_ms);
+
+    } else {
+        rate = (double) w->limit / 60000.0;
+    }
+
+    return rate * (double) dt * (double) (TB_SHARE_ONE - a->withheld)
+           / TB_SHARE_ONE;
 }
 
 
-int64_t
-tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms)
+/* what is left of a slice at now; 0 with *begun 0 when it has not */
+static double
+tb_slice_now(const tb_account_state_t *a, int win, int64_t now_ms,
+    int *begun)
 {
-    int64_t             left, cap;
+    double              left, cap;
+    int64_t             level;
     const tb_window_t  *w;
 
+    *begun = 0;
+
     if (!a->shared) {
-        return TB_UNKNOWN;
+        return 0;
     }
 
     w = &a->mirror.w[win];
 
-    if (a->slice[win] == TB_UNKNOWN
+    if (!a->slice_begun[win]
         || (w->refill == TB_REFILL_FIXED && w->reset_ms
             && a->slice_ms < w->reset_ms && w->reset_ms <= now_ms))
     {
@@ -356,19 +387,25 @@ tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms)
          * Begun, or begun again: a fixed window is whole again after its
          * reset, whatever was spent before (a bucket's refill is gained)
          */
-        left = tb_window_level_inline(w, now_ms);
+        level = tb_window_level_inline(w, now_ms);
+
+        if (level == TB_UNKNOWN) {
+            return 0;
+        }
 
         /* its share of what the window holds, less its own */
-        return (left == TB_UNKNOWN)
-               ? TB_UNKNOWN
-               : tb_share_of(left, a->withheld) - a->reserved[win]
-                 - a->pending[win];
+        *begun = 1;
+
+        return (double) (tb_share_of(level, a->withheld) - a->reserved[win]
+                         - a->pending[win]);
     }
 
+    *begun = 1;
     left = a->slice[win] + tb_slice_gain(a, win, a->slice_ms, now_ms);
 
-    if (a->mirror.w[win].limit > 0) {
-        cap = tb_share_of(a->mirror.w[win].limit, a->withheld);
+    if (w->limit > 0) {
+        cap = (double) w->limit * (double) (TB_SHARE_ONE - a->withheld)
+              / TB_SHARE_ONE;
 
         if (left > cap) {
             left = cap;
@@ -379,10 +416,31 @@ tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms)
 }
 
 
+int64_t
+tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms)
+{
+    int     begun;
+    double  left;
+
+    left = tb_slice_now(a, win, now_ms, &begun);
+
+    if (!begun) {
+        return TB_UNKNOWN;
+    }
+
+    /*
+     * whole units, rounded down (below zero too), past what adding up
+     * fractions loses
+     */
+    return (int64_t) floor(left + 1e-6);
+}
+
+
 void
 tb_slice_refill(tb_account_state_t *a, int64_t now_ms)
 {
-    int  w;
+    int     w, begun;
+    double  left;
 
     if (!a->shared) {
         return;
@@ -390,7 +448,12 @@ tb_slice_refill(tb_account_state_t *a, int64_t now_ms)
 
     for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
         /* begun once the window is known */
-        a->slice[w] = tb_slice_left(a, w, now_ms);
+        left = tb_slice_now(a, w, now_ms, &begun);
+
+        if (begun) {
+            a->slice[w] = left;
+            a->slice_begun[w] = 1;
+        }
     }
 
     a->slice_ms = now_ms;
@@ -406,8 +469,8 @@ tb_slice_spend(tb_account_state_t *a, int win, int64_t n, int64_t now_ms)
 
     tb_slice_refill(a, now_ms);
 
-    if (a->slice[win] != TB_UNKNOWN) {
-        a->slice[win] -= n;
+    if (a->slice_begun[win]) {
+        a->slice[win] -= (double) n;
     }
 }
 
@@ -416,7 +479,7 @@ void
 tb_slice_reshare(tb_account_state_t *a, uint32_t withheld, int64_t now_ms)
 {
     int      w;
-    int64_t  limit, d;
+    int64_t  limit;
 
     /* refilled at the share it had until now */
     tb_slice_refill(a, now_ms);
@@ -424,15 +487,11 @@ tb_slice_reshare(tb_account_state_t *a, uint32_t withheld, int64_t now_ms)
     for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
         limit = a->mirror.w[w].limit;
 
-        if (a->slice[w] != TB_UNKNOWN && limit > 0) {
-            /*
-             * The limit's part that changes hands: gained rounded down,
-             * given rounded up, so that the slices never hold more
-             */
-            d = limit * ((int64_t) a->withheld - (int64_t) withheld);
-
-            a->slice[w] += (d >= 0) ? d / TB_SHARE_ONE
-                                    : -((-d + TB_SHARE_ONE - 1) / TB_SHARE_ONE);
+        if (a->slice_begun[w] && limit > 0) {
+            /* the limit's part that changes hands */
+            a->slice[w] += (double) limit
+                           * ((double) a->withheld - (double) withheld)
+                           / TB_SHARE_ONE;
         }
     }
 

@@ -121,8 +121,8 @@ typedef struct {
                                                  other gateways' share */
     uint32_t                  news;           /* changed since told */
     uint32_t                  shared;         /* with other gateways */
-    int64_t                   slice[2];       /* requests, input;
-                                                 TB_UNKNOWN: not begun */
+    double                    slice[2];       /* requests, input */
+    uint32_t                  slice_begun[2];
     int64_t                   slice_ms;       /* refilled until then */
 
     /* state, written under the zone lock */

@@ -1019,6 +1019,52 @@ TB_TEST(slices_hold_however_the_upstream_orders)
 }
 
 
+/*
+ * A bucket's slice refills at its share of the rate the window's reading
+ * says (what it lacks by its reset), in fractions too: refilled every
+ * millisecond, a slice of half a window of 60 a minute gains one in 2 s.
+ */
+TB_TEST(slices_refill_by_the_bucket)
+{
+    int                  i;
+    tb_account_state_t   x;
+    unsigned char        fp[8] = { 0 };
+
+    tb_account_state_init(&x, "a", fp);
+    tb_account_share(&x, 1);
+    tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);
+
+    /* 30 of 60 left, full again in 30 s: one a second */
+    read_requests(&x, 1, 30, T0 + 30000, TB_REFILL_BUCKET, T0 - 10, T0);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0), 15);
+    tb_slice_spend(&x, TB_WIN_REQUESTS, 15, T0);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0), 0);
+
+    for (i = 1; i <= 2000; i++) {
+        tb_slice_refill(&x, T0 + i);
+    }
+
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 2000), 1);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 10000), 5);
+
+    /* never more than its share of the limit */
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 3600000), 30);
+
+    /*
+     * a full window, or one that says no reset: its limit a minute (a
+     * reading that says it is full gives the slices nothing: they gain
+     * only as time goes)
+     */
+    read_requests(&x, 2, 60, T0 + 10000, TB_REFILL_BUCKET, T0 + 10000,
+                  T0 + 10000);
+    i = (int) tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 10000);
+    TB_CHECK_INT(i, 5);
+    tb_slice_spend(&x, TB_WIN_REQUESTS, 30, T0 + 10000);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 10000), i - 30);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 20000), i - 30 + 5);
+}
+
+
 int
 main(void)
 {
@@ -1043,6 +1089,7 @@ main(void)
     TB_RUN(shared_pool);
     TB_RUN(burst_counted_by_what_answers_said);
     TB_RUN(slices_hold_however_the_upstream_orders);
+    TB_RUN(slices_refill_by_the_bucket);
     TB_RUN(replenishment_learned);
 
     return tb_test_done();

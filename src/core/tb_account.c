@@ -211,7 +211,7 @@ tb_account_pending(tb_account_state_t *a, int64_t now)
             s = win->seq;
 
             if (r->n[w] == 0 || r->ended < s
-                || tb_window_counts(win, w, r->seen[w], now)
+                || (a->shared && tb_window_counts(win, w, r->seen[w], now))
                 || (r->ended_ms
                     && r->ended_ms + TB_CLOCK_SKEW_MS < win->sent_ms))
             {
@@ -219,8 +219,11 @@ tb_account_pending(tb_account_state_t *a, int64_t now)
                  * nothing of it there, or that window's answer counts it:
                  * its request was taken after this one ended, arrived
                  * after it (the window holds less than this one's answer
-                 * said), or was sent after the upstream had surely
-                 * counted this one (another gateway's)
+                 * said: only while readings never raise the window, as
+                 * when the pool is shared - alone, a later answer read
+                 * from before may raise it, and what was dropped would be
+                 * lost), or was sent after the upstream had surely
+                 * counted this one
                  */
                 continue;
             }

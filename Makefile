@@ -13,6 +13,7 @@ BUILD      := $(TOP)/build
 MODULE     := $(BUILD)/ngx_http_tokenbiryani_module.so
 PLUGIN_DIR := $(TOP)/src/plugins/example_strategy
 PLUGIN     := $(BUILD)/ngx_http_tokenbiryani_example_strategy_module.so
+CLI        := $(BUILD)/tokenbiryani
 RUNDIR     := $(TOP)/.run
 
 CC         ?= cc
@@ -28,6 +29,7 @@ UNIT_BINS  := $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
 DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libssl-dev libpcre2-dev zlib1g-dev \
               libcjson-dev libyaml-dev libhiredis-dev libsqlite3-dev redis-server \
+              libcurl4-openssl-dev \
               libtest-base-perl perl python3 python3-prometheus-client \
               openssl curl procps \
               clang clang-tools cppcheck
@@ -54,6 +56,17 @@ deps:
 build: deps
 	@src/tools/build-module.sh $(TOP) $(BUILD) $(PLUGIN_DIR)
 	@ls -l $(MODULE) | awk '{print "built", $$NF, "(" $$5 " bytes)"}'
+	@$(MAKE) --no-print-directory $(CLI)
+
+# the operator's command: a client of /admin, and init/serve/console for a
+# gateway of its own (src/cli); it links src/core's YAML loader and header
+# parser, and knows where the module it was built with is
+CLI_SRCS   := $(wildcard src/cli/*.c)
+
+$(CLI): $(CLI_SRCS) $(wildcard src/cli/*.h) $(CORE_SRCS) $(wildcard src/core/*.h)
+	@$(CC) $(UNIT_CFLAGS) -O2 -Isrc/cli -DTBC_MODULE='"$(MODULE)"' \
+	    -o $@ $(CLI_SRCS) $(CORE_SRCS) -lcurl $(UNIT_LIBS)
+	@echo "built $@"
 
 $(BUILD)/unit/%: t/unit/%.c $(CORE_SRCS) $(wildcard src/core/*.h) t/unit/tb_test.h
 	@mkdir -p $(BUILD)/unit
@@ -69,7 +82,7 @@ unit: deps $(UNIT_BINS)
 test: build analyze unit sdk
 	@/usr/bin/python3 t/mock/selftest.py
 	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) \
-	    TEST_NGINX_PLUGIN=$(PLUGIN) prove -r -j1 t/
+	    TEST_NGINX_PLUGIN=$(PLUGIN) TEST_NGINX_CLI=$(CLI) prove -r -j1 t/
 
 # The official SDK, from npm, at the version t/sdk/package-lock.json pins:
 # t/065-sdk.t drives the gateway with it as a user's program would.
@@ -90,7 +103,7 @@ CPPCHECK_INC := -I src/core -I src/http -I shm -I lua-free-admin \
                 -I $(NGX_SRC)/src/core -I $(NGX_SRC)/src/event \
                 -I $(NGX_SRC)/src/os/unix -I $(NGX_SRC)/src/http \
                 -I $(NGX_SRC)/src/http/modules -I $(NGX_SRC)/src/http/v2 \
-                -I $(BUILD)
+                -I $(BUILD) -I $(BUILD)/gen
 
 analyze: deps
 	@command -v scan-build >/dev/null && command -v cppcheck >/dev/null \
@@ -111,7 +124,7 @@ analyze: deps
 	@cppcheck -q --std=c99 --enable=warning,performance,portability \
 	    --inline-suppr --error-exitcode=1 --suppress=missingIncludeSystem \
 	    -D__GNUC__ -D__x86_64__ $(CPPCHECK_INC) -j2 \
-	    src/core src/http shm lua-free-admin ngx_http_tokenbiryani_module.c
+	    src/core src/http shm lua-free-admin src/cli ngx_http_tokenbiryani_module.c
 	@echo "cppcheck: no report"
 	@/usr/bin/python3 t/lint/include_cycles.py
 

@@ -121,6 +121,13 @@ static ngx_command_t  ngx_http_tokenbiryani_commands[] = {
       NGX_HTTP_TB_HEALTHZ,
       NULL },
 
+    { ngx_string("tokenbiryani_console"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_tokenbiryani_location,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      NGX_HTTP_TB_CONSOLE,
+      NULL },
+
       ngx_null_command
 };
 
@@ -887,6 +894,11 @@ ngx_http_tokenbiryani_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     case NGX_HTTP_TB_ADMIN:
         clcf->handler = ngx_http_tokenbiryani_admin_handler;
         break;
+
+    case NGX_HTTP_TB_CONSOLE:
+        /* the page and its files: the data it shows comes from /admin */
+        clcf->handler = ngx_http_tokenbiryani_console_handler;
+        return NGX_CONF_OK;
 
     default: /* NGX_HTTP_TB_HEALTHZ */
         clcf->handler = ngx_http_tokenbiryani_healthz_handler;

@@ -120,6 +120,12 @@ ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r)
                    uri->len - (sizeof("/admin/accounts/") - 1));
     }
 
+    if (uri->len == sizeof("/admin/console-ticket") - 1
+        && ngx_strncmp(uri->data, "/admin/console-ticket", uri->len) == 0)
+    {
+        return ngx_http_tokenbiryani_admin_console_ticket(r);
+    }
+
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
                    "invalid_request_error",
@@ -337,7 +343,7 @@ cJSON *
 ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state)
 {
-    int64_t                             until;
+    int64_t                             until, prompt;
     ngx_uint_t                          i;
     const char                         *reason;
     cJSON                              *acct, *limits, *w, *m;
@@ -497,6 +503,37 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     cJSON_AddNumberToObject(w, "broken", (double) s.affinity_broken);
     cJSON_AddNumberToObject(w, "forced_breaks", (double) s.affinity_forced);
     cJSON_AddNumberToObject(w, "sessions_placed", (double) s.sessions_placed);
+
+    /*
+     * What its answers ran up since the zone began: tokens by kind, what
+     * they cost, the prompt's share read from its cache; and the spend
+     * window its cap counts
+     */
+
+    w = cJSON_AddObjectToObject(acct, "usage");
+    if (w == NULL) {
+        goto failed;
+    }
+
+    prompt = s.tokens[0] + s.tokens[2] + s.tokens[3];
+
+    cJSON_AddNumberToObject(w, "input_tokens", (double) s.tokens[0]);
+    cJSON_AddNumberToObject(w, "output_tokens", (double) s.tokens[1]);
+    cJSON_AddNumberToObject(w, "cache_read_tokens", (double) s.tokens[2]);
+    cJSON_AddNumberToObject(w, "cache_write_tokens", (double) s.tokens[3]);
+    cJSON_AddNumberToObject(w, "cost_usd", (double) s.cost_total / 1e9);
+    cJSON_AddNumberToObject(w, "unpriced", (double) s.unpriced);
+
+    if (prompt > 0) {
+        cJSON_AddNumberToObject(w, "cache_hit_rate",
+                                (double) s.tokens[2] / (double) prompt);
+    } else {
+        cJSON_AddNullToObject(w, "cache_hit_rate");
+    }
+
+    cJSON_AddNumberToObject(w, "window_usd",
+        (double) (tb_ledger_spent(&s.spend, now, tmcf->zone.spend_bucket_ms,
+                                  NULL) + s.spend.reserved) / 1e9);
 
     cJSON_AddNumberToObject(acct, "requests_total",
                             (double) s.requests_total);

@@ -14,6 +14,10 @@
 ngx_int_t ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r);
 
+/* /console, and POST /admin/console-ticket (..._console.c) */
+ngx_int_t ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_tokenbiryani_admin_console_ticket(ngx_http_request_t *r);
+
 /* GET /admin/events (lua-free-admin/ngx_http_tokenbiryani_admin_events.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r);
 

@@ -187,6 +187,22 @@ void ngx_http_tokenbiryani_spend_told_session(
     const tb_told_session_t *t);
 void ngx_http_tokenbiryani_spend_retell(ngx_http_tokenbiryani_zone_t *zone);
 
+/*
+ * The console's sign-in tickets (shm/ngx_http_tokenbiryani_tickets.c): a
+ * ticket of NGX_HTTP_TB_TICKET_LEN hex digits that gives the admin key it
+ * was made with, once, within NGX_HTTP_TB_TICKET_MS.  put: NGX_ERROR for a
+ * key too long; take: NGX_DECLINED for a ticket unknown, used or expired.
+ */
+#define NGX_HTTP_TB_TICKET_LEN         32
+#define NGX_HTTP_TB_TICKET_KEY_MAX     256
+#define NGX_HTTP_TB_TICKET_MS          60000
+
+ngx_int_t ngx_http_tokenbiryani_ticket_put(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, const u_char *key, size_t len, int64_t now);
+ngx_int_t ngx_http_tokenbiryani_ticket_take(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t id_len,
+    u_char *key, size_t *len, int64_t now);
+
 /* how many slots the zone has made */
 ngx_uint_t ngx_http_tokenbiryani_zone_nslots(
     ngx_http_tokenbiryani_zone_t *zone);

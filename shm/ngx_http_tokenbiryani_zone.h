@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_shm.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a63      /* "tbzc" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a64      /* "tbzd" */
 
 
 /*
@@ -39,6 +39,20 @@ typedef struct {
     int64_t                        last_ms;
     u_char                         account[TB_ID_MAX + 1];
 } ngx_http_tokenbiryani_peer_session_t;
+
+
+/*
+ * A one-time ticket that signs a browser in to the console: the admin key
+ * it was made with, for a minute at most, given once and wiped then
+ */
+#define NGX_HTTP_TB_TICKETS            16
+
+typedef struct {
+    u_char                         id[NGX_HTTP_TB_TICKET_LEN];  /* 0: free */
+    int64_t                        expires_ms;
+    size_t                         key_len;
+    u_char                         key[NGX_HTTP_TB_TICKET_KEY_MAX];
+} ngx_http_tokenbiryani_ticket_slot_t;
 
 
 /* a key's requests in flight and waiting, across workers; never freed */
@@ -270,6 +284,9 @@ struct ngx_http_tokenbiryani_shm_s {
                                                      never seen */
     int64_t                        granted_ms;    /* the last grant */
     unsigned                       shared;        /* others were seen */
+
+    /* the console's sign-in tickets (ngx_http_tokenbiryani_tickets.c) */
+    ngx_http_tokenbiryani_ticket_slot_t  tickets[NGX_HTTP_TB_TICKETS];
 };
 
 

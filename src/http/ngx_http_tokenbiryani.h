@@ -59,6 +59,7 @@
 #define NGX_HTTP_TB_PASS               1
 #define NGX_HTTP_TB_ADMIN              2
 #define NGX_HTTP_TB_HEALTHZ            3
+#define NGX_HTTP_TB_CONSOLE            4
 
 /* what a /v1 request is */
 #define NGX_HTTP_TB_MESSAGES           1

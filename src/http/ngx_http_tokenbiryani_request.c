@@ -10,8 +10,6 @@
 #include "ngx_http_tokenbiryani_keys.h"
 
 
-static ngx_int_t ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r,
-    ngx_str_t *key);
 static ngx_int_t ngx_http_tokenbiryani_open_check(ngx_http_request_t *r,
     ngx_uint_t need_admin);
 static ngx_uint_t ngx_http_tokenbiryani_loopback_host(u_char *p, size_t len);
@@ -107,7 +105,7 @@ ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r, ngx_str_t *key)
 {
     u_char           *p, *last;

@@ -20,6 +20,10 @@ SRC=/usr/share/nginx/src
 
 mkdir -p "$BUILD_DIR"
 
+# the console's files, compiled into the module (config includes TB_GEN_DIR)
+export TB_GEN_DIR="$BUILD_DIR/gen"
+"$MOD_DIR/src/tools/embed-assets.sh" "$MOD_DIR/lua-free-admin/console" "$TB_GEN_DIR"
+
 stamp="$BUILD_DIR/.configured"
 want="$(cat "$MOD_DIR/config") ${MORE[*]} $EXTRA_CFLAGS $EXTRA_LDFLAGS $(nginx -v 2>&1)"
 

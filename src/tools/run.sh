@@ -133,6 +133,7 @@ http {
         location /             { tokenbiryani_pass; }
         location /admin/       { tokenbiryani_admin; }
         location = /healthz    { tokenbiryani_healthz; }
+        location /console      { tokenbiryani_console; }
     }
 }
 EOF
@@ -152,6 +153,8 @@ Point any Anthropic client at it:
 export ANTHROPIC_BASE_URL=http://$LISTEN
 export ANTHROPIC_AUTH_TOKEN=$KEY
 
+Console:      http://$LISTEN/console/ (sign in with the key above)
+Terminal:     TOKENBIRYANI_URL=http://$LISTEN TOKENBIRYANI_KEY=$KEY build/tokenbiryani status
 Pool status:  curl -s http://$LISTEN/admin/status -H "x-api-key: $KEY"
 Mint a key:   curl -s http://$LISTEN/admin/keys -H "x-api-key: $KEY" -d '{"name": "me"}'
 Store:        $RUN/conf/tokenbiryani.db (minted keys, added accounts and history survive make stop)

@@ -51,6 +51,7 @@ BUILTIN_DEFAULTS = {
     "cache_ttl_seconds": 300,
     "org": "org-mock",
     "behavior": None,
+    "omit_headers": [],            # rate-limit headers left out
 }
 
 BUILTIN_TOP = {
@@ -375,13 +376,15 @@ class State:
 
     # caller holds self.lock
     def cred_state(self, cred, now):
-        limits = limits_of(self.config.settings(cred))
+        settings = self.config.settings(cred)
+        limits = limits_of(settings)
         cs = self.creds.get(cred)
         if cs is None:
             cs = CredState(limits, now)
             self.creds[cred] = cs
         elif cs.limits != limits:
             cs.set_limits(limits, now)   # limits changed: bucket reset
+        cs.omit = settings.get("omit_headers") or []
         cs.refill(now)
         return cs
 
@@ -430,7 +433,8 @@ class State:
             h.append((pre + "limit", str(int(b.limit))))
             h.append((pre + "remaining", str(rem)))
             h.append((pre + "reset", rfc3339(reset)))
-        return h
+        omit = getattr(cs, "omit", [])
+        return [x for x in h if x[0] not in omit]
 
     def stats(self):
         now = time.time()

@@ -1,0 +1,105 @@
+/*
+ * tokenbiryani: the operator's command.  A client of the gateway's /admin
+ * API (libcurl, cJSON), but for `doctor`, which makes one real request to
+ * an upstream, and `init` / `serve` / `console`, which set up and start a
+ * gateway of its own on this machine.
+ *
+ * Plain C; it links src/core for the YAML loader and the rate-limit
+ * header parser, so what it shows is what the gateway reads.
+ */
+
+#ifndef TBC_H
+#define TBC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+
+/* exit codes */
+#define TBC_OK                0
+#define TBC_FAIL              1       /* the check failed: doctor, test */
+#define TBC_USAGE             2       /* a wrong command line */
+#define TBC_UNREACHABLE       3       /* no gateway answered */
+#define TBC_REFUSED           4       /* the gateway refused the request */
+
+
+typedef struct {
+    const char               *url;            /* the gateway */
+    const char               *key;            /* its admin key */
+    const char               *key_from;       /* where the key came from */
+    const char               *config;         /* tokenbiryani.yaml */
+    int                       json;           /* --json */
+    int                       color;          /* on a terminal, no NO_COLOR */
+
+    /* the options of the command, by name ("limit", "range", ...) */
+    int                       nopts;
+    const char               *opt_name[32];
+    const char               *opt_value[32];
+
+    /* its words after the command */
+    int                       nargs;
+    char                    **args;
+} tbc_t;
+
+
+/* an option's value, or NULL; a flag's presence ("1") */
+const char *tbc_opt(const tbc_t *c, const char *name);
+
+/* errors: one line on stderr, "tokenbiryani: ..." */
+void tbc_err(const char *fmt, ...);
+
+/*
+ * The gateway: one request to its admin API (body: JSON text or NULL).
+ * Returns the HTTP status with *out the answer parsed (NULL if it was not
+ * JSON), or 0 when nothing answered - having said why on stderr.
+ */
+long tbc_call(tbc_t *c, const char *method, const char *path,
+    const char *body, cJSON **out);
+
+/*
+ * tbc_call, and the answer must be 2xx: otherwise the gateway's own words
+ * on stderr and NULL, *rc the exit code to end with.
+ */
+cJSON *tbc_admin(tbc_t *c, const char *method, const char *path,
+    const char *body, int *rc);
+
+/* an Anthropic-shaped error's message, or "" */
+const char *tbc_error_message(const cJSON *j);
+
+/* output: colour, and the figures as the tables show them */
+const char *tbc_c(const tbc_t *c, const char *what);   /* "green", "reset" */
+int tbc_w(int w, const char *s);                      /* printf width, w cols */
+void tbc_pct(char *buf, size_t size, double f);        /* "98%", "—" */
+void tbc_tokens(char *buf, size_t size, double n);     /* "702k", "1.23M" */
+void tbc_clock(char *buf, size_t size, double secs);   /* "00:41", "1h05m" */
+void tbc_json_print(const cJSON *j);
+
+/* a JSON member as a number, or the default */
+double tbc_num(const cJSON *obj, const char *name, double dflt);
+const char *tbc_str(const cJSON *obj, const char *name, const char *dflt);
+
+
+/* the commands */
+int tbc_status(tbc_t *c);
+int tbc_doctor(tbc_t *c);
+int tbc_accounts(tbc_t *c);
+int tbc_keys(tbc_t *c);
+int tbc_strategies(tbc_t *c);
+int tbc_requests(tbc_t *c);
+int tbc_usage(tbc_t *c);
+int tbc_sessions(tbc_t *c);
+int tbc_init(tbc_t *c);
+int tbc_serve(tbc_t *c);
+int tbc_console(tbc_t *c);
+
+/* the address `init` wrote in dir (NULL: "."), else the default */
+const char *tbc_init_url(const char *dir);
+
+/* the admin key from the configuration file, or NULL */
+const char *tbc_config_admin_key(const char *path);
+
+
+#endif /* TBC_H */

@@ -1,0 +1,875 @@
+/*
+ * tokenbiryani accounts, keys, strategies, requests, usage, sessions: the
+ * admin API in a terminal.  Every table fits 80 columns; --json prints
+ * the gateway's answer as it is.
+ */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tbc.h"
+
+
+/* prints j as JSON with --json; 1 if it did */
+static int
+tbc_json_out(tbc_t *c, cJSON *j)
+{
+    if (!c->json) {
+        return 0;
+    }
+
+    tbc_json_print(j);
+
+    return 1;
+}
+
+
+/* a path with one id, escaped: ids are letters, digits, '_', '-', '.' */
+static int
+tbc_path(char *buf, size_t size, const char *fmt, const char *id)
+{
+    const char  *p;
+
+    for (p = id; *p; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+              || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'
+              || *p == '.'))
+        {
+            tbc_err("\"%s\": an id or a name is letters, digits, '_', '-' "
+                    "or '.'", id);
+            return 0;
+        }
+    }
+
+    snprintf(buf, size, fmt, id);
+
+    return 1;
+}
+
+
+static int
+tbc_need_args(tbc_t *c, int n, const char *usage)
+{
+    if (c->nargs != n) {
+        tbc_err("usage: tokenbiryani %s", usage);
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/* a number option into the body; 0 and an error if it is not one */
+static int
+tbc_num_opt(tbc_t *c, cJSON *body, const char *opt, const char *field)
+{
+    char        *end;
+    double       v;
+    const char  *s;
+
+    s = tbc_opt(c, opt);
+    if (s == NULL) {
+        return 1;
+    }
+
+    v = strtod(s, &end);
+
+    if (end == s || *end != '\0' || !isfinite(v)) {
+        tbc_err("--%s: \"%s\" is not a number", opt, s);
+        return 0;
+    }
+
+    cJSON_AddNumberToObject(body, field, v);
+
+    return 1;
+}
+
+
+/* a comma-separated list option into the body */
+static void
+tbc_list_opt(tbc_t *c, cJSON *body, const char *opt, const char *field)
+{
+    char        *copy, *p, *save;
+    cJSON       *arr;
+    const char  *s;
+
+    s = tbc_opt(c, opt);
+    if (s == NULL) {
+        return;
+    }
+
+    arr = cJSON_AddArrayToObject(body, field);
+    copy = strdup(s);
+
+    for (p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        cJSON_AddItemToArray(arr, cJSON_CreateString(p));
+    }
+
+    free(copy);
+}
+
+
+/* what an account test said, as one line; 1 if it is a failure */
+static int
+tbc_test_line(tbc_t *c, const char *id, const cJSON *t)
+{
+    int           n;
+    const char   *family;
+    const cJSON  *missing, *m;
+
+    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "ok"))) {
+        printf("  %s✗%s %-16s %.0f %s\n", tbc_c(c, "red"), tbc_c(c, "reset"),
+               id, tbc_num(t, "status", 0),
+               tbc_str(t, "detail", tbc_str(t, "error", "failed")));
+        return 1;
+    }
+
+    family = tbc_str(t, "family", "none");
+    missing = cJSON_GetObjectItemCaseSensitive(t, "missing");
+    n = cJSON_GetArraySize(missing);
+
+    if (strcmp(family, "none") == 0) {
+        printf("  %s?%s %-16s credential ok · no limit header came back\n",
+               tbc_c(c, "yellow"), tbc_c(c, "reset"), id);
+        return 0;
+    }
+
+    if (n) {
+        printf("  %s!%s %-16s credential ok · %d rate-limit header%s "
+               "missing:", tbc_c(c, "yellow"), tbc_c(c, "reset"), id, n,
+               n == 1 ? "" : "s");
+
+        cJSON_ArrayForEach(m, missing) {
+            if (cJSON_IsString(m)) {
+                printf(" %s", m->valuestring + sizeof("anthropic-ratelimit-")
+                                                - 1);
+            }
+        }
+
+        printf("\n");
+        return 0;
+    }
+
+    printf("  %s✓%s %-16s credential ok · every limit header present "
+           "(%.0f ms)\n", tbc_c(c, "green"), tbc_c(c, "reset"), id,
+           tbc_num(t, "latency_ms", 0));
+
+    return 0;
+}
+
+
+static int
+tbc_accounts_list(tbc_t *c)
+{
+    int           rc;
+    cJSON        *j;
+    const cJSON  *a, *usage;
+
+    j = tbc_admin(c, "GET", "/admin/accounts", NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (!tbc_json_out(c, j)) {
+        printf("%-18s %-14s %-10s %-8s %-12s %10s\n", "ACCOUNT", "TYPE",
+               "STATE", "SOURCE", "CREDENTIAL", "SPEND");
+
+        cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(j,
+                                                               "accounts"))
+        {
+            usage = cJSON_GetObjectItemCaseSensitive(a, "usage");
+
+            printf("%-18.18s %-14.14s %-10.10s %-8.8s %-12.12s %9s$%.2f\n",
+                   tbc_str(a, "id", "?"), tbc_str(a, "type", "?"),
+                   tbc_str(a, "state", "?"), tbc_str(a, "source", "?"),
+                   tbc_str(a, "credential", "—"), "",
+                   tbc_num(usage, "window_usd", 0));
+        }
+    }
+
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}
+
+
+static int
+tbc_accounts_add(tbc_t *c)
+{
+    int          rc;
+    char        *text;
+    cJSON       *body, *j, *probe, *rec;
+    const char  *key, *type;
+
+    if (!tbc_need_args(c, 2, "accounts add ID --api-key K [options]")) {
+        return TBC_USAGE;
+    }
+
+    key = tbc_opt(c, "api-key");
+    if (key == NULL) {
+        tbc_err("accounts add needs --api-key");
+        return TBC_USAGE;
+    }
+
+    body = cJSON_CreateObject();
+    cJSON_AddStringToObject(body, "id", c->args[1]);
+    cJSON_AddStringToObject(body, "api_key", key);
+
+    type = tbc_opt(c, "type");
+    if (type) {
+        cJSON_AddStringToObject(body, "type", type);
+    }
+
+    if (tbc_opt(c, "name")) {
+        cJSON_AddStringToObject(body, "name", tbc_opt(c, "name"));
+    }
+
+    if (tbc_opt(c, "base-url")) {
+        cJSON_AddStringToObject(body, "base_url", tbc_opt(c, "base-url"));
+    }
+
+    if (!tbc_num_opt(c, body, "priority", "priority")
+        || !tbc_num_opt(c, body, "cost-tier", "cost_tier")
+        || !tbc_num_opt(c, body, "spend-cap", "spend_cap_usd"))
+    {
+        cJSON_Delete(body);
+        return TBC_USAGE;
+    }
+
+    if (tbc_opt(c, "no-test")) {
+        cJSON_AddBoolToObject(body, "probe", 0);
+    }
+
+    text = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+
+    j = tbc_admin(c, "POST", "/admin/accounts", text, &rc);
+    free(text);
+
+    if (j == NULL) {
+        return rc == TBC_REFUSED ? TBC_FAIL : rc;
+    }
+
+    if (!tbc_json_out(c, j)) {
+        probe = cJSON_GetObjectItemCaseSensitive(j, "probe");
+        rec = cJSON_GetObjectItemCaseSensitive(j, "account");
+
+        if (probe && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(probe,
+                                                                   "ok")))
+        {
+            printf("ok credential accepted in %.2fs\n",
+                   tbc_num(probe, "latency_ms", 0) / 1000);
+        }
+
+        printf("%s added (%s)\n", c->args[1],
+               tbc_str(rec ? rec : j, "credential", "stored"));
+    }
+
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}
+
+
+static int
+tbc_accounts_test(tbc_t *c)
+{
+    int           rc, failed;
+    char          path[256];
+    cJSON        *list, *j;
+    const cJSON  *a;
+    const char   *id;
+
+    if (c->nargs > 2) {
+        tbc_err("usage: tokenbiryani accounts test [ID]");
+        return TBC_USAGE;
+    }
+
+    failed = 0;
+
+    if (c->nargs == 2) {
+        if (!tbc_path(path, sizeof(path), "/admin/accounts/%s/test",
+                      c->args[1]))
+        {
+            return TBC_USAGE;
+        }
+
+        j = tbc_admin(c, "POST", path, "{}", &rc);
+        if (j == NULL) {
+            return rc;
+        }
+
+        if (!tbc_json_out(c, j)) {
+            failed = tbc_test_line(c, c->args[1], j);
+        }
+
+        cJSON_Delete(j);
+
+        return failed ? TBC_FAIL : TBC_OK;
+    }
+
+    list = tbc_admin(c, "GET", "/admin/accounts", NULL, &rc);
+    if (list == NULL) {
+        return rc;
+    }
+
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(list, "accounts"))
+    {
+        id = tbc_str(a, "id", "");
+
+        if (!tbc_path(path, sizeof(path), "/admin/accounts/%s/test", id)) {
+            continue;
+        }
+
+        j = tbc_admin(c, "POST", path, "{}", &rc);
+
+        if (j == NULL) {
+            failed = 1;
+            continue;
+        }
+
+        if (!tbc_json_out(c, j)) {
+            failed |= tbc_test_line(c, id, j);
+        }
+
+        cJSON_Delete(j);
+    }
+
+    cJSON_Delete(list);
+
+    return failed ? TBC_FAIL : TBC_OK;
+}
+
+
+static int
+tbc_accounts_simple(tbc_t *c, const char *method, const char *fmt,
+    const char *done)
+{
+    int     rc;
+    char    path[256];
+    cJSON  *j;
+
+    if (!tbc_need_args(c, 2, "accounts rm|enable|disable ID")
+        || !tbc_path(path, sizeof(path), fmt, c->args[1]))
+    {
+        return TBC_USAGE;
+    }
+
+    j = tbc_admin(c, method, path, method[0] == 'P' ? "{}" : NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (!tbc_json_out(c, j)) {
+        printf("%s %s", c->args[1], done);
+
+        if (tbc_str(j, "state", NULL)) {
+            printf(" (%s)", tbc_str(j, "state", ""));
+        }
+
+        printf("\n");
+    }
+
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}
+
+
+int
+tbc_accounts(tbc_t *c)
+{
+    const char  *sub;
+
+    sub = c->nargs ? c->args[0] : "list";
+
+    if (strcmp(sub, "list") == 0) {
+        return tbc_accounts_list(c);
+    }
+
+    if (strcmp(sub, "add") == 0) {
+        return tbc_accounts_add(c);
+    }
+
+    if (strcmp(sub, "test") == 0) {
+        return tbc_accounts_test(c);
+    }
+
+    if (strcmp(sub, "rm") == 0) {
+        return tbc_accounts_simple(c, "DELETE", "/admin/accounts/%s",
+                                   "removed");
+    }
+
+    if (strcmp(sub, "enable") == 0) {
+        return tbc_accounts_simple(c, "POST", "/admin/accounts/%s/enable",
+                                   "enabled");
+    }
+
+    if (strcmp(sub, "disable") == 0) {
+        return tbc_accounts_simple(c, "POST", "/admin/accounts/%s/disable",
+                                   "disabled");
+    }
+
+    tbc_err("accounts: no \"%s\" (list, add, test, rm, enable, disable)",
+            sub);
+
+    return TBC_USAGE;
+}
+
+
+/* keys */
+
+static cJSON *
+tbc_key_body(tbc_t *c, const char *name)
+{
+    cJSON  *body;
+
+    body = cJSON_CreateObject();
+
+    if (name) {
+        cJSON_AddStringToObject(body, "name", name);
+    }
+
+    if (tbc_opt(c, "admin")) {
+        cJSON_AddBoolToObject(body, "admin", 1);
+    }
+
+    tbc_list_opt(c, body, "models", "models");
+    tbc_list_opt(c, body, "pool", "pool");
+
+    if (!tbc_num_opt(c, body, "rpm", "rpm")
+        || !tbc_num_opt(c, body, "spend-cap", "spend_cap_usd")
+        || !tbc_num_opt(c, body, "expires-in", "expires_in_seconds"))
+    {
+        cJSON_Delete(body);
+        return NULL;
+    }
+
+    return body;
+}
+
+
+int
+tbc_keys(tbc_t *c)
+{
+    int           rc;
+    char          path[256], *text;
+    cJSON        *j, *body;
+    const cJSON  *k, *rec;
+    const char   *sub;
+
+    sub = c->nargs ? c->args[0] : "list";
+
+    if (strcmp(sub, "list") == 0) {
+        j = tbc_admin(c, "GET", "/admin/keys", NULL, &rc);
+        if (j == NULL) {
+            return rc;
+        }
+
+        if (!tbc_json_out(c, j)) {
+            printf("%-20s %-7s %-5s %-22s %5s %10s\n", "KEY", "SOURCE",
+                   "ADMIN", "MODELS", "RPM", "CAP");
+
+            cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(j, "keys"))
+            {
+                char         rpm[32], cap[32];
+                const char  *m;
+
+                text = cJSON_PrintUnformatted(
+                           cJSON_GetObjectItemCaseSensitive(k, "models"));
+
+                if (tbc_num(k, "rpm", -1) >= 0) {
+                    snprintf(rpm, sizeof(rpm), "%.0f", tbc_num(k, "rpm", 0));
+                } else {
+                    strcpy(rpm, "—");
+                }
+
+                if (tbc_num(k, "spend_cap_usd", -1) >= 0) {
+                    snprintf(cap, sizeof(cap), "$%.2f",
+                             tbc_num(k, "spend_cap_usd", 0));
+                } else {
+                    strcpy(cap, "—");
+                }
+
+                m = text ? text : "—";
+
+                printf("%-20.20s %-7.7s %-5s %-*.*s %*s %*s\n",
+                       tbc_str(k, "name", "?"), tbc_str(k, "source", "?"),
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(k,
+                                                                     "admin"))
+                       ? "yes" : "no", tbc_w(22, m), tbc_w(22, m), m,
+                       tbc_w(5, rpm), rpm, tbc_w(10, cap), cap);
+                free(text);
+            }
+        }
+
+        cJSON_Delete(j);
+
+        return TBC_OK;
+    }
+
+    if (strcmp(sub, "mint") == 0 || strcmp(sub, "rescope") == 0) {
+        if (!tbc_need_args(c, 2, "keys mint|rescope NAME [options]")
+            || !tbc_path(path, sizeof(path), "/admin/keys/%s", c->args[1]))
+        {
+            return TBC_USAGE;
+        }
+
+        body = tbc_key_body(c, sub[0] == 'm' ? c->args[1] : NULL);
+        if (body == NULL) {
+            return TBC_USAGE;
+        }
+
+        if (sub[0] == 'r' && tbc_opt(c, "admin")) {
+            tbc_err("a key's admin cannot change: revoke it and mint another");
+            cJSON_Delete(body);
+            return TBC_USAGE;
+        }
+
+        text = cJSON_PrintUnformatted(body);
+        cJSON_Delete(body);
+
+        j = tbc_admin(c, sub[0] == 'm' ? "POST" : "PATCH",
+                      sub[0] == 'm' ? "/admin/keys" : path, text, &rc);
+        free(text);
+
+        if (j == NULL) {
+            return rc;
+        }
+
+        if (!tbc_json_out(c, j)) {
+            if (sub[0] == 'm') {
+                rec = cJSON_GetObjectItemCaseSensitive(j, "record");
+                printf("%s minted%s. Its secret, shown this once:\n\n  %s\n\n"
+                       "export ANTHROPIC_BASE_URL=%s\n"
+                       "export ANTHROPIC_AUTH_TOKEN=%s\n",
+                       c->args[1],
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec,
+                                                                     "admin"))
+                       ? " (admin)" : "", tbc_str(j, "key", "?"), c->url,
+                       tbc_str(j, "key", "?"));
+
+            } else {
+                printf("%s rescoped\n", c->args[1]);
+            }
+        }
+
+        cJSON_Delete(j);
+
+        return TBC_OK;
+    }
+
+    if (strcmp(sub, "revoke") == 0) {
+        if (!tbc_need_args(c, 2, "keys revoke NAME")
+            || !tbc_path(path, sizeof(path), "/admin/keys/%s", c->args[1]))
+        {
+            return TBC_USAGE;
+        }
+
+        j = tbc_admin(c, "DELETE", path, NULL, &rc);
+        if (j == NULL) {
+            return rc;
+        }
+
+        if (!tbc_json_out(c, j)) {
+            printf("%s revoked: every worker refuses it from its next "
+                   "request\n", c->args[1]);
+        }
+
+        cJSON_Delete(j);
+
+        return TBC_OK;
+    }
+
+    tbc_err("keys: no \"%s\" (list, mint, rescope, revoke)", sub);
+
+    return TBC_USAGE;
+}
+
+
+int
+tbc_strategies(tbc_t *c)
+{
+    int           rc;
+    cJSON        *j;
+    const cJSON  *s;
+
+    j = tbc_admin(c, "GET", "/admin/strategies", NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (!tbc_json_out(c, j)) {
+        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(j,
+                                                               "strategies"))
+        {
+            printf("%s %-18s %.56s%s\n",
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s,
+                                                                 "current"))
+                   ? "*" : " ", tbc_str(s, "name", "?"),
+                   tbc_str(s, "description", ""),
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s,
+                                                                 "plugin"))
+                   ? " (plugin)" : "");
+        }
+    }
+
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}
+
+
+/* one request, as the inspector shows it */
+static void
+tbc_request_detail(tbc_t *c, const cJSON *r)
+{
+    int           first;
+    const cJSON  *a, *d, *cand, *terms, *t, *u, *cost;
+
+    printf("%s  %s · %s · key %s · %s\n", tbc_str(r, "request_id", "?"),
+           tbc_str(r, "started_at", "?"), tbc_str(r, "model", "?"),
+           tbc_str(r, "key", "?"),
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "streamed"))
+           ? "stream" : "JSON");
+
+    printf("\nattempts  ");
+    first = 1;
+
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(r, "attempts")) {
+        printf("%s%s → %.0f (%.0f ms)", first ? "" : " → ",
+               tbc_str(a, "account", "?"), tbc_num(a, "status", 0),
+               tbc_num(a, "latency_ms", 0));
+        first = 0;
+    }
+
+    printf("%s\n", first ? "none" : "");
+
+    u = cJSON_GetObjectItemCaseSensitive(r, "usage");
+    cost = cJSON_GetObjectItemCaseSensitive(r, "cost");
+
+    printf("tokens    in %.0f · out %.0f · cache read %.0f · cache write "
+           "%.0f\n", tbc_num(u, "input_tokens", 0),
+           tbc_num(u, "output_tokens", 0),
+           tbc_num(u, "cache_read_input_tokens", 0),
+           tbc_num(u, "cache_creation_input_tokens", 0));
+
+    if (tbc_num(cost, "usd", -1) >= 0) {
+        printf("cost      $%.6f\n", tbc_num(cost, "usd", 0));
+    } else {
+        printf("cost      unknown (no price)\n");
+    }
+
+    printf("time      %.0f ms · first token %s%.0f%s · queued %.0f ms · "
+           "affinity %s\n", tbc_num(r, "latency_ms", 0),
+           tbc_num(r, "ttft_ms", -1) >= 0 ? "" : "—",
+           tbc_num(r, "ttft_ms", -1) >= 0 ? tbc_num(r, "ttft_ms", 0) : 0.0,
+           tbc_num(r, "ttft_ms", -1) >= 0 ? " ms" : "",
+           tbc_num(r, "queued_ms", 0), tbc_str(r, "affinity", "—"));
+
+    d = cJSON_GetObjectItemCaseSensitive(r, "decision");
+
+    if (d == NULL) {
+        return;
+    }
+
+    printf("\ndecision  %s, %s chosen, affinity %s\n",
+           tbc_str(d, "strategy", "?"), tbc_str(d, "chosen", "none"),
+           tbc_str(d, "affinity", "—"));
+
+    cJSON_ArrayForEach(cand, cJSON_GetObjectItemCaseSensitive(d,
+                                                              "candidates"))
+    {
+        printf("  %-16.16s %-12.40s", tbc_str(cand, "account", "?"),
+               tbc_str(cand, "verdict", "?"));
+
+        if (tbc_num(cand, "score", NAN) == tbc_num(cand, "score", NAN)) {
+            printf(" %.4f", tbc_num(cand, "score", 0));
+        }
+
+        terms = cJSON_GetObjectItemCaseSensitive(cand, "terms");
+
+        cJSON_ArrayForEach(t, terms) {
+            if (cJSON_IsNumber(t) && t->valuedouble != 0) {
+                printf(" %s %.3g", t->string, t->valuedouble);
+            }
+        }
+
+        printf("\n");
+    }
+}
+
+
+int
+tbc_requests(tbc_t *c)
+{
+    int           rc;
+    char          path[256];
+    cJSON        *j;
+    const cJSON  *r, *a, *cost;
+    const char   *limit;
+
+    if (c->nargs > 1) {
+        tbc_err("usage: tokenbiryani requests [ID] [--limit N]");
+        return TBC_USAGE;
+    }
+
+    if (c->nargs == 1) {
+        if (!tbc_path(path, sizeof(path), "/admin/requests/%s", c->args[0])) {
+            return TBC_USAGE;
+        }
+
+    } else {
+        limit = tbc_opt(c, "limit");
+        snprintf(path, sizeof(path), "/admin/requests?limit=%d",
+                 limit ? atoi(limit) : 20);
+    }
+
+    j = tbc_admin(c, "GET", path, NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (tbc_json_out(c, j)) {
+        cJSON_Delete(j);
+        return TBC_OK;
+    }
+
+    if (c->nargs == 1) {
+        tbc_request_detail(c, j);
+        cJSON_Delete(j);
+        return TBC_OK;
+    }
+
+    printf("%-28s %6s %-14s %5s %8s %10s\n", "REQUEST", "STATUS", "ACCOUNT",
+           "TRIES", "MS", "COST");
+
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(j, "requests")) {
+        a = cJSON_GetObjectItemCaseSensitive(r, "attempts");
+        cost = cJSON_GetObjectItemCaseSensitive(r, "cost");
+
+        printf("%-28.28s %6.0f %-14.14s %5d %8.0f ",
+               tbc_str(r, "request_id", "?"), tbc_num(r, "status", 0),
+               tbc_str(r, "account", "—"), cJSON_GetArraySize(a),
+               tbc_num(r, "latency_ms", 0));
+
+        if (tbc_num(cost, "usd", -1) >= 0) {
+            printf("%3s$%.6f\n", "", tbc_num(cost, "usd", 0));
+        } else {
+            printf("%12s\n", "—");
+        }
+    }
+
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}
+
+
+int
+tbc_usage(tbc_t *c)
+{
+    int           rc;
+    char          path[256], in[16], out[16], hit[16];
+    cJSON        *j;
+    const cJSON  *g, *t;
+    const char   *range, *by;
+
+    range = tbc_opt(c, "range");
+    by = tbc_opt(c, "by");
+
+    if (range == NULL) {
+        range = "24h";
+    }
+
+    if (by == NULL) {
+        by = "account";
+    }
+
+    if (strspn(range, "0123456789hd") != strlen(range)
+        || (strcmp(by, "account") && strcmp(by, "model") && strcmp(by, "key")))
+    {
+        tbc_err("usage: --range 1h|24h|7d|30d, --by account|model|key");
+        return TBC_USAGE;
+    }
+
+    snprintf(path, sizeof(path), "/admin/usage?range=%s&by=%s", range, by);
+
+    j = tbc_admin(c, "GET", path, NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (tbc_json_out(c, j)) {
+        cJSON_Delete(j);
+        return TBC_OK;
+    }
+
+    printf("last %s, by %s\n\n%-22s %8s %8s %8s %7s %6s %12s\n", range, by,
+           by[0] == 'a' ? "ACCOUNT" : by[0] == 'm' ? "MODEL" : "KEY",
+           "REQUESTS", "INPUT", "OUTPUT", "CACHE", "ERRORS", "COST");
+
+    cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(j, "groups")) {
+        t = cJSON_GetObjectItemCaseSensitive(g, "totals");
+        tbc_tokens(in, sizeof(in), tbc_num(t, "input_tokens", 0));
+        tbc_tokens(out, sizeof(out), tbc_num(t, "output_tokens", 0));
+        tbc_pct(hit, sizeof(hit), tbc_num(t, "cache_hit_rate", NAN));
+
+        printf("%-22.22s %8.0f %8s %8s %*s %6.0f %5s$%.6f\n",
+               tbc_str(g, "name", "")[0] ? tbc_str(g, "name", "") : "(none)",
+               tbc_num(t, "requests", 0), in, out,
+               strcmp(hit, "—") ? 7 : 9, hit, tbc_num(t, "errors", 0), "",
+               tbc_num(t, "cost_usd", 0));
+    }
+
+    t = cJSON_GetObjectItemCaseSensitive(j, "totals");
+    printf("\n%-22s %8.0f %35s$%.6f\n", "all", tbc_num(t, "requests", 0), "",
+           tbc_num(t, "cost_usd", 0));
+
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}
+
+
+int
+tbc_sessions(tbc_t *c)
+{
+    int           rc;
+    char          path[256];
+    cJSON        *j;
+    const cJSON  *s;
+    const char   *limit;
+
+    limit = tbc_opt(c, "limit");
+    snprintf(path, sizeof(path), "/admin/sessions?limit=%d",
+             limit ? atoi(limit) : 20);
+
+    j = tbc_admin(c, "GET", path, NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (tbc_json_out(c, j)) {
+        cJSON_Delete(j);
+        return TBC_OK;
+    }
+
+    printf("%-18s %-14s %-14s %6s %12s  %s\n", "SESSION", "KEY", "ACCOUNT",
+           "TURNS", "COST", "RUNAWAY");
+
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(j, "sessions")) {
+        printf("%-18.18s %-14.14s %-14.14s %6.0f %3s$%.6f  %s%.22s%s\n",
+               tbc_str(s, "session", "?"), tbc_str(s, "key", "?"),
+               tbc_str(s, "account", "—"), tbc_num(s, "turns", 0), "",
+               tbc_num(s, "cost_usd", 0),
+               tbc_c(c, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s,
+                                     "runaway")) ? "red" : "reset"),
+               tbc_str(s, "why", "—"), tbc_c(c, "reset"));
+    }
+
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}

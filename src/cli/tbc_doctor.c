@@ -1,0 +1,278 @@
+/*
+ * tokenbiryani doctor: one real request (max_tokens 1) to the Anthropic
+ * API, and whether the nine rate-limit headers the gateway routes on came
+ * back - read by the gateway's own parser (src/core/tb_ratelimit.c).
+ */
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <curl/curl.h>
+
+#include "tbc.h"
+#include "tb_ratelimit.h"
+
+
+#define TBC_HEADERS_MAX       64
+
+
+typedef struct {
+    int                       n;
+    char                     *name[TBC_HEADERS_MAX];
+    char                     *value[TBC_HEADERS_MAX];
+    tb_rl_obs_t               obs;
+    int64_t                   now_ms;
+} tbc_headers_t;
+
+
+static const char  *tbc_nine[] = {
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-input-tokens-limit",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-limit",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+};
+
+
+static size_t
+tbc_header(char *p, size_t size, size_t n, void *data)
+{
+    size_t          len, i, nl, vl;
+    char           *colon, *v;
+    tbc_headers_t  *h;
+
+    h = data;
+    len = size * n;
+    colon = memchr(p, ':', len);
+
+    if (colon == NULL || h->n == TBC_HEADERS_MAX) {
+        return len;
+    }
+
+    nl = (size_t) (colon - p);
+    v = colon + 1;
+    vl = len - nl - 1;
+
+    while (vl && (*v == ' ' || *v == '\t')) {
+        v++;
+        vl--;
+    }
+
+    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+    {
+        vl--;
+    }
+
+    h->name[h->n] = strndup(p, nl);
+    h->value[h->n] = strndup(v, vl);
+
+    if (h->name[h->n] == NULL || h->value[h->n] == NULL) {
+        return 0;
+    }
+
+    for (i = 0; i < nl; i++) {
+        h->name[h->n][i] = (char) tolower((unsigned char) h->name[h->n][i]);
+    }
+
+    (void) tb_rl_obs_header(&h->obs, (unsigned char *) h->name[h->n], nl,
+                            (unsigned char *) h->value[h->n], vl, h->now_ms);
+    h->n++;
+
+    return len;
+}
+
+
+static const char *
+tbc_value(const tbc_headers_t *h, const char *name)
+{
+    int  i;
+
+    for (i = 0; i < h->n; i++) {
+        if (strcmp(h->name[i], name) == 0) {
+            return h->value[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static size_t
+tbc_discard(char *p, size_t size, size_t n, void *data)
+{
+    (void) p;
+    (void) data;
+
+    return size * n;
+}
+
+
+int
+tbc_doctor(tbc_t *c)
+{
+    int              i, w, missing;
+    long             code;
+    char             url[1024], hdr[1024], body[256], err[CURL_ERROR_SIZE];
+    CURL            *cu;
+    CURLcode         rc;
+    const char      *key, *base, *model, *v;
+    tbc_headers_t    h;
+    struct timeval   tv;
+    struct curl_slist  *hs;
+
+    static const char  *wins[] = { "requests", "input tokens",
+                                   "output tokens" };
+
+    key = tbc_opt(c, "api-key");
+    if (key == NULL) {
+        key = getenv("ANTHROPIC_API_KEY");
+    }
+
+    if (key == NULL || key[0] == '\0') {
+        tbc_err("doctor needs a key: --api-key K or $ANTHROPIC_API_KEY");
+        return TBC_USAGE;
+    }
+
+    base = tbc_opt(c, "base-url");
+    if (base == NULL) {
+        base = "https://api.anthropic.com";
+    }
+
+    model = tbc_opt(c, "model");
+    if (model == NULL) {
+        model = "claude-haiku-4-5";
+    }
+
+    if (strpbrk(model, "\"\\") != NULL) {
+        tbc_err("--model: a model's name has no quote or backslash");
+        return TBC_USAGE;
+    }
+
+    memset(&h, 0, sizeof(h));
+    tb_rl_obs_init(&h.obs);
+    gettimeofday(&tv, NULL);
+    h.now_ms = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+
+    snprintf(url, sizeof(url), "%s/v1/messages", base);
+    snprintf(hdr, sizeof(hdr), "x-api-key: %s", key);
+    snprintf(body, sizeof(body), "{\"model\":\"%s\",\"max_tokens\":1,"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", model);
+
+    cu = curl_easy_init();
+    if (cu == NULL) {
+        tbc_err("libcurl did not start");
+        return TBC_FAIL;
+    }
+
+    hs = curl_slist_append(NULL, hdr);
+    hs = curl_slist_append(hs, "anthropic-version: 2023-06-01");
+    hs = curl_slist_append(hs, "content-type: application/json");
+    err[0] = '\0';
+
+    curl_easy_setopt(cu, CURLOPT_URL, url);
+    curl_easy_setopt(cu, CURLOPT_HTTPHEADER, hs);
+    curl_easy_setopt(cu, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(cu, CURLOPT_HEADERFUNCTION, tbc_header);
+    curl_easy_setopt(cu, CURLOPT_HEADERDATA, &h);
+    curl_easy_setopt(cu, CURLOPT_WRITEFUNCTION, tbc_discard);
+    curl_easy_setopt(cu, CURLOPT_ERRORBUFFER, err);
+    curl_easy_setopt(cu, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_easy_setopt(cu, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(cu, CURLOPT_NOSIGNAL, 1L);
+
+    rc = curl_easy_perform(cu);
+    code = 0;
+
+    if (rc == CURLE_OK) {
+        curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &code);
+    }
+
+    curl_slist_free_all(hs);
+    curl_easy_cleanup(cu);
+
+    if (rc != CURLE_OK) {
+        tbc_err("%s did not answer: %s", base,
+                err[0] ? err : curl_easy_strerror(rc));
+        return TBC_UNREACHABLE;
+    }
+
+    printf("POST %s (%s, max_tokens 1): %ld\n\n", url, model, code);
+
+    printf("headers that came back:\n");
+
+    for (i = 0; i < h.n; i++) {
+        if (strncmp(h.name[i], "anthropic-", 10) == 0
+            || strcmp(h.name[i], "retry-after") == 0
+            || strcmp(h.name[i], "request-id") == 0)
+        {
+            printf("  %s: %s\n", h.name[i], h.value[i]);
+        }
+    }
+
+    printf("\nthe nine the gateway routes on:\n");
+    missing = 0;
+
+    for (i = 0; i < 9; i++) {
+        v = tbc_value(&h, tbc_nine[i]);
+        missing += (v == NULL);
+        printf("  %s%s%s %s\n", tbc_c(c, v ? "green" : "red"),
+               v ? "✓" : "✗", tbc_c(c, "reset"), tbc_nine[i]);
+    }
+
+    printf("\nwhat the gateway's mirror reads from them:\n");
+
+    for (w = 0; w < TB_NWINDOWS; w++) {
+        printf("  %-14s", wins[w]);
+
+        if (h.obs.has & (1u << (w * TB_RL_NFIELDS + TB_RL_LIMIT))) {
+            printf(" limit %lld", (long long) h.obs.v[w][TB_RL_LIMIT]);
+        } else {
+            printf(" limit —");
+        }
+
+        if (h.obs.has & (1u << (w * TB_RL_NFIELDS + TB_RL_REMAINING))) {
+            printf(" · remaining %lld",
+                   (long long) h.obs.v[w][TB_RL_REMAINING]);
+        } else {
+            printf(" · remaining —");
+        }
+
+        if (h.obs.has & (1u << (w * TB_RL_NFIELDS + TB_RL_RESET))) {
+            printf(" · reset in %.1fs\n",
+                   (double) (h.obs.v[w][TB_RL_RESET] - h.now_ms) / 1000);
+        } else {
+            printf(" · reset —\n");
+        }
+    }
+
+    for (i = 0; i < h.n; i++) {
+        free(h.name[i]);
+        free(h.value[i]);
+    }
+
+    if (code != 200 && code != 429) {
+        printf("\n%sPROBLEM%s the upstream answered %ld: this key cannot "
+               "serve requests as it is\n", tbc_c(c, "red"),
+               tbc_c(c, "reset"), code);
+        return TBC_FAIL;
+    }
+
+    if (missing) {
+        printf("\n%sPROBLEM%s %d of 9 headers are missing: the gateway "
+               "cannot see those limits, and routes as if they were "
+               "never reached\n", tbc_c(c, "red"), tbc_c(c, "reset"),
+               missing);
+        return TBC_FAIL;
+    }
+
+    printf("\n%sOK%s every header the gateway needs is present and "
+           "parsed\n", tbc_c(c, "green"), tbc_c(c, "reset"));
+
+    return TBC_OK;
+}

@@ -1,0 +1,334 @@
+/*
+ * tokenbiryani: the gateway's admin API over libcurl, and what the tables
+ * are made of.
+ */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "tbc.h"
+#include "tb_config.h"
+
+
+typedef struct {
+    char                     *data;
+    size_t                    len;
+} tbc_buf_t;
+
+
+static size_t
+tbc_collect(char *p, size_t size, size_t n, void *data)
+{
+    char       *d;
+    tbc_buf_t  *b;
+
+    b = data;
+    d = realloc(b->data, b->len + size * n + 1);
+
+    if (d == NULL) {
+        return 0;
+    }
+
+    memcpy(d + b->len, p, size * n);
+    b->data = d;
+    b->len += size * n;
+    b->data[b->len] = '\0';
+
+    return size * n;
+}
+
+
+long
+tbc_call(tbc_t *c, const char *method, const char *path, const char *body,
+    cJSON **out)
+{
+    long                code;
+    char                url[2048], hdr[1024], errbuf[CURL_ERROR_SIZE];
+    CURL               *h;
+    CURLcode            rc;
+    tbc_buf_t           b;
+    struct curl_slist  *hs;
+
+    *out = NULL;
+
+    if (snprintf(url, sizeof(url), "%s%s", c->url, path)
+        >= (int) sizeof(url))
+    {
+        tbc_err("the gateway's URL is too long");
+        return 0;
+    }
+
+    h = curl_easy_init();
+    if (h == NULL) {
+        tbc_err("libcurl did not start");
+        return 0;
+    }
+
+    hs = NULL;
+
+    if (c->key) {
+        /* the key travels in a header, never in the URL */
+        snprintf(hdr, sizeof(hdr), "x-api-key: %s", c->key);
+        hs = curl_slist_append(hs, hdr);
+    }
+
+    if (body) {
+        hs = curl_slist_append(hs, "content-type: application/json");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    }
+
+    b.data = NULL;
+    b.len = 0;
+    errbuf[0] = '\0';
+
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tbc_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+
+    rc = curl_easy_perform(h);
+    code = 0;
+
+    if (rc != CURLE_OK) {
+        tbc_err("no gateway answered at %s: %s (is it running? "
+                "`tokenbiryani serve`, or --url)", c->url,
+                errbuf[0] ? errbuf : curl_easy_strerror(rc));
+
+    } else {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+
+        if (b.data) {
+            *out = cJSON_Parse(b.data);
+        }
+    }
+
+    free(b.data);
+    curl_slist_free_all(hs);
+    curl_easy_cleanup(h);
+
+    return code;
+}
+
+
+const char *
+tbc_error_message(const cJSON *j)
+{
+    const cJSON  *e, *m;
+
+    e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    m = cJSON_GetObjectItemCaseSensitive(e, "message");
+
+    return cJSON_IsString(m) ? m->valuestring : "";
+}
+
+
+cJSON *
+tbc_admin(tbc_t *c, const char *method, const char *path, const char *body,
+    int *rc)
+{
+    long    code;
+    cJSON  *j;
+
+    if (c->key == NULL) {
+        tbc_err("no admin key: --key, $TOKENBIRYANI_KEY, or an admin key in "
+                "%s (`tokenbiryani init` writes one)", c->config);
+        *rc = TBC_USAGE;
+        return NULL;
+    }
+
+    code = tbc_call(c, method, path, body, &j);
+
+    if (code == 0) {
+        *rc = TBC_UNREACHABLE;
+        return NULL;
+    }
+
+    if (code >= 200 && code < 300 && j) {
+        *rc = TBC_OK;
+        return j;
+    }
+
+    if (code == 401 || code == 403) {
+        tbc_err("the gateway refused the admin key from %s (%ld): %s",
+                c->key_from, code, tbc_error_message(j));
+
+    } else {
+        tbc_err("%s %s: %ld %s", method, path, code,
+                j ? tbc_error_message(j) : "(not the gateway's JSON)");
+    }
+
+    cJSON_Delete(j);
+    *rc = TBC_REFUSED;
+
+    return NULL;
+}
+
+
+const char *
+tbc_config_admin_key(const char *path)
+{
+    size_t        i;
+    char          err[512];
+    const char   *key;
+    tb_config_t  *cf;
+
+    cf = tb_config_load_file(path, NULL, err, sizeof(err));
+    if (cf == NULL) {
+        return NULL;
+    }
+
+    key = NULL;
+
+    for (i = 0; i < cf->nkeys; i++) {
+        if (cf->keys[i].admin && cf->keys[i].key) {
+            key = strdup(cf->keys[i].key);
+            break;
+        }
+    }
+
+    /* kept for the command's life: the key is all it needs of it */
+    tb_config_free(cf);
+
+    return key;
+}
+
+
+/* output */
+
+const char *
+tbc_c(const tbc_t *c, const char *what)
+{
+    static const struct {
+        const char  *name;
+        const char  *esc;
+    }  colors[] = {
+        { "green", "\033[32m" }, { "blue", "\033[34m" },
+        { "red", "\033[31m" }, { "yellow", "\033[33m" },
+        { "dim", "\033[2m" }, { "bold", "\033[1m" },
+        { "reset", "\033[0m" }, { NULL, NULL }
+    };
+
+    int  i;
+
+    if (!c->color) {
+        return "";
+    }
+
+    for (i = 0; colors[i].name; i++) {
+        if (strcmp(colors[i].name, what) == 0) {
+            return colors[i].esc;
+        }
+    }
+
+    return "";
+}
+
+
+/* printf's width for s to fill w columns: a UTF-8 sequence is one column
+ * of several bytes, and printf counts bytes */
+int
+tbc_w(int w, const char *s)
+{
+    for ( /* void */ ; *s; s++) {
+        if (((unsigned char) *s & 0xc0) == 0x80) {
+            w++;
+        }
+    }
+
+    return w;
+}
+
+
+void
+tbc_pct(char *buf, size_t size, double f)
+{
+    if (isnan(f) || f < 0) {
+        snprintf(buf, size, "—");
+        return;
+    }
+
+    snprintf(buf, size, "%.0f%%", f * 100);
+}
+
+
+void
+tbc_tokens(char *buf, size_t size, double n)
+{
+    if (isnan(n) || n < 0) {
+        snprintf(buf, size, "—");
+
+    } else if (n >= 1e6) {
+        snprintf(buf, size, "%.2fM", n / 1e6);
+
+    } else if (n >= 1e3) {
+        snprintf(buf, size, "%.0fk", n / 1e3);
+
+    } else {
+        snprintf(buf, size, "%.0f", n);
+    }
+}
+
+
+void
+tbc_clock(char *buf, size_t size, double secs)
+{
+    long  s;
+
+    if (isnan(secs) || secs < 0) {
+        snprintf(buf, size, "—");
+        return;
+    }
+
+    s = (long) ceil(secs);
+
+    if (s >= 3600) {
+        snprintf(buf, size, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+
+    } else {
+        snprintf(buf, size, "%02ld:%02ld", s / 60, s % 60);
+    }
+}
+
+
+void
+tbc_json_print(const cJSON *j)
+{
+    char  *s;
+
+    s = cJSON_Print(j);
+
+    if (s) {
+        puts(s);
+        free(s);
+    }
+}
+
+
+double
+tbc_num(const cJSON *obj, const char *name, double dflt)
+{
+    const cJSON  *v;
+
+    v = cJSON_GetObjectItemCaseSensitive(obj, name);
+
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+
+const char *
+tbc_str(const cJSON *obj, const char *name, const char *dflt)
+{
+    const cJSON  *v;
+
+    v = cJSON_GetObjectItemCaseSensitive(obj, name);
+
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}

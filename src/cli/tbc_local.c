@@ -1,0 +1,488 @@
+/*
+ * tokenbiryani init, serve, console: a gateway of its own on this machine.
+ *
+ *   D/tokenbiryani.yaml     the pool (no accounts yet), an admin key, the
+ *                           SQLite store beside it
+ *   D/nginx.conf            loads the module, listens, /v1/ /admin/
+ *                           /healthz /console
+ *   D/.tokenbiryani/        nginx's prefix: logs, pid, temp files, and the
+ *                           gateway's address for the other commands
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tbc.h"
+
+
+#ifndef TBC_MODULE
+#define TBC_MODULE            "ngx_http_tokenbiryani_module.so"
+#endif
+
+#define TBC_NGINX             "/usr/sbin/nginx"
+
+
+static const char *
+tbc_dir(tbc_t *c, char *abs)
+{
+    const char  *d;
+
+    d = tbc_opt(c, "dir");
+    if (d == NULL) {
+        d = ".";
+    }
+
+    if (realpath(d, abs) == NULL) {
+        tbc_err("%s: %s", d, strerror(errno));
+        return NULL;
+    }
+
+    return abs;
+}
+
+
+/* as root, nginx's workers run as another user: they must reach D */
+static int
+tbc_reachable(const char *dir)
+{
+    char         path[PATH_MAX], *slash;
+    struct stat  st;
+
+    if (geteuid() != 0) {
+        return 1;
+    }
+
+    snprintf(path, sizeof(path), "%s", dir);
+
+    for ( ;; ) {
+        if (stat(path, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+            tbc_err("%s is not reachable by nginx's workers (they run as "
+                    "another user when nginx starts as root): init in a "
+                    "directory others may enter, or not as root", path);
+            return 0;
+        }
+
+        slash = strrchr(path, '/');
+
+        if (slash == NULL || slash == path) {
+            return 1;
+        }
+
+        *slash = '\0';
+    }
+}
+
+
+static int
+tbc_write(const char *path, const char *text, mode_t mode)
+{
+    int      fd;
+    size_t   len;
+    ssize_t  n;
+
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+    if (fd == -1) {
+        tbc_err("%s: %s", path, strerror(errno));
+        return 0;
+    }
+
+    len = strlen(text);
+    n = write(fd, text, len);
+
+    if (n != (ssize_t) len || close(fd) != 0) {
+        tbc_err("%s: could not be written", path);
+        return 0;
+    }
+
+    (void) chmod(path, mode);
+
+    return 1;
+}
+
+
+/* "bir_" and 48 hex digits of the system's random */
+static int
+tbc_new_key(char *key)
+{
+    int            fd, i;
+    unsigned char  r[24];
+
+    fd = open("/dev/urandom", O_RDONLY);
+
+    if (fd == -1 || read(fd, r, sizeof(r)) != (ssize_t) sizeof(r)) {
+        tbc_err("/dev/urandom: %s", strerror(errno));
+        return 0;
+    }
+
+    close(fd);
+
+    strcpy(key, "bir_");
+
+    for (i = 0; i < 24; i++) {
+        sprintf(key + 4 + i * 2, "%02x", r[i]);
+    }
+
+    return 1;
+}
+
+
+int
+tbc_init(tbc_t *c)
+{
+    char         dir[PATH_MAX], yaml_path[PATH_MAX + 64],
+                 conf_path[PATH_MAX + 64], prefix[PATH_MAX + 64],
+                 url_path[PATH_MAX + 128], key[64], yaml[PATH_MAX + 2048],
+                 conf[3 * PATH_MAX + 2048], accounts[1024];
+    const char  *listen, *api_key, *module;
+    struct stat  st;
+
+    if (c->nargs) {
+        tbc_err("init takes no arguments (see tokenbiryani init --help)");
+        return TBC_USAGE;
+    }
+
+    if (tbc_dir(c, dir) == NULL || !tbc_reachable(dir)) {
+        return TBC_FAIL;
+    }
+
+    listen = tbc_opt(c, "listen");
+    if (listen == NULL) {
+        listen = "127.0.0.1:8787";
+    }
+
+    if (strspn(listen, "0123456789.:[]abcdefABCDEF") != strlen(listen)) {
+        tbc_err("--listen: HOST:PORT, an address and a port");
+        return TBC_USAGE;
+    }
+
+    module = tbc_opt(c, "module");
+    if (module == NULL) {
+        module = TBC_MODULE;
+    }
+
+    if (stat(module, &st) != 0) {
+        tbc_err("the module %s is not there (build it with `make`, or "
+                "--module)", module);
+        return TBC_FAIL;
+    }
+
+    snprintf(yaml_path, sizeof(yaml_path), "%s/tokenbiryani.yaml", dir);
+    snprintf(conf_path, sizeof(conf_path), "%s/nginx.conf", dir);
+    snprintf(prefix, sizeof(prefix), "%s/.tokenbiryani", dir);
+    snprintf(url_path, sizeof(url_path), "%s/url", prefix);
+
+    if (!tbc_opt(c, "force")
+        && (stat(yaml_path, &st) == 0 || stat(conf_path, &st) == 0))
+    {
+        tbc_err("%s or %s is there already: --force to write them again "
+                "(a new admin key)", yaml_path, conf_path);
+        return TBC_FAIL;
+    }
+
+    api_key = tbc_opt(c, "api-key");
+    accounts[0] = '\0';
+
+    if (api_key) {
+        if (strpbrk(api_key, "\"\\\r\n'$ ") != NULL) {
+            tbc_err("--api-key: that is not an Anthropic key");
+            return TBC_USAGE;
+        }
+
+        snprintf(accounts, sizeof(accounts),
+                 "\n  - id: acct-01\n    type: anthropic_api\n"
+                 "    api_key: \"%s\"", api_key);
+    }
+
+    if (!tbc_new_key(key)) {
+        return TBC_FAIL;
+    }
+
+    snprintf(yaml, sizeof(yaml),
+             "# written by `tokenbiryani init`: the pool, its keys, where it "
+             "keeps them\n"
+             "store:\n"
+             "  backend: sqlite\n"
+             "  path: %s/tokenbiryani.db\n"
+             "pricing: builtin                  # the dated table shipped "
+             "with the module\n"
+             "routing:\n"
+             "  strategy: sticky_headroom\n"
+             "accounts:%s\n"
+             "keys:\n"
+             "  - key: %s\n"
+             "    name: default\n"
+             "    admin: true\n",
+             dir, api_key ? accounts : " []          # add them: "
+             "`tokenbiryani accounts add`, or the console", key);
+
+    snprintf(conf, sizeof(conf),
+             "# written by `tokenbiryani init`; started by `tokenbiryani "
+             "serve`\n"
+             "load_module %s;\n\n"
+             "worker_processes 2;\n"
+             "error_log logs/error.log notice;\n"
+             "pid logs/nginx.pid;\n\n"
+             "events { worker_connections 1024; }\n\n"
+             "http {\n"
+             "    access_log logs/access.log;\n"
+             "    client_body_temp_path client_body_temp;\n"
+             "    proxy_temp_path proxy_temp;\n"
+             "    fastcgi_temp_path fastcgi_temp;\n"
+             "    uwsgi_temp_path uwsgi_temp;\n"
+             "    scgi_temp_path scgi_temp;\n\n"
+             "    tokenbiryani_zone    tokenbiryani 32m;\n"
+             "    tokenbiryani_config  %s;\n\n"
+             "    server {\n"
+             "        listen %s;\n\n"
+             "        client_max_body_size     32m;\n"
+             "        client_body_buffer_size  1m;\n\n"
+             "        location /v1/          { tokenbiryani_pass; }\n"
+             "        location /admin/       { tokenbiryani_admin; }\n"
+             "        location = /healthz    { tokenbiryani_healthz; }\n"
+             "        location /console      { tokenbiryani_console; }\n"
+             "    }\n"
+             "}\n", module, yaml_path, listen);
+
+    if ((mkdir(prefix, 0711) != 0 && errno != EEXIST)
+        || chmod(prefix, 0711) != 0)
+    {
+        tbc_err("%s: %s", prefix, strerror(errno));
+        return TBC_FAIL;
+    }
+
+    snprintf(url_path, sizeof(url_path), "%s/logs", prefix);
+    (void) mkdir(url_path, 0755);
+    snprintf(url_path, sizeof(url_path), "%s/url", prefix);
+    snprintf(accounts, sizeof(accounts), "http://%s\n", listen);
+
+    if (!tbc_write(yaml_path, yaml, 0600)
+        || !tbc_write(conf_path, conf, 0644)
+        || !tbc_write(url_path, accounts, 0644))
+    {
+        return TBC_FAIL;
+    }
+
+    printf("wrote %s (an admin key; %s)\nwrote %s (listens on %s)\n\n"
+           "next:\n  tokenbiryani serve -d      start it\n"
+           "  tokenbiryani console       open the console: add an account "
+           "there\n\nthen point a client at it:\n\n"
+           "export ANTHROPIC_BASE_URL=http://%s\n"
+           "export ANTHROPIC_AUTH_TOKEN=%s\n",
+           yaml_path, api_key ? "one account" : "no account yet", conf_path,
+           listen, listen, key);
+
+    return TBC_OK;
+}
+
+
+/* nginx -p D/.tokenbiryani/ -c D/nginx.conf [extra...] */
+static int
+tbc_nginx(const char *dir, const char *a1, const char *a2, int wait)
+{
+    int          status;
+    char         prefix[PATH_MAX + 64], conf[PATH_MAX + 64];
+    pid_t        pid;
+    const char  *nginx;
+    char        *argv[10];
+    int          argc;
+
+    nginx = getenv("TOKENBIRYANI_NGINX");
+    if (nginx == NULL || nginx[0] == '\0') {
+        nginx = TBC_NGINX;
+    }
+
+    snprintf(prefix, sizeof(prefix), "%s/.tokenbiryani/", dir);
+    snprintf(conf, sizeof(conf), "%s/nginx.conf", dir);
+
+    argc = 0;
+    argv[argc++] = (char *) nginx;
+    argv[argc++] = "-p";
+    argv[argc++] = prefix;
+    argv[argc++] = "-c";
+    argv[argc++] = conf;
+
+    if (a1) {
+        argv[argc++] = (char *) a1;
+        argv[argc++] = (char *) a2;
+    }
+
+    argv[argc] = NULL;
+
+    if (!wait) {
+        execv(nginx, argv);
+        tbc_err("%s: %s", nginx, strerror(errno));
+        return TBC_FAIL;
+    }
+
+    pid = fork();
+
+    if (pid == 0) {
+        execv(nginx, argv);
+        tbc_err("%s: %s", nginx, strerror(errno));
+        _exit(127);
+    }
+
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+        tbc_err("nginx could not be started: %s", strerror(errno));
+        return TBC_FAIL;
+    }
+
+    return (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? TBC_OK
+                                                           : TBC_FAIL;
+}
+
+
+const char *
+tbc_init_url(const char *dir)
+{
+    FILE         *f;
+    char          path[PATH_MAX + 64];
+    static char   url[256];
+
+    snprintf(path, sizeof(path), "%.*s/.tokenbiryani/url", PATH_MAX,
+             dir ? dir : ".");
+    f = fopen(path, "r");
+
+    if (f == NULL) {
+        return "http://127.0.0.1:8787";
+    }
+
+    if (fgets(url, sizeof(url), f) == NULL) {
+        url[0] = '\0';
+    }
+
+    fclose(f);
+    url[strcspn(url, "\r\n")] = '\0';
+
+    return url[0] ? url : "http://127.0.0.1:8787";
+}
+
+
+int
+tbc_serve(tbc_t *c)
+{
+    int          i, rc;
+    long         code;
+    char         dir[PATH_MAX], yaml[PATH_MAX + 64];
+    cJSON       *j;
+    struct timespec  ts;
+
+    if (c->nargs) {
+        tbc_err("serve takes no arguments (see tokenbiryani serve --help)");
+        return TBC_USAGE;
+    }
+
+    if (tbc_dir(c, dir) == NULL) {
+        return TBC_FAIL;
+    }
+
+    snprintf(yaml, sizeof(yaml), "%s/nginx.conf", dir);
+
+    if (access(yaml, R_OK) != 0) {
+        tbc_err("%s: not there - `tokenbiryani init` first", yaml);
+        return TBC_FAIL;
+    }
+
+    if (tbc_opt(c, "stop")) {
+        return tbc_nginx(dir, "-s", "quit", 1);
+    }
+
+    if (!tbc_opt(c, "daemon")) {
+        /* in the foreground: nginx is this process from now */
+        return tbc_nginx(dir, "-g", "daemon off;", 0);
+    }
+
+    rc = tbc_nginx(dir, NULL, NULL, 1);
+    if (rc != TBC_OK) {
+        tbc_err("nginx did not start: see %s/.tokenbiryani/logs/error.log",
+                dir);
+        return rc;
+    }
+
+    /* it answers /healthz once its workers serve (503 with no account) */
+
+    ts.tv_sec = 0;
+    ts.tv_nsec = 50 * 1000 * 1000;
+
+    for (i = 0; i < 200; i++) {
+        code = tbc_call(c, "GET", "/healthz", NULL, &j);
+        cJSON_Delete(j);
+
+        if (code) {
+            break;
+        }
+
+        nanosleep(&ts, NULL);
+    }
+
+    if (code == 0) {
+        tbc_err("nginx started but nothing answers at %s", c->url);
+        return TBC_UNREACHABLE;
+    }
+
+    printf("tokenbiryani is running on %s (nginx -p %s/.tokenbiryani/)\n"
+           "  tokenbiryani console      the console\n"
+           "  tokenbiryani status       the pool\n"
+           "  tokenbiryani serve --stop stop it\n", c->url, dir);
+
+    return TBC_OK;
+}
+
+
+int
+tbc_console(tbc_t *c)
+{
+    int           rc;
+    char          url[1024];
+    cJSON        *j;
+    pid_t         pid;
+    const char   *ticket;
+
+    if (c->nargs) {
+        tbc_err("console takes no arguments");
+        return TBC_USAGE;
+    }
+
+    j = tbc_admin(c, "POST", "/admin/console-ticket", "{}", &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    ticket = tbc_str(j, "ticket", NULL);
+
+    if (ticket == NULL) {
+        tbc_err("the gateway gave no ticket");
+        cJSON_Delete(j);
+        return TBC_FAIL;
+    }
+
+    /* the ticket in the fragment: the browser never sends it in a URL */
+    snprintf(url, sizeof(url), "%s/console/#ticket=%s", c->url, ticket);
+    cJSON_Delete(j);
+
+    printf("%s\n(signed in by a ticket good for one use within %.0f s)\n",
+           url, 60.0);
+
+    if (!tbc_opt(c, "no-browser")
+        && (getenv("DISPLAY") || getenv("WAYLAND_DISPLAY")))
+    {
+        pid = fork();
+
+        if (pid == 0) {
+            execlp("xdg-open", "xdg-open", url, (char *) NULL);
+            _exit(127);
+        }
+    }
+
+    return TBC_OK;
+}

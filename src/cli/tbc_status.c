@@ -1,0 +1,190 @@
+/*
+ * tokenbiryani status: the pool in a terminal, 80 columns.
+ *
+ *   POOL  4 accounts · 3 ready · 702k input ready · next reset 00:12 · ...
+ *
+ *   ACCOUNT         STATE          REQ   INPUT  OUTPUT   RESET  CACHE   SPEND
+ *   acct-01         ● ready        98%     82%     79%   00:41    97%   $0.42
+ */
+
+#include <math.h>
+#include <string.h>
+
+#include "tbc.h"
+
+
+/* what is left of a window: remaining / limit, NAN when never read */
+static double
+tbc_left(const cJSON *limits, const char *win)
+{
+    double        limit, rem;
+    const cJSON  *w;
+
+    w = cJSON_GetObjectItemCaseSensitive(limits, win);
+    limit = tbc_num(w, "limit", -1);
+    rem = tbc_num(w, "remaining", -1);
+
+    if (limit <= 0 || rem < 0) {
+        return NAN;
+    }
+
+    return rem / limit;
+}
+
+
+/* the soonest reset of a window that is not full, NAN when none */
+static double
+tbc_next_reset(const cJSON *limits)
+{
+    int           i;
+    double        soonest, in, limit, rem;
+    const cJSON  *w;
+
+    static const char  *wins[] = { "requests", "input_tokens",
+                                   "output_tokens" };
+
+    soonest = NAN;
+
+    for (i = 0; i < 3; i++) {
+        w = cJSON_GetObjectItemCaseSensitive(limits, wins[i]);
+        in = tbc_num(w, "reset_in", -1);
+        limit = tbc_num(w, "limit", -1);
+        rem = tbc_num(w, "remaining", -1);
+
+        if (in > 0 && rem < limit && (isnan(soonest) || in < soonest)) {
+            soonest = in;
+        }
+    }
+
+    return soonest;
+}
+
+
+static const char *
+tbc_state_color(const char *state)
+{
+    return strcmp(state, "ready") == 0 ? "green"
+           : strcmp(state, "cooling") == 0 ? "blue"
+           : strcmp(state, "exhausted") == 0 ? "yellow" : "red";
+}
+
+
+int
+tbc_status(tbc_t *c)
+{
+    int           rc, n, nready;
+    char          a[16], b[16], d[16], e[16], f[16], g[16];
+    double        ready_input, soonest, reset, read, prompt, hit;
+    cJSON        *j;
+    const cJSON  *accts, *acct, *limits, *usage, *store, *queue;
+    const char   *state, *reason;
+
+    if (c->nargs) {
+        tbc_err("status takes no arguments");
+        return TBC_USAGE;
+    }
+
+    j = tbc_admin(c, "GET", "/admin/status", NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (c->json) {
+        tbc_json_print(j);
+        cJSON_Delete(j);
+        return TBC_OK;
+    }
+
+    accts = cJSON_GetObjectItemCaseSensitive(j, "accounts");
+    queue = cJSON_GetObjectItemCaseSensitive(j, "queue");
+    store = cJSON_GetObjectItemCaseSensitive(j, "store");
+
+    n = 0;
+    nready = 0;
+    ready_input = 0;
+    soonest = NAN;
+    read = 0;
+    prompt = 0;
+
+    cJSON_ArrayForEach(acct, accts) {
+        n++;
+        limits = cJSON_GetObjectItemCaseSensitive(acct, "limits");
+        usage = cJSON_GetObjectItemCaseSensitive(acct, "usage");
+
+        if (strcmp(tbc_str(acct, "state", ""), "ready") == 0) {
+            nready++;
+            ready_input += fmax(0, tbc_num(cJSON_GetObjectItemCaseSensitive(
+                                   limits, "input_tokens"), "remaining", 0));
+        }
+
+        reset = tbc_next_reset(limits);
+
+        if (!isnan(reset) && (isnan(soonest) || reset < soonest)) {
+            soonest = reset;
+        }
+
+        read += tbc_num(usage, "cache_read_tokens", 0);
+        prompt += tbc_num(usage, "input_tokens", 0)
+                  + tbc_num(usage, "cache_read_tokens", 0)
+                  + tbc_num(usage, "cache_write_tokens", 0);
+    }
+
+    tbc_tokens(a, sizeof(a), ready_input);
+    tbc_clock(b, sizeof(b), soonest);
+    tbc_pct(d, sizeof(d), prompt > 0 ? read / prompt : NAN);
+
+    printf("\n  %sPOOL%s  %d account%s · %s%d ready%s · %s input ready · "
+           "next reset %s\n        queue %.0f · cache %s · store %s %s · "
+           "strategy %s\n\n",
+           tbc_c(c, "bold"), tbc_c(c, "reset"), n, n == 1 ? "" : "s",
+           tbc_c(c, nready ? "green" : "red"), nready, tbc_c(c, "reset"),
+           a, b, tbc_num(queue, "depth", 0), d,
+           tbc_str(store, "backend", "?"), tbc_str(store, "state", "?"),
+           tbc_str(j, "strategy", "?"));
+
+    if (n == 0) {
+        printf("  no accounts yet: `tokenbiryani accounts add ID --api-key "
+               "K`, or the console's first run\n\n");
+        cJSON_Delete(j);
+        return TBC_OK;
+    }
+
+    printf("  %s%-15s %-13s %5s %7s %7s %7s %6s %8s%s\n", tbc_c(c, "dim"),
+           "ACCOUNT", "STATE", "REQ", "INPUT", "OUTPUT", "RESET", "CACHE",
+           "SPEND", tbc_c(c, "reset"));
+
+    cJSON_ArrayForEach(acct, accts) {
+        limits = cJSON_GetObjectItemCaseSensitive(acct, "limits");
+        usage = cJSON_GetObjectItemCaseSensitive(acct, "usage");
+        state = tbc_str(acct, "state", "?");
+
+        tbc_pct(a, sizeof(a), tbc_left(limits, "requests"));
+        tbc_pct(b, sizeof(b), tbc_left(limits, "input_tokens"));
+        tbc_pct(d, sizeof(d), tbc_left(limits, "output_tokens"));
+        tbc_clock(e, sizeof(e), tbc_next_reset(limits));
+
+        hit = tbc_num(usage, "cache_hit_rate", NAN);
+        tbc_pct(f, sizeof(f), hit);
+        snprintf(g, sizeof(g), "$%.2f", tbc_num(usage, "window_usd", 0));
+
+        /* "—" is one column of three bytes: the widths are the bytes'  */
+        printf("  %-15.15s %s●%s %-11.11s %*s %*s %*s %*s %*s %8s\n",
+               tbc_str(acct, "id", "?"), tbc_c(c, tbc_state_color(state)),
+               tbc_c(c, "reset"), state,
+               strcmp(a, "—") ? 5 : 7, a, strcmp(b, "—") ? 7 : 9, b,
+               strcmp(d, "—") ? 7 : 9, d, strcmp(e, "—") ? 7 : 9, e,
+               strcmp(f, "—") ? 6 : 8, f, g);
+
+        reason = tbc_str(acct, "reason", NULL);
+
+        if (reason && strcmp(state, "ready") != 0) {
+            printf("  %s  ← %.72s%s\n", tbc_c(c, "dim"), reason,
+                   tbc_c(c, "reset"));
+        }
+    }
+
+    printf("\n");
+    cJSON_Delete(j);
+
+    return TBC_OK;
+}

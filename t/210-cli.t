@@ -1,0 +1,325 @@
+# The `tokenbiryani` command against a running gateway and the mock: every
+# command, its --help, its --json, its errors (one line on stderr, a
+# non-zero exit), its tables within 80 columns and without colour off a
+# terminal; doctor against the mock, and against one that leaves a header
+# out; init, serve and console on a gateway of its own.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+use IPC::Open3 ();
+use Symbol ();
+use Cwd ();
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Cli = $ENV{TEST_NGINX_CLI} || Cwd::abs_path('build/tokenbiryani');
+
+our $Yaml = <<'_EOY_';
+>>> tb.yaml
+store:
+  backend: sqlite
+pricing: builtin
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+_EOY_
+
+# runs the command with the block's gateway and admin key unless %o says
+# otherwise (env => {...}, no_gateway => 1): (exit code, stdout, stderr)
+sub cli {
+    my ($args, %o) = @_;
+    local %ENV = %ENV;
+    delete @ENV{qw(TOKENBIRYANI_URL TOKENBIRYANI_KEY NO_COLOR ANTHROPIC_API_KEY)};
+    unless ($o{no_gateway}) {
+        $ENV{TOKENBIRYANI_URL} = "http://127.0.0.1:" . TB::Nginx::server_port();
+        $ENV{TOKENBIRYANI_KEY} = 'admin-key';
+    }
+    %ENV = (%ENV, %{ $o{env} // {} });
+    my ($in, $out, $err) = (Symbol::gensym(), Symbol::gensym(), Symbol::gensym());
+    my $pid = IPC::Open3::open3($in, $out, $err, $Cli, @$args);
+    close $in;
+    local $/;
+    my $so = <$out> // '';
+    my $se = <$err> // '';
+    waitpid($pid, 0);
+    ($? >> 8, $so, $se);
+}
+
+# the widest line, in characters
+sub widest {
+    my $w = 0;
+    for (split /\n/, $_[0]) { my $l = length($_); utf8::decode(my $d = $_); $l = length($d); $w = $l if $l > $w }
+    $w;
+}
+
+gateway_suite(yaml => $Yaml);
+run_tests();
+
+__DATA__
+
+=== TEST 1: --help for the command and each of its commands; a wrong command line is one line on stderr and exit 2
+--- request
+GET /healthz
+--- check
+my ($rc, $out, $err) = cli(['--help']);
+is($rc, 0, 'tokenbiryani --help');
+like($out, qr/usage: tokenbiryani \[options\] COMMAND/, 'the usage');
+for my $cmd (qw(init serve console status doctor accounts keys strategies requests usage sessions)) {
+    ($rc, $out, $err) = cli([$cmd, '--help']);
+    is($rc, 0, "$cmd --help");
+    like($out, qr/^usage: tokenbiryani \Q$cmd\E/, "$cmd: its usage");
+    ok(widest($out) <= 80, "$cmd --help fits 80 columns");
+}
+($rc, $out, $err) = cli(['frobnicate']);
+is($rc, 2, 'an unknown command: exit 2');
+is($out, '', 'nothing on stdout');
+like($err, qr/^tokenbiryani: no command "frobnicate" \(see tokenbiryani --help\)\n\z/, 'one line on stderr');
+($rc, $out, $err) = cli(['keys', 'mint']);
+is($rc, 2, 'keys mint without a name: exit 2');
+like($err, qr/^tokenbiryani: usage: tokenbiryani keys mint\|rescope NAME/, 'saying how');
+
+
+
+=== TEST 2: no gateway, or a wrong key: one clear line and a non-zero exit
+--- request
+GET /healthz
+--- check
+my ($rc, $out, $err) = cli(['status'], env => { TOKENBIRYANI_URL => 'http://127.0.0.1:1' });
+is($rc, 3, 'nothing listening: exit 3');
+like($err, qr/^tokenbiryani: no gateway answered at http:\/\/127\.0\.0\.1:1: .*is it running\?/, 'saying so')
+    or diag($err);
+is(scalar(() = $err =~ /\n/g), 1, 'in one line');
+($rc, $out, $err) = cli(['status'], env => { TOKENBIRYANI_KEY => 'not-a-key' });
+is($rc, 4, 'a wrong key: exit 4');
+like($err, qr/^tokenbiryani: the gateway refused the admin key from \$TOKENBIRYANI_KEY \(401\)/, 'saying whose');
+unlike($err, qr/not-a-key/, 'without the key');
+($rc, $out, $err) = cli(['status'], env => { TOKENBIRYANI_KEY => 'tenant-key' });
+is($rc, 4, 'a tenant key: exit 4');
+like($err, qr/refused the admin key .*\(403\)/, 'refused');
+
+
+
+=== TEST 3: status: the pool line, each account's state and headroom, within 80 columns, no colour off a terminal; --json
+--- request
+GET /healthz
+--- check
+message_with('tenant-key', text => 'warm up') for 1 .. 3;
+my ($rc, $out, $err) = cli(['status']);
+is($rc, 0, 'status') or diag($err);
+like($out, qr/POOL  2 accounts · 2 ready · [\d.]+[kM]? input ready · next reset /, 'the pool line') or diag($out);
+like($out, qr/^\s+ACCOUNT\s+STATE\s+REQ\s+INPUT\s+OUTPUT\s+RESET\s+CACHE\s+SPEND$/m, 'the header');
+# the requests went to one account (the strategy keeps to it): its row
+# has readings, the other's has none yet, and says so with a dash
+like($out, qr/^\s+a[12]\s+● ready\s+\d+%\s+\d+%\s+\d+%\s+\d\d:\d\d\s+\d+%\s+\$\d+\.\d\d$/m, 'the row of the account that answered') or diag($out);
+like($out, qr/^\s+a[12]\s+● ready\s+—\s+—\s+—\s+—\s+—\s+\$0\.00$/m, 'the other, not read yet') or diag($out);
+ok(widest($out) <= 80, 'within 80 columns (' . widest($out) . ')');
+unlike($out, qr/\e\[/, 'no colour: not a terminal');
+($rc, $out) = cli(['status', '--json']);
+my $j = json_decode($out);
+is(scalar @{ $j->{accounts} }, 2, '--json: the gateway\'s answer');
+admin(POST => '/admin/accounts/a2/disable');
+($rc, $out) = cli(['status']);
+like($out, qr/a2\s+● disabled.*\n\s+← disabled by an operator/, 'a disabled account, and why') or diag($out);
+
+
+
+=== TEST 4: keys: minted (its secret once, with the export lines), listed, rescoped, revoked - and what curl then gets
+--- request
+GET /healthz
+--- check
+my ($rc, $out, $err) = cli(['keys', 'mint', 'cli-bot', '--models', 'claude-*', '--rpm', '30']);
+is($rc, 0, 'minted') or diag($err);
+my ($secret) = $out =~ /^  (bir_\S+)$/m;
+ok($secret, 'its secret, on a line of its own');
+like($out, qr/^export ANTHROPIC_AUTH_TOKEN=\Q$secret\E$/m, 'and the export line');
+is(message_with($secret)->{status}, 200, 'it works');
+($rc, $out) = cli(['keys', 'list']);
+like($out, qr/^cli-bot\s+minted\s+no\s+\["claude-\*"\]\s+30/m, 'listed') or diag($out);
+unlike($out, qr/\Q$secret\E/, 'without its secret');
+ok(widest($out) <= 80, 'within 80 columns');
+($rc, $out) = cli(['keys', 'rescope', 'cli-bot', '--models', 'gpt-*']);
+is($rc, 0, 'rescoped');
+is(message_with($secret)->{status}, 403, 'out of its scope now');
+($rc, $out, $err) = cli(['keys', 'rescope', 'ops', '--rpm', '5']);
+is($rc, 4, 'a file key cannot be rescoped');
+like($err, qr/409/, 'the gateway said why');
+($rc, $out) = cli(['keys', 'revoke', 'cli-bot']);
+is($rc, 0, 'revoked');
+is(message_with($secret)->{status}, 401, 'refused now');
+($rc, $out) = cli(['keys', 'list', '--json']);
+is_deeply([map { $_->{name} } @{ json_decode($out)->{keys} }], ['ops', 'tenant'], '--json');
+
+
+
+=== TEST 5: accounts: added (probed), listed, tested, disabled, enabled, removed; a credential the upstream refuses is not stored
+--- request
+GET /healthz
+--- check
+mock_config({ credentials => { 'sk-refused' => { behavior => '401' } } });
+my ($rc, $out, $err) = cli(['accounts', 'add', 'a3', '--api-key', 'sk-a3-secret-0001',
+                            '--base-url', "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT3}"]);
+is($rc, 0, 'added') or diag($err);
+like($out, qr/^ok credential accepted in \d+\.\d\ds\na3 added/m, 'probed first');
+($rc, $out) = cli(['accounts', 'list']);
+like($out, qr/^a3\s+anthropic_api\s+ready\s+runtime\s+…0001\s/m, 'listed, its credential masked') or diag($out);
+unlike($out, qr/secret/, 'never whole');
+ok(widest($out) <= 80, 'within 80 columns');
+($rc, $out, $err) = cli(['accounts', 'add', 'a4', '--api-key', 'sk-refused',
+                         '--base-url', "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT4}"]);
+is($rc, 1, 'a refused credential: exit 1');
+like($err, qr/refused this credential: 401.*nothing was stored/, 'saying so');
+($rc, $out) = cli(['accounts', 'test']);
+is($rc, 0, 'every account tested') or diag($out);
+like($out, qr/✓ a1\s+credential ok · every limit header present/, 'a1');
+like($out, qr/✓ a3\s+credential ok/, 'a3');
+($rc, $out) = cli(['accounts', 'disable', 'a3']);
+like($out, qr/^a3 disabled \(disabled\)$/, 'disabled');
+($rc, $out) = cli(['accounts', 'enable', 'a3']);
+like($out, qr/^a3 enabled \(ready\)$/, 'enabled');
+($rc, $out) = cli(['accounts', 'rm', 'a3']);
+is($rc, 0, 'removed');
+($rc, $out, $err) = cli(['accounts', 'rm', 'a1']);
+is($rc, 4, 'a file account cannot be removed');
+($rc, $out, $err) = cli(['accounts', 'rm', '../keys']);
+is($rc, 2, 'an id that is not one');
+mock_config({ defaults => { omit_headers => ['anthropic-ratelimit-input-tokens-reset'] } });
+($rc, $out) = cli(['accounts', 'test', 'a1']);
+like($out, qr/! a1\s+credential ok · 1 rate-limit header missing: input-tokens-reset/, 'a missing header named');
+
+
+
+=== TEST 6: doctor: the nine headers came back and parsed; one left out is a problem, exit 1; a refused key too
+--- request
+GET /healthz
+--- check
+my $base = "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}";
+my ($rc, $out, $err) = cli(['doctor', '--api-key', 'sk-doc', '--base-url', $base], no_gateway => 1);
+is($rc, 0, 'doctor against the mock') or diag($out . $err);
+like($out, qr/^POST \Q$base\E\/v1\/messages \(claude-haiku-4-5, max_tokens 1\): 200$/m, 'the request');
+is(scalar(() = $out =~ /^  ✓ anthropic-ratelimit-/mg), 9, 'nine ✓');
+like($out, qr/^  requests\s+limit 1000 · remaining 999 · reset in \d+\.\ds$/m, 'what the mirror reads');
+like($out, qr/^OK every header the gateway needs is present and parsed$/m, 'OK');
+mock_config({ credentials => { 'sk-doc' => { omit_headers => ['anthropic-ratelimit-output-tokens-remaining'] } } });
+($rc, $out) = cli(['doctor', '--api-key', 'sk-doc', '--base-url', $base], no_gateway => 1);
+is($rc, 1, 'one header left out: exit 1');
+like($out, qr/^  ✗ anthropic-ratelimit-output-tokens-remaining$/m, 'crossed out');
+like($out, qr/output tokens\s+limit 200000 · remaining — /, 'not read');
+like($out, qr/^PROBLEM 1 of 9 headers are missing/m, 'the problem');
+mock_config({ credentials => { 'sk-bad' => { behavior => '401' } } });
+($rc, $out) = cli(['doctor', '--api-key', 'sk-bad', '--base-url', $base], no_gateway => 1);
+is($rc, 1, 'a refused key: exit 1');
+like($out, qr/PROBLEM the upstream answered 401/, 'saying so');
+($rc, $out, $err) = cli(['doctor'], no_gateway => 1);
+is($rc, 2, 'no key at all');
+like($err, qr/doctor needs a key: --api-key K or \$ANTHROPIC_API_KEY/, 'saying where one comes from');
+
+
+
+=== TEST 7: strategies, requests (and one in the inspector's words), usage, sessions
+--- request
+GET /healthz
+--- check
+my $a = message_args('tenant-key');
+$a->{headers}{'x-mock-script'} = '529,ok';
+$a->{headers}{'x-mock-script-id'} = 'cli-7';
+my $r = TB::Nginx::http_request(%$a);
+my $id = $r->{headers}{'x-tokenbiryani-request-id'};
+message_with('tenant-key', text => "more $_") for 1 .. 2;
+my ($rc, $out) = cli(['strategies']);
+like($out, qr/^\* sticky_headroom\s+/m, 'the strategy in force starred');
+TB::Nginx::poll_until(2, sub { admin(GET => "/admin/requests/$id") == 200 });
+($rc, $out) = cli(['requests']);
+like($out, qr/^\Q$id\E\s+200\s+a\d\s+2\s+\d+\s+\$\d\.\d+$/m, 'the list: two attempts, its cost') or diag($out);
+ok(widest($out) <= 80, 'within 80 columns');
+($rc, $out) = cli(['requests', $id]);
+like($out, qr/^attempts  a\d → 529 \(\d+ ms\) → a\d → 200 \(\d+ ms\)$/m, 'the attempt chain') or diag($out);
+like($out, qr/^tokens    in \d+ · out \d+ · cache read \d+ · cache write \d+$/m, 'the tokens');
+like($out, qr/^decision  sticky_headroom, a\d chosen/m, 'the decision');
+like($out, qr/^  a\d\s+chosen\s+\d\.\d{4}/m, 'the candidates with their scores');
+TB::Nginx::poll_until(3, sub { my (undef, $u) = admin(GET => '/admin/usage?range=1h'); ($u->{totals}{requests} // 0) >= 3 });
+($rc, $out) = cli(['usage', '--range', '1h', '--by', 'key']);
+like($out, qr/^tenant\s+3\s+/m, 'usage by key') or diag($out);
+ok(widest($out) <= 80, 'within 80 columns');
+($rc, $out) = cli(['sessions']);
+like($out, qr/^SESSION\s+KEY\s+ACCOUNT\s+TURNS\s+COST\s+RUNAWAY$/m, 'sessions');
+like($out, qr/^[0-9a-f]{16}\s+tenant\s+a\d\s+1\s+\$/m, 'a conversation');
+($rc, $out, my $err) = cli(['usage', '--by', 'planet']);
+is($rc, 2, 'a wrong grouping: exit 2');
+
+
+
+=== TEST 8: colour only on a terminal, and never with NO_COLOR
+--- request
+GET /healthz
+--- check
+# a pseudo-terminal through script(1)
+my $cmd = "TOKENBIRYANI_URL=http://127.0.0.1:" . TB::Nginx::server_port() . " TOKENBIRYANI_KEY=admin-key $::Cli status";
+my $tty = `script -qec '$cmd' /dev/null 2>&1`;
+like($tty, qr/\e\[32m●/, 'on a terminal: a green bullet') or diag($tty);
+$tty = `script -qec 'NO_COLOR=1 $cmd' /dev/null 2>&1`;
+unlike($tty, qr/\e\[3\dm/, 'with NO_COLOR: none');
+like($tty, qr/● ready/, 'the same table');
+
+
+
+=== TEST 9: init, serve -d, console: a gateway of its own, signed in through a one-time ticket, never a key in a URL
+--- request
+GET /healthz
+--- check
+my $dir = TB::Nginx::servroot() . '/own';
+system('rm', '-rf', $dir);
+mkdir $dir or die "$dir: $!";
+chmod 0755, $dir;
+my $port = TB::Nginx::server_port() + 7;
+my ($rc, $out, $err) = cli(['init', '--dir', $dir, '--listen', "127.0.0.1:$port"], no_gateway => 1);
+is($rc, 0, 'init') or diag($err);
+my ($key) = $out =~ /^export ANTHROPIC_AUTH_TOKEN=(bir_[0-9a-f]{48})$/m;
+ok($key, 'an admin key, in the export lines');
+ok(-f "$dir/tokenbiryani.yaml" && -f "$dir/nginx.conf", 'the files');
+is(sprintf('%o', (stat "$dir/tokenbiryani.yaml")[2] & 0777), '600', 'the YAML file (it holds the key) is 0600');
+($rc, $out, $err) = cli(['init', '--dir', $dir], no_gateway => 1);
+is($rc, 1, 'not again without --force');
+like($err, qr/is there already: --force/, 'saying so');
+($rc, $out, $err) = cli(['serve', '--dir', $dir, '-d'], no_gateway => 1);
+is($rc, 0, 'serve -d') or diag($out . $err . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"));
+like($out, qr/running on http:\/\/127\.0\.0\.1:$port/, 'where');
+# the other commands find it where init wrote
+my @in = (no_gateway => 1, env => { TOKENBIRYANI_KEY => $key });
+my $here = Cwd::getcwd();
+chdir $dir;
+($rc, $out, $err) = cli(['status'], no_gateway => 1);
+chdir $here;
+is($rc, 0, 'status, run where init wrote, finds it and its key') or diag($err);
+like($out, qr/POOL  0 accounts/, 'an empty pool');
+like($out, qr/no accounts yet/, 'saying what next');
+chdir $dir;
+($rc, $out, $err) = cli(['console', '--no-browser'], no_gateway => 1);
+chdir $here;
+is($rc, 0, 'console') or diag($err);
+my ($url, $ticket) = $out =~ /^(http:\/\/127\.0\.0\.1:$port\/console\/#ticket=([0-9a-f]{32}))$/m;
+ok($url, 'the console\'s address with a ticket in its fragment') or diag($out);
+unlike($out, qr/\Q$key\E/, 'never the key');
+my $r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', port => $port,
+                                body => qq({"ticket":"$ticket"}), headers => { 'content-type' => 'application/json' });
+is($r->{status}, 200, 'the page redeems the ticket');
+is(json_decode($r->{body})->{key}, $key, 'for the admin key');
+$r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', port => $port,
+                             body => qq({"ticket":"$ticket"}), headers => { 'content-type' => 'application/json' });
+is($r->{status}, 400, 'once only');
+unlike(TB::Nginx::slurp("$dir/.tokenbiryani/logs/access.log") . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"),
+       qr/\Q$key\E/, 'the key is in no log');
+($rc) = cli(['serve', '--dir', $dir, '--stop'], no_gateway => 1);
+is($rc, 0, 'stopped');

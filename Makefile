@@ -34,7 +34,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               openssl curl procps \
               clang clang-tools cppcheck
 
-.PHONY: all deps build unit analyze sdk test test-asan test-valgrind fuzz bench-core \
+.PHONY: all deps build unit analyze sdk console-deps console-shots test test-asan test-valgrind fuzz bench-core \
         bench-cache \
         bench-overhead bench-stampede run stop clean
 
@@ -79,7 +79,7 @@ unit: deps $(UNIT_BINS)
 	    echo "$$(basename $$t): $$(echo "$$out" | grep -c '^ok') passed, $$(echo "$$out" | grep -c '^not ok') failed"; \
 	done; exit $$fail
 
-test: build analyze unit sdk
+test: build analyze unit sdk console-deps
 	@/usr/bin/python3 t/mock/selftest.py
 	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) \
 	    TEST_NGINX_PLUGIN=$(PLUGIN) TEST_NGINX_CLI=$(CLI) prove -r -j1 t/
@@ -93,6 +93,26 @@ t/sdk/node_modules/.package-lock.json: t/sdk/package.json t/sdk/package-lock.jso
 	    || $(MAKE) deps DEB_PKGS="nodejs npm"
 	@cd t/sdk && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
+
+# The console's suite (t/220-console.t): Debian's chromium, headless,
+# driven by puppeteer-core from npm at the version t/console/package-lock.json
+# pins (it downloads no browser of its own).
+console-deps: deps t/console/node_modules/.package-lock.json
+	@command -v chromium >/dev/null || $(MAKE) deps DEB_PKGS="chromium fonts-dejavu-core"
+
+t/console/node_modules/.package-lock.json: t/console/package.json t/console/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	    || $(MAKE) deps DEB_PKGS="nodejs npm"
+	@cd t/console && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# docs/console/*.png: every page of the console, from the suite's own run
+console-shots: build console-deps
+	@mkdir -p docs/console
+	@cd $(TOP) && TB_CONSOLE_SHOTS=$(TOP)/docs/console \
+	    TEST_NGINX_LOAD_MODULES=$(MODULE) TEST_NGINX_CLI=$(CLI) \
+	    prove t/220-console.t
+	@ls docs/console/*.png | wc -l | awk '{print $$1, "screenshots in docs/console/"}'
 
 # A second pair of eyes: clang's static analyzer (scan-build) over a build
 # of the module of its own, cppcheck over the same sources, and the stages'

@@ -899,13 +899,16 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         cJSON_AddItemToArray(arr, item);
     }
 
-    if (!full) {
-        return obj;
-    }
+    /* what its lease held: with the usage, the output reserved and never
+     * used (the console's Efficiency page sums it over the list) */
 
     ngx_http_tokenbiryani_add_windows(obj, "lease", rec->need.n);
     cJSON_AddNumberToObject(cJSON_GetObjectItem(obj, "lease"), "max_tokens",
                             (double) rec->need.max_tokens);
+
+    if (!full) {
+        return obj;
+    }
 
     d = cJSON_AddObjectToObject(obj, "decision");
     if (d == NULL) {

@@ -9,6 +9,10 @@
  *   GET  /console/                 the page (/console redirects here)
  *   GET  /console/console.css      its stylesheet
  *   GET  /console/console.js       its script
+ *   GET  /console/icon.svg         its icon
+ *   GET  /console/mode             {"open": B}: whether the gateway has no
+ *                                  key (open mode), so that the page asks
+ *                                  for one only when there is one to ask
  *   POST /console/ticket           {"ticket": T}: the admin key the ticket
  *                                  was made with (POST /admin/console-
  *                                  ticket), once, within a minute
@@ -20,6 +24,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_admin.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_request.h"
 
 
@@ -37,6 +42,7 @@ typedef struct {
 static ngx_int_t ngx_http_tokenbiryani_console_headers(ngx_http_request_t *r,
     ngx_uint_t cache);
 static void ngx_http_tokenbiryani_console_redeem(ngx_http_request_t *r);
+static ngx_int_t ngx_http_tokenbiryani_console_mode(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_same_origin(ngx_http_request_t *r);
 
 
@@ -154,6 +160,12 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
                    "invalid_request_error", "%V expects GET", &r->uri);
     }
 
+    if (rest.len == sizeof("/mode") - 1
+        && ngx_strncmp(rest.data, "/mode", rest.len) == 0)
+    {
+        return ngx_http_tokenbiryani_console_mode(r);
+    }
+
     if (rest.len == 0) {
         /* its files are named relative to /console/ */
         loc = ngx_list_push(&r->headers_out.headers);
@@ -161,10 +173,12 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
+        /* relative, as it is: not r->headers_out.location, which nginx
+         * makes absolute with a scheme and port a proxy in front may not
+         * share */
         loc->hash = 1;
         ngx_str_set(&loc->key, "Location");
         ngx_str_set(&loc->value, "/console/");
-        r->headers_out.location = loc;
 
         return NGX_HTTP_MOVED_PERMANENTLY;
     }
@@ -222,6 +236,46 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
     out.next = NULL;
 
     return ngx_http_output_filter(r, &out);
+}
+
+
+/* whether the page should ask for a key: only that, nothing of the keys */
+
+static ngx_int_t
+ngx_http_tokenbiryani_console_mode(ngx_http_request_t *r)
+{
+    cJSON                              *root;
+    ngx_int_t                           rc;
+    ngx_uint_t                          n;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    n = 0;
+
+    if (tmcf->keytab.n == 0
+        && ngx_http_tokenbiryani_rkeys(tmcf, &n) == NULL)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    root = cJSON_CreateObject();
+
+    if (root == NULL
+        || cJSON_AddBoolToObject(root, "open",
+                                 tmcf->keytab.n == 0 && n == 0) == NULL
+        || ngx_http_tokenbiryani_console_headers(r, 0) != NGX_OK)
+    {
+        cJSON_Delete(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
 }
 
 

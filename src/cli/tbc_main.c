@@ -21,7 +21,8 @@ typedef struct {
 
 static const char  tbc_global_help[] =
     "global options (before or after the command):\n"
-    "  --url URL        the gateway (default $TOKENBIRYANI_URL, else\n"
+    "  --url URL        the gateway (default $TOKENBIRYANI_URL, else the\n"
+    "                   one `init` wrote in this directory, else\n"
     "                   http://127.0.0.1:8787)\n"
     "  --key KEY        an admin key (default $TOKENBIRYANI_KEY, else the\n"
     "                   first admin key of the configuration file)\n"

@@ -434,6 +434,8 @@ class State:
             h.append((pre + "remaining", str(rem)))
             h.append((pre + "reset", rfc3339(reset)))
         omit = getattr(cs, "omit", [])
+        if "*" in omit:
+            return []
         return [x for x in h if x[0] not in omit]
 
     def stats(self):

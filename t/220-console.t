@@ -1,0 +1,467 @@
+# The console in a real browser: Debian's chromium, headless, driven over
+# the DevTools protocol (t/console/drive.mjs, puppeteer-core from npm),
+# against a real gateway (2 workers) and the mock.  Every page renders with
+# live data, with no console error, no failed request and no request to any
+# other host; a wrong key is told so; minting shows the key once and it
+# works, revoking makes it fail; the first-run flow on an empty pool ends
+# in export lines whose key works with curl; the quickstart (init, serve
+# -d, console) signs in through a one-time ticket; phone width, keyboard,
+# open mode.  With TB_CONSOLE_SHOTS=DIR, it saves a screenshot of every
+# page there (make console-shots: docs/console/).
+use utf8;
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+use IPC::Open2 ();
+use Cwd ();
+
+binmode(Test::More->builder->$_, ':encoding(UTF-8)') for qw(output failure_output todo_output);
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Node = $ENV{TB_NODE} // 'node';
+our $Cli = $ENV{TEST_NGINX_CLI} || Cwd::abs_path('build/tokenbiryani');
+our $Shots = $ENV{TB_CONSOLE_SHOTS};
+our ($DrvIn, $DrvOut, $DrvPid);
+
+our $Yaml = <<'_EOY_';
+>>> tb.yaml
+store:
+  backend: sqlite
+pricing: builtin
+accounts:
+  - id: a1
+    name: primary
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    name: overflow
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+_EOY_
+
+# the browser: one for the whole file, a fresh profile per "open"
+sub drv {
+    my ($op, %a) = @_;
+    unless ($DrvPid) {
+        local $ENV{LD_PRELOAD};     # make test-asan's runtime is for nginx
+        delete $ENV{LD_PRELOAD};
+        $DrvPid = IPC::Open2::open2($DrvOut, $DrvIn, $Node, 't/console/drive.mjs');
+        $DrvIn->autoflush(1);
+    }
+    print {$DrvIn} json_encode({ op => $op, %a }) . "\n";
+    my $line = <$DrvOut>;
+    die "the browser's driver stopped\n" unless defined $line;
+    json_decode($line);
+}
+
+# a step that must work: its value, or a failed test that says why
+sub step {
+    my ($name, $op, %a) = @_;
+    my $r = drv($op, %a);
+    ok($r->{ok}, $name) or diag($r->{error});
+    $r->{value};
+}
+
+sub base { "http://127.0.0.1:" . ($_[0] // server_port()) }
+
+sub visit {
+    my ($hash, $js, $name) = @_;
+    step("$name: the page", eval => js => "location.hash = " . json_encode($hash));
+    step("$name: shows live data", wait => js => $js);
+}
+
+sub shot {
+    my ($name, %o) = @_;
+    return unless $Shots;
+    drv(shot => path => "$Shots/$name.png", full => $o{full} // 1);
+}
+
+# what the page did since the last call: no console error, no failed
+# request but those %o{allow} expects, nothing sent to another origin
+sub clean {
+    my ($name, %o) = @_;
+    my $r = step("$name: the report", 'report');
+    my @failed = grep { my $f = $_; !grep { $f =~ $_ } @{ $o{allow} // [] } } @{ $r->{failed} };
+    my @errors = grep { my $f = $_; !grep { $f =~ $_ } @{ $o{allow} // [] } } @{ $r->{errors} };
+    is_deeply(\@errors, [], "$name: no console error");
+    is_deeply(\@failed, [], "$name: no failed request");
+    is_deeply($r->{foreign}, [], "$name: no request to any other host");
+    ok($r->{requests} > 0, "$name: it did talk to the gateway");
+}
+
+sub sign_in {
+    my ($key) = @_;
+    step('the console', open => url => base() . '/console/');
+    step('asks for a key', wait => js => "!document.getElementById('gate').hidden");
+    step('typed', type => sel => '#gate-key', text => $key);
+    step('sign in', click => sel => '#gate-form button');
+}
+
+# the text of the page, as the user reads it
+# (a JS string literal of characters: the command line is UTF-8 encoded once, later)
+sub js_str { JSON::PP->new->ascii->allow_nonref->encode($_[0]) }
+sub text_has { "document.querySelector('main') && document.querySelector('main').textContent.includes(" . js_str($_[0]) . ")" }
+
+sub curl_status {
+    my ($base, $key) = @_;
+    my $out = `curl -s -o /dev/null -w '%{http_code}' $base/v1/messages -H 'x-api-key: $key' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}'`;
+    $out;
+}
+
+END { if ($DrvPid) { print {$DrvIn} qq({"op":"quit"}\n); waitpid($DrvPid, 0) } }
+
+# every block ends with its page closed: the browser's open connections
+# would otherwise hold nginx's graceful stop until their timeout
+add_block_preprocessor(sub {
+    my $b = shift;
+    $b->set_value(check => $b->check . "\ndrv('close') if \$DrvPid;\n") if defined $b->check;
+});
+
+gateway_suite(yaml => $Yaml, config => $TB::Gateway::Locations . "    location /console { tokenbiryani_console; }\n");
+run_tests();
+
+__DATA__
+
+=== TEST 1: the page's files: no key needed, a strict policy, no data in them; /console is /console/
+--- request
+GET /console/
+--- check
+is($resp->{status}, 200, 'the page');
+like($resp->{headers}{'content-type'}, qr{^text/html}, 'HTML');
+my $csp = $resp->{headers}{'content-security-policy'} // '';
+like($csp, qr/default-src 'none'/, 'nothing by default');
+like($csp, qr/script-src 'self';/, 'scripts from the gateway only, none inline');
+like($csp, qr/style-src 'self';/, 'styles likewise');
+like($csp, qr/connect-src 'self';/, 'and it talks to the gateway only');
+like($csp, qr/frame-ancestors 'none'/, 'never framed');
+is($resp->{headers}{'x-content-type-options'}, 'nosniff', 'nosniff');
+unlike($resp->{body}, qr/<script>|\sstyle="|\son\w+="/, 'no inline script, style or handler');
+unlike($resp->{body}, qr/https?:\/\//, 'no address of another host');
+for my $f (['console.js', qr{^text/javascript}], ['console.css', qr{^text/css}], ['icon.svg', qr{^image/svg\+xml}]) {
+    my $r = TB::Nginx::http_request(path => "/console/$f->[0]");
+    is($r->{status}, 200, "$f->[0]");
+    like($r->{headers}{'content-type'}, $f->[1], "$f->[0]: its type");
+    is($r->{headers}{'x-content-type-options'}, 'nosniff', "$f->[0]: nosniff");
+    # the SVG namespace is a name, and the upstream's address a placeholder
+    # of the base URL field: neither is an address anything is fetched from
+    (my $b = $r->{body}) =~ s{http://www\.w3\.org/2000/svg|placeholder: 'https://api\.anthropic\.com'}{}g;
+    unlike($b, qr{https?://}, "$f->[0]: names no other host");
+}
+my $r = TB::Nginx::http_request(path => '/console');
+is($r->{status}, 301, '/console');
+is($r->{headers}{location}, '/console/', 'to /console/');
+is(TB::Nginx::http_request(path => '/console/nothing.js')->{status}, 404, 'nothing else');
+is(TB::Nginx::http_request(method => 'POST', path => '/console/', body => 'x')->{status}, 405, 'GET only');
+$r = TB::Nginx::http_request(path => '/console/mode');
+is_deeply(json_decode($r->{body}), { open => JSON::PP::false() }, 'mode: the gateway has keys, nothing more');
+$r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', body => '{"ticket":"00000000000000000000000000000000"}',
+                             headers => { 'content-type' => 'application/json' });
+is($r->{status}, 400, 'a ticket nobody made');
+$r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', body => '{"ticket":"x"}',
+                             headers => { 'content-type' => 'application/json', origin => 'http://evil.example' });
+is($r->{status}, 403, 'another site\'s page may not redeem one');
+
+
+
+=== TEST 2: a wrong key and a tenant key are refused, clearly; an admin key signs in; sign-out forgets it
+--- request
+GET /healthz
+--- check
+sign_in('not-a-key');
+step('a wrong key: told so', wait => js => "document.getElementById('gate-error').textContent.includes('This key was refused')");
+like(drv(eval => js => "document.getElementById('gate-error').textContent")->{value}, qr/invalid x-api-key|refused/, 'in words');
+is(drv(eval => js => "localStorage.getItem('tokenbiryani.key')")->{value}, undef, 'and not kept');
+shot('sign-in', full => 0);
+clean('a wrong key', allow => [qr{/admin/status 401}, qr/status of 401/]);
+step('a tenant key', type => sel => '#gate-key', text => 'tenant-key');
+step('sign in', click => sel => '#gate-form button');
+step('a tenant key: not an admin key', wait => js => "document.getElementById('gate-error').textContent.includes('not an admin key')");
+clean('a tenant key', allow => [qr{/admin/status 403}, qr/status of 403/]);
+step('the admin key', type => sel => '#gate-key', text => 'admin-key');
+step('sign in', click => sel => '#gate-form button');
+step('signed in', wait => js => text_has('Overview'));
+is(drv(eval => js => "localStorage.getItem('tokenbiryani.key')")->{value}, 'admin-key', 'kept in this browser');
+is(drv(eval => js => "location.href.includes('admin-key')")->{value}, JSON::PP::false(), 'never in the URL');
+step('sign out', click => sel => '#signout');
+step('the key is gone', wait => js => "!document.getElementById('gate').hidden && localStorage.getItem('tokenbiryani.key') === null");
+clean('signed in and out');
+my $log = TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/access.log');
+unlike($log, qr/admin-key|tenant-key|not-a-key/, 'no key in the access log (a key in a URL would be)');
+
+
+
+=== TEST 3: every page with live data: no console error, no failed request, nothing from another host
+--- request
+GET /healthz
+--- check
+# traffic: plain answers, a failover (529 then 200), a conversation of turns
+for my $i (1 .. 6) {
+    is(message_with('tenant-key', text => "warm $i")->{status}, 200, "request $i");
+}
+my $r = TB::Nginx::http_request(%{ message_args('tenant-key', text => 'fails over') },
+    headers => { %{ message_args('tenant-key')->{headers} }, 'x-mock-script' => '529,ok', 'x-mock-script-id' => 'fo1' });
+is($r->{status}, 200, 'a request that failed over');
+my $failover = $r->{headers}{'x-tokenbiryani-request-id'};
+ok(TB::Nginx::poll_until(5, sub { my ($s, $u) = admin(GET => '/admin/usage?range=1h'); $u && $u->{totals}{requests} >= 7 }),
+   'the history has them');
+ok(TB::Nginx::poll_until(5, sub { my ($s) = admin(GET => "/admin/requests/$failover"); $s == 200 }), 'the inspector has it');
+
+sign_in('admin-key');
+step('the overview', wait => js => text_has('Yes, a request can go now'));
+step('its accounts with meters', wait => js => "document.querySelectorAll('main .meters').length === 2");
+step('its horizon', wait => js => "document.querySelectorAll('main svg.chart rect').length === 13");
+step('its live feed', wait => js => "document.querySelectorAll('.feed li[tabindex]').length >= 7");
+like(drv(eval => js => "document.querySelector('.feed').textContent")->{value}, qr/529 overloaded/, 'the failed attempt in the feed');
+shot('overview');
+clean('overview');
+
+visit('#/accounts', text_has('file · locked') . " && " . text_has('primary'), 'accounts');
+shot('accounts');
+visit('#/accounts/a1', text_has('What the meters can and cannot tell') . " && document.querySelectorAll('main table').length === 3", 'an account');
+like(drv(eval => js => "document.querySelector('main').textContent")->{value}, qr/from the YAML file/, 'where its credential came from');
+shot('account');
+visit('#/usage', "document.querySelectorAll('main svg.chart').length === 3 && document.querySelectorAll('main svg.chart rect').length > 0 && " . text_has('Totals by account'), 'usage');
+my $rows = drv(eval => js => "[...document.querySelectorAll('main table tbody tr')].map(tr => tr.textContent)")->{value};
+ok((grep { /^a[12]/ } @$rows) >= 1 && (grep { /^All/ } @$rows) == 1, 'the totals table: by account, and all') or diag(explain($rows));
+step('grouped by model', eval => js => "(() => { const s = document.querySelector('main select'); s.value = 'model'; s.dispatchEvent(new Event('change')); })()");
+step('by model', wait => js => text_has('Totals by model') . " && " . text_has('claude-sonnet-4-6'));
+shot('usage');
+visit('#/requests', "document.querySelectorAll('main tr.link').length >= 7", 'requests');
+shot('requests');
+visit("#/requests/$failover", text_has('Routing decision') . " && document.querySelectorAll('.chain .hop').length === 4", 'the inspector');
+like(drv(eval => js => "document.querySelector('.chain').textContent")->{value}, qr/^a[12]→529 overloaded \(\d+ ms\)→a[12]→200 \(\d+ ms\)$/,
+     'the attempt chain');
+step('the candidates with verdicts and terms', wait => js => text_has('chosen') . ' && ' . text_has('headroom'));
+shot('request');
+visit('#/efficiency', text_has('claude-sonnet-4-6') . " && " . text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 4", 'efficiency');
+shot('efficiency');
+visit('#/keys', text_has('tenant') . " && " . text_has('Mint a key'), 'keys');
+shot('keys');
+visit('#/settings', text_has('routing.strategy') . " && " . text_has('round_robin'), 'settings');
+shot('settings');
+visit('#/connect', text_has('Mint a key for this client'), 'connect');
+visit('#/welcome', text_has('Which credential?'), 'add an account');
+clean('every page');
+
+
+
+=== TEST 4: keys: a key minted in the page is shown once and works; revoked there, it fails; rescoped, it is out of scope
+--- request
+GET /healthz
+--- check
+sign_in('admin-key');
+step('signed in', wait => js => text_has('Overview'));
+step('keys', eval => js => "location.hash = '#/keys'");
+step('the form', wait => js => text_has('Mint a key'));
+step('a name', type => sel => 'main form input', text => 'browser-bot');
+step('mint', click => text => 'Mint', within => 'main form');
+my $secret = step('its secret, once', wait => js => "document.querySelector('[data-secret]') && document.querySelector('[data-secret]').textContent");
+like($secret, qr/^bir_[A-Za-z0-9_-]{43}$/, 'a key');
+like(drv(eval => js => "document.querySelector('.secret').textContent")->{value}, qr/export ANTHROPIC_AUTH_TOKEN=\Q$secret\E/, 'with its export lines');
+shot('key-minted', full => 0);
+is(curl_status(base(), $secret), '200', 'it works (curl)');
+step('listed', wait => js => "[...document.querySelectorAll('main tbody tr')].some(tr => tr.textContent.startsWith('browser-bot'))");
+step('the page again', eval => js => "location.reload()");
+step('signed in still', wait => js => text_has('Mint a key') . " && " . text_has('browser-bot'));
+is(drv(eval => js => "document.documentElement.innerHTML.includes(" . js_str($secret) . ")")->{value}, JSON::PP::false(), 'never shown again');
+step('rescope', click => text => 'Rescope', within => 'main tbody');
+step('a dialog', wait => js => "document.getElementById('dialog').open");
+step('models', eval => js => "(() => { const i = document.querySelector('#dialog input'); i.value = 'gpt-*'; })()");
+step('save', click => text => 'Save', within => '#dialog');
+step('saved', wait => js => text_has('browser-bot rescoped'));
+is(curl_status(base(), $secret), '403', 'out of its scope now');
+step('revoke', click => text => 'Revoke', within => 'main tbody');
+step('asks first', wait => js => "document.getElementById('dialog').open");
+step('revoke it', click => text => 'Revoke', within => '#dialog');
+step('revoked', wait => js => text_has('browser-bot revoked'));
+is(curl_status(base(), $secret), '401', 'refused now (curl)');
+clean('keys');
+
+
+
+=== TEST 5: accounts: disabled and enabled from the page, tested with the header check
+--- request
+GET /healthz
+--- check
+is(message_with('tenant-key')->{status}, 200, 'a request (limits observed)');
+sign_in('admin-key');
+step('signed in', wait => js => text_has('Overview'));
+step('accounts', eval => js => "location.hash = '#/accounts'");
+step('listed', wait => js => text_has('primary'));
+step('disable a2', click => text => 'Disable', within => 'main tbody tr:nth-child(2)');
+step('disabled', wait => js => text_has('a2 disabled'));
+my ($s, $st) = admin(GET => '/admin/accounts/a2');
+is($st->{state}, 'disabled', 'the gateway says so');
+is($st->{reason}, 'disabled by an operator', 'by an operator');
+step('enable', click => text => 'Enable', within => 'main tbody tr:nth-child(2)');
+step('enabled', wait => js => text_has('a2 enabled'));
+($s, $st) = admin(GET => '/admin/accounts/a2');
+is($st->{state}, 'ready', 'ready again');
+step('test a1', click => text => 'Test', within => 'main tbody tr:nth-child(1)');
+step('its result', wait => js => text_has('routing sees this account') . " && " . text_has('✓'));
+clean('accounts');
+
+
+
+=== TEST 6: first run on an empty pool: add a credential, verify it with the header check, export lines whose key works with curl; no header observed is said as such
+--- user_files
+>>> tb.yaml
+store:
+  backend: sqlite
+pricing: builtin
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+--- request
+GET /healthz
+--- error_code: 503
+--- check
+mock_config({ credentials => { 'sk-quiet' => { omit_headers => ['*'] } } });
+sign_in('admin-key');
+step('an empty pool opens the first run', wait => js => "location.hash === '#/welcome' && " . text_has('Welcome: add your first account'));
+shot('first-run-1', full => 0);
+step('an API key', click => text => 'Anthropic API key');
+step('the form', wait => js => text_has('Test and add'));
+step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'First account');
+step('the key', type => sel => 'main input[type=password]', text => 'sk-a1');
+step('advanced', click => sel => 'main details summary');
+step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}'; })()");
+shot('first-run-2', full => 0);
+step('test and add', click => text => 'Test and add');
+step('verified: the nine headers', wait => js => "document.querySelectorAll('main tbody tr').length === 9 && " . text_has('All nine headers came back'));
+is(drv(eval => js => "document.querySelectorAll('main tbody .yes').length")->{value}, 9, 'nine ✓');
+like(drv(eval => js => "document.querySelector('main').textContent")->{value}, qr/first-account was added/, 'the account, its id from its name');
+shot('first-run-3', full => 0);
+step('connect', click => text => 'Connect a client', within => 'main');
+my $lines = step('export lines', wait => js => "document.querySelector('[data-export]') && document.querySelector('[data-export]').textContent");
+my ($base) = $lines =~ /^export ANTHROPIC_BASE_URL=(\S+)$/m;
+my ($key) = $lines =~ /^export ANTHROPIC_AUTH_TOKEN=(\S+)$/m;
+is($base, base(), 'this gateway\'s own address');
+like($key, qr/^bir_/, 'a key of its own');
+shot('first-run-4', full => 0);
+is(curl_status($base, $key), '200', 'the export lines work (curl)');
+my ($s, $k) = admin(GET => '/admin/keys');
+ok((grep { $_->{name} =~ /^first-client/ && !$_->{admin} } @{ $k->{keys} }) == 1, 'not an admin key');
+# a credential whose answers carry no limit header
+step('another', click => text => 'Add an account', within => '#nav');
+step('again', click => text => 'Anthropic API key');
+step('the form', wait => js => text_has('Test and add'));
+step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'quiet');
+step('the key', type => sel => 'main input[type=password]', text => 'sk-quiet');
+step('advanced', click => sel => 'main details summary');
+step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT2}'; })()");
+step('test and add', click => text => 'Test and add');
+step('said honestly', wait => js => text_has('No rate-limit header came back yet'));
+is(drv(eval => js => "document.querySelectorAll('main tbody .no').length")->{value}, 9, 'nine ✕');
+# a credential the upstream refuses: not stored, and said
+mock_config({ credentials => { 'sk-bad' => { behavior => '401' } } });
+step('another', click => text => 'Add an account', within => '#nav');
+step('again', click => text => 'Anthropic API key');
+step('the form', wait => js => text_has('Test and add'));
+step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'bad');
+step('the key', type => sel => 'main input[type=password]', text => 'sk-bad');
+step('advanced', click => sel => 'main details summary');
+step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT3}'; })()");
+step('test and add', click => text => 'Test and add');
+step('refused, said', wait => js => "document.querySelector('main .error').textContent.includes('the upstream refused this credential: 401')");
+($s, my $a) = admin(GET => '/admin/accounts');
+is_deeply([sort map { $_->{id} } @{ $a->{accounts} }], ['first-account', 'quiet'], 'the refused one was not stored');
+clean('first run', allow => [qr{/admin/accounts 400}, qr/status of 400/]);
+unlike(TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/error.log') . TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/access.log'),
+       qr/sk-a1|sk-quiet|sk-bad|\Q$key\E/, 'no credential and no key in the logs');
+
+
+
+=== TEST 7: the quickstart: init, serve -d, console - signed in by a one-time ticket, on the first-run page; the link works once
+--- request
+GET /healthz
+--- check
+my $dir = TB::Nginx::servroot() . '/own';
+system('rm', '-rf', $dir);
+mkdir $dir or die "$dir: $!";
+chmod 0755, $dir;
+my $port = server_port() + 9;
+local %ENV = %ENV;
+delete @ENV{qw(TOKENBIRYANI_URL TOKENBIRYANI_KEY ANTHROPIC_API_KEY ANTHROPIC_BASE_URL)};
+my $here = Cwd::getcwd();
+chdir $dir;
+my $out = `$Cli init --listen 127.0.0.1:$port 2>&1`;
+is($?, 0, 'tokenbiryani init') or diag($out);
+$out = `$Cli serve -d 2>&1`;
+is($?, 0, 'tokenbiryani serve -d') or diag($out . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"));
+$out = `$Cli console --no-browser 2>&1`;
+chdir $here;
+is($?, 0, 'tokenbiryani console') or diag($out);
+my ($url) = $out =~ m{^(http://127\.0\.0\.1:$port/console/#ticket=[0-9a-f]{32})$}m;
+ok($url, 'a URL with a ticket in its fragment') or diag($out);
+step('the browser opens it', open => url => $url);
+step('signed in, on the first-run page', wait => js => "location.hash === '#/welcome' && " . text_has('Welcome: add your first account'));
+unlike(drv(eval => js => "location.href")->{value}, qr/ticket/, 'the ticket is gone from the address');
+like(drv(eval => js => "localStorage.getItem('tokenbiryani.key')")->{value}, qr/^bir_[0-9a-f]{48}$/, 'the admin key init wrote, in this browser only');
+clean('the quickstart', allow => []);
+step('the same link again, in a new browser', open => url => $url);
+step('used: said so', wait => js => "document.getElementById('gate-error').textContent.includes('used or has expired')");
+clean('a used ticket', allow => [qr{/console/ticket 400}, qr/status of 400/]);
+chdir $dir;
+`$Cli serve --stop 2>&1`;
+chdir $here;
+is($?, 0, 'stopped');
+
+
+
+=== TEST 8: a phone's width and the keyboard: nothing wider than the screen; a request reached and opened with Tab and Enter
+--- request
+GET /healthz
+--- check
+is(message_with('tenant-key')->{status}, 200, 'a request');
+step('the console on a phone', open => url => base() . '/console/', width => 390, height => 844, mobile => JSON::PP::true());
+step('asks for a key', wait => js => "!document.getElementById('gate').hidden");
+step('typed', type => sel => '#gate-key', text => 'admin-key');
+step('sign in', click => sel => '#gate-form button');
+step('the overview', wait => js => text_has('Yes, a request can go now'));
+is(drv(eval => js => "document.documentElement.scrollWidth <= window.innerWidth")->{value}, JSON::PP::true(), 'no sideways scroll');
+shot('phone', full => 0);
+step('requests', eval => js => "location.hash = '#/requests'");
+step('listed', wait => js => "document.querySelectorAll('main tr.link').length >= 1");
+is(drv(eval => js => "document.documentElement.scrollWidth <= window.innerWidth")->{value}, JSON::PP::true(), 'the table scrolls in its box, not the page');
+# keyboard: from the filter box, Tab reaches the first row; Enter opens it
+step('the filter box', eval => js => "document.querySelector('main input[type=search]').focus()");
+my $at;
+for (1 .. 30) {
+    $at = drv(key => key => 'Tab')->{value};
+    last if $at && ($at->{cls} // '') eq 'link';
+}
+is($at->{cls}, 'link', 'a row is reached with Tab');
+drv(key => key => 'Enter');
+step('Enter opens the inspector', wait => js => text_has('Routing decision'));
+clean('phone and keyboard');
+
+
+
+=== TEST 9: open mode (no key anywhere): the console asks nothing, and says so
+--- user_files
+>>> tb.yaml
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+--- request
+GET /healthz
+--- check
+step('the console', open => url => base() . '/console/');
+step('no key asked: the overview', wait => js => text_has('Yes, a request can go now') . " && document.getElementById('gate').hidden");
+like(drv(eval => js => "document.getElementById('conn').textContent")->{value}, qr/open mode/, 'says so');
+step('connect', eval => js => "location.hash = '#/connect'");
+step('any token does', wait => js => text_has('open mode') . " && document.querySelector('[data-export]')");
+clean('open mode');

@@ -34,7 +34,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               openssl curl procps \
               clang clang-tools cppcheck
 
-.PHONY: all deps build unit analyze sdk console-deps console-shots test test-asan test-valgrind fuzz bench-core \
+.PHONY: all deps build install-cli unit analyze sdk console-deps console-shots test test-asan test-valgrind fuzz bench-core \
         bench-cache \
         bench-overhead bench-stampede run stop clean
 
@@ -259,6 +259,14 @@ bench-core: deps
 	        2>&1 | sed -n 's/.*Collected : //p'); \
 	    echo "| $$n accounts | $$((ir / calls)) |"; \
 	done
+
+# the command on the PATH; it still loads the module it was built with
+# (an absolute path into this checkout)
+PREFIX ?= /usr/local
+
+install-cli: build
+	@install -D -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/tokenbiryani
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/tokenbiryani (it loads $(MODULE))"
 
 run: build
 	@src/tools/run.sh start $(TOP) $(MODULE) $(RUNDIR)

@@ -29,21 +29,26 @@ ngx_http_tokenbiryani_ticket_put(ngx_http_tokenbiryani_zone_t *zone,
 
     /* a free place, one expired, or the oldest */
 
-    oldest = &sh->tickets[0];
+    oldest = NULL;
 
     for (i = 0; i < NGX_HTTP_TB_TICKETS; i++) {
         t = &sh->tickets[i];
 
-        if (t->id[0] == '\0' || t->expires_ms <= now) {
-            oldest = t;
-            break;
+        if (t->id[0] != '\0' && t->expires_ms <= now) {
+            /* a key is kept no longer than its ticket is good */
+            ngx_explicit_memzero(t,
+                                 sizeof(ngx_http_tokenbiryani_ticket_slot_t));
         }
 
-        if (t->expires_ms < oldest->expires_ms) {
+        if (oldest == NULL
+            || (oldest->id[0] != '\0'
+                && (t->id[0] == '\0' || t->expires_ms < oldest->expires_ms)))
+        {
             oldest = t;
         }
     }
 
+    ngx_explicit_memzero(oldest, sizeof(ngx_http_tokenbiryani_ticket_slot_t));
     ngx_memcpy(oldest->id, id, NGX_HTTP_TB_TICKET_LEN);
     ngx_memcpy(oldest->key, key, len);
     oldest->key_len = len;
@@ -81,6 +86,13 @@ ngx_http_tokenbiryani_ticket_take(ngx_http_tokenbiryani_zone_t *zone,
             continue;
         }
 
+        if (t->expires_ms <= now) {
+            /* a key is kept no longer than its ticket is good */
+            ngx_explicit_memzero(t,
+                                 sizeof(ngx_http_tokenbiryani_ticket_slot_t));
+            continue;
+        }
+
         /* compared whole, whatever differs first */
         diff = 0;
 
@@ -92,11 +104,9 @@ ngx_http_tokenbiryani_ticket_take(ngx_http_tokenbiryani_zone_t *zone,
             continue;
         }
 
-        if (t->expires_ms > now) {
-            ngx_memcpy(key, t->key, t->key_len);
-            *len = t->key_len;
-            rc = NGX_OK;
-        }
+        ngx_memcpy(key, t->key, t->key_len);
+        *len = t->key_len;
+        rc = NGX_OK;
 
         /* once, used or not */
         ngx_explicit_memzero(t, sizeof(ngx_http_tokenbiryani_ticket_slot_t));

@@ -286,9 +286,12 @@ chmod 0755, $dir;
 my $port = TB::Nginx::server_port() + 7;
 my ($rc, $out, $err) = cli(['init', '--dir', $dir, '--listen', "127.0.0.1:$port"], no_gateway => 1);
 is($rc, 0, 'init') or diag($err);
-my ($key) = $out =~ /^export ANTHROPIC_AUTH_TOKEN=(bir_[0-9a-f]{48})$/m;
-ok($key, 'an admin key, in the export lines');
+my ($client) = $out =~ /^export ANTHROPIC_AUTH_TOKEN=(bir_[0-9a-f]{48})$/m;
+ok($client, 'a key in the export lines');
 ok(-f "$dir/tokenbiryani.yaml" && -f "$dir/nginx.conf", 'the files');
+my ($key) = TB::Nginx::slurp("$dir/tokenbiryani.yaml") =~ /key: (bir_[0-9a-f]{48})\s+name: admin\s[^\n]*\n\s+admin: true/;
+ok($key, 'an admin key in the YAML file');
+isnt($key, $client, 'not the one the export lines give clients');
 is(sprintf('%o', (stat "$dir/tokenbiryani.yaml")[2] & 0777), '600', 'the YAML file (it holds the key) is 0600');
 ($rc, $out, $err) = cli(['init', '--dir', $dir], no_gateway => 1);
 is($rc, 1, 'not again without --force');
@@ -321,5 +324,19 @@ $r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', port =
 is($r->{status}, 400, 'once only');
 unlike(TB::Nginx::slurp("$dir/.tokenbiryani/logs/access.log") . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"),
        qr/\Q$key\E/, 'the key is in no log');
+# the README's quickstart from the command: an account, then the export lines work
+chdir $dir;
+($rc, $out, $err) = cli(['accounts', 'add', 'acct-01', '--api-key', 'sk-a1', '--base-url', "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}"], no_gateway => 1);
+chdir $here;
+is($rc, 0, 'accounts add, where init wrote') or diag($err);
+like($out, qr/acct-01 added/, 'added');
+$r = TB::Nginx::http_request(method => 'POST', path => '/v1/messages', port => $port,
+                             body => '{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}',
+                             headers => { 'content-type' => 'application/json', 'authorization' => "Bearer $client", 'anthropic-version' => '2023-06-01' });
+is($r->{status}, 200, 'the export lines\' key makes a request') or diag($r->{body});
+$r = TB::Nginx::http_request(method => 'GET', path => '/admin/status', port => $port, headers => { 'x-api-key' => $client });
+is($r->{status}, 403, 'and cannot reach /admin');
+unlike(TB::Nginx::slurp("$dir/.tokenbiryani/logs/access.log") . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"),
+       qr/sk-a1|\Q$client\E/, 'neither the credential nor the client key in a log');
 ($rc) = cli(['serve', '--dir', $dir, '--stop'], no_gateway => 1);
 is($rc, 0, 'stopped');

@@ -250,6 +250,7 @@ shot('keys');
 visit('#/settings', text_has('routing.strategy') . " && " . text_has('round_robin'), 'settings');
 shot('settings');
 visit('#/connect', text_has('Mint a key for this client'), 'connect');
+shot('connect');
 visit('#/welcome', text_has('Which credential?'), 'add an account');
 clean('every page');
 
@@ -410,6 +411,22 @@ step('signed in, on the first-run page', wait => js => "location.hash === '#/wel
 unlike(drv(eval => js => "location.href")->{value}, qr/ticket/, 'the ticket is gone from the address');
 like(drv(eval => js => "localStorage.getItem('tokenbiryani.key')")->{value}, qr/^bir_[0-9a-f]{48}$/, 'the admin key init wrote, in this browser only');
 clean('the quickstart', allow => []);
+# on to a working export line, as a new user would
+step('an API key', click => text => 'Anthropic API key');
+step('the form', wait => js => text_has('Test and add'));
+step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'mine');
+step('the key', type => sel => 'main input[type=password]', text => 'sk-a1');
+step('advanced', click => sel => 'main details summary');
+step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}'; })()");
+step('test and add', click => text => 'Test and add');
+step('verified', wait => js => text_has('All nine headers came back'));
+step('connect', click => text => 'Connect a client', within => 'main');
+my $lines = step('export lines', wait => js => "document.querySelector('[data-export]') && document.querySelector('[data-export]').textContent");
+my ($base) = $lines =~ /^export ANTHROPIC_BASE_URL=(\S+)$/m;
+my ($key) = $lines =~ /^export ANTHROPIC_AUTH_TOKEN=(\S+)$/m;
+is($base, "http://127.0.0.1:$port", 'the quickstart gateway\'s address');
+is(curl_status($base, $key), '200', 'its export lines work (curl)');
+clean('the quickstart\'s first run', allow => []);
 step('the same link again, in a new browser', open => url => $url);
 step('used: said so', wait => js => "document.getElementById('gate-error').textContent.includes('used or has expired')");
 clean('a used ticket', allow => [qr{/console/ticket 400}, qr/status of 400/]);

@@ -99,7 +99,7 @@ tbc_write(const char *path, const char *text, mode_t mode)
     len = strlen(text);
     n = write(fd, text, len);
 
-    if (n != (ssize_t) len || close(fd) != 0) {
+    if (close(fd) != 0 || n != (ssize_t) len) {
         tbc_err("%s: could not be written", path);
         return 0;
     }
@@ -121,6 +121,11 @@ tbc_new_key(char *key)
 
     if (fd == -1 || read(fd, r, sizeof(r)) != (ssize_t) sizeof(r)) {
         tbc_err("/dev/urandom: %s", strerror(errno));
+
+        if (fd != -1) {
+            close(fd);
+        }
+
         return 0;
     }
 
@@ -141,8 +146,9 @@ tbc_init(tbc_t *c)
 {
     char         dir[PATH_MAX], yaml_path[PATH_MAX + 64],
                  conf_path[PATH_MAX + 64], prefix[PATH_MAX + 64],
-                 url_path[PATH_MAX + 128], key[64], yaml[PATH_MAX + 2048],
-                 conf[3 * PATH_MAX + 2048], accounts[1024];
+                 url_path[PATH_MAX + 128], key[64], admin[64],
+                 yaml[PATH_MAX + 2048], conf[3 * PATH_MAX + 2048],
+                 accounts[1024];
     const char  *listen, *api_key, *module;
     struct stat  st;
 
@@ -203,7 +209,7 @@ tbc_init(tbc_t *c)
                  "    api_key: \"%s\"", api_key);
     }
 
-    if (!tbc_new_key(key)) {
+    if (!tbc_new_key(admin) || !tbc_new_key(key)) {
         return TBC_FAIL;
     }
 
@@ -220,10 +226,14 @@ tbc_init(tbc_t *c)
              "accounts:%s\n"
              "keys:\n"
              "  - key: %s\n"
-             "    name: default\n"
-             "    admin: true\n",
+             "    name: admin                      # the console and "
+             "the command\n"
+             "    admin: true\n"
+             "  - key: %s\n"
+             "    name: default                    # for clients: "
+             "no /admin\n",
              dir, api_key ? accounts : " []          # add them: "
-             "`tokenbiryani accounts add`, or the console", key);
+             "`tokenbiryani accounts add`, or the console", admin, key);
 
     snprintf(conf, sizeof(conf),
              "# written by `tokenbiryani init`; started by `tokenbiryani "
@@ -272,14 +282,21 @@ tbc_init(tbc_t *c)
         return TBC_FAIL;
     }
 
-    printf("wrote %s (an admin key; %s)\nwrote %s (listens on %s)\n\n"
-           "next:\n  tokenbiryani serve -d      start it\n"
-           "  tokenbiryani console       open the console: add an account "
-           "there\n\nthen point a client at it:\n\n"
+    printf("wrote %s (%s; an admin key for the console and this "
+           "command, a client key)\nwrote %s (listens on %s)\n\n"
+           "next:\n"
+           "  tokenbiryani serve -d      start it\n"
+           "  tokenbiryani console       open the console%s\n"
+           "%s"
+           "\nthen point a client at it (the client key: it cannot reach "
+           "/admin):\n\n"
            "export ANTHROPIC_BASE_URL=http://%s\n"
            "export ANTHROPIC_AUTH_TOKEN=%s\n",
            yaml_path, api_key ? "one account" : "no account yet", conf_path,
-           listen, listen, key);
+           listen, api_key ? "" : ": add an account there",
+           api_key ? "" : "  or: tokenbiryani accounts add acct-01 "
+                          "--api-key sk-ant-...\n",
+           listen, key);
 
     return TBC_OK;
 }

@@ -153,7 +153,8 @@ Point any Anthropic client at it:
 export ANTHROPIC_BASE_URL=http://$LISTEN
 export ANTHROPIC_AUTH_TOKEN=$KEY
 
-Console:      http://$LISTEN/console/ (sign in with the key above)
+Console:      http://$LISTEN/console/ (sign in with the key above), or signed in:
+              TOKENBIRYANI_URL=http://$LISTEN TOKENBIRYANI_KEY=$KEY build/tokenbiryani console
 Terminal:     TOKENBIRYANI_URL=http://$LISTEN TOKENBIRYANI_KEY=$KEY build/tokenbiryani status
 Pool status:  curl -s http://$LISTEN/admin/status -H "x-api-key: $KEY"
 Mint a key:   curl -s http://$LISTEN/admin/keys -H "x-api-key: $KEY" -d '{"name": "me"}'

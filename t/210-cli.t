@@ -147,7 +147,7 @@ ok($secret, 'its secret, on a line of its own');
 like($out, qr/^export ANTHROPIC_AUTH_TOKEN=\Q$secret\E$/m, 'and the export line');
 is(message_with($secret)->{status}, 200, 'it works');
 ($rc, $out) = cli(['keys', 'list']);
-like($out, qr/^cli-bot\s+minted\s+no\s+\["claude-\*"\]\s+30/m, 'listed') or diag($out);
+like($out, qr/^cli-bot\s+minted\s+no\s+claude-\*\s+30/m, 'listed') or diag($out);
 unlike($out, qr/\Q$secret\E/, 'without its secret');
 ok(widest($out) <= 80, 'within 80 columns');
 ($rc, $out) = cli(['keys', 'rescope', 'cli-bot', '--models', 'gpt-*']);
@@ -240,6 +240,8 @@ my $id = $r->{headers}{'x-tokenbiryani-request-id'};
 message_with('tenant-key', text => "more $_") for 1 .. 2;
 my ($rc, $out) = cli(['strategies']);
 like($out, qr/^\* sticky_headroom\s+/m, 'the strategy in force starred');
+($rc, $out) = cli(['status']);
+like($out, qr/POOL  2 accounts · \d ready · [12]\.00M input ready/, 'a million (less a few tokens) as 1.00M, never 1000k') or diag($out);
 TB::Nginx::poll_until(2, sub { admin(GET => "/admin/requests/$id") == 200 });
 ($rc, $out) = cli(['requests']);
 like($out, qr/^\Q$id\E\s+200\s+a\d\s+2\s+\d+\s+\$\d\.\d+$/m, 'the list: two attempts, its cost') or diag($out);
@@ -252,6 +254,9 @@ like($out, qr/^  a\d\s+chosen\s+\d\.\d{4}/m, 'the candidates with their scores')
 TB::Nginx::poll_until(3, sub { my (undef, $u) = admin(GET => '/admin/usage?range=1h'); ($u->{totals}{requests} // 0) >= 3 });
 ($rc, $out) = cli(['usage', '--range', '1h', '--by', 'key']);
 like($out, qr/^tenant\s+3\s+/m, 'usage by key') or diag($out);
+my (undef, $u) = admin(GET => '/admin/usage?range=1h&by=key');
+like($out, qr/^all\s+$u->{totals}{requests}\s+$u->{totals}{input_tokens}\s+$u->{totals}{output_tokens}\s+\d+%\s+\d+\s+\$\d\.\d{6}$/m,
+     'the totals: requests, tokens, cache, errors, cost') or diag($out);
 ok(widest($out) <= 80, 'within 80 columns');
 ($rc, $out) = cli(['sessions']);
 like($out, qr/^SESSION\s+KEY\s+ACCOUNT\s+TURNS\s+COST\s+RUNAWAY$/m, 'sessions');

@@ -11,6 +11,9 @@
 #include "tbc.h"
 
 
+static char *tbc_join(const cJSON *arr);
+
+
 /* prints j as JSON with --json; 1 if it did */
 static int
 tbc_json_out(tbc_t *c, cJSON *j)
@@ -164,6 +167,8 @@ tbc_accounts_list(tbc_t *c)
 {
     int           rc;
     cJSON        *j;
+    char          spend[32];
+    const char   *cred;
     const cJSON  *a, *usage;
 
     j = tbc_admin(c, "GET", "/admin/accounts", NULL, &rc);
@@ -179,12 +184,16 @@ tbc_accounts_list(tbc_t *c)
                                                                "accounts"))
         {
             usage = cJSON_GetObjectItemCaseSensitive(a, "usage");
+            cred = tbc_str(a, "credential", "—");
 
-            printf("%-18.18s %-14.14s %-10.10s %-8.8s %-12.12s %9s$%.2f\n",
+            /* "…1234": widths in columns, not bytes */
+            snprintf(spend, sizeof(spend), "$%.2f",
+                     tbc_num(usage, "window_usd", 0));
+
+            printf("%-18.18s %-14.14s %-10.10s %-8.8s %-*.*s %10s\n",
                    tbc_str(a, "id", "?"), tbc_str(a, "type", "?"),
                    tbc_str(a, "state", "?"), tbc_str(a, "source", "?"),
-                   tbc_str(a, "credential", "—"), "",
-                   tbc_num(usage, "window_usd", 0));
+                   tbc_w(12, cred), tbc_w(12, cred), cred, spend);
         }
     }
 
@@ -476,8 +485,9 @@ tbc_keys(tbc_t *c)
                 char         rpm[32], cap[32];
                 const char  *m;
 
-                text = cJSON_PrintUnformatted(
-                           cJSON_GetObjectItemCaseSensitive(k, "models"));
+                /* the patterns, joined: claude-sonnet-*,claude-haiku-* */
+                text = tbc_join(cJSON_GetObjectItemCaseSensitive(k,
+                                                                 "models"));
 
                 if (tbc_num(k, "rpm", -1) >= 0) {
                     snprintf(rpm, sizeof(rpm), "%.0f", tbc_num(k, "rpm", 0));
@@ -621,11 +631,48 @@ tbc_strategies(tbc_t *c)
 }
 
 
+/* an array of strings joined by commas (malloc'ed), NULL when none */
+static char *
+tbc_join(const cJSON *arr)
+{
+    char         *text;
+    size_t        len;
+    const cJSON  *v;
+
+    len = 0;
+
+    cJSON_ArrayForEach(v, arr) {
+        if (cJSON_IsString(v)) {
+            len += strlen(v->valuestring) + 1;
+        }
+    }
+
+    if (len == 0 || (text = malloc(len)) == NULL) {
+        return NULL;
+    }
+
+    text[0] = '\0';
+
+    cJSON_ArrayForEach(v, arr) {
+        if (cJSON_IsString(v)) {
+            if (text[0]) {
+                strcat(text, ",");
+            }
+
+            strcat(text, v->valuestring);
+        }
+    }
+
+    return text;
+}
+
+
 /* one request, as the inspector shows it */
 static void
 tbc_request_detail(tbc_t *c, const cJSON *r)
 {
     int           first;
+    char          ttft[32];
     const cJSON  *a, *d, *cand, *terms, *t, *u, *cost;
 
     printf("%s  %s · %s · key %s · %s\n", tbc_str(r, "request_id", "?"),
@@ -661,11 +708,15 @@ tbc_request_detail(tbc_t *c, const cJSON *r)
         printf("cost      unknown (no price)\n");
     }
 
-    printf("time      %.0f ms · first token %s%.0f%s · queued %.0f ms · "
-           "affinity %s\n", tbc_num(r, "latency_ms", 0),
-           tbc_num(r, "ttft_ms", -1) >= 0 ? "" : "—",
-           tbc_num(r, "ttft_ms", -1) >= 0 ? tbc_num(r, "ttft_ms", 0) : 0.0,
-           tbc_num(r, "ttft_ms", -1) >= 0 ? " ms" : "",
+    if (tbc_num(r, "ttft_ms", -1) >= 0) {
+        snprintf(ttft, sizeof(ttft), "%.0f ms", tbc_num(r, "ttft_ms", 0));
+
+    } else {
+        snprintf(ttft, sizeof(ttft), "—");
+    }
+
+    printf("time      %.0f ms · first token %s · queued %.0f ms · "
+           "affinity %s\n", tbc_num(r, "latency_ms", 0), ttft,
            tbc_num(r, "queued_ms", 0), tbc_str(r, "affinity", "—"));
 
     d = cJSON_GetObjectItemCaseSensitive(r, "decision");
@@ -767,13 +818,39 @@ tbc_requests(tbc_t *c)
 }
 
 
+/* one row of the usage table; a cost no price gives is unknown, not $0 */
+static void
+tbc_usage_row(const char *name, const cJSON *t)
+{
+    char    in[16], out[16], hit[16], cost[32];
+    double  usd;
+
+    tbc_tokens(in, sizeof(in), tbc_num(t, "input_tokens", 0));
+    tbc_tokens(out, sizeof(out), tbc_num(t, "output_tokens", 0));
+    tbc_pct(hit, sizeof(hit), tbc_num(t, "cache_hit_rate", NAN));
+
+    usd = tbc_num(t, "cost_usd", NAN);
+
+    if (isnan(usd)) {
+        snprintf(cost, sizeof(cost), "unknown");
+
+    } else {
+        snprintf(cost, sizeof(cost), "$%.6f", usd);
+    }
+
+    printf("%-22.22s %8.0f %8s %8s %*s %6.0f %12s\n", name,
+           tbc_num(t, "requests", 0), in, out, tbc_w(7, hit), hit,
+           tbc_num(t, "errors", 0), cost);
+}
+
+
 int
 tbc_usage(tbc_t *c)
 {
     int           rc;
-    char          path[256], in[16], out[16], hit[16];
+    char          path[256];
     cJSON        *j;
-    const cJSON  *g, *t;
+    const cJSON  *g;
     const char   *range, *by;
 
     range = tbc_opt(c, "range");
@@ -811,21 +888,13 @@ tbc_usage(tbc_t *c)
            "REQUESTS", "INPUT", "OUTPUT", "CACHE", "ERRORS", "COST");
 
     cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(j, "groups")) {
-        t = cJSON_GetObjectItemCaseSensitive(g, "totals");
-        tbc_tokens(in, sizeof(in), tbc_num(t, "input_tokens", 0));
-        tbc_tokens(out, sizeof(out), tbc_num(t, "output_tokens", 0));
-        tbc_pct(hit, sizeof(hit), tbc_num(t, "cache_hit_rate", NAN));
-
-        printf("%-22.22s %8.0f %8s %8s %*s %6.0f %5s$%.6f\n",
-               tbc_str(g, "name", "")[0] ? tbc_str(g, "name", "") : "(none)",
-               tbc_num(t, "requests", 0), in, out,
-               strcmp(hit, "—") ? 7 : 9, hit, tbc_num(t, "errors", 0), "",
-               tbc_num(t, "cost_usd", 0));
+        tbc_usage_row(tbc_str(g, "name", "")[0] ? tbc_str(g, "name", "")
+                                                : "(none)",
+                      cJSON_GetObjectItemCaseSensitive(g, "totals"));
     }
 
-    t = cJSON_GetObjectItemCaseSensitive(j, "totals");
-    printf("\n%-22s %8.0f %35s$%.6f\n", "all", tbc_num(t, "requests", 0), "",
-           tbc_num(t, "cost_usd", 0));
+    printf("\n");
+    tbc_usage_row("all", cJSON_GetObjectItemCaseSensitive(j, "totals"));
 
     cJSON_Delete(j);
 

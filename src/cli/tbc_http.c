@@ -265,7 +265,8 @@ tbc_tokens(char *buf, size_t size, double n)
     if (isnan(n) || n < 0) {
         snprintf(buf, size, "—");
 
-    } else if (n >= 1e6) {
+    } else if (n >= 999500) {
+        /* not "1000k": what rounds to a thousand k is a million */
         snprintf(buf, size, "%.2fM", n / 1e6);
 
     } else if (n >= 1e3) {

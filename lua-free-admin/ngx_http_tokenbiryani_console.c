@@ -20,6 +20,7 @@
 
 
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_admin.h"
@@ -44,6 +45,8 @@ static ngx_int_t ngx_http_tokenbiryani_console_headers(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_console_redeem(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_console_mode(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_same_origin(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_ticket_seal(const u_char *ticket,
+    u_char *id, u_char *key, size_t len);
 
 
 /*
@@ -68,6 +71,9 @@ ngx_http_tokenbiryani_add_header(ngx_http_request_t *r, const char *name,
     }
 
     h->hash = 1;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
     h->key.data = (u_char *) name;
     h->key.len = ngx_strlen(name);
     h->value = *value;
@@ -125,7 +131,8 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
                ? r->uri.len - (sizeof("/console") - 1) : 0;
 
     if (r->uri.len < sizeof("/console") - 1
-        || ngx_strncmp(r->uri.data, "/console", sizeof("/console") - 1) != 0)
+        || ngx_strncmp(r->uri.data, "/console", sizeof("/console") - 1) != 0
+        || (rest.len && rest.data[0] != '/'))
     {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                    "not_found_error", "tokenbiryani_console serves /console");
@@ -142,6 +149,16 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
         rc = ngx_http_tokenbiryani_same_origin(r);
         if (rc != NGX_OK) {
             return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
+        }
+
+        /* anyone may knock here: {"ticket": "<32 hex>"} and no more */
+        if (r->headers_in.content_length_n < 0
+            || r->headers_in.content_length_n > 1024)
+        {
+            return ngx_http_tokenbiryani_send_error(r,
+                       NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                       "request_too_large", "/console/ticket takes "
+                       "{\"ticket\": T} with a Content-Length, 1 KB at most");
         }
 
         r->request_body_in_single_buf = 1;
@@ -177,6 +194,9 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
          * makes absolute with a scheme and port a proxy in front may not
          * share */
         loc->hash = 1;
+#if (nginx_version >= 1023000)
+        loc->next = NULL;
+#endif
         ngx_str_set(&loc->key, "Location");
         ngx_str_set(&loc->value, "/console/");
 
@@ -285,7 +305,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_same_origin(ngx_http_request_t *r)
 {
     size_t            n;
-    u_char           *p;
+    u_char           *p, *last;
     ngx_uint_t        i;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
@@ -318,18 +338,19 @@ ngx_http_tokenbiryani_same_origin(ngx_http_request_t *r)
             && ngx_strncasecmp(h[i].key.data, (u_char *) "origin", 6) == 0)
         {
             /* scheme://host[:port] as the request's Host says it */
-            p = ngx_strlchr(h[i].value.data,
-                            h[i].value.data + h[i].value.len, '/');
+            last = h[i].value.data + h[i].value.len;
+            p = ngx_strlchr(h[i].value.data, last, ':');
 
-            if (p == NULL || r->headers_in.host == NULL) {
+            if (p == NULL || r->headers_in.host == NULL
+                || last - p < 3 || p[1] != '/' || p[2] != '/')
+            {
                 goto refused;
             }
 
-            p += 2;
-            n = h[i].value.data + h[i].value.len - p;
+            p += 3;
+            n = last - p;
 
-            if (p > h[i].value.data + h[i].value.len
-                || n != r->headers_in.host->value.len
+            if (n != r->headers_in.host->value.len
                 || ngx_strncasecmp(p, r->headers_in.host->value.data, n) != 0)
             {
                 goto refused;
@@ -356,7 +377,9 @@ ngx_http_tokenbiryani_console_redeem(ngx_http_request_t *r)
     cJSON                              *j, *t, *root;
     ngx_int_t                           rc;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    u_char                              key[NGX_HTTP_TB_TICKET_KEY_MAX + 1];
+    u_char                              key[NGX_HTTP_TB_TICKET_KEY_MAX + 1],
+                                        ticket[NGX_HTTP_TB_TICKET_LEN],
+                                        id[NGX_HTTP_TB_TICKET_LEN];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
@@ -369,12 +392,26 @@ ngx_http_tokenbiryani_console_redeem(ngx_http_request_t *r)
 
     j = cJSON_ParseWithLength((char *) body, len);
     t = cJSON_GetObjectItemCaseSensitive(j, "ticket");
+    rc = NGX_DECLINED;
 
-    rc = (cJSON_IsString(t)
-          && ngx_http_tokenbiryani_ticket_take(&tmcf->zone,
-                 (u_char *) t->valuestring, ngx_strlen(t->valuestring), key,
-                 &klen, ngx_http_tokenbiryani_now_ms()) == NGX_OK)
-         ? NGX_OK : NGX_DECLINED;
+    if (cJSON_IsString(t)
+        && ngx_strlen(t->valuestring) == NGX_HTTP_TB_TICKET_LEN)
+    {
+        ngx_memcpy(ticket, t->valuestring, NGX_HTTP_TB_TICKET_LEN);
+        ngx_http_tokenbiryani_ticket_seal(ticket, id, NULL, 0);
+
+        if (ngx_http_tokenbiryani_ticket_take(&tmcf->zone, id,
+                NGX_HTTP_TB_TICKET_LEN, key, &klen,
+                ngx_http_tokenbiryani_now_ms())
+            == NGX_OK)
+        {
+            /* the zone kept it sealed by the ticket it never saw */
+            ngx_http_tokenbiryani_ticket_seal(ticket, id, key, klen);
+            rc = NGX_OK;
+        }
+
+        ngx_explicit_memzero(ticket, sizeof(ticket));
+    }
 
     cJSON_Delete(j);
 
@@ -419,11 +456,14 @@ ngx_int_t
 ngx_http_tokenbiryani_admin_console_ticket(ngx_http_request_t *r)
 {
     cJSON                              *root;
+    ngx_int_t                           rc;
     ngx_str_t                           key;
     ngx_uint_t                          i;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     u_char                              rnd[NGX_HTTP_TB_TICKET_LEN / 2],
-                                        id[NGX_HTTP_TB_TICKET_LEN + 1];
+                                        id[NGX_HTTP_TB_TICKET_LEN + 1],
+                                        slot[NGX_HTTP_TB_TICKET_LEN],
+                                        sealed[NGX_HTTP_TB_TICKET_KEY_MAX];
 
     if (r->method != NGX_HTTP_POST) {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
@@ -431,8 +471,9 @@ ngx_http_tokenbiryani_admin_console_ticket(ngx_http_request_t *r)
                    "POST");
     }
 
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -452,13 +493,22 @@ ngx_http_tokenbiryani_admin_console_ticket(ngx_http_request_t *r)
 
     id[NGX_HTTP_TB_TICKET_LEN] = '\0';
 
-    if (ngx_http_tokenbiryani_ticket_put(&tmcf->zone, id, key.data, key.len,
-                                         ngx_http_tokenbiryani_now_ms())
-        != NGX_OK)
-    {
+    if (key.len > NGX_HTTP_TB_TICKET_KEY_MAX) {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
                    "invalid_request_error", "this key is too long for a "
                    "console ticket: sign in with it on the console's page");
+    }
+
+    /* the zone gets a digest of the ticket and the key sealed by it */
+    ngx_memcpy(sealed, key.data, key.len);
+    ngx_http_tokenbiryani_ticket_seal(id, slot, sealed, key.len);
+
+    rc = ngx_http_tokenbiryani_ticket_put(&tmcf->zone, slot, sealed, key.len,
+                                          ngx_http_tokenbiryani_now_ms());
+    ngx_explicit_memzero(sealed, sizeof(sealed));
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     root = cJSON_CreateObject();
@@ -473,4 +523,49 @@ ngx_http_tokenbiryani_admin_console_ticket(ngx_http_request_t *r)
     }
 
     return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_CREATED, root);
+}
+
+
+/*
+ * What the zone keeps of a ticket: for its id, the first half of
+ * SHA-256("tb-ticket-id" ticket) in hex; the key XORed with
+ * SHA-256("tb-ticket-key" i ticket), block i.  Without the ticket (128
+ * random bits, only ever in the browser and the command's output) the
+ * zone's copy gives no key.  key NULL: the id only; sealing twice opens.
+ */
+
+static void
+ngx_http_tokenbiryani_ticket_seal(const u_char *ticket, u_char *id,
+    u_char *key, size_t len)
+{
+    size_t         i, k;
+    u_char         in[sizeof("tb-ticket-key") + 1 + NGX_HTTP_TB_TICKET_LEN],
+                   md[SHA256_DIGEST_LENGTH];
+    static u_char  hex[] = "0123456789abcdef";
+
+    ngx_memcpy(in, "tb-ticket-id", sizeof("tb-ticket-id") - 1);
+    ngx_memcpy(in + sizeof("tb-ticket-id") - 1, ticket,
+               NGX_HTTP_TB_TICKET_LEN);
+    SHA256(in, sizeof("tb-ticket-id") - 1 + NGX_HTTP_TB_TICKET_LEN, md);
+
+    for (i = 0; i < NGX_HTTP_TB_TICKET_LEN / 2; i++) {
+        id[2 * i] = hex[md[i] >> 4];
+        id[2 * i + 1] = hex[md[i] & 0xf];
+    }
+
+    for (i = 0; key && i < len; i += SHA256_DIGEST_LENGTH) {
+        ngx_memcpy(in, "tb-ticket-key", sizeof("tb-ticket-key") - 1);
+        in[sizeof("tb-ticket-key") - 1] =
+                                     (u_char) (i / SHA256_DIGEST_LENGTH);
+        ngx_memcpy(in + sizeof("tb-ticket-key"), ticket,
+                   NGX_HTTP_TB_TICKET_LEN);
+        SHA256(in, sizeof(in), md);
+
+        for (k = 0; k < SHA256_DIGEST_LENGTH && i + k < len; k++) {
+            key[i + k] ^= md[k];
+        }
+    }
+
+    ngx_explicit_memzero(in, sizeof(in));
+    ngx_explicit_memzero(md, sizeof(md));
 }

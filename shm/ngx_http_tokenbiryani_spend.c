@@ -136,7 +136,11 @@ ngx_http_tokenbiryani_session_locked(ngx_http_tokenbiryani_zone_t *zone,
     s->last_ms = now;
     s->slot = -1;
     s->key_len = (uint32_t) ngx_min(key_len, TB_ID_MAX);
-    ngx_memcpy(s->key, key, s->key_len);
+
+    if (s->key_len) {
+        /* open mode has no key: NULL, 0 */
+        ngx_memcpy(s->key, key, s->key_len);
+    }
 
     /*
      * At the tail until it is charged: the head is kept in the order of

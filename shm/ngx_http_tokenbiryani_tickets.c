@@ -50,7 +50,10 @@ ngx_http_tokenbiryani_ticket_put(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_explicit_memzero(oldest, sizeof(ngx_http_tokenbiryani_ticket_slot_t));
     ngx_memcpy(oldest->id, id, NGX_HTTP_TB_TICKET_LEN);
-    ngx_memcpy(oldest->key, key, len);
+    if (len) {
+        /* open mode: NULL, 0 */
+        ngx_memcpy(oldest->key, key, len);
+    }
     oldest->key_len = len;
     oldest->expires_ms = now + NGX_HTTP_TB_TICKET_MS;
 
@@ -104,7 +107,9 @@ ngx_http_tokenbiryani_ticket_take(ngx_http_tokenbiryani_zone_t *zone,
             continue;
         }
 
-        ngx_memcpy(key, t->key, t->key_len);
+        if (t->key_len) {
+            ngx_memcpy(key, t->key, t->key_len);
+        }
         *len = t->key_len;
         rc = NGX_OK;
 

@@ -50,6 +50,7 @@ sub cli {
     %ENV = (%ENV, %{ $o{env} // {} });
     my ($in, $out, $err) = (Symbol::gensym(), Symbol::gensym(), Symbol::gensym());
     my $pid = IPC::Open3::open3($in, $out, $err, $Cli, @$args);
+    print $in $o{stdin} if defined $o{stdin};
     close $in;
     local $/;
     my $so = <$out> // '';
@@ -181,6 +182,21 @@ ok(widest($out) <= 80, 'within 80 columns');
                          '--base-url', "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT4}"]);
 is($rc, 1, 'a refused credential: exit 1');
 like($err, qr/refused this credential: 401.*nothing was stored/, 'saying so');
+($rc, $out, $err) = cli(['accounts', 'add', 'a4', '--api-key', 'sk-a4-secret-0004'], env => { TOKENBIRYANI_KEY => 'tenant-key' });
+is($rc, 4, 'a key that is not an admin\'s: exit 4, not 1');
+# the credential kept off the command line: from stdin, or the environment
+($rc, $out, $err) = cli(['accounts', 'add', 'a5', '--api-key', '-', '--base-url', "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT3}"],
+                        stdin => "sk-a5-secret-0005\n");
+is($rc, 0, '--api-key - reads it from stdin') or diag($err);
+($rc, $out, $err) = cli(['accounts', 'add', 'a6', '--base-url', "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT3}"],
+                        env => { ANTHROPIC_API_KEY => 'sk-a6-secret-0006' });
+is($rc, 0, 'or from $ANTHROPIC_API_KEY') or diag($err);
+($rc, $out) = cli(['accounts', 'list']);
+like($out, qr/^a5\s.*…0005\s/m, 'a5 with its credential');
+like($out, qr/^a6\s.*…0006\s/m, 'a6 with its credential');
+($rc, $out, $err) = cli(['accounts', 'add', 'a7', '--api-key', '-'], stdin => '');
+is($rc, 2, 'nothing on stdin: exit 2');
+cli(['accounts', 'rm', $_]) for qw(a5 a6);
 ($rc, $out) = cli(['accounts', 'test']);
 is($rc, 0, 'every account tested') or diag($out);
 like($out, qr/✓ a1\s+credential ok · every limit header present/, 'a1');
@@ -320,6 +336,23 @@ is($rc, 0, 'console') or diag($err);
 my ($url, $ticket) = $out =~ /^(http:\/\/127\.0\.0\.1:$port\/console\/#ticket=([0-9a-f]{32}))$/m;
 ok($url, 'the console\'s address with a ticket in its fragment') or diag($out);
 unlike($out, qr/\Q$key\E/, 'never the key');
+# with a desktop: the browser is given a file of this user's, not the ticket
+my $stub = TB::Nginx::servroot() . '/stub';
+mkdir $stub;
+open(my $sh, '>', "$stub/xdg-open") or die $!;
+print $sh "#!/bin/sh\necho \"\$@\" > $stub/argv\ncp \"\$1\" $stub/page\nstat -c %a \"\$1\" > $stub/mode\n";
+close $sh;
+chmod 0755, "$stub/xdg-open";
+chdir $dir;
+($rc, my $out2, $err) = cli(['console'], no_gateway => 1, env => { DISPLAY => ':99', PATH => "$stub:$ENV{PATH}", XDG_RUNTIME_DIR => $stub });
+chdir $here;
+is($rc, 0, 'console, with a desktop');
+ok(TB::Nginx::poll_until(5, sub { -s "$stub/mode" }), 'the browser was opened');
+my ($ticket2) = $out2 =~ /#ticket=([0-9a-f]{32})$/m;
+unlike(TB::Nginx::slurp("$stub/argv"), qr/ticket|\Q$ticket2\E/, 'no ticket on its command line');
+like(TB::Nginx::slurp("$stub/argv"), qr{^\Q$stub\E/tokenbiryani-console-\w{6}\.html$}, 'a file');
+is(TB::Nginx::slurp("$stub/mode"), "600\n", 'of this user\'s only');
+like(TB::Nginx::slurp("$stub/page"), qr{http-equiv="refresh" content="0;url=http://127\.0\.0\.1:$port/console/#ticket=\Q$ticket2\E"}, 'that sends the browser on');
 my $r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', port => $port,
                                 body => qq({"ticket":"$ticket"}), headers => { 'content-type' => 'application/json' });
 is($r->{status}, 200, 'the page redeems the ticket');
@@ -343,5 +376,25 @@ $r = TB::Nginx::http_request(method => 'GET', path => '/admin/status', port => $
 is($r->{status}, 403, 'and cannot reach /admin');
 unlike(TB::Nginx::slurp("$dir/.tokenbiryani/logs/access.log") . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"),
        qr/sk-a1|\Q$client\E/, 'neither the credential nor the client key in a log');
+# another directory's .tokenbiryani/url does not get a key given from elsewhere
+my $other = TB::Nginx::servroot() . '/other';
+system('rm', '-rf', $other);
+mkdir $other; mkdir "$other/.tokenbiryani";
+open(my $uf, '>', "$other/.tokenbiryani/url") or die $!;
+print $uf "http://192.0.2.1:8787\n";
+close $uf;
+chdir $other;
+($rc, $out, $err) = cli(['status'], no_gateway => 1, env => { TOKENBIRYANI_KEY => $key });
+chdir $here;
+is($rc, 2, 'a remote address in a directory\'s url file, a key from the environment: refused');
+like($err, qr/names http:\/\/192\.0\.2\.1:8787, not this machine: the key from \$TOKENBIRYANI_KEY goes there only with --url/, 'saying so');
+# init refuses what nginx.conf could not hold as it is
+($rc, $out, $err) = cli(['init', '--dir', $other, '--listen', '8787'], no_gateway => 1);
+is($rc, 2, '--listen without a host');
+mkdir "$other/a b";
+($rc, $out, $err) = cli(['init', '--dir', "$other/a b"], no_gateway => 1);
+is($rc, 2, 'a directory with a space');
+like($err, qr/a b: a path of letters, digits/, 'named');
+ok(!-e "$other/a b/nginx.conf", 'nothing written');
 ($rc) = cli(['serve', '--dir', $dir, '--stop'], no_gateway => 1);
 is($rc, 0, 'stopped');

@@ -170,6 +170,20 @@ is($r->{status}, 400, 'a ticket nobody made');
 $r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', body => '{"ticket":"x"}',
                              headers => { 'content-type' => 'application/json', origin => 'http://evil.example' });
 is($r->{status}, 403, 'another site\'s page may not redeem one');
+$r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', body => '{"ticket":"' . ('0' x 2000) . '"}',
+                             headers => { 'content-type' => 'application/json' });
+is($r->{status}, 413, 'a body bigger than a ticket is refused before it is read');
+like($r->{body}, qr/"type":"request_too_large"/, 'in Anthropic\'s shape');
+is(TB::Nginx::http_request(path => '/consoleconsole.js')->{status}, 404, '/console is a directory, not a prefix of names');
+is(TB::Nginx::http_request(path => '/console-x/')->{status}, 404, 'nor of other paths');
+# made by an admin, redeemed once: the key that made it, and nothing for a tenant
+my (undef, $made) = admin(POST => '/admin/console-ticket', {});
+like($made->{ticket}, qr/^[0-9a-f]{32}$/, 'a ticket');
+is((admin(POST => '/admin/console-ticket', {}, key => 'tenant-key'))[0], 403, 'a tenant key makes none');
+$r = TB::Nginx::http_request(method => 'POST', path => '/console/ticket', body => qq({"ticket":"$made->{ticket}"}),
+                             headers => { 'content-type' => 'application/json', origin => 'http://localhost', 'sec-fetch-site' => 'same-origin' });
+is($r->{status}, 200, 'redeemed from the console\'s own origin') or diag($r->{body});
+is(json_decode($r->{body})->{key}, 'admin-key', 'for the key that made it');
 
 
 

@@ -30,6 +30,9 @@ typedef struct {
     const char               *url;            /* the gateway */
     const char               *key;            /* its admin key */
     const char               *key_from;       /* where the key came from */
+    int                       url_from_file;  /* the url is init's file's */
+    int                       probe_refused;  /* a 400 that carried a probe:
+                                                 the upstream said no */
     const char               *config;         /* tokenbiryani.yaml */
     int                       json;           /* --json */
     int                       color;          /* on a terminal, no NO_COLOR */
@@ -95,7 +98,7 @@ int tbc_init(tbc_t *c);
 int tbc_serve(tbc_t *c);
 int tbc_console(tbc_t *c);
 
-/* the address `init` wrote in dir (NULL: "."), else the default */
+/* the address `init` wrote in dir (NULL: "."), or NULL */
 const char *tbc_init_url(const char *dir);
 
 /* the admin key from the configuration file, or NULL */

@@ -105,6 +105,11 @@ tbc_list_opt(tbc_t *c, cJSON *body, const char *opt, const char *field)
     arr = cJSON_AddArrayToObject(body, field);
     copy = strdup(s);
 
+    if (arr == NULL || copy == NULL) {
+        free(copy);
+        return;
+    }
+
     for (p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         cJSON_AddItemToArray(arr, cJSON_CreateString(p));
     }
@@ -145,8 +150,10 @@ tbc_test_line(tbc_t *c, const char *id, const cJSON *t)
 
         cJSON_ArrayForEach(m, missing) {
             if (cJSON_IsString(m)) {
-                printf(" %s", m->valuestring + sizeof("anthropic-ratelimit-")
-                                                - 1);
+                printf(" %s", m->valuestring
+                              + (strncmp(m->valuestring,
+                                         "anthropic-ratelimit-", 20) == 0
+                                 ? 20 : 0));
             }
         }
 
@@ -207,7 +214,7 @@ static int
 tbc_accounts_add(tbc_t *c)
 {
     int          rc;
-    char        *text;
+    char        *text, line[1024];
     cJSON       *body, *j, *probe, *rec;
     const char  *key, *type;
 
@@ -215,9 +222,28 @@ tbc_accounts_add(tbc_t *c)
         return TBC_USAGE;
     }
 
+    /*
+     * --api-key -: the first line of stdin, so that the credential is in
+     * no process list and no shell history; without it, $ANTHROPIC_API_KEY
+     */
     key = tbc_opt(c, "api-key");
-    if (key == NULL) {
-        tbc_err("accounts add needs --api-key");
+
+    if (key && strcmp(key, "-") == 0) {
+        if (fgets(line, sizeof(line), stdin) == NULL) {
+            tbc_err("--api-key -: nothing on stdin");
+            return TBC_USAGE;
+        }
+
+        line[strcspn(line, "\r\n")] = '\0';
+        key = line;
+
+    } else if (key == NULL) {
+        key = getenv("ANTHROPIC_API_KEY");
+    }
+
+    if (key == NULL || key[0] == '\0') {
+        tbc_err("accounts add needs a credential: --api-key K, --api-key - "
+                "(read from stdin) or $ANTHROPIC_API_KEY");
         return TBC_USAGE;
     }
 
@@ -253,11 +279,20 @@ tbc_accounts_add(tbc_t *c)
     text = cJSON_PrintUnformatted(body);
     cJSON_Delete(body);
 
+    if (text == NULL) {
+        return TBC_FAIL;
+    }
+
     j = tbc_admin(c, "POST", "/admin/accounts", text, &rc);
+
+    /* the credential is not left in freed memory */
+    memset(text, 0, strlen(text));
     free(text);
+    memset(line, 0, sizeof(line));
 
     if (j == NULL) {
-        return rc == TBC_REFUSED ? TBC_FAIL : rc;
+        /* the credential failed its check: 1; the gateway said no: 4 */
+        return (rc == TBC_REFUSED && c->probe_refused) ? TBC_FAIL : rc;
     }
 
     if (!tbc_json_out(c, j)) {
@@ -743,7 +778,8 @@ tbc_request_detail(tbc_t *c, const cJSON *r)
 
         cJSON_ArrayForEach(t, terms) {
             if (cJSON_IsNumber(t) && t->valuedouble != 0) {
-                printf(" %s %.3g", t->string, t->valuedouble);
+                printf(" %s %.3g", t->string ? t->string : "?",
+                       t->valuedouble);
             }
         }
 

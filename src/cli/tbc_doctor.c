@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/time.h>
 
 #include <curl/curl.h>
@@ -40,6 +41,20 @@ static const char  *tbc_nine[] = {
 };
 
 
+static void
+tbc_headers_free(tbc_headers_t *h)
+{
+    int  i;
+
+    for (i = 0; i < h->n; i++) {
+        free(h->name[i]);
+        free(h->value[i]);
+    }
+
+    h->n = 0;
+}
+
+
 static size_t
 tbc_header(char *p, size_t size, size_t n, void *data)
 {
@@ -49,9 +64,23 @@ tbc_header(char *p, size_t size, size_t n, void *data)
 
     h = data;
     len = size * n;
+
+    if (len > 5 && memcmp(p, "HTTP/", 5) == 0) {
+        /* a status line: the headers of an interim response are not the
+         * answer's */
+        tbc_headers_free(h);
+        tb_rl_obs_init(&h->obs);
+        return len;
+    }
+
     colon = memchr(p, ':', len);
 
-    if (colon == NULL || h->n == TBC_HEADERS_MAX) {
+    /* kept: what doctor shows, the anthropic-* headers and two more */
+    if (colon == NULL || h->n == TBC_HEADERS_MAX
+        || !((colon - p > 10 && strncasecmp(p, "anthropic-", 10) == 0)
+             || (colon - p == 11 && strncasecmp(p, "retry-after", 11) == 0)
+             || (colon - p == 10 && strncasecmp(p, "request-id", 10) == 0)))
+    {
         return len;
     }
 
@@ -149,7 +178,7 @@ tbc_doctor(tbc_t *c)
         model = "claude-haiku-4-5";
     }
 
-    if (strpbrk(model, "\"\\") != NULL) {
+    if (strpbrk(model, "\"\\") != NULL || strlen(model) > 128) {
         tbc_err("--model: a model's name has no quote or backslash");
         return TBC_USAGE;
     }
@@ -158,6 +187,11 @@ tbc_doctor(tbc_t *c)
     tb_rl_obs_init(&h.obs);
     gettimeofday(&tv, NULL);
     h.now_ms = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+
+    if (strlen(base) > 512 || strlen(key) > 512) {
+        tbc_err("--base-url or the key is too long");
+        return TBC_USAGE;
+    }
 
     snprintf(url, sizeof(url), "%s/v1/messages", base);
     snprintf(hdr, sizeof(hdr), "x-api-key: %s", key);
@@ -199,6 +233,7 @@ tbc_doctor(tbc_t *c)
     if (rc != CURLE_OK) {
         tbc_err("%s did not answer: %s", base,
                 err[0] ? err : curl_easy_strerror(rc));
+        tbc_headers_free(&h);
         return TBC_UNREACHABLE;
     }
 
@@ -251,10 +286,7 @@ tbc_doctor(tbc_t *c)
         }
     }
 
-    for (i = 0; i < h.n; i++) {
-        free(h.name[i]);
-        free(h.value[i]);
-    }
+    tbc_headers_free(&h);
 
     if (code != 200 && code != 429) {
         printf("\n%sPROBLEM%s the upstream answered %ld: this key cannot "

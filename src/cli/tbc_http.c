@@ -19,6 +19,10 @@ typedef struct {
 } tbc_buf_t;
 
 
+static int tbc_url_local(const char *url);
+static void tbc_sanitize(cJSON *j);
+
+
 static size_t
 tbc_collect(char *p, size_t size, size_t n, void *data)
 {
@@ -107,6 +111,7 @@ tbc_call(tbc_t *c, const char *method, const char *path, const char *body,
 
         if (b.data) {
             *out = cJSON_Parse(b.data);
+            tbc_sanitize(*out);
         }
     }
 
@@ -115,6 +120,74 @@ tbc_call(tbc_t *c, const char *method, const char *path, const char *body,
     curl_easy_cleanup(h);
 
     return code;
+}
+
+
+/* whether a URL's host is this machine: loopback, or every address */
+static int
+tbc_url_local(const char *url)
+{
+    size_t       n;
+    const char  *h;
+
+    static const char  *local[] = { "localhost", "127.", "[::1]",
+                                    "0.0.0.0", "[::]", NULL };
+    int                 i;
+
+    h = strstr(url, "://");
+    if (h == NULL) {
+        return 0;
+    }
+
+    h += 3;
+    n = strcspn(h, "/?#");
+
+    if (memchr(h, '@', n) != NULL) {
+        return 0;
+    }
+
+    for (i = 0; local[i]; i++) {
+        if (strncmp(h, local[i], strlen(local[i])) != 0) {
+            continue;
+        }
+
+        /* "127." is a prefix; the others end the host */
+        if (local[i][strlen(local[i]) - 1] == '.') {
+            return strspn(h + 4, "0123456789.") == strcspn(h + 4, ":/?#");
+        }
+
+        return h[strlen(local[i])] == ':' || h[strlen(local[i])] == '/'
+               || h[strlen(local[i])] == '\0';
+    }
+
+    return 0;
+}
+
+
+/* what a tenant can put in a model's name never drives the terminal */
+static void
+tbc_sanitize(cJSON *j)
+{
+    unsigned char  *p;
+    cJSON          *v;
+
+    if (cJSON_IsString(j) && j->valuestring) {
+        for (p = (unsigned char *) j->valuestring; *p; p++) {
+            if (*p < 0x20 || *p == 0x7f) {
+                *p = '?';
+
+            } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+                /* C1 controls, U+0080 to U+009F */
+                p[0] = '?';
+                p[1] = '?';
+                p++;
+            }
+        }
+    }
+
+    cJSON_ArrayForEach(v, j) {
+        tbc_sanitize(v);
+    }
 }
 
 
@@ -144,6 +217,21 @@ tbc_admin(tbc_t *c, const char *method, const char *path, const char *body,
         return NULL;
     }
 
+    /*
+     * A directory's .tokenbiryani/url is the word of whoever wrote that
+     * directory: a key given from elsewhere goes there only if it is
+     * this machine
+     */
+    if (c->url_from_file && c->key_from != c->config
+        && !tbc_url_local(c->url))
+    {
+        tbc_err("this directory's .tokenbiryani/url names %s, not this "
+                "machine: the key from %s goes there only with --url",
+                c->url, c->key_from);
+        *rc = TBC_USAGE;
+        return NULL;
+    }
+
     code = tbc_call(c, method, path, body, &j);
 
     if (code == 0) {
@@ -164,6 +252,9 @@ tbc_admin(tbc_t *c, const char *method, const char *path, const char *body,
         tbc_err("%s %s: %ld %s", method, path, code,
                 j ? tbc_error_message(j) : "(not the gateway's JSON)");
     }
+
+    c->probe_refused = (code == 400
+                        && cJSON_GetObjectItemCaseSensitive(j, "probe"));
 
     cJSON_Delete(j);
     *rc = TBC_REFUSED;

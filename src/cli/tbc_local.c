@@ -89,10 +89,17 @@ tbc_write(const char *path, const char *text, mode_t mode)
     size_t   len;
     ssize_t  n;
 
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    /* its mode before its text: an admin key is never readable by others,
+     * not even in a file written again with --force */
+    fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW, mode);
 
-    if (fd == -1) {
+    if (fd == -1 || fchmod(fd, mode) != 0 || ftruncate(fd, 0) != 0) {
         tbc_err("%s: %s", path, strerror(errno));
+
+        if (fd != -1) {
+            close(fd);
+        }
+
         return 0;
     }
 
@@ -103,8 +110,6 @@ tbc_write(const char *path, const char *text, mode_t mode)
         tbc_err("%s: could not be written", path);
         return 0;
     }
-
-    (void) chmod(path, mode);
 
     return 1;
 }
@@ -141,6 +146,15 @@ tbc_new_key(char *key)
 }
 
 
+/* a path nginx.conf and YAML can hold unquoted */
+static int
+tbc_plain_path(const char *p)
+{
+    return strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                     "0123456789._-+/") == strlen(p);
+}
+
+
 int
 tbc_init(tbc_t *c)
 {
@@ -149,7 +163,8 @@ tbc_init(tbc_t *c)
                  url_path[PATH_MAX + 128], key[64], admin[64],
                  yaml[PATH_MAX + 2048], conf[3 * PATH_MAX + 2048],
                  accounts[1024];
-    const char  *listen, *api_key, *module;
+    char         module_path[PATH_MAX];
+    const char  *listen, *api_key, *module, *port;
     struct stat  st;
 
     if (c->nargs) {
@@ -166,8 +181,16 @@ tbc_init(tbc_t *c)
         listen = "127.0.0.1:8787";
     }
 
-    if (strspn(listen, "0123456789.:[]abcdefABCDEF") != strlen(listen)) {
-        tbc_err("--listen: HOST:PORT, an address and a port");
+    port = strrchr(listen, ':');
+
+    if (strlen(listen) > 64
+        || strspn(listen, "0123456789.:[]abcdefABCDEF") != strlen(listen)
+        || port == NULL || port == listen || port[1] == '\0'
+        || strspn(port + 1, "0123456789") != strlen(port + 1)
+        || atoi(port + 1) < 1 || atoi(port + 1) > 65535)
+    {
+        tbc_err("--listen: HOST:PORT, an address and a port "
+                "(127.0.0.1:8787)");
         return TBC_USAGE;
     }
 
@@ -176,10 +199,20 @@ tbc_init(tbc_t *c)
         module = TBC_MODULE;
     }
 
-    if (stat(module, &st) != 0) {
+    /* nginx reads load_module from its own prefix: the path made whole */
+    if (realpath(module, module_path) == NULL) {
         tbc_err("the module %s is not there (build it with `make`, or "
                 "--module)", module);
         return TBC_FAIL;
+    }
+
+    module = module_path;
+
+    /* both paths are written into nginx.conf and YAML as they are */
+    if (!tbc_plain_path(dir) || !tbc_plain_path(module)) {
+        tbc_err("%s: a path of letters, digits and . _ - + / only, for "
+                "nginx.conf", tbc_plain_path(dir) ? module : dir);
+        return TBC_USAGE;
     }
 
     snprintf(yaml_path, sizeof(yaml_path), "%s/tokenbiryani.yaml", dir);
@@ -199,7 +232,11 @@ tbc_init(tbc_t *c)
     accounts[0] = '\0';
 
     if (api_key) {
-        if (strpbrk(api_key, "\"\\\r\n'$ ") != NULL) {
+        if (strlen(api_key) > 512
+            || strspn(api_key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+                               "qrstuvwxyz0123456789-_.")
+               != strlen(api_key))
+        {
             tbc_err("--api-key: that is not an Anthropic key");
             return TBC_USAGE;
         }
@@ -371,7 +408,7 @@ tbc_init_url(const char *dir)
     f = fopen(path, "r");
 
     if (f == NULL) {
-        return "http://127.0.0.1:8787";
+        return NULL;
     }
 
     if (fgets(url, sizeof(url), f) == NULL) {
@@ -381,7 +418,7 @@ tbc_init_url(const char *dir)
     fclose(f);
     url[strcspn(url, "\r\n")] = '\0';
 
-    return url[0] ? url : "http://127.0.0.1:8787";
+    return url[0] ? url : NULL;
 }
 
 
@@ -456,13 +493,91 @@ tbc_serve(tbc_t *c)
 }
 
 
+/*
+ * The browser is given a file of this user's only (0600) that sends it
+ * on to the URL: a ticket on xdg-open's or the browser's command line
+ * could be read by any local user from /proc within its minute.  The file
+ * is removed once the ticket has expired.
+ */
+static void
+tbc_open_browser(const char *url)
+{
+    int          fd;
+    char         path[PATH_MAX], page[4096];
+    pid_t        pid;
+    const char  *tmp;
+
+    if (strpbrk(url, "\"<>&'") != NULL) {
+        return;
+    }
+
+    tmp = getenv("XDG_RUNTIME_DIR");
+    if (tmp == NULL || tmp[0] == '\0') {
+        tmp = "/tmp";
+    }
+
+    snprintf(path, sizeof(path), "%s/tokenbiryani-console-XXXXXX.html",
+             tmp);
+
+    fd = mkstemps(path, 5);
+    if (fd == -1) {
+        return;
+    }
+
+    snprintf(page, sizeof(page),
+             "<!doctype html><meta charset=\"utf-8\">"
+             "<meta http-equiv=\"refresh\" content=\"0;url=%s\">"
+             "<a href=\"%s\">the tokenbiryani console</a>\n", url, url);
+
+    if (write(fd, page, strlen(page)) != (ssize_t) strlen(page)) {
+        close(fd);
+        unlink(path);
+        return;
+    }
+
+    close(fd);
+
+    pid = fork();
+
+    if (pid == 0) {
+        /* the opener, then the file's removal after the ticket's minute;
+         * holding none of the command's output open meanwhile */
+        (void) setsid();
+
+        fd = open("/dev/null", O_RDWR);
+
+        if (fd != -1) {
+            (void) dup2(fd, STDIN_FILENO);
+            (void) dup2(fd, STDOUT_FILENO);
+            (void) dup2(fd, STDERR_FILENO);
+
+            if (fd > STDERR_FILENO) {
+                close(fd);
+            }
+        }
+
+        if (fork() == 0) {
+            execlp("xdg-open", "xdg-open", path, (char *) NULL);
+            _exit(127);
+        }
+
+        sleep(65);
+        unlink(path);
+        _exit(0);
+    }
+
+    if (pid == -1) {
+        unlink(path);
+    }
+}
+
+
 int
 tbc_console(tbc_t *c)
 {
     int           rc;
     char          url[1024];
     cJSON        *j;
-    pid_t         pid;
     const char   *ticket;
 
     if (c->nargs) {
@@ -484,7 +599,15 @@ tbc_console(tbc_t *c)
     }
 
     /* the ticket in the fragment: the browser never sends it in a URL */
-    snprintf(url, sizeof(url), "%s/console/#ticket=%s", c->url, ticket);
+    if ((size_t) snprintf(url, sizeof(url), "%s/console/#ticket=%s", c->url,
+                          ticket)
+        >= sizeof(url))
+    {
+        tbc_err("the gateway's URL is too long");
+        cJSON_Delete(j);
+        return TBC_USAGE;
+    }
+
     cJSON_Delete(j);
 
     printf("%s\n(signed in by a ticket good for one use within %.0f s)\n",
@@ -493,12 +616,7 @@ tbc_console(tbc_t *c)
     if (!tbc_opt(c, "no-browser")
         && (getenv("DISPLAY") || getenv("WAYLAND_DISPLAY")))
     {
-        pid = fork();
-
-        if (pid == 0) {
-            execlp("xdg-open", "xdg-open", url, (char *) NULL);
-            _exit(127);
-        }
+        tbc_open_browser(url);
     }
 
     return TBC_OK;

@@ -80,7 +80,8 @@ static const tbc_command_t  tbc_commands[] = {
       "  add ID           add one at runtime, probed first:\n"
       "                   --api-key K [--name N] [--base-url U]\n"
       "                   [--priority P] [--cost-tier T] [--spend-cap USD]\n"
-      "                   [--no-test]\n"
+      "                   [--no-test]; --api-key - reads it from stdin,\n"
+      "                   and without it $ANTHROPIC_API_KEY is used\n"
       "  test [ID]        the doctor check of one account, or of all\n"
       "  rm ID            remove an account added at runtime\n"
       "  enable ID        clear what the gateway decided about it\n"
@@ -298,6 +299,11 @@ main(int argc, char **argv)
 
     if (c.url == NULL || c.url[0] == '\0') {
         c.url = tbc_init_url(tbc_opt(&c, "dir"));
+        c.url_from_file = (c.url != NULL);
+
+        if (c.url == NULL) {
+            c.url = "http://127.0.0.1:8787";
+        }
     }
 
     c.key = tbc_opt(&c, "key");

@@ -14,14 +14,14 @@
 ngx_http_tokenbiryani_ctx_t *ngx_http_tokenbiryani_create_ctx(
     ngx_http_request_t *r);
 
-/*
- * The caller's virtual key: NGX_OK, or an HTTP status with the error
- * prepared.  need_admin: only admin keys pass.
- */
 /* the key a request presents (x-api-key, or Authorization: Bearer) */
 ngx_int_t ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r,
     ngx_str_t *key);
 
+/*
+ * The caller's virtual key: NGX_OK, or an HTTP status with the error
+ * prepared.  need_admin: only admin keys pass.
+ */
 ngx_int_t ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t need_admin);
 

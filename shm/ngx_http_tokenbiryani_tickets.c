@@ -29,7 +29,7 @@ ngx_http_tokenbiryani_ticket_put(ngx_http_tokenbiryani_zone_t *zone,
 
     /* a free place, one expired, or the oldest */
 
-    oldest = NULL;
+    oldest = &sh->tickets[0];
 
     for (i = 0; i < NGX_HTTP_TB_TICKETS; i++) {
         t = &sh->tickets[i];
@@ -40,10 +40,8 @@ ngx_http_tokenbiryani_ticket_put(ngx_http_tokenbiryani_zone_t *zone,
                                  sizeof(ngx_http_tokenbiryani_ticket_slot_t));
         }
 
-        if (oldest == NULL
-            || (oldest->id[0] != '\0'
-                && (t->id[0] == '\0' || t->expires_ms < oldest->expires_ms)))
-        {
+        /* a free place (expires_ms 0) sorts before any ticket */
+        if (t->expires_ms < oldest->expires_ms) {
             oldest = t;
         }
     }

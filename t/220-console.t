@@ -99,6 +99,24 @@ sub clean {
     ok($r->{requests} > 0, "$name: it did talk to the gateway");
 }
 
+# the first run's form, filled for an API key at $port's mock, up to
+# "Test and add" (the caller tests, and says what it expects)
+sub fill_account_form {
+    my ($name, $credential, $port) = @_;
+    step('an API key', click => text => 'Anthropic API key');
+    step('the form', wait => js => text_has('Test and add'));
+    step('a name', type => sel => 'main form .field:nth-child(1) input', text => $name);
+    step('the key', type => sel => 'main input[type=password]', text => $credential);
+    step('advanced', click => sel => 'main details summary');
+    step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$port'; })()");
+}
+
+# the export lines the page shows: (base URL, key)
+sub export_lines {
+    my $lines = step('export lines', wait => js => "document.querySelector('[data-export]') && document.querySelector('[data-export]').textContent");
+    ($lines =~ /^export ANTHROPIC_BASE_URL=(\S+)$/m, $lines =~ /^export ANTHROPIC_AUTH_TOKEN=(\S+)$/m);
+}
+
 sub sign_in {
     my ($key) = @_;
     step('the console', open => url => base() . '/console/');
@@ -346,12 +364,7 @@ mock_config({ credentials => { 'sk-quiet' => { omit_headers => ['*'] } } });
 sign_in('admin-key');
 step('an empty pool opens the first run', wait => js => "location.hash === '#/welcome' && " . text_has('Welcome: add your first account'));
 shot('first-run-1', full => 0);
-step('an API key', click => text => 'Anthropic API key');
-step('the form', wait => js => text_has('Test and add'));
-step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'First account');
-step('the key', type => sel => 'main input[type=password]', text => 'sk-a1');
-step('advanced', click => sel => 'main details summary');
-step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}'; })()");
+fill_account_form('First account', 'sk-a1', $ENV{TEST_NGINX_MOCK_PORT});
 shot('first-run-2', full => 0);
 step('test and add', click => text => 'Test and add');
 step('verified: the nine headers', wait => js => "document.querySelectorAll('main tbody tr').length === 9 && " . text_has('All nine headers came back'));
@@ -359,9 +372,7 @@ is(drv(eval => js => "document.querySelectorAll('main tbody .yes').length")->{va
 like(drv(eval => js => "document.querySelector('main').textContent")->{value}, qr/first-account was added/, 'the account, its id from its name');
 shot('first-run-3', full => 0);
 step('connect', click => text => 'Connect a client', within => 'main');
-my $lines = step('export lines', wait => js => "document.querySelector('[data-export]') && document.querySelector('[data-export]').textContent");
-my ($base) = $lines =~ /^export ANTHROPIC_BASE_URL=(\S+)$/m;
-my ($key) = $lines =~ /^export ANTHROPIC_AUTH_TOKEN=(\S+)$/m;
+my ($base, $key) = export_lines();
 is($base, base(), 'this gateway\'s own address');
 like($key, qr/^bir_/, 'a key of its own');
 shot('first-run-4', full => 0);
@@ -370,24 +381,14 @@ my ($s, $k) = admin(GET => '/admin/keys');
 ok((grep { $_->{name} =~ /^first-client/ && !$_->{admin} } @{ $k->{keys} }) == 1, 'not an admin key');
 # a credential whose answers carry no limit header
 step('another', click => text => 'Add an account', within => '#nav');
-step('again', click => text => 'Anthropic API key');
-step('the form', wait => js => text_has('Test and add'));
-step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'quiet');
-step('the key', type => sel => 'main input[type=password]', text => 'sk-quiet');
-step('advanced', click => sel => 'main details summary');
-step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT2}'; })()");
+fill_account_form('quiet', 'sk-quiet', $ENV{TEST_NGINX_MOCK_PORT2});
 step('test and add', click => text => 'Test and add');
 step('said honestly', wait => js => text_has('No rate-limit header came back yet'));
 is(drv(eval => js => "document.querySelectorAll('main tbody .no').length")->{value}, 9, 'nine ✕');
 # a credential the upstream refuses: not stored, and said
 mock_config({ credentials => { 'sk-bad' => { behavior => '401' } } });
 step('another', click => text => 'Add an account', within => '#nav');
-step('again', click => text => 'Anthropic API key');
-step('the form', wait => js => text_has('Test and add'));
-step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'bad');
-step('the key', type => sel => 'main input[type=password]', text => 'sk-bad');
-step('advanced', click => sel => 'main details summary');
-step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT3}'; })()");
+fill_account_form('bad', 'sk-bad', $ENV{TEST_NGINX_MOCK_PORT3});
 step('test and add', click => text => 'Test and add');
 step('refused, said', wait => js => "document.querySelector('main .error').textContent.includes('the upstream refused this credential: 401')");
 ($s, my $a) = admin(GET => '/admin/accounts');
@@ -426,18 +427,11 @@ unlike(drv(eval => js => "location.href")->{value}, qr/ticket/, 'the ticket is g
 like(drv(eval => js => "localStorage.getItem('tokenbiryani.key')")->{value}, qr/^bir_[0-9a-f]{48}$/, 'the admin key init wrote, in this browser only');
 clean('the quickstart', allow => []);
 # on to a working export line, as a new user would
-step('an API key', click => text => 'Anthropic API key');
-step('the form', wait => js => text_has('Test and add'));
-step('a name', type => sel => 'main form .field:nth-child(1) input', text => 'mine');
-step('the key', type => sel => 'main input[type=password]', text => 'sk-a1');
-step('advanced', click => sel => 'main details summary');
-step('its base URL', eval => js => "(() => { const i = [...document.querySelectorAll('main details input')][1]; i.value = 'http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}'; })()");
+fill_account_form('mine', 'sk-a1', $ENV{TEST_NGINX_MOCK_PORT});
 step('test and add', click => text => 'Test and add');
 step('verified', wait => js => text_has('All nine headers came back'));
 step('connect', click => text => 'Connect a client', within => 'main');
-my $lines = step('export lines', wait => js => "document.querySelector('[data-export]') && document.querySelector('[data-export]').textContent");
-my ($base) = $lines =~ /^export ANTHROPIC_BASE_URL=(\S+)$/m;
-my ($key) = $lines =~ /^export ANTHROPIC_AUTH_TOKEN=(\S+)$/m;
+my ($base, $key) = export_lines();
 is($base, "http://127.0.0.1:$port", 'the quickstart gateway\'s address');
 is(curl_status($base, $key), '200', 'its export lines work (curl)');
 clean('the quickstart\'s first run', allow => []);

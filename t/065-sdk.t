@@ -45,9 +45,6 @@ sub sdk {
     my ($key, $spec) = @_;
     local $ENV{ANTHROPIC_BASE_URL} = "http://127.0.0.1:" . server_port();
     local $ENV{ANTHROPIC_API_KEY} = $key;
-    # nginx's sanitizer runtime (make test-asan) is for nginx, not for node
-    local $ENV{LD_PRELOAD};
-    delete $ENV{LD_PRELOAD};
     open(my $fh, '-|', $Node, 't/sdk/client.mjs', json_encode($spec))
         or die "cannot run $Node: $!\n";
     my $out = do { local $/; <$fh> };

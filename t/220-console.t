@@ -53,8 +53,6 @@ _EOY_
 sub drv {
     my ($op, %a) = @_;
     unless ($DrvPid) {
-        local $ENV{LD_PRELOAD};     # make test-asan's runtime is for nginx
-        delete $ENV{LD_PRELOAD};
         $DrvPid = IPC::Open2::open2($DrvOut, $DrvIn, $Node, 't/console/drive.mjs');
         $DrvIn->autoflush(1);
     }

@@ -14,6 +14,10 @@ import subprocess
 import sys
 import time
 
+# the nginx to start: make test-asan names a wrapper that preloads the
+# sanitizer runtimes into nginx alone
+NGINX = os.environ.get("TEST_NGINX_BINARY") or "nginx"
+
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
@@ -173,12 +177,12 @@ http {
 """ % (load, workers, http_conf.replace("@PORT@", str(self.port)))
         with open(os.path.join(self.prefix, "conf", "nginx.conf"), "w") as f:
             f.write(conf)
-        r = subprocess.run(["nginx", "-p", self.prefix + "/", "-c",
+        r = subprocess.run([NGINX, "-p", self.prefix + "/", "-c",
                             "conf/nginx.conf", "-t", "-q"],
                            capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError("nginx -t: " + r.stderr)
-        subprocess.run(["nginx", "-p", self.prefix + "/", "-c",
+        subprocess.run([NGINX, "-p", self.prefix + "/", "-c",
                         "conf/nginx.conf"], check=True)
         pidf = os.path.join(self.prefix, "logs", "nginx.pid")
         wait_for(lambda: os.path.exists(pidf), 10, "nginx")

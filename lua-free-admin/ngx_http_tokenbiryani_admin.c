@@ -359,7 +359,9 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
                               &tmcf->zone.breaker, now, &until, &reason);
 
     if (!a->supported) {
-        reason = "account type not supported by this build";
+        reason = a->conf->unusable ? a->conf->unusable
+                                   : "account type not supported by this "
+                                     "build";
     }
 
     acct = cJSON_CreateObject();

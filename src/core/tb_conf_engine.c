@@ -1342,6 +1342,45 @@ tb_conf_unknown(tb_conf_ctx_t *ctx, yaml_node_t *key, const char *path,
 }
 
 
+int
+tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
+{
+    int            n;
+    char          *s, **items, msg[TB_CONFIG_ERRLEN];
+    va_list        args;
+    tb_strlist_t  *w;
+
+    va_start(args, fmt);
+    (void) vsnprintf(msg, sizeof(msg), fmt, args);
+    va_end(args);
+
+    w = &ctx->cf->warnings;
+
+    n = snprintf(NULL, 0, "%s:%u: %s", ctx->name, line, msg);
+    if (n < 0) {
+        return tb_conf_nomem(ctx);
+    }
+
+    s = malloc((size_t) n + 1);
+    if (s == NULL) {
+        return tb_conf_nomem(ctx);
+    }
+
+    (void) snprintf(s, (size_t) n + 1, "%s:%u: %s", ctx->name, line, msg);
+
+    items = realloc(w->items, (w->n + 1) * sizeof(char *));
+    if (items == NULL) {
+        free(s);
+        return tb_conf_nomem(ctx);
+    }
+
+    w->items = items;
+    w->items[w->n++] = s;
+
+    return TB_CONF_OK;
+}
+
+
 /* a setting the file wrote, remembered for GET /admin/settings */
 static int
 tb_conf_written(tb_conf_ctx_t *ctx, const char *path)

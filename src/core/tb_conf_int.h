@@ -181,4 +181,9 @@ void tb_conf_strlist_free(tb_strlist_t *list);
 char *tb_conf_strndup(const char *s, size_t len);
 
 
+/* a notice about the file that does not stop it loading (warnings) */
+int tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
+    TB_CONF_PRINTF(3, 4);
+
+
 #endif /* TB_CONF_INT_H */

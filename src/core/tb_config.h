@@ -67,6 +67,13 @@ typedef struct {
     char                     *expiry_path;
     int64_t                   expiry_skew_seconds;    /* TB_UNSET */
     tb_kvlist_t               model_map;
+
+    /* bedrock: SigV4 credentials (or api_key, a Bedrock API key); from
+     * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or
+     * AWS_BEARER_TOKEN_BEDROCK when the file gives none */
+    char                     *access_key_id;
+    char                     *secret_access_key;
+    char                     *session_token;
 } tb_account_options_t;
 
 
@@ -96,6 +103,10 @@ typedef struct {
     unsigned                  cache_reads_count:1;    /* false */
     double                    assumed_headroom;       /* 0.5 */
     int                       replenishment;          /* TB_REFILL_*, auto */
+
+    /* why it can take no request (a Bedrock account with no credentials
+     * anywhere): a constant string, or NULL */
+    const char               *unusable;
 
     unsigned                  line;                   /* of "- id:" */
 } tb_account_conf_t;

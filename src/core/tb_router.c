@@ -7,6 +7,7 @@
 
 #include "tb_router.h"
 #include "tb_hash.h"
+#include "tb_provider.h"
 
 
 const char *tb_term_names[TB_TERMS] = {
@@ -409,7 +410,9 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
         return TB_V_EXCEEDS;
     }
 
-    if (!c->supported || !conf->enabled || st->disabled) {
+    if (!c->supported || c->messages_only || conf->unusable
+        || !conf->enabled || st->disabled)
+    {
         return TB_V_DISABLED;
     }
 
@@ -417,6 +420,14 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
         && !conf->models_any
         && !tb_models_match(conf->models.items, conf->models.n, in->model,
                             in->model_len))
+    {
+        return TB_V_MODEL;
+    }
+
+    /* Bedrock and Vertex serve a model only under its platform id */
+
+    if (in->model && tb_provider_platform(conf->type)
+        && tb_model_map(conf, in->model, in->model_len) == NULL)
     {
         return TB_V_MODEL;
     }
@@ -704,8 +715,14 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
         if (c->removed) {
             why = "removed by an operator";
 
+        } else if (c->conf->unusable) {
+            why = c->conf->unusable;
+
         } else if (!c->supported) {
             why = "account type not supported by this build";
+
+        } else if (c->messages_only) {
+            why = "its platform serves /v1/messages only";
 
         } else if (!c->conf->enabled) {
             why = "disabled";
@@ -729,7 +746,11 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
                                  (long long) ((left + 500) / 1000));
 
     case TB_V_MODEL:
-        why = "model not in account allowlist";
+        /* an inspector record may outlive its account: no conf then */
+        why = (c->conf == NULL || !tb_provider_platform(c->conf->type))
+              ? "model not in account allowlist"
+              : c->conf->models_any ? "model not in account model_map"
+              : "model not in account allowlist or model_map";
         break;
 
     case TB_V_REJECTED:

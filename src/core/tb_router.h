@@ -98,6 +98,9 @@ typedef struct {
     const tb_account_state_t *st;
     uint64_t                  id_hash;         /* tb_hash64 of the id */
     unsigned                  supported:1;     /* a type this build sends */
+    unsigned                  messages_only:1; /* a platform's, and this
+                                                  is count_tokens or
+                                                  models */
     unsigned                  removed:1;       /* by an operator, since */
     unsigned                  in_pool:1;
     unsigned                  tried:1;

@@ -44,6 +44,7 @@
 #include "tb_failure.h"
 #include "tb_seal.h"
 #include "tb_price.h"
+#include "tb_evstream.h"
 
 #include "ngx_http_tokenbiryani_shm.h"
 
@@ -95,6 +96,14 @@ typedef struct {
     ngx_str_t                      auth_header;    /* "x-api-key: ...\r\n"
                                                       plus extra headers */
     ngx_str_t                      base_url;       /* for display */
+
+    /* Bedrock and Vertex (ngx_http_tokenbiryani_platform.c): what signs
+     * (an access key and its secret, for the fingerprint), and the path
+     * before a model's id */
+    ngx_str_t                      signer;
+    ngx_str_t                      model_path;
+    unsigned                       platform:2;     /* tb_account_type_e
+                                                      of a platform; 0 */
     unsigned                       tls:1;
     unsigned                       supported:1;    /* type is proxied */
     unsigned                       by_name:1;      /* host is a DNS name */
@@ -227,7 +236,19 @@ typedef struct {
     tb_rl_obs_t                    obs;
     size_t                         held;          /* bytes in ctx->hold */
 
+    /* a platform's: its error's name (x-amzn-ErrorType), the error said
+     * in Anthropic's words in place of its body, an event-stream */
+    u_char                         errname[64];
+    ngx_uint_t                     replaced_status;
+    off_t                          raw_left;      /* event-stream bytes by
+                                                     Content-Length; -1 */
+
     unsigned                       is_sse:1;
+    unsigned                       evs:1;         /* Bedrock's, as SSE */
+    unsigned                       evs_first:1;   /* the held SSE next */
+    unsigned                       evs_broken:1;  /* after the commit */
+    unsigned                       raw_set:1;
+    unsigned                       replaced:1;
     unsigned                       peek_eof:1;
     unsigned                       done:1;        /* the body is complete */
     unsigned                       whole:1;       /* ... and all in hold */
@@ -291,6 +312,12 @@ typedef struct {
     /* the request upstream */
     ngx_chain_t                   *hdr;       /* first link of the request */
     off_t                          body_len;
+    ngx_chain_t                   *body_links;   /* the client's body */
+    off_t                          body_total;
+    ngx_chain_t                   *pbody[2];     /* Bedrock's, Vertex's */
+    u_char                         pbody_sha[65]; /* Bedrock's SHA-256 */
+    ngx_str_t                      betas;      /* anthropic-beta, joined */
+    tb_evs_t                      *evs;          /* Bedrock streams */
     ngx_http_upstream_conf_t      *uconf;     /* a stream's own */
 
     /* the response the client gets */
@@ -344,6 +371,7 @@ typedef struct {
     unsigned                       key_full:1;    /* at its max_inflight */
     unsigned                       rewrite_body:1;
     unsigned                       costed:1;      /* cost is settled */
+    unsigned                       betas_made:1;
 } ngx_http_tokenbiryani_ctx_t;
 
 

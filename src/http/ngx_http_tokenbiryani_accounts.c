@@ -7,6 +7,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_keepalive.h"
+#include "ngx_http_tokenbiryani_platform.h"
 #include "tb_hash.h"
 
 #include <cjson/cJSON.h>
@@ -63,8 +64,13 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
     a->id_hash = tb_hash64(0, a->id.data, a->id.len);
     a->tls = ac->tls;
 
-    /* only Anthropic API keys are proxied by this build */
-    a->supported = (ac->type == TB_ACCOUNT_ANTHROPIC_API);
+    /*
+     * Anthropic API keys, and Bedrock (ngx_http_tokenbiryani_platform.c);
+     * not an account the loader found no credentials for
+     */
+    a->supported = (ac->type == TB_ACCOUNT_ANTHROPIC_API
+                    || ac->type == TB_ACCOUNT_BEDROCK)
+                   && ac->unusable == NULL;
 
     default_port = ac->tls ? 443 : 80;
     len = ngx_strlen(ac->host);
@@ -112,7 +118,9 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
     len = 0;
 
     if (ac->api_key) {
-        len += sizeof("x-api-key: " CRLF) - 1 + ngx_strlen(ac->api_key);
+        /* a Bedrock API key is a bearer token; Vertex's are per hour */
+        len += sizeof("Authorization: Bearer " CRLF) - 1
+               + ngx_strlen(ac->api_key);
     }
 
     for (i = 0; i < ac->headers.n; i++) {
@@ -142,8 +150,11 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
 
     p = a->auth_header.data;
 
-    if (ac->api_key) {
+    if (ac->api_key && ac->type == TB_ACCOUNT_ANTHROPIC_API) {
         p = ngx_sprintf(p, "x-api-key: %s" CRLF, ac->api_key);
+
+    } else if (ac->api_key && ac->type == TB_ACCOUNT_BEDROCK) {
+        p = ngx_sprintf(p, "Authorization: Bearer %s" CRLF, ac->api_key);
     }
 
     for (i = 0; i < ac->headers.n; i++) {
@@ -153,9 +164,13 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
 
     a->auth_header.len = p - a->auth_header.data;
 
+    if (ngx_http_tokenbiryani_platform_fill(pool, a, err, errlen) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     /* a new credential or host makes a new account in the shared zone */
 
-    fp.len = a->auth_header.len + a->base_url.len + 1;
+    fp.len = a->auth_header.len + a->base_url.len + 1 + a->signer.len;
     fp.data = ngx_pnalloc(pool, fp.len);
     if (fp.data == NULL) {
         return NGX_ABORT;
@@ -164,7 +179,11 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
     p = ngx_cpymem(fp.data, a->base_url.data, a->base_url.len);
     *p++ = '\n';
 
-    ngx_memcpy(p, a->auth_header.data, a->auth_header.len);
+    p = ngx_cpymem(p, a->auth_header.data, a->auth_header.len);
+
+    if (a->signer.len) {
+        ngx_memcpy(p, a->signer.data, a->signer.len);
+    }
 
     tb_sha256(fp.data, fp.len, digest);
     ngx_explicit_memzero(fp.data, fp.len);

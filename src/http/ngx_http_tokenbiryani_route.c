@@ -100,6 +100,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->st = a[i].sh;
         c->id_hash = a[i].id_hash;
         c->supported = a[i].supported;
+        c->messages_only = a[i].platform && ctx->kind != NGX_HTTP_TB_MESSAGES;
         c->removed = a[i].retired;
         c->tried = 0;
         c->in_pool = pool ? pool[i] : 1;

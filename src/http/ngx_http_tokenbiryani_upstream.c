@@ -17,6 +17,7 @@
 #include "ngx_http_tokenbiryani_upstream.h"
 #include "ngx_http_tokenbiryani_outcome.h"
 #include "ngx_http_tokenbiryani_share.h"
+#include "ngx_http_tokenbiryani_platform.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_create_request(ngx_http_request_t *r);
@@ -209,6 +210,10 @@ ngx_http_tokenbiryani_create_request(ngx_http_request_t *r)
 
     u->request_bufs = cl;
 
+    /* a platform's attempt puts its own body there, the next one this */
+    ctx->body_links = cl->next;
+    ctx->body_total = ctx->body_len;
+
     return NGX_OK;
 }
 
@@ -221,6 +226,7 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
     ngx_buf_t                        *b;
     ngx_str_t                        *s;
     ngx_uint_t                        i, j, version;
+    ngx_chain_t                      *cl;
     ngx_list_part_t                  *part;
     ngx_table_elt_t                  *h;
     tb_account_conf_t                *ac;
@@ -228,6 +234,19 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 
     a = ctx->account;
     ac = a->conf;
+
+    if (a->platform) {
+        return ngx_http_tokenbiryani_platform_header(r, ctx);
+    }
+
+    /* the client's body, from its first byte whatever went before */
+
+    ctx->hdr->next = ctx->body_links;
+    ctx->body_len = ctx->body_total;
+
+    for (cl = ctx->body_links; cl; cl = cl->next) {
+        cl->buf->pos = cl->buf->start;
+    }
 
     len = r->method_name.len + 1 + a->path_prefix.len + r->uri.len
           + 1 + r->args.len + sizeof(" HTTP/1.1" CRLF) - 1
@@ -374,6 +393,8 @@ ngx_http_tokenbiryani_upstream_reset(ngx_http_request_t *r,
                     (u_char *) (ctx->sse + 1) + TB_SSE_LINE_MAX);
     }
 
+    ngx_http_tokenbiryani_platform_reset(ctx);
+
     /* the response parser keeps its state in r */
     r->state = 0;
 
@@ -491,13 +512,27 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
                 ngx_strlow(name, r->header_name_start, len);
             }
 
-            if (tb_rl_obs_header(&ctx->resp.obs, lowcase, len,
-                                 r->header_start,
-                                 r->header_end - r->header_start,
-                                 ngx_http_tokenbiryani_now_ms())
-                && !ctx->admin
-                && !(len == sizeof("retry-after") - 1
-                     && ngx_strncmp(lowcase, "retry-after", len) == 0))
+            if (ctx->account->platform) {
+                /* tb_rl_obs_header reads retry-after, the one they send */
+                (void) tb_rl_obs_header(&ctx->resp.obs, lowcase, len,
+                                        r->header_start,
+                                        r->header_end - r->header_start,
+                                        ngx_http_tokenbiryani_now_ms());
+
+                if (!ngx_http_tokenbiryani_platform_response_header(ctx,
+                                 lowcase, len, r->header_start,
+                                 r->header_end - r->header_start))
+                {
+                    continue;
+                }
+
+            } else if (tb_rl_obs_header(&ctx->resp.obs, lowcase, len,
+                                        r->header_start,
+                                        r->header_end - r->header_start,
+                                        ngx_http_tokenbiryani_now_ms())
+                       && !ctx->admin
+                       && !(len == sizeof("retry-after") - 1
+                            && ngx_strncmp(lowcase, "retry-after", len) == 0))
             {
                 continue;
             }
@@ -590,6 +625,20 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
                               u->headers_in.content_type->value.data,
                               (u_char *) "text/event-stream", 17) == 0;
 
+    if (ctx->account->platform == TB_ACCOUNT_BEDROCK
+        && u->headers_in.status_n == NGX_HTTP_OK
+        && u->headers_in.content_type
+        && u->headers_in.content_type->value.len >= 34
+        && ngx_strncasecmp(u->headers_in.content_type->value.data,
+                           (u_char *) "application/vnd.amazon.eventstream",
+                           34) == 0)
+    {
+        /* decoded and sent on as the SSE the client asked for */
+        ctx->resp.evs = 1;
+        ctx->resp.is_sse = 1;
+        ngx_str_set(&u->headers_in.content_type->value, "text/event-stream");
+    }
+
     ctx->resp.body_start = u->buffer.pos;
     ctx->resp.peek_pos = u->buffer.pos;
 
@@ -628,6 +677,11 @@ ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
             return rc;
         }
 
+        if (ctx->account->platform) {
+            /* said as Anthropic would: for the classifier and the client */
+            status = ngx_http_tokenbiryani_platform_error(r, ctx, status);
+        }
+
         ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
 
         return ngx_http_tokenbiryani_decide(r, ctx);
@@ -654,7 +708,15 @@ ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_commit(r, ctx);
     }
 
-    rc = ngx_http_tokenbiryani_peek_stream(r, ctx);
+    if (ctx->sse == NULL) {
+        ctx->sse = ngx_http_tokenbiryani_sse_get(r);
+        if (ctx->sse == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    rc = ctx->resp.evs ? ngx_http_tokenbiryani_platform_peek(r, ctx)
+                       : ngx_http_tokenbiryani_peek_stream(r, ctx);
 
     if (rc != NGX_OK) {
         return rc;
@@ -692,7 +754,9 @@ ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_commit(r, ctx);
     }
 
-    if (ctx->resp.peek_eof || u->buffer.last == u->buffer.end) {
+    if (ctx->resp.peek_eof || u->buffer.last == u->buffer.end
+        || (ctx->resp.evs && ctx->resp.held >= u->conf->buffer_size))
+    {
         /* a stream without content, or a prelude too big to hold */
         ngx_http_tokenbiryani_classify_response(r, ctx, status, NULL);
         return ngx_http_tokenbiryani_commit(r, ctx);
@@ -724,14 +788,6 @@ ngx_http_tokenbiryani_peek_stream(ngx_http_request_t *r,
     ngx_http_upstream_t  *u;
 
     u = r->upstream;
-
-    if (ctx->sse == NULL) {
-        ctx->sse = ngx_http_tokenbiryani_sse_get(r);
-        if (ctx->sse == NULL) {
-            return NGX_ERROR;
-        }
-    }
-
     sse = ctx->sse;
 
     ngx_memzero(&tmp, sizeof(ngx_buf_t));
@@ -1107,7 +1163,17 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
 
     u = r->upstream;
 
-    if (ctx->resp.held) {
+    if (ctx->resp.replaced) {
+        /* a platform's error, in Anthropic's words */
+        ngx_http_tokenbiryani_platform_error_commit(r, ctx);
+
+    } else if (ctx->resp.evs) {
+        /* the SSE decoded so far, then each read decoded as it comes */
+        if (ngx_http_tokenbiryani_platform_commit(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+    } else if (ctx->resp.held) {
         /* the body held: the upstream hands it on from there */
         u->buffer.start = ctx->hold;
         u->buffer.pos = ctx->hold;
@@ -1182,6 +1248,12 @@ ngx_http_tokenbiryani_input_filter_init(void *data)
     u = r->upstream;
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
 
+    if (ctx->resp.evs) {
+        /* ends at the stream's own end (ngx_http_tokenbiryani_platform.c) */
+        u->length = -1;
+        return NGX_OK;
+    }
+
     ngx_memzero(&ctx->resp.chunked, sizeof(ngx_http_chunked_t));
 
     if (r->method == NGX_HTTP_HEAD
@@ -1233,6 +1305,10 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
 
     u = r->upstream;
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+
+    if (ctx->resp.evs) {
+        return ngx_http_tokenbiryani_platform_filter(r, ctx, bytes);
+    }
 
     if (!u->headers_in.chunked) {
         start = u->buffer.last;

@@ -25,6 +25,8 @@ import threading
 import time
 import traceback
 
+import mock_platforms
+
 
 # --------------------------------------------------------------------------
 # constants
@@ -59,6 +61,7 @@ BUILTIN_TOP = {
     "event_delay_ms": 0,
     "max_body_bytes": 32 * 1024 * 1024,
     "idle_timeout_seconds": 300,
+    "bedrock": {},                 # keys, api_keys, region (mock_platforms)
 }
 
 MODELS = [
@@ -115,7 +118,8 @@ GENERIC_ERROR_TYPES = {
 # produce a message, possibly failing while sending it
 MESSAGE_STEPS = ("ok", "preerr", "midfail", "midfail-error",
                  "slow-prelude", "drip", "ping-preerr", "overlong", "accel",
-                 "chunked", "chunked-midfail", "badjson")
+                 "chunked", "chunked-midfail", "badjson", "evs-badcrc",
+                 "evs-badcrc-late", "evs-split")
 
 # what an upstream that misbehaves on purpose adds: nginx's own control
 # headers, which a proxy must never obey
@@ -903,6 +907,7 @@ class Mock:
     def __init__(self, state):
         self.state = state
         self.config = state.config
+        self.platforms = mock_platforms.Platforms(self, sys.modules[__name__])
 
     # ---------------------------------------------------------- connection
 
@@ -967,6 +972,8 @@ class Mock:
             try:
                 if req.path == "/_mock" or req.path.startswith("/_mock/"):
                     keep = self.control(conn, req)
+                elif self.platforms.owns(req):
+                    keep = self.platforms.serve(conn, req)
                 elif req.path == "/v1" or req.path.startswith("/v1/"):
                     keep = self.api(conn, req)
                 else:
@@ -1155,6 +1162,8 @@ class Mock:
         return org if isinstance(org, str) else "org-mock"
 
     def base_headers(self, entry, ctype, cred):
+        if entry.get("platform"):
+            return self.platforms.base_headers(entry, ctype)
         org = self.org_of(cred)
         return [("date", http_date()), ("server", "mock-anthropic"),
                 ("content-type", ctype),
@@ -1509,6 +1518,12 @@ class Mock:
                 rl = st._rate_headers_locked(cs, now)
                 cs.b["output"].level -= out
 
+        if wait > 0 and entry.get("platform"):
+            entry["refused"] = True
+            return self.platforms.throttled(conn, req, entry, gen)
+        if entry.get("platform"):
+            # neither platform says what is left of its quotas
+            rl = []
         if wait > 0:
             entry["refused"] = True
             retry = max(1, int(math.ceil(wait)))
@@ -1641,7 +1656,11 @@ class Mock:
 
     def stream(self, conn, req, entry, gen, cred, rl, msg_id, model, text,
                usage, stop_reason, mode, mode_ms):
+        bedrock = entry.get("platform") == "bedrock"
+
         def ev(name, data):
+            if bedrock:
+                return self.platforms.bedrock_event(name, data, usage)
             return ("event: %s\ndata: %s\n\n" % (name, compact(data))).encode()
 
         shell_usage = dict(usage)
@@ -1679,6 +1698,8 @@ class Mock:
         mstop = ev("message_stop", {"type": "message_stop"})
 
         def error_ev(etype, msg):
+            if bedrock:
+                return self.platforms.bedrock_exception(etype, msg)
             return ev("error", error_obj(etype, msg, entry["seq"]))
 
         ending = "terminate"
@@ -1695,6 +1716,11 @@ class Mock:
                 + [error_ev("overloaded_error", "Overloaded")]
         else:
             events = [ms, cbs, ping] + deltas + [cbstop, mdelta, mstop]
+        if mode == "evs-badcrc":
+            # a frame before the first delta whose CRC does not match
+            events[1] = self.platforms.corrupt(events[1])
+        elif mode == "evs-badcrc-late":
+            events[4] = self.platforms.corrupt(events[4])
         first_delta = 3 if len(events) > 3 and mode != "ping-preerr" else -1
 
         delay_ms = num(self.config.top("event_delay_ms"), 0, 0)
@@ -1711,8 +1737,9 @@ class Mock:
 
         chunked = req.version == "HTTP/1.1"
         keep = req.keep_alive and chunked and ending == "terminate"
-        headers = self.base_headers(entry, "text/event-stream; charset=utf-8",
-                                    cred)
+        headers = self.base_headers(
+            entry, "application/vnd.amazon.eventstream" if bedrock
+            else "text/event-stream; charset=utf-8", cred)
         headers += rl
         if mode == "accel":
             headers += ACCEL_HEADERS
@@ -1728,7 +1755,17 @@ class Mock:
         logged = [False]
 
         def put(data, extra=b""):
-            conn.send((chunk(data) if chunked else data) + extra)
+            if mode == "evs-split" and chunked:
+                # every event cut into chunks of 1 to 7 bytes
+                i, k, out = 0, 0, []
+                while i < len(data):
+                    n = 1 + k % 7
+                    out.append(chunk(data[i:i + n]))
+                    i += n
+                    k += 1
+                conn.send(b"".join(out) + extra)
+            else:
+                conn.send((chunk(data) if chunked else data) + extra)
             h.update(data)
             sent[0] += len(data)
 

@@ -607,6 +607,11 @@ TB_TEST(test_reference_example)
             TB_CHECK_STR(a->options.model_map.items[0].value,
                          "us.anthropic.claude-sonnet-4-6-v1:0");
         }
+
+        /* the reference's ambient credentials are none here: it loads,
+         * and says it takes no request */
+        TB_CHECK(a->unusable != NULL);
+        TB_CHECK_INT(a->observable_limits, 0);
     }
 
     if (cf->nkeys == 2) {
@@ -615,8 +620,15 @@ TB_TEST(test_reference_example)
         TB_CHECK_INT(cf->keys[0].admin, 1);
     }
 
-    /* host and port are present: both are reported as ignored */
-    TB_CHECK_INT(cf->warnings.n, 2);
+    /* host and port are present: both are reported as ignored; and the
+     * Bedrock account without credentials */
+    TB_CHECK_INT(cf->warnings.n, 3);
+
+    if (cf->warnings.n == 3) {
+        TB_CHECK_CONTAINS(cf->warnings.items[2], "test.yaml:16: account "
+                          "acct-bedrock: type bedrock has no credentials");
+        TB_CHECK_CONTAINS(cf->warnings.items[2], "it takes no request");
+    }
 
     tb_config_free(cf);
 }
@@ -1122,6 +1134,145 @@ TB_TEST(test_base_url_errors)
     EXPECT_ERROR(URL_ACCOUNT "https://ho%st/\n", "host name");
 
 #undef URL_ACCOUNT
+}
+
+
+/* an environment with AWS's variables and a shared credentials file */
+static const char  *aws_env[16];
+
+static const char *
+aws_getenv(const char *name)
+{
+    size_t  i, n;
+
+    n = strlen(name);
+
+    for (i = 0; aws_env[i]; i++) {
+        if (strncmp(aws_env[i], name, n) == 0 && aws_env[i][n] == '=') {
+            return aws_env[i] + n + 1;
+        }
+    }
+
+    return NULL;
+}
+
+
+static tb_config_t *
+aws_load(const char *yaml)
+{
+    err[0] = '\0';
+
+    return tb_config_load_buffer("test.yaml", yaml, strlen(yaml),
+                                 aws_getenv, err, sizeof(err));
+}
+
+
+TB_TEST(test_bedrock_credentials)
+{
+    FILE                     *f;
+    char                      path[64], var[96];
+    tb_config_t              *cf;
+    const tb_account_conf_t  *a;
+
+    static const char  yaml[] = "accounts:\n  - id: br\n    type: bedrock\n";
+
+    /* the file's own win, whole */
+    aws_env[0] = "AWS_ACCESS_KEY_ID=AKIDENV";
+    aws_env[1] = "AWS_SECRET_ACCESS_KEY=env-secret";
+    aws_env[2] = NULL;
+
+    cf = aws_load("accounts:\n  - id: br\n    type: bedrock\n"
+                  "    options: {access_key_id: AKIDFILE, "
+                  "secret_access_key: file-secret}\n");
+    TB_CHECK(cf != NULL);
+    a = cf ? tb_config_account(cf, "br") : NULL;
+    TB_CHECK(a && strcmp(a->options.access_key_id, "AKIDFILE") == 0
+             && strcmp(a->options.secret_access_key, "file-secret") == 0
+             && a->options.session_token == NULL && a->unusable == NULL);
+    tb_config_free(cf);
+
+    /* then the environment, with its session token */
+    aws_env[2] = "AWS_SESSION_TOKEN=env-token";
+    aws_env[3] = NULL;
+    cf = aws_load(yaml);
+    a = cf ? tb_config_account(cf, "br") : NULL;
+    TB_CHECK(a && strcmp(a->options.access_key_id, "AKIDENV") == 0
+             && strcmp(a->options.session_token, "env-token") == 0);
+    TB_CHECK(a && a->api_key == NULL);
+    tb_config_free(cf);
+
+    /* a key id without its secret in the environment is none */
+    aws_env[1] = "AWS_BEARER_TOKEN_BEDROCK=bedrock-api-key";
+    aws_env[2] = NULL;
+    cf = aws_load(yaml);
+    a = cf ? tb_config_account(cf, "br") : NULL;
+    TB_CHECK(a && a->options.access_key_id == NULL
+             && strcmp(a->api_key, "bedrock-api-key") == 0);
+    tb_config_free(cf);
+
+    /* the shared credentials file: AWS_PROFILE, or options.profile */
+    snprintf(path, sizeof(path), "/tmp/tb-awscred-%d", (int) getpid());
+    f = fopen(path, "w");
+    TB_CHECK(f != NULL);
+    if (f == NULL) {
+        return;
+    }
+    fputs("# a comment\n[default]\naws_access_key_id = AKIDDEF\n"
+          "aws_secret_access_key=def-secret\n\n[work]\n"
+          "  AWS_ACCESS_KEY_ID = AKIDWORK  \r\n; another\n"
+          "aws_secret_access_key = work-secret\naws_session_token = wt\n"
+          "[half]\naws_access_key_id = AKIDHALF\n", f);
+    fclose(f);
+
+    snprintf(var, sizeof(var), "AWS_SHARED_CREDENTIALS_FILE=%s", path);
+    aws_env[0] = var;
+    aws_env[1] = NULL;
+    cf = aws_load(yaml);
+    a = cf ? tb_config_account(cf, "br") : NULL;
+    TB_CHECK(a && strcmp(a->options.access_key_id, "AKIDDEF") == 0
+             && strcmp(a->options.secret_access_key, "def-secret") == 0);
+    tb_config_free(cf);
+
+    aws_env[1] = "AWS_PROFILE=work";
+    aws_env[2] = NULL;
+    cf = aws_load(yaml);
+    a = cf ? tb_config_account(cf, "br") : NULL;
+    TB_CHECK(a && strcmp(a->options.access_key_id, "AKIDWORK") == 0
+             && strcmp(a->options.session_token, "wt") == 0);
+    tb_config_free(cf);
+
+    cf = aws_load("accounts:\n  - id: br\n    type: bedrock\n"
+                  "    options: {profile: half}\n");
+    a = cf ? tb_config_account(cf, "br") : NULL;
+    TB_CHECK(a && a->options.access_key_id == NULL && a->unusable != NULL);
+    TB_CHECK(cf && cf->warnings.n == 1);
+    if (cf && cf->warnings.n == 1) {
+        TB_CHECK_CONTAINS(cf->warnings.items[0], "profile \"half\" has no "
+                          "aws_access_key_id and aws_secret_access_key");
+    }
+    tb_config_free(cf);
+
+    unlink(path);
+
+    /* nothing anywhere: it loads, and takes no request */
+    aws_env[0] = NULL;
+    cf = aws_load(yaml);
+    a = cf ? tb_config_account(cf, "br") : NULL;
+    TB_CHECK(a && a->unusable != NULL);
+    tb_config_free(cf);
+
+    /* what is a mistake stops the load */
+    EXPECT_ERROR("accounts:\n  - id: b\n    type: bedrock\n"
+                 "    options: {access_key_id: AK}\n",
+                 "account b: options.access_key_id needs "
+                 "options.secret_access_key");
+    EXPECT_ERROR("accounts:\n  - id: b\n    type: bedrock\n"
+                 "    options: {session_token: t, api_key: x}\n",
+                 "unknown key");
+    EXPECT_ERROR("accounts:\n  - id: b\n    type: bedrock\n"
+                 "    api_key: k\n    options: {session_token: t}\n",
+                 "account b: options.session_token needs "
+                 "options.access_key_id");
 }
 
 
@@ -1800,6 +1951,7 @@ main(void)
     TB_RUN(test_base_url_parsing);
     TB_RUN(test_base_url_errors);
     TB_RUN(test_default_base_urls);
+    TB_RUN(test_bedrock_credentials);
     TB_RUN(test_account_type_alias_and_names);
     TB_RUN(test_oauth_forces_unobservable);
     TB_RUN(test_pricing);

@@ -1,0 +1,74 @@
+/*
+ * Bedrock and Vertex accounts: the one place where an attempt's request
+ * and response differ from Anthropic's.
+ *
+ * The request: the body translated once per request and platform
+ * (tb_provider_body: model out, anthropic_version in, Bedrock's stream
+ * out and betas in), the model's platform id from options.model_map in
+ * the path, the gateway's own headers only (none of the client's but
+ * Vertex's anthropic-beta), signed per attempt (SigV4) or with the
+ * account's bearer token.  The response: the platform's headers kept
+ * from the client but for its framing; its errors said in Anthropic's
+ * words (tb_provider_error), for the classifier and, when one is the
+ * client's, in place of the platform's body; Bedrock's event-stream
+ * decoded and re-encoded as the SSE the client expects.
+ */
+
+#ifndef _NGX_HTTP_TOKENBIRYANI_PLATFORM_H_INCLUDED_
+#define _NGX_HTTP_TOKENBIRYANI_PLATFORM_H_INCLUDED_
+
+
+#include "ngx_http_tokenbiryani.h"
+
+
+/* an account's platform parts, at load: its signer, its model path */
+ngx_int_t ngx_http_tokenbiryani_platform_fill(ngx_pool_t *pool,
+    ngx_http_tokenbiryani_account_t *a, char *err, size_t errlen);
+
+/* the attempt's request header and body, for a platform account */
+ngx_int_t ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * A response header of a platform account: 1 when it may reach the
+ * client (its framing and type only); the platform's error name is
+ * kept for the classifier on the way.
+ */
+ngx_uint_t ngx_http_tokenbiryani_platform_response_header(
+    ngx_http_tokenbiryani_ctx_t *ctx, u_char *lowcase, size_t len,
+    u_char *value, size_t vlen);
+
+/*
+ * An error response of a platform account, once its body is peeked: in
+ * Anthropic's words (ctx->resp.errbody replaced, the status it means
+ * returned), so that it is classified, and sent when it is the client's,
+ * as Anthropic's would be.
+ */
+ngx_uint_t ngx_http_tokenbiryani_platform_error(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);
+
+/* the replaced error as the client's response, at the commit */
+void ngx_http_tokenbiryani_platform_error_commit(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * Bedrock's event-stream before the commit: what came decoded, its SSE
+ * held (ctx->hold) and fed to the parser; the raw bytes consumed.
+ * NGX_OK, or NGX_HTTP_UPSTREAM_INVALID_HEADER for a broken stream.
+ */
+ngx_int_t ngx_http_tokenbiryani_platform_peek(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/* at the commit: the held SSE first, the reads after it decoded */
+ngx_int_t ngx_http_tokenbiryani_platform_commit(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/* a new attempt: no frame of the last one's kept */
+void ngx_http_tokenbiryani_platform_reset(ngx_http_tokenbiryani_ctx_t *ctx);
+
+/* the input filter of a committed event-stream */
+ngx_int_t ngx_http_tokenbiryani_platform_filter(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ssize_t bytes);
+
+
+#endif /* _NGX_HTTP_TOKENBIRYANI_PLATFORM_H_INCLUDED_ */

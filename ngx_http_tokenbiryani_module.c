@@ -17,6 +17,7 @@
 #include "ngx_http_tokenbiryani_attempt.h"
 #include "ngx_http_tokenbiryani_filter.h"
 #include "ngx_http_tokenbiryani_admin.h"
+#include "ngx_http_tokenbiryani_gauth.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_accounts.h"
@@ -969,6 +970,10 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
     }
 
     if (ngx_http_tokenbiryani_store_init_worker(cycle, tmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_tokenbiryani_gauth_init_worker(cycle, tmcf) != NGX_OK) {
         return NGX_ERROR;
     }
 

@@ -31,6 +31,7 @@
 
 #include "tb_conf_int.h"
 #include "tb_awscred.h"
+#include "tb_gauth.h"
 #include "tb_hash.h"
 #include "tb_ratelimit.h"
 
@@ -1166,6 +1167,81 @@ tb_conf_bedrock_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a)
 }
 
 
+static int tb_config_line_safe(const char *s);
+
+
+/*
+ * A Vertex account needs its project, and a token: one of the operator's
+ * (options.access_token, or the variable options.token_env names, read
+ * at load), or a service account's key file (options.credentials_path,
+ * else GOOGLE_APPLICATION_CREDENTIALS) that tokens are made for by the
+ * hour.  A key file that cannot serve stops the load, naming why; an
+ * account with no project or no credential at all loads, and takes no
+ * request.
+ */
+static int
+tb_conf_vertex_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a)
+{
+    char                   why[512];
+    const char            *file, *v;
+    tb_account_options_t  *o;
+
+    o = &a->options;
+
+    if (o->project == NULL || o->project[0] == '\0') {
+        a->unusable = "options.project is not set";
+        return tb_conf_notice(ctx, a->line, "account %s: type vertex needs "
+                              "options.project: it takes no request", a->id);
+    }
+
+    if (o->token_env && o->access_token == NULL) {
+        v = ctx->getenv_fn ? ctx->getenv_fn(o->token_env) : NULL;
+
+        if (v && v[0]) {
+            o->access_token = strdup(v);
+            if (o->access_token == NULL) {
+                return tb_conf_nomem(ctx);
+            }
+        }
+    }
+
+    if (o->access_token) {
+        if (!tb_config_line_safe(o->access_token)) {
+            return tb_conf_error(ctx, a->line, "account %s: options."
+                                 "access_token has a line break", a->id);
+        }
+
+        return TB_CONF_OK;
+    }
+
+    file = o->credentials_path;
+
+    if (file == NULL) {
+        file = ctx->getenv_fn
+               ? ctx->getenv_fn("GOOGLE_APPLICATION_CREDENTIALS") : NULL;
+    }
+
+    if (file == NULL || file[0] == '\0') {
+        a->unusable = "no Google credentials: give options.credentials_path "
+                      "(a service account's key file) or access_token";
+        return tb_conf_notice(ctx, a->line, "account %s: type vertex has no "
+                              "credentials: options.credentials_path, "
+                              "GOOGLE_APPLICATION_CREDENTIALS, options."
+                              "access_token or options.token_env: it takes "
+                              "no request", a->id);
+    }
+
+    a->gsa = tb_gsa_load(file, why, sizeof(why));
+
+    if (a->gsa == NULL) {
+        return tb_conf_error(ctx, a->line, "account %s: the service "
+                             "account's key file %s", a->id, why);
+    }
+
+    return TB_CONF_OK;
+}
+
+
 static int
 tb_conf_account_finish(tb_conf_ctx_t *ctx, tb_account_conf_t *a,
     const char *path)
@@ -1204,6 +1280,12 @@ tb_conf_account_finish(tb_conf_ctx_t *ctx, tb_account_conf_t *a,
 
     if (a->type == TB_ACCOUNT_BEDROCK
         && tb_conf_bedrock_credentials(ctx, a) != TB_CONF_OK)
+    {
+        return TB_CONF_ERROR;
+    }
+
+    if (a->type == TB_ACCOUNT_VERTEX
+        && tb_conf_vertex_credentials(ctx, a) != TB_CONF_OK)
     {
         return TB_CONF_ERROR;
     }
@@ -1938,6 +2020,7 @@ tb_config_free(tb_config_t *cf)
 
     for (i = 0; i < cf->naccounts; i++) {
         tb_conf_release(tb_conf_account, &cf->accounts[i]);
+        tb_gsa_free(cf->accounts[i].gsa);
         free(cf->accounts[i].host);
         free(cf->accounts[i].path_prefix);
     }

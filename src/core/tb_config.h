@@ -108,6 +108,10 @@ typedef struct {
      * anywhere): a constant string, or NULL */
     const char               *unusable;
 
+    /* vertex: the service account its tokens are made for (tb_gsa_t),
+     * or NULL with options.access_token a token of the operator's */
+    void                     *gsa;
+
     unsigned                  line;                   /* of "- id:" */
 } tb_account_conf_t;
 

@@ -444,6 +444,11 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
 
     /* from here on: capacity that comes back by itself */
 
+    if (c->token_wait) {
+        o->available_at = c->token_at > in->now ? c->token_at : in->now;
+        return TB_V_TOKEN;
+    }
+
     if (st->exhausted_until_ms > in->now) {
         o->available_at = st->exhausted_until_ms;
         return TB_V_EXHAUSTED;
@@ -501,7 +506,8 @@ tb_route_saturated(tb_verdict_e v)
 {
     /* capacity that comes back by itself: worth waiting for */
     return v == TB_V_COOLING || v == TB_V_CONCURRENCY || v == TB_V_SPEND
-           || v == TB_V_CIRCUIT || v == TB_V_HEADROOM || v == TB_V_EXHAUSTED;
+           || v == TB_V_CIRCUIT || v == TB_V_HEADROOM || v == TB_V_EXHAUSTED
+           || v == TB_V_TOKEN;
 }
 
 
@@ -553,6 +559,7 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
                  */
                 if (o->verdict == TB_V_CONCURRENCY
                     || o->verdict == TB_V_SPEND
+                    || o->verdict == TB_V_TOKEN
                     || ((o->verdict == TB_V_HEADROOM
                          || o->verdict == TB_V_CIRCUIT)
                         && (o->available_at == 0 || c[i].st->leases > 0))
@@ -755,6 +762,10 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
 
     case TB_V_REJECTED:
         why = "model rejected by upstream";
+        break;
+
+    case TB_V_TOKEN:
+        why = "waiting for an access token";
         break;
 
     case TB_V_CONCURRENCY:

@@ -56,6 +56,7 @@ typedef enum {
     TB_V_CIRCUIT,           /* circuit open */
     TB_V_HEADROOM,          /* insufficient headroom */
     TB_V_EXHAUSTED,         /* exhausted (why), Ns remaining */
+    TB_V_TOKEN,             /* waiting for an access token */
     TB_NVERDICTS
 } tb_verdict_e;
 
@@ -101,6 +102,9 @@ typedef struct {
     unsigned                  messages_only:1; /* a platform's, and this
                                                   is count_tokens or
                                                   models */
+    unsigned                  token_wait:1;    /* no valid access token
+                                                  yet (Vertex) */
+    int64_t                   token_at;        /* the next fetch, ms */
     unsigned                  removed:1;       /* by an operator, since */
     unsigned                  in_pool:1;
     unsigned                  tried:1;

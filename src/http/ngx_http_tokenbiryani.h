@@ -102,6 +102,13 @@ typedef struct {
      * before a model's id */
     ngx_str_t                      signer;
     ngx_str_t                      model_path;
+
+    /* Vertex, per worker: "Authorization: Bearer ...\r\n", valid until
+     * token_until (ms), fetched again at token_next; its refresher */
+    ngx_str_t                      bearer;
+    int64_t                        token_until;
+    int64_t                        token_next;
+    void                          *gauth;
     unsigned                       platform:2;     /* tb_account_type_e
                                                       of a platform; 0 */
     unsigned                       tls:1;

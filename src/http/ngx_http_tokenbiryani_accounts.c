@@ -69,7 +69,8 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
      * not an account the loader found no credentials for
      */
     a->supported = (ac->type == TB_ACCOUNT_ANTHROPIC_API
-                    || ac->type == TB_ACCOUNT_BEDROCK)
+                    || ac->type == TB_ACCOUNT_BEDROCK
+                    || ac->type == TB_ACCOUNT_VERTEX)
                    && ac->unusable == NULL;
 
     default_port = ac->tls ? 443 : 80;

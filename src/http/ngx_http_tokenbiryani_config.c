@@ -6,6 +6,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_gauth.h"
 #include "ngx_http_tokenbiryani_config.h"
 #include "tb_hash.h"
 #include "tb_store.h"
@@ -288,7 +289,8 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
 
     tmcf->nyaml = tmcf->accounts.nelts;
 
-    return NGX_OK;
+    /* Vertex accounts' tokens are made in the thread pool */
+    return ngx_http_tokenbiryani_gauth_conf(cf, tmcf);
 }
 
 

@@ -9,6 +9,7 @@
 #include "tb_provider.h"
 #include "tb_sigv4.h"
 #include "tb_evstream.h"
+#include "tb_gauth.h"
 
 
 #define NGX_HTTP_TB_EVS_BUF  8192
@@ -46,15 +47,21 @@ ngx_http_tokenbiryani_platform_fill(ngx_pool_t *pool,
 {
     u_char             *p;
     size_t              len;
+    tb_gsa_t           *sa;
     const char         *region, *project;
     tb_account_conf_t  *ac;
 
     ac = a->conf;
 
+    ngx_str_null(&a->signer);
+    ngx_str_null(&a->model_path);
+    ngx_str_null(&a->bearer);
+    a->token_until = 0;
+    a->token_next = 0;
+    a->gauth = NULL;
+
     if (!tb_provider_platform(ac->type)) {
         a->platform = 0;
-        ngx_str_null(&a->signer);
-        ngx_str_null(&a->model_path);
         return NGX_OK;
     }
 
@@ -66,7 +73,6 @@ ngx_http_tokenbiryani_platform_fill(ngx_pool_t *pool,
 
         if (ac->options.access_key_id == NULL) {
             /* an API key, in auth_header */
-            ngx_str_null(&a->signer);
             return NGX_OK;
         }
 
@@ -98,9 +104,29 @@ ngx_http_tokenbiryani_platform_fill(ngx_pool_t *pool,
         return NGX_OK;
     }
 
-    /* vertex */
+    /* vertex: a token of the operator's, or the service account's */
 
-    ngx_str_null(&a->signer);
+    if (ac->options.access_token) {
+        len = sizeof("Authorization: Bearer " CRLF) - 1
+              + ngx_strlen(ac->options.access_token);
+
+        a->bearer.data = ngx_pnalloc(pool, len);
+        if (a->bearer.data == NULL) {
+            return NGX_ABORT;
+        }
+
+        a->bearer.len = ngx_sprintf(a->bearer.data, "Authorization: Bearer "
+                                    "%s" CRLF, ac->options.access_token)
+                        - a->bearer.data;
+
+        /* the fingerprint: a new token is a new credential */
+        a->signer = a->bearer;
+
+    } else if (ac->gsa) {
+        sa = ac->gsa;
+        a->signer.data = (u_char *) sa->client_email;
+        a->signer.len = ngx_strlen(sa->client_email);
+    }
 
     project = ac->options.project ? ac->options.project : "";
     region = ac->options.region ? ac->options.region : "us-central1";
@@ -352,7 +378,7 @@ ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
            + sizeof("Content-Type: " CRLF) - 1 + ctype.len
            + sizeof("Accept: application/vnd.amazon.eventstream" CRLF) - 1
            + sizeof("Content-Length: " CRLF) - 1 + NGX_OFF_T_LEN
-           + a->auth_header.len
+           + a->auth_header.len + a->bearer.len
            + sizeof("X-Amz-Date: 20150830T123600Z" CRLF) - 1
            + sizeof("X-Amz-Security-Token: " CRLF) - 1
            + (ac->options.session_token
@@ -398,7 +424,11 @@ ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
         }
     }
 
-    /* the credential (an API key or Vertex's token) and the extra headers */
+    /* the credential (an API key, or Vertex's token) and extra headers */
+
+    if (a->bearer.len) {
+        b->last = ngx_cpymem(b->last, a->bearer.data, a->bearer.len);
+    }
 
     b->last = ngx_copy(b->last, a->auth_header.data, a->auth_header.len);
 

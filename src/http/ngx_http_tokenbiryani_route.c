@@ -101,6 +101,10 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->id_hash = a[i].id_hash;
         c->supported = a[i].supported;
         c->messages_only = a[i].platform && ctx->kind != NGX_HTTP_TB_MESSAGES;
+
+        /* a Vertex account's token is this worker's: set per decision */
+        c->token_wait = 0;
+        c->token_at = 0;
         c->removed = a[i].retired;
         c->tried = 0;
         c->in_pool = pool ? pool[i] : 1;
@@ -300,6 +304,12 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
          * it is now */
         ctx->cands[i].removed = a[i].retired;
         ctx->cands[i].conf = a[i].conf;
+
+        /* a Vertex token may have come, or gone, since */
+        ctx->cands[i].token_wait = a[i].gauth != NULL
+                                   && a[i].token_until
+                                      <= ngx_http_tokenbiryani_now_ms();
+        ctx->cands[i].token_at = a[i].token_next;
     }
 
     ctx->key_full = 0;

@@ -62,6 +62,7 @@ BUILTIN_TOP = {
     "max_body_bytes": 32 * 1024 * 1024,
     "idle_timeout_seconds": 300,
     "bedrock": {},                 # keys, api_keys, region (mock_platforms)
+    "google": {},                  # keys, token_uri, token_ttl, project
 }
 
 MODELS = [

@@ -20,8 +20,26 @@ Bedrock (InvokeModel, Anthropic's Messages body):
   * no anthropic-ratelimit-* headers: a window refusal is a 429
     ThrottlingException.
 
-Vertex AI (rawPredict, Anthropic's Messages body) and Google's token
-endpoint: in the next part of this file.
+Vertex AI (rawPredict, Anthropic's Messages body):
+    POST /v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict
+    POST ...:streamRawPredict
+  * Authorization: Bearer <a token the mock's token endpoint issued, not
+    expired>, else 401 UNAUTHENTICATED.
+  * the body: anthropic_version "vertex-2023-10-16", no "model"; the
+    Messages API's checks.  A stream is Anthropic's SSE as it is.
+  * errors in Google's envelope {"error": {"code", "message", "status"}}:
+    a window refusal is 429 RESOURCE_EXHAUSTED; a model's own errors
+    (529 overloaded) in Anthropic's shape, as Vertex passes them on.
+
+Google's token endpoint (POST google.token_path, default /token):
+  * grant_type urn:ietf:params:oauth:grant-type:jwt-bearer, the assertion
+    an RS256 JWT whose signature verifies with the service account's
+    public key (google.keys: {client_email: {"n": hex, "e": int}}), its
+    aud the endpoint's own URL (google.token_uri), its scope
+    cloud-platform, iat no later than now and exp at most an hour after
+    it and not past; then {"access_token", "expires_in": google.token_ttl
+    (3600), "token_type": "Bearer"}.  google.token_behavior "500" or
+    "garbage" makes it fail.
 
 Python 3 standard library only.
 """
@@ -38,6 +56,33 @@ import urllib.parse
 
 
 BEDROCK_VERSION = "bedrock-2023-05-31"
+VERTEX_VERSION = "vertex-2023-10-16"
+JWT_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+GOOGLE_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+SHA256_PREFIX = bytes.fromhex("3031300d060960864801650304020105000420")
+
+# the mock's scripted steps, in Google's words
+GOOGLE_ERRORS = {
+    "429": (429, "RESOURCE_EXHAUSTED",
+            "Quota exceeded for aiplatform.googleapis.com/"
+            "online_prediction_requests_per_base_model with base model: "
+            "anthropic-claude-sonnet."),
+    "503": (503, "UNAVAILABLE", "The service is currently unavailable."),
+    "500": (500, "INTERNAL", "Internal error encountered."),
+    "400": (400, "INVALID_ARGUMENT", "mock: scripted invalid argument"),
+    "403": (403, "PERMISSION_DENIED",
+            "Permission 'aiplatform.endpoints.predict' denied on resource."),
+    "404": (404, "NOT_FOUND",
+            "Publisher Model `projects/p/locations/l/publishers/anthropic/"
+            "models/m` not found."),
+    "401": (401, "UNAUTHENTICATED",
+            "Request had invalid authentication credentials."),
+}
+
+VERTEX_PATH = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/publishers/"
+                         r"anthropic/models/([^/:]+):(rawPredict|"
+                         r"streamRawPredict)$")
+VERTEX_MODEL = re.compile(r"^claude-[a-z0-9.-]+(@\d{8})?$")
 SIGV4_SKEW = 300
 BEDROCK_ERROR_NS = ":http://internal.amazon.com/coral/com.amazon.bedrock/"
 
@@ -199,13 +244,27 @@ class Platforms:
 
     # ------------------------------------------------------------ routing
 
+    def google(self):
+        return self.config.top("google") or {}
+
     def owns(self, req):
-        return req.path.startswith("/model/")
+        return req.path.startswith("/model/") \
+            or req.path.startswith("/v1/projects/") \
+            or req.path == (self.google().get("token_path") or "/token")
 
     def serve(self, conn, req):
-        return self.bedrock(conn, req)
+        if req.path.startswith("/model/"):
+            return self.bedrock(conn, req)
+        if req.path.startswith("/v1/projects/"):
+            return self.vertex(conn, req)
+        return self.token(conn, req)
 
     def base_headers(self, entry, ctype):
+        if entry.get("platform") == "vertex":
+            return [("date", self.mock_date()), ("server", "scaffolding on "
+                     "HTTPServer2"), ("content-type", ctype),
+                    ("x-vertex-ai-llm-request-type", "shared"),
+                    ("x-goog-request-id", "mock-%d" % entry["seq"])]
         return [("date", self.mock_date()), ("server", "mock-bedrock"),
                 ("content-type", ctype),
                 ("x-amzn-requestid", "mock-%d" % entry["seq"]),
@@ -230,6 +289,9 @@ class Platforms:
         return req.keep_alive
 
     def throttled(self, conn, req, entry, gen):
+        if entry.get("platform") == "vertex":
+            return self.google_error(conn, req, entry, gen,
+                                     *GOOGLE_ERRORS["429"])
         return self.bedrock_error(conn, req, entry, gen,
                                   *BEDROCK_ERRORS["429"])
 
@@ -365,6 +427,207 @@ class Platforms:
             return self.bedrock_error(conn, req, entry, gen, 400,
                                       "ValidationException",
                                       "mock: cannot analyse prompt: %s" % e)
+        mode_ms = 1000.0
+        try:
+            mode_ms = float(arg) if arg else 1000.0
+        except ValueError:
+            pass
+        return self.mock.messages(conn, req, entry, gen, cred, checked,
+                                  model, total, bps, name, mode_ms, now)
+
+    # ------------------------------------------------------------ google
+
+    def send(self, conn, req, entry, gen, status, body, ctype="application/json"):
+        headers = self.base_headers(entry, ctype)
+        headers.append(("content-length", str(len(body))))
+        if not req.keep_alive:
+            headers.append(("connection", "close"))
+        entry["status"] = status
+        self.mock.finish(entry, gen, body)
+        conn.send(self.m.response_head(status, headers) + body)
+        return req.keep_alive
+
+    def google_error(self, conn, req, entry, gen, status, gstatus, msg):
+        body = json.dumps({"error": {"code": status, "message": msg,
+                                     "status": gstatus}}).encode()
+        entry["error_type"] = gstatus
+        return self.send(conn, req, entry, gen, status, body)
+
+    def token(self, conn, req):
+        now = time.time()
+        entry, gen, _ = self.mock.new_entry(conn, req, now)
+        entry["platform"] = "google-token"
+        g = self.google()
+
+        def refuse(status, error, desc):
+            body = json.dumps({"error": error,
+                               "error_description": desc}).encode()
+            entry["error_type"] = error
+            return self.send(conn, req, entry, gen, status, body)
+
+        beh = g.get("token_behavior")
+        if beh == "500":
+            return refuse(500, "internal_failure", "mock: scripted")
+        if beh == "garbage":
+            return self.send(conn, req, entry, gen, 200, b"<html>no</html>",
+                             "text/html")
+        if req.method != "POST":
+            return refuse(405, "invalid_request", "POST only")
+        form = urllib.parse.parse_qs(req.body.decode("latin-1"),
+                                     keep_blank_values=True)
+        if form.get("grant_type") != [JWT_GRANT]:
+            return refuse(400, "unsupported_grant_type",
+                          "Invalid grant_type: %r" % form.get("grant_type"))
+        jwt = (form.get("assertion") or [""])[0]
+        parts = jwt.split(".")
+        if len(parts) != 3:
+            return refuse(400, "invalid_grant", "Invalid JWT: not three parts")
+
+        def unb64(x):
+            return base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+        try:
+            header = json.loads(unb64(parts[0]))
+            claims = json.loads(unb64(parts[1]))
+            sig = unb64(parts[2])
+        except (ValueError, binascii.Error):
+            return refuse(400, "invalid_grant", "Invalid JWT: not base64url "
+                          "JSON")
+        if header.get("alg") != "RS256":
+            return refuse(400, "invalid_grant", "Invalid JWT: alg must be "
+                          "RS256")
+        iss = claims.get("iss")
+        key = (g.get("keys") or {}).get(iss)
+        entry["credential"] = iss
+        if key is None:
+            return refuse(400, "invalid_grant", "Invalid JWT: no such "
+                          "service account %r" % iss)
+        n = int(key["n"], 16)
+        e = int(key.get("e", 65537))
+        k = (n.bit_length() + 7) // 8
+        digest = hashlib.sha256((parts[0] + "." + parts[1]).encode()).digest()
+        t = SHA256_PREFIX + digest
+        want = b"\x00\x01" + b"\xff" * (k - 3 - len(t)) + b"\x00" + t
+        got = pow(int.from_bytes(sig, "big"), e, n).to_bytes(k, "big") \
+            if len(sig) == k else b""
+        if not hmac.compare_digest(got, want):
+            return refuse(400, "invalid_grant", "Invalid JWT Signature.")
+        if claims.get("aud") != g.get("token_uri"):
+            return refuse(400, "invalid_grant", "Invalid JWT: aud %r is not "
+                          "%r" % (claims.get("aud"), g.get("token_uri")))
+        if GOOGLE_SCOPE not in str(claims.get("scope", "")).split():
+            return refuse(400, "invalid_scope", "Invalid scope")
+        iat, exp = claims.get("iat"), claims.get("exp")
+        if not isinstance(iat, int) or not isinstance(exp, int) \
+                or iat > now + 60 or exp <= now or exp - iat > 3600:
+            return refuse(400, "invalid_grant", "Invalid JWT: Token must be "
+                          "a short-lived token (60 minutes) and in a "
+                          "reasonable timeframe.")
+        ttl = int(g.get("token_ttl") or 3600)
+        with self.state.lock:
+            tokens = self.state.__dict__.setdefault("google_tokens", {})
+            tok = "ya29.mock-%d-%s" % (entry["seq"],
+                                       hashlib.sha256(sig).hexdigest()[:16])
+            tokens[tok] = (iss, now + ttl)
+        body = json.dumps({"access_token": tok, "expires_in": ttl,
+                           "token_type": "Bearer"}).encode()
+        return self.send(conn, req, entry, gen, 200, body)
+
+    # ------------------------------------------------------------ vertex
+
+    def vertex(self, conn, req):
+        m = self.m
+        now = time.time()
+        entry, gen, body = self.mock.new_entry(conn, req, now)
+        entry["platform"] = "vertex"
+
+        mm = VERTEX_PATH.match(req.path)
+        if not mm or req.method != "POST":
+            return self.google_error(conn, req, entry, gen, 404, "NOT_FOUND",
+                                     "mock: no such method %s %s"
+                                     % (req.method, req.path))
+        project, location, model, action = mm.groups()
+        model = urllib.parse.unquote(model)
+        entry["model"] = model
+        entry["project"] = project
+        entry["location"] = location
+        entry["stream"] = action == "streamRawPredict"
+        entry["query"] = req.target.partition("?")[2]
+
+        auth = (req.header("authorization") or "").strip()
+        tok = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        with self.state.lock:
+            tokens = self.state.__dict__.get("google_tokens", {})
+            who = tokens.get(tok)
+        entry["token"] = tok
+        if who is None or who[1] <= now:
+            entry["credential"] = tok
+            return self.google_error(conn, req, entry, gen,
+                                     *GOOGLE_ERRORS["401"])
+        cred = who[0]
+        entry["credential"] = cred
+        with self.state.lock:
+            self.state.cred_state(cred, now).requests += 1
+        want = self.google().get("project")
+        if want and project != want:
+            return self.google_error(conn, req, entry, gen, 403,
+                                     "PERMISSION_DENIED",
+                                     "Permission denied on project %s"
+                                     % project)
+
+        step = self.mock.choose_step(req, cred)
+        entry["step"] = step
+        name, _, arg = step.partition(":")
+        if name in GOOGLE_ERRORS:
+            return self.google_error(conn, req, entry, gen,
+                                     *GOOGLE_ERRORS[name])
+        if name == "529":
+            # the model's own error, passed on in Anthropic's shape
+            body = json.dumps(m.error_obj("overloaded_error", "Overloaded",
+                                          entry["seq"])).encode()
+            entry["error_type"] = "overloaded_error"
+            return self.send(conn, req, entry, gen, 529, body)
+        if name not in m.MESSAGE_STEPS:
+            return self.google_error(conn, req, entry, gen, 400,
+                                     "INVALID_ARGUMENT",
+                                     "mock: unknown script step %r" % step)
+
+        if not VERTEX_MODEL.match(model):
+            return self.google_error(conn, req, entry, gen, *GOOGLE_ERRORS["404"])
+        if not isinstance(body, dict):
+            return self.google_error(conn, req, entry, gen, 400,
+                                     "INVALID_ARGUMENT",
+                                     "Invalid JSON payload received.")
+        if "model" in body:
+            return self.google_error(conn, req, entry, gen, 400,
+                                     "INVALID_ARGUMENT",
+                                     "Invalid JSON payload received. Unknown "
+                                     "name \"model\": Cannot find field.")
+        if body.get("anthropic_version") != VERTEX_VERSION:
+            return self.google_error(conn, req, entry, gen, 400,
+                                     "INVALID_ARGUMENT",
+                                     "anthropic_version: must be %s"
+                                     % VERTEX_VERSION)
+        if entry["stream"] != (body.get("stream") is True):
+            return self.google_error(conn, req, entry, gen, 400,
+                                     "INVALID_ARGUMENT",
+                                     "streamRawPredict takes \"stream\": true "
+                                     "and rawPredict does not")
+        entry["betas"] = req.header("anthropic-beta")
+        checked = dict(body)
+        del checked["anthropic_version"]
+        checked["model"] = model
+        err = m.validate_request(checked, False)
+        if err:
+            body = json.dumps(m.error_obj("invalid_request_error", err,
+                                          entry["seq"])).encode()
+            entry["error_type"] = "invalid_request_error"
+            return self.send(conn, req, entry, gen, 400, body)
+        try:
+            total, bps = m.analyse_prompt(checked)
+        except (ValueError, TypeError, RecursionError) as e:
+            return self.google_error(conn, req, entry, gen, 400,
+                                     "INVALID_ARGUMENT",
+                                     "mock: cannot analyse prompt: %s" % e)
         mode_ms = 1000.0
         try:
             mode_ms = float(arg) if arg else 1000.0

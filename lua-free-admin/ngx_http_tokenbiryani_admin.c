@@ -445,6 +445,20 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
 
     cJSON_AddNumberToObject(acct, "inflight", (double) s.inflight);
 
+    w = cJSON_AddObjectToObject(acct, "concurrency");
+    if (w == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddNumberToObject(w, "max", (double) a->conf->max_concurrency);
+
+    if (s.ceiling && (int64_t) s.ceiling < a->conf->max_concurrency) {
+        cJSON_AddNumberToObject(w, "learned", (double) s.ceiling);
+
+    } else {
+        cJSON_AddNullToObject(w, "learned");
+    }
+
     if (s.mirror.org[0]) {
         cJSON_AddStringToObject(acct, "organization_id", s.mirror.org);
 
@@ -455,6 +469,19 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     limits = cJSON_AddObjectToObject(acct, "limits");
     if (limits == NULL) {
         goto failed;
+    }
+
+    /*
+     * Bedrock and Vertex send no rate-limit headers: their windows read
+     * as unknown for ever, which a meter must not show as full.
+     */
+    cJSON_AddBoolToObject(limits, "observable", a->conf->observable_limits);
+
+    if (!a->conf->observable_limits) {
+        cJSON_AddStringToObject(limits, "unobservable", "limits unobservable: "
+                                "it sends no rate-limit headers; it is "
+                                "admitted by its concurrency and what its "
+                                "429s teach");
     }
 
     w = ngx_http_tokenbiryani_window_json(&s.mirror.w[TB_WIN_REQUESTS], now);
@@ -1002,6 +1029,11 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         }
 
         cJSON_AddStringToObject(item, "verdict", buf);
+
+        if (c.conf && !c.conf->observable_limits) {
+            /* its headroom term is assumed_headroom, not a reading */
+            cJSON_AddStringToObject(item, "limits", "unobservable");
+        }
 
         if (ic->verdict == TB_V_CHOSEN || ic->verdict == TB_V_ELIGIBLE) {
             v = (double) (int64_t) (ic->score * 10000 + (ic->score < 0

@@ -330,18 +330,27 @@ ngx_uint_t
 ngx_http_tokenbiryani_zone_attempt_end(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t slot, ngx_uint_t leased, const tb_outcome_t *o,
     uint64_t model_hash, const char *model, size_t model_len,
-    ngx_uint_t probed, int64_t now)
+    ngx_uint_t probed, int64_t learn, int64_t started, int64_t now)
 {
     int                  opened;
+    int64_t              inflight;
     tb_account_state_t  *st;
 
     st = zone->sh->slots[slot];
 
-    if (!leased) {
-        __atomic_sub_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
-    }
+    /* this attempt among them: a leased one leaves at its settlement */
+    inflight = leased ? __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
+                      : __atomic_sub_fetch(&st->inflight, 1,
+                                           __ATOMIC_RELAXED) + 1;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (learn && o
+        && (o->kind == TB_KIND_RATE_LIMIT || o->kind == TB_KIND_OK))
+    {
+        tb_account_ceiling(st, o->kind == TB_KIND_RATE_LIMIT, inflight,
+                           learn, started, now);
+    }
 
     if (o == NULL) {
         /* cancelled, or not the account's doing: neither way */

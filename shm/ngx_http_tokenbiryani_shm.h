@@ -104,11 +104,17 @@ void ngx_http_tokenbiryani_zone_attempt_start(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, ngx_uint_t leased,
     int64_t now);
 
-/* an attempt's end; 1 when it opened the account's breaker */
+/*
+ * An attempt's end; 1 when it opened the account's breaker.  learn: the
+ * account's max_concurrency when its limits cannot be observed, so that
+ * its 429s and answers move its ceiling (tb_account_ceiling(), with when
+ * the attempt began); else 0.
+ */
 ngx_uint_t ngx_http_tokenbiryani_zone_attempt_end(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, ngx_uint_t leased,
     const tb_outcome_t *o, uint64_t model_hash, const char *model,
-    size_t model_len, ngx_uint_t probed, int64_t now);
+    size_t model_len, ngx_uint_t probed, int64_t learn, int64_t started,
+    int64_t now);
 
 /* an operator's enable (clears every state) or disable */
 void ngx_http_tokenbiryani_zone_set_enabled(

@@ -376,3 +376,34 @@ for my $stream (0, 1) {
     unlike($r->{body}, qr/overloaded/, "stream $stream: the client saw nothing of an1's error");
     like($r->{body}, $stream ? qr/^event: message_start/ : qr/^\{"id":"msg_mock_/, "stream $stream: a whole answer");
 }
+
+
+=== TEST 9: limits unobservable: never read as full, the concurrency its 429s teach
+--- init
+mock_config($::Bedrock);
+--- request
+GET /healthz
+--- check
+only('br1', 'an1');
+my $a = account_of(pool_status(), 'br1');
+is($a->{limits}{observable}, JSON::PP::false, 'its limits are not observable');
+like($a->{limits}{unobservable}, qr/^limits unobservable: it sends no rate-limit headers/, 'and the status says so');
+is($a->{headroom}, 0.5, 'read as its assumed headroom, not as full');
+is($a->{concurrency}{max}, 16, 'max_concurrency');
+is($a->{concurrency}{learned}, undef, 'nothing taught yet');
+is(account_of(pool_status(), 'an1')->{limits}{observable}, JSON::PP::true, 'an Anthropic account\'s are');
+
+# four at once: three held at the mock, the fourth throttled while they are
+behave('AKIDTESTBR1', 'slow-headers:500,slow-headers:500,slow-headers:500,429');
+my @r = @{ http_requests_concurrent([map { { method => 'POST', path => '/v1/messages', timeout => 10,
+    headers => { 'x-api-key' => 'tenant-key', 'content-type' => 'application/json' },
+    body => msg_body() } } 1 .. 4]) };
+is(scalar(grep { $_->{status} == 200 } @r), 4, 'all four served') or diag(join "\n", map { "$_->{status} $_->{body}" } @r);
+is(scalar(grep { $_->{headers}{'x-tokenbiryani-account'} eq 'an1' } @r), 1, 'the throttled one by an1');
+$a = account_of(pool_status(), 'br1');
+is($a->{concurrency}{learned}, 3, 'three quarters of the four in flight when the 429 came');
+is($a->{state}, 'cooling', 'and it cools');
+
+my $rec = request_record((grep { $_->{headers}{'x-tokenbiryani-account'} eq 'an1' } @r)[0]{headers}{'x-tokenbiryani-request-id'});
+my ($c) = grep { $_->{account} eq 'br1' } @{ $rec->{decision}{candidates} };
+is($c->{limits}, 'unobservable', 'the inspector says its limits are unobservable');

@@ -486,6 +486,12 @@ function level(w) {
 
 function meters(a) {
     const lim = a.limits || {};
+    if (lim.observable === false) {
+        /* Bedrock, Vertex: no headers to read; empty is not full */
+        return h('div', { class: 'meters unobservable', title: lim.unobservable || '',
+                          text: 'limits unobservable' + (a.concurrency && a.concurrency.learned
+                                ? ' · learned concurrency ' + a.concurrency.learned : '') });
+    }
     const rows = [['req', lim.requests], ['in', lim.input_tokens], ['out', lim.output_tokens]];
     return h('div', { class: 'meters' }, rows.map(([k, w]) => {
         const f = level(w);
@@ -885,8 +891,11 @@ function pageAccount(main, id) {
         const win = (name, w) => ({ name: name, w: w || {} });
         const windows = [win('requests', lim.requests), win('input tokens', lim.input_tokens), win('output tokens', lim.output_tokens)];
         const tells = [];
-        if (a.observable_limits === false) {
-            tells.push('Its limits are not observable (observable_limits: false): the router assumes headroom for it and learns nothing from its answers.');
+        if (a.observable_limits === false || lim.observable === false) {
+            tells.push('Limits unobservable: it sends no anthropic-ratelimit-* headers (Bedrock and Vertex never do), so its meters cannot say what is left. The router reads it as ' +
+                       'its assumed headroom, never as full, and admits it by its concurrency' +
+                       (a.concurrency && a.concurrency.learned ? ', now the ' + a.concurrency.learned + ' its 429s taught,' : '') +
+                       ' and by what its 429s teach: each one cools it and lowers the concurrency it is given.');
         } else if (lim.observed_ago === null || lim.observed_ago === undefined) {
             tells.push('No answer has carried its limits yet: its meters say nothing until one does, and the horizon does not count it.');
         } else {
@@ -1209,7 +1218,8 @@ function pageRequest(main, id) {
                     (d.soonest_available_in ? '; capacity was due back in ' + fmtClock(d.soonest_available_in) : '') + '.' }),
                 tableOf([
                     { t: 'Account', f: c => accountLink(c.account) },
-                    { t: 'Verdict', f: c => h('span', { class: c.verdict === 'chosen' ? 'yes' : c.verdict.startsWith('filtered') ? 'muted' : null, text: c.verdict }) },
+                    { t: 'Verdict', f: c => h('span', { class: c.verdict === 'chosen' ? 'yes' : c.verdict.startsWith('filtered') ? 'muted' : null,
+                                                         text: c.verdict + (c.limits === 'unobservable' ? ' (limits unobservable)' : '') }) },
                     { t: 'Score', n: true, f: c => c.score === undefined ? '—' : c.score.toFixed(4) },
                 ].concat(termNames.map(k => ({ t: k, n: true, f: c => c.terms && c.terms[k] !== undefined ? c.terms[k].toFixed(4) : '' }))), cands, { empty: 'No decision recorded (refused before routing).' })),
             h('div', { class: 'cards' },

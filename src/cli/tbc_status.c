@@ -74,7 +74,7 @@ tbc_status(tbc_t *c)
 {
     int           rc, n, nready;
     char          a[16], b[16], d[16], e[16], f[16], g[16];
-    double        ready_input, soonest, reset, read, prompt, hit;
+    double        ready_input, soonest, reset, read, prompt, hit, learned;
     cJSON        *j;
     const cJSON  *accts, *acct, *limits, *usage, *store, *queue;
     const char   *state, *reason;
@@ -180,6 +180,24 @@ tbc_status(tbc_t *c)
         if (reason && strcmp(state, "ready") != 0) {
             printf("  %s  ← %.72s%s\n", tbc_c(c, "dim"), reason,
                    tbc_c(c, "reset"));
+        }
+
+        /* Bedrock, Vertex: "—" above is not "unknown yet" but "never" */
+        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(limits,
+                                                           "observable")))
+        {
+            learned = tbc_num(cJSON_GetObjectItemCaseSensitive(acct,
+                                  "concurrency"), "learned", NAN);
+
+            if (isnan(learned)) {
+                printf("  %s  ← limits unobservable%s\n", tbc_c(c, "dim"),
+                       tbc_c(c, "reset"));
+
+            } else {
+                printf("  %s  ← limits unobservable; concurrency %.0f, as "
+                       "its 429s taught%s\n", tbc_c(c, "dim"), learned,
+                       tbc_c(c, "reset"));
+            }
         }
     }
 

@@ -557,7 +557,45 @@ tb_account_clear(tb_account_state_t *a)
     a->exhausted_reason[0] = '\0';
     a->nrejected = 0;
     memset(a->rejected, 0, sizeof(a->rejected));
+    a->ceiling = 0;
+    a->ceiling_ok = 0;
+    a->ceiling_ms = 0;
     tb_breaker_reset(&a->breaker);
+}
+
+
+void
+tb_account_ceiling(tb_account_state_t *a, int throttled, int64_t inflight,
+    int64_t max_concurrency, int64_t started_ms, int64_t now_ms)
+{
+    int64_t  c, had;
+
+    had = tb_account_max_inflight(a, max_concurrency);
+
+    if (throttled) {
+        /* multiplicative decrease from what was in flight, never up */
+        c = (inflight < had ? inflight : had) * 3 / 4;
+        a->ceiling = (uint32_t) (c >= 1 ? c : 1);
+        a->ceiling_ok = 0;
+        a->ceiling_ms = now_ms;
+        return;
+    }
+
+    if (a->ceiling == 0 || started_ms <= a->ceiling_ms) {
+        /* an attempt sent before the 429 says nothing of the ceiling */
+        return;
+    }
+
+    /* additive increase: one more after a ceiling's worth of answers */
+
+    if (++a->ceiling_ok >= a->ceiling) {
+        a->ceiling_ok = 0;
+        a->ceiling++;
+
+        if ((int64_t) a->ceiling >= max_concurrency) {
+            a->ceiling = 0;
+        }
+    }
 }
 
 

@@ -125,6 +125,15 @@ typedef struct {
     uint32_t                  slice_begun[2];
     int64_t                   slice_ms;       /* refilled until then */
 
+    /*
+     * An account whose limits cannot be observed (Bedrock, Vertex): the
+     * concurrency its 429s taught, 0 while none has; raised by one after
+     * as many answers in a row as it allows (tb_account_ceiling()).
+     */
+    uint32_t                  ceiling;
+    uint32_t                  ceiling_ok;
+    int64_t                   ceiling_ms;     /* lowered then */
+
     /* state, written under the zone lock */
     uint32_t                  disabled;       /* 0, or why (see reason) */
     uint32_t                  nrejected;      /* models refused, below */
@@ -301,6 +310,27 @@ int64_t tb_account_others_spend(const tb_account_state_t *a,
 
 /* an operator's re-enable: every state and the breaker cleared */
 void tb_account_clear(tb_account_state_t *a);
+
+/*
+ * What an unobservable account's answers teach (under the lock): a 429
+ * (throttled) lowers its ceiling to three quarters of what was in flight
+ * when it came (at least 1), never above the ceiling it had; an answer
+ * that was not one, to an attempt begun since (started_ms), counts toward
+ * raising it by one, once as many as the ceiling allows have come in a
+ * row; reaching max_concurrency the ceiling is gone.
+ */
+void tb_account_ceiling(tb_account_state_t *a, int throttled,
+    int64_t inflight, int64_t max_concurrency, int64_t started_ms,
+    int64_t now_ms);
+
+/* the attempts it may have in flight: max_concurrency, or the ceiling */
+static inline int64_t
+tb_account_max_inflight(const tb_account_state_t *a,
+    int64_t max_concurrency)
+{
+    return a->ceiling && (int64_t) a->ceiling < max_concurrency
+           ? (int64_t) a->ceiling : max_concurrency;
+}
 
 const char *tb_state_name(tb_state_e state);
 

@@ -25,7 +25,7 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
         || (!tb_need_empty(need) && tb_probing(conf, st, now))
         || !tb_fits(st, need, now)
         || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
-           >= conf->max_concurrency)
+           >= tb_account_max_inflight(st, conf->max_concurrency))
     {
         return 0;
     }

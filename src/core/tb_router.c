@@ -459,7 +459,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
         return TB_V_COOLING;
     }
 
-    if (st->inflight >= conf->max_concurrency) {
+    if (st->inflight >= tb_account_max_inflight(st, conf->max_concurrency)) {
         return TB_V_CONCURRENCY;
     }
 
@@ -769,6 +769,18 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
         break;
 
     case TB_V_CONCURRENCY:
+        if (c->st
+            && tb_account_max_inflight(c->st, c->conf->max_concurrency)
+               < c->conf->max_concurrency)
+        {
+            return (size_t) snprintf(buf, size,
+                                     "filtered \xe2\x80\x94 at the "
+                                     "concurrency its 429s taught (%lld of "
+                                     "%lld)",
+                                     (long long) c->st->ceiling,
+                                     (long long) c->conf->max_concurrency);
+        }
+
         return (size_t) snprintf(buf, size,
                                  "filtered \xe2\x80\x94 at max concurrency "
                                  "(%lld)",

@@ -281,7 +281,11 @@ ngx_http_tokenbiryani_end_attempt(ngx_http_request_t *r,
     if (ngx_http_tokenbiryani_zone_attempt_end(&tmcf->zone, a->slot,
                                   ctx->lease.id != 0, o, ctx->model_hash,
                                   ctx->body.model, ctx->body.model_len,
-                                  ctx->probed, ngx_http_tokenbiryani_now_ms()))
+                                  ctx->probed,
+                                  a->conf->observable_limits
+                                  ? 0 : a->conf->max_concurrency,
+                                  ctx->attempt_ms,
+                                  ngx_http_tokenbiryani_now_ms()))
     {
         ngx_log_error(NGX_LOG_WARN, pc->log, 0,
                       "tokenbiryani: account \"%V\": circuit open after "

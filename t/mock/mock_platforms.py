@@ -316,6 +316,13 @@ class Platforms:
         return frame("exception", None, exc,
                      json.dumps({"message": msg}).encode())
 
+    def step_ms(self, arg, default):
+        try:
+            v = float(arg)
+            return v if 0 <= v < 600000 else default
+        except ValueError:
+            return default
+
     def corrupt(self, f):
         return f[:-1] + bytes([f[-1] ^ 0x5a])
 
@@ -369,6 +376,9 @@ class Platforms:
         step = self.mock.choose_step(req, cred)
         entry["step"] = step
         name, _, arg = step.partition(":")
+        if name == "slow-headers":
+            time.sleep(self.step_ms(arg, 1000) / 1000.0)
+            name = "ok"
         if name in BEDROCK_ERRORS:
             return self.bedrock_error(conn, req, entry, gen,
                                       *BEDROCK_ERRORS[name])
@@ -577,6 +587,9 @@ class Platforms:
         step = self.mock.choose_step(req, cred)
         entry["step"] = step
         name, _, arg = step.partition(":")
+        if name == "slow-headers":
+            time.sleep(self.step_ms(arg, 1000) / 1000.0)
+            name = "ok"
         if name in GOOGLE_ERRORS:
             return self.google_error(conn, req, entry, gen,
                                      *GOOGLE_ERRORS[name])

@@ -226,6 +226,74 @@ TB_TEST(unobservable_reads_assumed_headroom)
 }
 
 
+TB_TEST(unobservable_learns_its_concurrency_from_429s)
+{
+    char           buf[128];
+    int64_t        i;
+    tb_decision_t  d;
+    tb_route_in_t  in;
+
+    setup();
+
+    conf[0].observable_limits = 0;
+    conf[0].max_concurrency = 16;
+
+    /* none taught yet: max_concurrency */
+    TB_CHECK_INT(tb_account_max_inflight(&st[0], 16), 16);
+
+    /* a 429 with 8 in flight: three quarters of them */
+    tb_account_ceiling(&st[0], 1, 8, 16, T0, T0);
+    TB_CHECK_INT(st[0].ceiling, 6);
+    TB_CHECK_INT(tb_account_max_inflight(&st[0], 16), 6);
+
+    /* another with 12 in flight (others' in flight): never up */
+    tb_account_ceiling(&st[0], 1, 12, 16, T0, T0);
+    TB_CHECK_INT(st[0].ceiling, 4);
+
+    /* a lone request refused: at least one */
+    tb_account_ceiling(&st[0], 1, 1, 16, T0, T0);
+
+    /* an answer to an attempt sent before the 429 teaches nothing */
+    tb_account_ceiling(&st[0], 0, 1, 16, T0, T0 + 5);
+    TB_CHECK_INT(st[0].ceiling, 1);
+    TB_CHECK_INT(st[0].ceiling_ok, 0);
+    TB_CHECK_INT(st[0].ceiling, 1);
+
+    /* one answer raises 1 to 2, two more raise it to 3 */
+    tb_account_ceiling(&st[0], 0, 1, 16, T0 + 1, T0 + 9);
+    TB_CHECK_INT(st[0].ceiling, 2);
+    tb_account_ceiling(&st[0], 0, 1, 16, T0 + 1, T0 + 9);
+    TB_CHECK_INT(st[0].ceiling, 2);
+    tb_account_ceiling(&st[0], 0, 1, 16, T0 + 1, T0 + 9);
+    TB_CHECK_INT(st[0].ceiling, 3);
+
+    /* the router holds to it, and says so */
+    st[0].inflight = 3;
+    in = input("headroom", -1, 0);
+    (void) decide(&in, &d);
+    TB_CHECK_INT(out[0].verdict, TB_V_CONCURRENCY);
+    tb_verdict_str(out[0].verdict, &out[0], &cand[0], T0, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "filtered \xe2\x80\x94 at the concurrency its 429s "
+                      "taught (3 of 16)");
+    st[0].inflight = 2;
+    (void) decide(&in, &d);
+    TB_CHECK(out[0].verdict != TB_V_CONCURRENCY);
+
+    /* enough answers and the ceiling is gone */
+    for (i = 0; i < 200 && st[0].ceiling; i++) {
+        tb_account_ceiling(&st[0], 0, 1, 16, T0 + 1, T0 + 9);
+    }
+    TB_CHECK_INT(st[0].ceiling, 0);
+    TB_CHECK_INT(tb_account_max_inflight(&st[0], 16), 16);
+
+    /* an operator's re-enable forgets it */
+    tb_account_ceiling(&st[0], 1, 4, 16, T0, T0);
+    TB_CHECK_INT(st[0].ceiling, 3);
+    tb_account_clear(&st[0]);
+    TB_CHECK_INT(st[0].ceiling, 0);
+}
+
+
 TB_TEST(fits_and_when)
 {
     tb_need_t  need;
@@ -1244,6 +1312,7 @@ main(void)
     TB_RUN(window_refills_continuously_then_fully);
     TB_RUN(headroom_is_the_tightest_window_after_reservations);
     TB_RUN(unobservable_reads_assumed_headroom);
+    TB_RUN(unobservable_learns_its_concurrency_from_429s);
     TB_RUN(fits_and_when);
     TB_RUN(exceeds_uses_the_callers_ceiling);
     TB_RUN(every_verdict_string);

@@ -37,7 +37,8 @@ static const char *ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r,
     int64_t slot);
 static void ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
     const int64_t *v);
-static cJSON *ngx_http_tokenbiryani_window_json(tb_window_t *w, int64_t now);
+static cJSON *ngx_http_tokenbiryani_window_json(const tb_window_t *w,
+    int64_t now);
 
 static ngx_int_t ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r,
     cJSON *root);
@@ -339,6 +340,64 @@ failed:
 }
 
 
+/*
+ * "capacity_domain": the account whose windows it shares, where the
+ * domain came from, and its keys; null for an account of its own.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_domain_json(ngx_http_request_t *r, cJSON *acct,
+    ngx_http_tokenbiryani_account_t *a, uint32_t dom, ngx_uint_t file)
+{
+    uint32_t                            d;
+    ngx_uint_t                          i, n;
+    const char                         *id;
+    cJSON                              *obj, *members;
+    ngx_http_tokenbiryani_account_t    *all;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    if (dom == 0) {
+        cJSON_AddNullToObject(acct, "capacity_domain");
+        return NGX_OK;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    obj = cJSON_AddObjectToObject(acct, "capacity_domain");
+    if (obj == NULL) {
+        return NGX_ERROR;
+    }
+
+    id = ngx_http_tokenbiryani_slot_id(r, dom - 1);
+    cJSON_AddStringToObject(obj, "windows_of", id ? id : "?");
+    cJSON_AddStringToObject(obj, "source", file ? "file" : "learned");
+
+    members = cJSON_AddArrayToObject(obj, "accounts");
+    if (members == NULL) {
+        return NGX_ERROR;
+    }
+
+    all = tmcf->accounts.elts;
+    n = tmcf->accounts.nelts;
+
+    for (i = 0; i < n; i++) {
+        if (all[i].retired) {
+            continue;
+        }
+
+        (void) ngx_http_tokenbiryani_zone_capacity(&tmcf->zone, all[i].slot,
+                                                   &d);
+
+        if (d == dom) {
+            cJSON_AddItemToArray(members,
+                cJSON_CreateString((char *) all[i].conf->id));
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 cJSON *
 ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state)
@@ -346,14 +405,26 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     int64_t                             until, prompt;
     ngx_uint_t                          i;
     const char                         *reason;
+    uint32_t                            dom;
     cJSON                              *acct, *limits, *w, *m;
     tb_breaker_state_e                  bs;
-    tb_account_state_t                  s;
+    tb_account_state_t                  s, cs;
+    const tb_account_state_t           *ws;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     ngx_http_tokenbiryani_zone_snapshot(&tmcf->zone, a->slot, &s);
+
+    /* the windows it counts against: its capacity domain's */
+
+    (void) ngx_http_tokenbiryani_zone_capacity(&tmcf->zone, a->slot, &dom);
+    ws = &s;
+
+    if (dom && dom - 1 != a->slot) {
+        ngx_http_tokenbiryani_zone_snapshot(&tmcf->zone, dom - 1, &cs);
+        ws = &cs;
+    }
 
     *state = tb_account_state(&s, a->conf->enabled && a->supported,
                               &tmcf->zone.breaker, now, &until, &reason);
@@ -459,11 +530,18 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
         cJSON_AddNullToObject(w, "learned");
     }
 
-    if (s.mirror.org[0]) {
-        cJSON_AddStringToObject(acct, "organization_id", s.mirror.org);
+    if (s.org[0] || s.mirror.org[0]) {
+        cJSON_AddStringToObject(acct, "organization_id",
+                                s.org[0] ? s.org : s.mirror.org);
 
     } else {
         cJSON_AddNullToObject(acct, "organization_id");
+    }
+
+    if (ngx_http_tokenbiryani_domain_json(r, acct, a, dom, s.domain_file)
+        != NGX_OK)
+    {
+        goto failed;
     }
 
     limits = cJSON_AddObjectToObject(acct, "limits");
@@ -484,42 +562,42 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
                                 "429s teach");
     }
 
-    w = ngx_http_tokenbiryani_window_json(&s.mirror.w[TB_WIN_REQUESTS], now);
+    w = ngx_http_tokenbiryani_window_json(&ws->mirror.w[TB_WIN_REQUESTS], now);
     cJSON_AddItemToObject(limits, "requests", w);
-    w = ngx_http_tokenbiryani_window_json(&s.mirror.w[TB_WIN_INPUT], now);
+    w = ngx_http_tokenbiryani_window_json(&ws->mirror.w[TB_WIN_INPUT], now);
     cJSON_AddItemToObject(limits, "input_tokens", w);
-    w = ngx_http_tokenbiryani_window_json(&s.mirror.w[TB_WIN_OUTPUT], now);
+    w = ngx_http_tokenbiryani_window_json(&ws->mirror.w[TB_WIN_OUTPUT], now);
     cJSON_AddItemToObject(limits, "output_tokens", w);
 
-    if (s.mirror.retry_after_ms > now) {
+    if (ws->mirror.retry_after_ms > now) {
         cJSON_AddNumberToObject(limits, "retry_after_in",
-                             (double) (s.mirror.retry_after_ms - now) / 1000);
+                             (double) (ws->mirror.retry_after_ms - now) / 1000);
 
     } else {
         cJSON_AddNullToObject(limits, "retry_after_in");
     }
 
-    if (s.mirror.observed_ms) {
+    if (ws->mirror.observed_ms) {
         cJSON_AddNumberToObject(limits, "observed_ago",
-                                (double) (now - s.mirror.observed_ms) / 1000);
+                                (double) (now - ws->mirror.observed_ms) / 1000);
 
     } else {
         cJSON_AddNullToObject(limits, "observed_ago");
     }
 
     cJSON_AddNumberToObject(acct, "headroom",
-                            tb_headroom(a->conf, &s, now));
-    ngx_http_tokenbiryani_add_windows(acct, "reserved", s.reserved);
-    ngx_http_tokenbiryani_add_windows(acct, "pending", s.pending);
-    cJSON_AddNumberToObject(acct, "leases", (double) s.leases);
+                            tb_headroom(a->conf, ws, now));
+    ngx_http_tokenbiryani_add_windows(acct, "reserved", ws->reserved);
+    ngx_http_tokenbiryani_add_windows(acct, "pending", ws->pending);
+    cJSON_AddNumberToObject(acct, "leases", (double) ws->leases);
 
     w = cJSON_AddObjectToObject(acct, "peak");
     if (w == NULL) {
         goto failed;
     }
 
-    ngx_http_tokenbiryani_add_windows(w, "reserved", s.peak_reserved);
-    ngx_http_tokenbiryani_add_windows(w, "available", s.peak_available);
+    ngx_http_tokenbiryani_add_windows(w, "reserved", ws->peak_reserved);
+    ngx_http_tokenbiryani_add_windows(w, "available", ws->peak_available);
 
     cJSON_AddNumberToObject(acct, "error_rate", tb_account_error_rate(&s));
 
@@ -587,7 +665,7 @@ failed:
 
 
 static cJSON *
-ngx_http_tokenbiryani_window_json(tb_window_t *win, int64_t now)
+ngx_http_tokenbiryani_window_json(const tb_window_t *win, int64_t now)
 {
     cJSON  *w;
     char    buf[32];

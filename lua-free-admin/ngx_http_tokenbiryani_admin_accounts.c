@@ -1220,6 +1220,15 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
                    "to probe", &aw->id);
     }
 
+    if (aw->acct.platform) {
+        /* the header check reads anthropic-ratelimit-*: none comes back */
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                   "invalid_request_error", "account \"%V\" is a %s "
+                   "account: the header check is for Anthropic API keys, "
+                   "and its platform sends no rate-limit headers",
+                   &aw->id, tb_account_type_name(aw->acct.conf->type));
+    }
+
     t.host_header = aw->acct.host_header;
     t.ssl_name = aw->acct.ssl_name;
     t.path_prefix = aw->acct.path_prefix;

@@ -21,7 +21,8 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now, ngx_http_tokenbiryani_ticket_t *ticket, ngx_uint_t *probed)
 {
     int                                took;
-    ngx_uint_t                         cap;
+    ngx_uint_t                         cap, cap_slot;
+    tb_account_state_t                *capst;
     ngx_http_tokenbiryani_session_t   *sess;
     ngx_slab_pool_t                   *shpool;
     ngx_http_tokenbiryani_shm_t       *sh;
@@ -62,8 +63,12 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
         return NGX_HTTP_TB_LEASE_CAP;
     }
 
-    if (!tb_lease_reserve(sh->slots[slot], conf, &zone->breaker, need, now,
-                          &took))
+    /* the account's own state, its capacity domain's windows */
+    capst = ngx_http_tokenbiryani_cap_locked(sh, sh->slots[slot], slot,
+                                             &cap_slot);
+
+    if (!tb_lease_reserve_in(sh->slots[slot], capst, conf, &zone->breaker,
+                             need, now, &took))
     {
         ngx_http_tokenbiryani_caps_settle_locked(zone, ks, sess,
                                                  sh->slots[slot],
@@ -81,6 +86,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
     lease->ks = ks;
     lease->id = ++sh->seq;
     lease->slot = slot;
+    lease->cap_slot = cap_slot;
     lease->need = *need;
     lease->reads_count = conf->cache_reads_count;
     lease->expires_ms = now + zone->lease_timeout;
@@ -148,11 +154,15 @@ ngx_http_tokenbiryani_lease_drop(ngx_http_tokenbiryani_zone_t *zone,
     sh = zone->sh;
     shpool = zone->shpool;
 
-    if (lease->slot < sh->nslots) {
-        /* leases taken from now on are sent after this one ended */
-        tb_lease_release(sh->slots[lease->slot], &lease->need, ans, sh->seq,
-                         lease->id, (int) lease->reads_count,
-                         ngx_http_tokenbiryani_now_ms());
+    if (lease->slot < sh->nslots && lease->cap_slot < sh->nslots) {
+        /*
+         * Leases taken from now on are sent after this one ended.  Back to
+         * the windows it was taken on, whatever the domain is now.
+         */
+        tb_lease_release_in(sh->slots[lease->slot],
+                            sh->slots[lease->cap_slot], &lease->need, ans,
+                            sh->seq, lease->id, (int) lease->reads_count,
+                            ngx_http_tokenbiryani_now_ms());
     }
 
     ngx_http_tokenbiryani_caps_settle_locked(zone, lease->ks, lease->sess,

@@ -6,6 +6,8 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
+static void ngx_http_tokenbiryani_zone_domains_locked(
+    ngx_http_tokenbiryani_zone_t *zone);
 static ngx_int_t ngx_http_tokenbiryani_zone_ring(
     ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool);
@@ -152,12 +154,150 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         za[i].st = slot;
     }
 
+    ngx_http_tokenbiryani_zone_domains_locked(zone);
+
     /* accounts added at runtime outlive a reload */
     ngx_http_tokenbiryani_raccts_live_locked(sh);
 
     ngx_shmtx_unlock(&shpool->mutex);
 
     return NGX_OK;
+}
+
+
+/*
+ * The file's capacity domains: the accounts that name one share the
+ * windows of the first that does.  An account that no longer names one
+ * learns its domain again from its answers.
+ */
+
+static void
+ngx_http_tokenbiryani_zone_domains_locked(ngx_http_tokenbiryani_zone_t *zone)
+{
+    ngx_uint_t                             i, j;
+    tb_account_state_t                    *st;
+    ngx_http_tokenbiryani_zone_account_t  *za;
+
+    za = zone->accounts.elts;
+
+    for (i = 0; i < zone->accounts.nelts; i++) {
+        st = za[i].st;
+
+        if (za[i].domain == NULL) {
+            if (st->domain_file) {
+                st->domain_file = 0;
+                st->domain = 0;
+            }
+
+            continue;
+        }
+
+        for (j = 0; j < i; j++) {
+            if (za[j].domain && ngx_strcmp(za[j].domain, za[i].domain) == 0) {
+                break;
+            }
+        }
+
+        st->domain_file = 1;
+        st->domain = (uint32_t) za[j].slot + 1;
+    }
+
+    /* a domain of one is none */
+
+    for (i = 0; i < zone->accounts.nelts; i++) {
+        st = za[i].st;
+
+        if (!st->domain_file || st->domain != za[i].slot + 1) {
+            continue;
+        }
+
+        for (j = 0; j < zone->accounts.nelts; j++) {
+            if (j != i && za[j].st->domain == st->domain) {
+                break;
+            }
+        }
+
+        if (j == zone->accounts.nelts) {
+            st->domain = 0;
+        }
+    }
+}
+
+
+/*
+ * The accounts that named organisation org in their answers, and no
+ * domain in the file, share one: the windows of the first of them (the
+ * lowest slot, whoever learned first); an organisation of one key has
+ * none.  Under the lock.
+ */
+
+static void
+ngx_http_tokenbiryani_zone_regroup_locked(ngx_http_tokenbiryani_shm_t *sh,
+    const char *org)
+{
+    ngx_uint_t           i, n, leader;
+    tb_account_state_t  *st;
+
+    if (org[0] == '\0') {
+        return;
+    }
+
+    n = 0;
+    leader = 0;
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (st->live && !st->domain_file && ngx_strcmp(st->org, org) == 0) {
+            if (n++ == 0) {
+                leader = i;
+            }
+        }
+    }
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (!st->domain_file && ngx_strcmp(st->org, org) == 0) {
+            st->domain = (n > 1 && st->live) ? (uint32_t) leader + 1 : 0;
+        }
+    }
+}
+
+
+tb_account_state_t *
+ngx_http_tokenbiryani_cap_locked(ngx_http_tokenbiryani_shm_t *sh,
+    tb_account_state_t *st, ngx_uint_t slot, ngx_uint_t *cap_slot)
+{
+    if (st->domain && st->domain - 1 < sh->nslots) {
+        *cap_slot = st->domain - 1;
+        return sh->slots[st->domain - 1];
+    }
+
+    *cap_slot = slot;
+
+    return st;
+}
+
+
+const tb_account_state_t *
+ngx_http_tokenbiryani_zone_capacity(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, uint32_t *domain)
+{
+    uint32_t                      d;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    d = __atomic_load_n(&sh->slots[slot]->domain, __ATOMIC_RELAXED);
+
+    if (d && d - 1 < sh->nslots) {
+        *domain = d;
+        return sh->slots[d - 1];
+    }
+
+    *domain = 0;
+
+    return sh->slots[slot];
 }
 
 
@@ -277,15 +417,35 @@ ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t slot, const tb_rl_obs_t *obs, ngx_int_t status, int64_t now)
 {
     unsigned             result;
-    tb_account_state_t  *st;
+    ngx_uint_t           cap_slot;
+    tb_account_state_t  *st, *cap;
+    char                 was[TB_ORG_MAX];
 
     st = zone->sh->slots[slot];
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    result = tb_account_observe(st, obs, now);
+    if (obs->has_org && ngx_strcmp(st->org, obs->org) != 0) {
+
+        /* the organisation it belongs to: its domain, learned */
+
+        ngx_memcpy(was, st->org, TB_ORG_MAX);
+        ngx_memcpy(st->org, obs->org, TB_ORG_MAX);
+
+        if (!st->domain_file) {
+            ngx_http_tokenbiryani_zone_regroup_locked(zone->sh, was);
+            ngx_http_tokenbiryani_zone_regroup_locked(zone->sh, st->org);
+        }
+    }
+
+    /* the windows are the domain's: every key's answers read them */
+
+    cap = ngx_http_tokenbiryani_cap_locked(zone->sh, st, slot, &cap_slot);
+
+    result = tb_account_observe(cap, obs, now);
     st->last_status = status;
     st->news = 1;
+    cap->news = 1;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 

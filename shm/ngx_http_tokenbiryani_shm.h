@@ -54,6 +54,8 @@ typedef struct {
     size_t                         id_len;
     u_char                         fingerprint[8];   /* credential + host */
     int                            replenishment;    /* TB_REFILL_* */
+    const char                    *domain;           /* capacity_domain, or
+                                                        NULL: learned */
 
     /* set when the zone is initialised */
     tb_account_state_t            *st;
@@ -99,6 +101,17 @@ ngx_uint_t ngx_http_tokenbiryani_zone_observe(
 
 ngx_uint_t ngx_http_tokenbiryani_zone_rr_next(
     ngx_http_tokenbiryani_zone_t *zone);
+
+/*
+ * The state whose windows an account's requests count against: its
+ * capacity domain's (every key of an organisation reads one mirror and
+ * takes one set of leases), or its own; *domain the domain's key (the
+ * same for every key of it), 0 for an account of its own.  Read without
+ * the lock: a domain only ever moves under it, and a stale read sends one
+ * decision to the windows it had.
+ */
+const tb_account_state_t *ngx_http_tokenbiryani_zone_capacity(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, uint32_t *domain);
 
 void ngx_http_tokenbiryani_zone_attempt_start(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, ngx_uint_t leased,

@@ -108,6 +108,8 @@ typedef struct {
     ngx_uint_t                     reads_count;   /* the account counts
                                                      cache reads */
     ngx_http_tokenbiryani_session_t *sess;        /* its conversation's */
+    ngx_uint_t                     cap_slot;      /* whose windows it holds:
+                                                     its capacity domain's */
 } ngx_http_tokenbiryani_lease_t;
 
 
@@ -385,6 +387,15 @@ ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(
  * the lock. */
 ngx_uint_t ngx_http_tokenbiryani_key_others_rpm(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key, int64_t now);
+
+
+/*
+ * The state whose windows an account's leases hold (its capacity
+ * domain's, or its own), and that state's slot.  Under the lock.
+ */
+tb_account_state_t *ngx_http_tokenbiryani_cap_locked(
+    ngx_http_tokenbiryani_shm_t *sh, tb_account_state_t *st,
+    ngx_uint_t slot, ngx_uint_t *cap_slot);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

@@ -407,3 +407,15 @@ is($a->{state}, 'cooling', 'and it cools');
 my $rec = request_record((grep { $_->{headers}{'x-tokenbiryani-account'} eq 'an1' } @r)[0]{headers}{'x-tokenbiryani-request-id'});
 my ($c) = grep { $_->{account} eq 'br1' } @{ $rec->{decision}{candidates} };
 is($c->{limits}, 'unobservable', 'the inspector says its limits are unobservable');
+
+
+=== TEST 10: the header check is not a Bedrock account's: refused, saying why, nothing sent
+--- init
+mock_config($::Bedrock);
+--- request
+GET /healthz
+--- check
+my ($st, $j) = admin(POST => '/admin/accounts/br1/test', {});
+is($st, 409, 'refused');
+like($j->{error}{message}, qr/is a bedrock account: the header check is for Anthropic API keys/, 'saying why');
+is(scalar @{ mock_log() }, 0, 'nothing sent');

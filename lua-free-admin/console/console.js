@@ -1613,8 +1613,8 @@ function pageWelcome(main) {
     const routes = [
         { id: 'anthropic_api', t: 'Anthropic API key', d: 'sk-ant-api03-… from the Claude Console', ok: true },
         { id: 'subscription', t: 'Claude subscription', d: 'not available in this build', ok: false },
-        { id: 'bedrock', t: 'Amazon Bedrock', d: 'not available in this build', ok: false },
-        { id: 'vertex', t: 'Google Vertex AI', d: 'not available in this build', ok: false },
+        { id: 'bedrock', t: 'Amazon Bedrock', d: 'in the YAML file (docs/providers.md): its credentials never pass through a browser', ok: false },
+        { id: 'vertex', t: 'Google Vertex AI', d: 'in the YAML file (docs/providers.md): a service account key stays on the server', ok: false },
     ];
 
     const step1 = () => {

@@ -134,6 +134,17 @@ typedef struct {
     uint32_t                  ceiling_ok;
     int64_t                   ceiling_ms;     /* lowered then */
 
+    /*
+     * Its capacity domain: the slot (+1) of the account whose windows and
+     * leases every key of the domain shares - keys of one organisation
+     * share one set of limits - 0 while it has none but its own; set by
+     * the file's capacity_domain (domain_file) or learned from the
+     * anthropic-organization-id its answers carry (org).
+     */
+    uint32_t                  domain;
+    uint32_t                  domain_file;
+    char                      org[TB_ORG_MAX];
+
     /* state, written under the zone lock */
     uint32_t                  disabled;       /* 0, or why (see reason) */
     uint32_t                  nrejected;      /* models refused, below */

@@ -397,6 +397,7 @@ static const tb_conf_field_t  tb_conf_account[] = {
     TB_NUM("assumed_headroom", TB_AC, assumed_headroom, .5, TB_UNIT),
     TB_CUSTOM("replenishment", tb_conf_replenishment),
     TB_BOOL("cache_reads_count", cache_reads_count, 0),
+    TB_STR("capacity_domain", TB_AC, capacity_domain, NULL),
     TB_END
 };
 
@@ -1258,6 +1259,14 @@ tb_conf_account_finish(tb_conf_ctx_t *ctx, tb_account_conf_t *a,
                              "1 to 64 letters, digits, '_' or '-', starting "
                              "with a letter or a digit", path,
                              tb_conf_show(a->id, show));
+    }
+
+    if (a->capacity_domain && !tb_conf_valid_id(a->capacity_domain)) {
+        return tb_conf_error(ctx, a->line, "account %s: capacity_domain "
+                             "\"%s\" is not valid: use 1 to 64 letters, "
+                             "digits, '_' or '-', starting with a letter or a "
+                             "digit", a->id,
+                             tb_conf_show(a->capacity_domain, show));
     }
 
     if (a->type == TB_ACCOUNT_ANTHROPIC_API

@@ -104,6 +104,10 @@ typedef struct {
     double                    assumed_headroom;       /* 0.5 */
     int                       replenishment;          /* TB_REFILL_*, auto */
 
+    /* the capacity domain it shares limits with, by name; NULL: learned
+     * from the organisation its answers name */
+    char                     *capacity_domain;
+
     /* why it can take no request (a Bedrock account with no credentials
      * anywhere): a constant string, or NULL */
     const char               *unusable;

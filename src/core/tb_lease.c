@@ -14,16 +14,27 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
     const tb_breaker_conf_t *bc, const tb_need_t *need, int64_t now,
     int *probed)
 {
+    return tb_lease_reserve_in(st, st, conf, bc, need, now, probed);
+}
+
+
+int
+tb_lease_reserve_in(tb_account_state_t *st, tb_account_state_t *cap,
+    const tb_account_conf_t *conf, const tb_breaker_conf_t *bc,
+    const tb_need_t *need, int64_t now, int *probed)
+{
     int      w;
     int64_t  level, held;
 
     *probed = 0;
 
+    /* the account's own state, then its capacity domain's windows */
+
     if (st->disabled || st->cooling_until_ms > now
         || st->exhausted_until_ms > now
         || (st->breaker.open && !tb_breaker_allows(&st->breaker, bc, now))
-        || (!tb_need_empty(need) && tb_probing(conf, st, now))
-        || !tb_fits(st, need, now)
+        || (!tb_need_empty(need) && tb_probing(conf, cap, now))
+        || !tb_fits(cap, need, now)
         || __atomic_load_n(&st->inflight, __ATOMIC_RELAXED)
            >= tb_account_max_inflight(st, conf->max_concurrency))
     {
@@ -32,27 +43,27 @@ tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
 
     /* from this gateway's slices, when it shares the pool (before the
      * reservation: a slice begun now counts what is reserved) */
-    tb_slice_spend(st, TB_WIN_REQUESTS, need->n[TB_WIN_REQUESTS], now);
-    tb_slice_spend(st, TB_WIN_INPUT, need->n[TB_WIN_INPUT], now);
+    tb_slice_spend(cap, TB_WIN_REQUESTS, need->n[TB_WIN_REQUESTS], now);
+    tb_slice_spend(cap, TB_WIN_INPUT, need->n[TB_WIN_INPUT], now);
 
     for (w = 0; w < TB_NWINDOWS; w++) {
-        st->reserved[w] += need->n[w];
+        cap->reserved[w] += need->n[w];
 
-        level = tb_window_level(&st->mirror.w[w], now);
-        held = st->reserved[w] + st->pending[w];
+        level = tb_window_level(&cap->mirror.w[w], now);
+        held = cap->reserved[w] + cap->pending[w];
 
-        if (level != TB_UNKNOWN && held > st->peak_reserved[w]) {
-            st->peak_reserved[w] = held;
-            st->peak_available[w] = level;
+        if (level != TB_UNKNOWN && held > cap->peak_reserved[w]) {
+            cap->peak_reserved[w] = held;
+            cap->peak_available[w] = level;
         }
     }
 
     if (!tb_need_empty(need)) {
-        if (st->mirror.observed_ms == 0 && st->leases == 0) {
-            st->probe_ms = now;
+        if (cap->mirror.observed_ms == 0 && cap->leases == 0) {
+            cap->probe_ms = now;
         }
 
-        st->leases++;
+        cap->leases++;
     }
 
     if (st->breaker.open) {
@@ -72,16 +83,25 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
     const tb_answer_t *ans, uint64_t seq, uint64_t own, int reads_count,
     int64_t now)
 {
+    tb_lease_release_in(st, st, need, ans, seq, own, reads_count, now);
+}
+
+
+void
+tb_lease_release_in(tb_account_state_t *st, tb_account_state_t *cap,
+    const tb_need_t *need, const tb_answer_t *ans, uint64_t seq,
+    uint64_t own, int reads_count, int64_t now)
+{
     int                w;
     int64_t            input;
     tb_window_t       *out;
     const tb_usage_t  *usage;
 
     for (w = 0; w < TB_NWINDOWS; w++) {
-        st->reserved[w] -= need->n[w];
+        cap->reserved[w] -= need->n[w];
 
-        if (st->reserved[w] < 0) {
-            st->reserved[w] = 0;
+        if (cap->reserved[w] < 0) {
+            cap->reserved[w] = 0;
         }
     }
 
@@ -105,19 +125,19 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
 
     if (input != need->n[TB_WIN_INPUT]) {
         /* the slice spent what the answer says, not the estimate */
-        tb_slice_spend(st, TB_WIN_INPUT, input - need->n[TB_WIN_INPUT], now);
+        tb_slice_spend(cap, TB_WIN_INPUT, input - need->n[TB_WIN_INPUT], now);
     }
 
     if (need->n[TB_WIN_REQUESTS] || input) {
         /* the upstream had counted it by when its answer began */
-        tb_account_released(st, seq, own,
+        tb_account_released(cap, seq, own,
                             (ans && ans->headers_ms) ? ans->headers_ms : now,
                             ans ? ans->remaining : NULL,
                             need->n[TB_WIN_REQUESTS], input, now);
     }
 
-    if (!tb_need_empty(need) && st->leases > 0) {
-        st->leases--;
+    if (!tb_need_empty(need) && cap->leases > 0) {
+        cap->leases--;
     }
 
     __atomic_sub_fetch(&st->inflight, 1, __ATOMIC_RELAXED);
@@ -126,7 +146,7 @@ tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
         return;
     }
 
-    out = &st->mirror.w[TB_WIN_OUTPUT];
+    out = &cap->mirror.w[TB_WIN_OUTPUT];
 
     if (out->remaining >= 0 && out->observed_ms <= ans->headers_ms) {
         out->remaining -= usage->output_tokens;

@@ -25,6 +25,17 @@ int tb_lease_reserve(tb_account_state_t *st, const tb_account_conf_t *conf,
     const tb_breaker_conf_t *bc, const tb_need_t *need, int64_t now,
     int *probed);
 
+/*
+ * The same for an account of a capacity domain: its own state (st: the
+ * disabled, cooling and exhausted states, the breaker, what it has in
+ * flight) checked, the windows of cap - the domain's, whose mirror every
+ * key of the organisation reads and whose leases every key takes - held.
+ * cap == st for an account of its own.
+ */
+int tb_lease_reserve_in(tb_account_state_t *st, tb_account_state_t *cap,
+    const tb_account_conf_t *conf, const tb_breaker_conf_t *bc,
+    const tb_need_t *need, int64_t now, int *probed);
+
 /* what an attempt's answer said, as far as its lease is concerned */
 typedef struct {
     const tb_usage_t         *usage;          /* NULL: not known */
@@ -48,6 +59,11 @@ typedef struct {
 void tb_lease_release(tb_account_state_t *st, const tb_need_t *need,
     const tb_answer_t *ans, uint64_t seq, uint64_t own, int reads_count,
     int64_t now);
+
+/* ... to the windows it was reserved on (cap), st's in flight less one */
+void tb_lease_release_in(tb_account_state_t *st, tb_account_state_t *cap,
+    const tb_need_t *need, const tb_answer_t *ans, uint64_t seq,
+    uint64_t own, int reads_count, int64_t now);
 
 
 #endif /* TB_LEASE_H */

@@ -353,10 +353,13 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
     int64_t                    avail, cap, spent;
     const tb_window_t         *win;
     const tb_account_conf_t   *conf;
-    const tb_account_state_t  *st;
+    const tb_account_state_t  *st, *ws;
 
     st = c->st;
     conf = c->conf;
+
+    /* the windows are its capacity domain's, the rest its own */
+    ws = c->cap ? c->cap : st;
 
     if (!c->in_pool) {
         return TB_V_POOL;
@@ -373,14 +376,14 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
      */
 
 #define tb_route_window(wi, want)                                             \
-    win = &st->mirror.w[wi];                                                  \
+    win = &ws->mirror.w[wi];                                                  \
                                                                               \
     if (win->remaining >= 0) {                                                \
         if ((uint64_t) (want) > (uint64_t) win->limit) { /* -1: none */       \
             exceeds = 1;                                                      \
         }                                                                     \
                                                                               \
-        avail = tb_level(win, in->now) - st->reserved[wi] - st->pending[wi];  \
+        avail = tb_level(win, in->now) - ws->reserved[wi] - ws->pending[wi];  \
                                                                               \
         if (avail < need->n[wi]) {                                            \
             fits = 0;                                                         \
@@ -488,16 +491,33 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
     }
 
     if (!fits) {
-        o->available_at = tb_fits_at(st, need, in->now);
+        o->available_at = tb_fits_at(ws, need, in->now);
         return TB_V_HEADROOM;
     }
 
-    if (!tb_need_empty(need) && tb_probing(conf, st, in->now)) {
-        o->available_at = st->probe_ms + TB_PROBE_MS;
+    if (!tb_need_empty(need) && tb_probing(conf, ws, in->now)) {
+        o->available_at = ws->probe_ms + TB_PROBE_MS;
         return TB_V_HEADROOM;
     }
 
     return TB_V_ELIGIBLE;
+}
+
+
+/*
+ * Whether candidate i holds the conversation's prompt cache: the owner, or
+ * a key of the owner's capacity domain (the cache is the organisation's).
+ */
+static int
+tb_route_cache_holder(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
+    size_t i)
+{
+    if (in->owner < 0 || (size_t) in->owner >= n) {
+        return 0;
+    }
+
+    return (int) i == in->owner
+           || (c[i].domain != 0 && c[i].domain == c[in->owner].domain);
 }
 
 
@@ -543,9 +563,14 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
         o->headroom = 0;
         o->score = 0;
 
-        /* the owner counts less of the prompt: its cache holds the rest */
-        o->verdict = tb_route_filter(in, ((int) i == in->owner
-                                          && in->owner_discount)
+        /*
+         * The owner counts less of the prompt: its cache holds the rest;
+         * and so does a key of the owner's domain, whose organisation's
+         * cache it is.
+         */
+        o->verdict = tb_route_filter(in, in->owner_discount
+                                         && tb_route_cache_holder(in, c, n,
+                                                                  i)
                                          ? &in->owner_need : &in->need,
                                      &c[i], o);
 
@@ -562,9 +587,11 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
                     || o->verdict == TB_V_TOKEN
                     || ((o->verdict == TB_V_HEADROOM
                          || o->verdict == TB_V_CIRCUIT)
-                        && (o->available_at == 0 || c[i].st->leases > 0))
+                        && (o->available_at == 0
+                            || (c[i].cap ? c[i].cap : c[i].st)->leases > 0))
                     || (o->verdict == TB_V_HEADROOM
-                        && tb_refill_unsure(c[i].st, in->now)))
+                        && tb_refill_unsure(c[i].cap ? c[i].cap : c[i].st,
+                                            in->now)))
                 {
                     d->by_event = 1;
                 }
@@ -635,7 +662,10 @@ tb_route(const tb_route_in_t *in, const tb_cand_t *c, size_t n,
                    / (double) (conf->max_concurrency
                                ? conf->max_concurrency : 1);
 
-            o->terms[TB_T_AFFINITY] = ((int) i == in->owner) ? wm[0] : 0;
+            /* the owner key first; a key of its domain shares its cache */
+            o->terms[TB_T_AFFINITY] = ((int) i == in->owner) ? wm[0]
+                                      : tb_route_cache_holder(in, c, n, i)
+                                      ? wm[0] * TB_SIBLING_AFFINITY : 0;
             o->terms[TB_T_HEADROOM] = wm[1] * o->headroom;
             o->terms[TB_T_PRIORITY] = wm[2] * conf->priority;
             o->terms[TB_T_LOAD] = -wm[3] * (load < 1 ? load : 1);
@@ -678,7 +708,11 @@ affinity:
     if (in->owner < 0 || (size_t) in->owner >= n) {
         d->affinity = TB_AFF_NONE;
 
-    } else if (out[in->owner].verdict == TB_V_CHOSEN) {
+    } else if (out[in->owner].verdict == TB_V_CHOSEN
+               || (d->chosen >= 0
+                   && tb_route_cache_holder(in, c, n, (size_t) d->chosen)))
+    {
+        /* a key of the owner's organisation reads the same cache */
         d->affinity = TB_AFF_HONORED;
 
     } else if (out[in->owner].verdict == TB_V_ELIGIBLE) {

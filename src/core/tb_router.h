@@ -91,12 +91,25 @@ tb_need_empty(const tb_need_t *need)
 }
 
 
+/*
+ * The affinity term of a key of the owner's capacity domain, as a part of
+ * the owner's: it holds the cache too, the owner is preferred.
+ */
+#define TB_SIBLING_AFFINITY   0.75
+
+
 typedef struct tb_strategy_s  tb_strategy_t;
 
 
 typedef struct {
     const tb_account_conf_t  *conf;
     const tb_account_state_t *st;
+    const tb_account_state_t *cap;             /* whose windows it reads:
+                                                  its capacity domain's;
+                                                  NULL: its own */
+    uint32_t                  domain;          /* its domain, the same for
+                                                  every key of it; 0: one
+                                                  of its own */
     uint64_t                  id_hash;         /* tb_hash64 of the id */
     unsigned                  supported:1;     /* a type this build sends */
     unsigned                  messages_only:1; /* a platform's, and this

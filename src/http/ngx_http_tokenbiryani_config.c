@@ -408,6 +408,7 @@ ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     za->id = a->id.data;
     za->id_len = a->id.len;
     za->replenishment = ac->replenishment;
+    za->domain = ac->capacity_domain;
 
     if (!a->supported) {
         return NGX_OK;

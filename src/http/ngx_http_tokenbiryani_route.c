@@ -102,9 +102,11 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->supported = a[i].supported;
         c->messages_only = a[i].platform && ctx->kind != NGX_HTTP_TB_MESSAGES;
 
-        /* a Vertex account's token is this worker's: set per decision */
+        /* a Vertex account's token, the domain: set per decision */
         c->token_wait = 0;
         c->token_at = 0;
+        c->cap = NULL;
+        c->domain = 0;
         c->removed = a[i].retired;
         c->tried = 0;
         c->in_pool = pool ? pool[i] : 1;
@@ -305,6 +307,11 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         ctx->cands[i].removed = a[i].retired;
         ctx->cands[i].conf = a[i].conf;
 
+        /* the windows it counts against: its capacity domain's */
+        ctx->cands[i].cap = ngx_http_tokenbiryani_zone_capacity(&tmcf->zone,
+                                                    a[i].slot,
+                                                    &ctx->cands[i].domain);
+
         /* a Vertex token may have come, or gone, since */
         ctx->cands[i].token_wait = a[i].gauth != NULL
                                    && a[i].token_until
@@ -472,7 +479,12 @@ ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
         return;
     }
 
-    if (ctx->account == &a[ctx->owner_index]) {
+    if (ctx->account == &a[ctx->owner_index]
+        || (ctx->cands[ctx->owner_index].domain != 0
+            && ctx->cands[ctx->owner_index].domain
+               == ctx->cands[ctx->account->index].domain))
+    {
+        /* the owner, or a key of its organisation: the same cache */
         ctx->affinity = TB_AFF_HONORED;
 
     } else if (ctx->affinity == TB_AFF_HONORED) {

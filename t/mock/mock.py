@@ -51,7 +51,7 @@ BUILTIN_DEFAULTS = {
     "output_tokens": 12,
     "min_cache_tokens": 1024,
     "cache_ttl_seconds": 300,
-    "org": "org-mock",
+    "org": None,                   # None: an organisation per key
     "behavior": None,
     "omit_headers": [],            # rate-limit headers left out
 }
@@ -1159,8 +1159,13 @@ class Mock:
         return steps[k % len(steps)]
 
     def org_of(self, cred):
+        """The credential's organisation: as configured, else one of its
+        own - a key whose windows are its own is its own organisation, as
+        with the real API, whose limits are an organisation's."""
         org = self.config.settings(cred).get("org")
-        return org if isinstance(org, str) else "org-mock"
+        if isinstance(org, str):
+            return org
+        return "org-" + hashlib.sha256(str(cred).encode()).hexdigest()[:12]
 
     def base_headers(self, entry, ctype, cred):
         if entry.get("platform"):
@@ -1489,8 +1494,13 @@ class Mock:
         min_cache = num(s.get("min_cache_tokens"), 1024, 0)
         ttl = num(s.get("cache_ttl_seconds"), 300, 0)
 
+        # keys of an organisation with org_limits share its windows and
+        # cache: the state of "org:<org>", as the real API keeps them
+        lkey = cred
+        if s.get("org_limits"):
+            lkey = "org:" + self.org_of(cred)
         with st.lock:
-            cs = st.cred_state(cred, now)
+            cs = st.cred_state(lkey, now)
             cs.messages += 1
             read, creation, insert = cache_lookup(cs, bps, now, min_cache)
             input_tokens = max(0, total - read - creation)

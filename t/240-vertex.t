@@ -304,3 +304,35 @@ for my $stream (0, 1) {
     unlike($r->{body}, qr/overloaded|Throttling|error/i, "stream $stream: the client saw nothing of the failures");
     like($r->{body}, $stream ? qr/^event: message_start/ : qr/^\{"id":"msg_mock_/, "stream $stream: a whole answer");
 }
+
+
+=== TEST 7: the official SDK through Bedrock and Vertex: a stream and a Message, as from Anthropic
+--- init
+mock_config($::Google);
+--- request
+GET /healthz
+--- check
+ok(tokens_ready(), 'tokens');
+my $node = $ENV{TB_NODE} // 'node';
+my $sdk = sub {
+    my ($spec) = @_;
+    local $ENV{ANTHROPIC_BASE_URL} = "http://127.0.0.1:" . TB::Nginx::server_port();
+    local $ENV{ANTHROPIC_API_KEY} = 'tenant-key';
+    open(my $fh, '-|', $node, 't/sdk/client.mjs', TB::Nginx::json_encode($spec)) or die "node: $!\n";
+    my $out = do { local $/; <$fh> };
+    close $fh;
+    TB::Nginx::json_decode($out);
+};
+my %p = (model => 'claude-sonnet-4-6', max_tokens => 64, messages => [{ role => 'user', content => 'hello' }]);
+for my $id ('br1', 'vx1') {
+    only($id);
+    my $s = $sdk->({ op => 'stream', params => \%p });
+    ok($s->{ok}, "$id: the SDK streamed") or diag(explain($s));
+    like($s->{text}, qr/^Hello from the mock \(/, "$id: its text whole");
+    is($s->{message}{usage}{output_tokens}, 12, "$id: its usage");
+    is($s->{events}[0], 'message_start', "$id: its events");
+    my $c = $sdk->({ op => 'create', params => \%p });
+    ok($c->{ok}, "$id: the SDK created") or diag(explain($c));
+    is($c->{account}, $id, "$id: answered by $id");
+    is($c->{message}{type}, 'message', "$id: a Message");
+}

@@ -44,7 +44,6 @@
 #include "tb_failure.h"
 #include "tb_seal.h"
 #include "tb_price.h"
-#include "tb_evstream.h"
 
 #include "ngx_http_tokenbiryani_shm.h"
 
@@ -243,13 +242,9 @@ typedef struct {
     tb_rl_obs_t                    obs;
     size_t                         held;          /* bytes in ctx->hold */
 
-    /* a platform's: its error's name (x-amzn-ErrorType), the error said
-     * in Anthropic's words in place of its body, an event-stream */
-    u_char                         errname[64];
-    ngx_uint_t                     replaced_status;
-    off_t                          raw_left;      /* event-stream bytes by
-                                                     Content-Length; -1 */
-
+    /* a platform's (the rest in ngx_http_tokenbiryani_platform_ctx_t):
+     * the error said in Anthropic's words in place of its body, an
+     * event-stream */
     unsigned                       is_sse:1;
     unsigned                       evs:1;         /* Bedrock's, as SSE */
     unsigned                       evs_first:1;   /* the held SSE next */
@@ -287,8 +282,9 @@ typedef struct {
     ngx_str_t                      rbody;     /* the body, one buffer */
     uint64_t                       session;
     tb_session_source_e            session_source;
-    ngx_int_t                      owner;     /* the owner's zone slot, -1 */
-    int                            owner_index;  /* ... in the pool, -1 */
+    int                            owner_index;  /* the owner in the pool,
+                                                    -1 */
+    ngx_int_t                      owner;     /* ... its zone slot, -1 */
     uint64_t                       model_hash;
     tb_need_t                      need;
     tb_cand_t                     *cands;     /* one per account */
@@ -319,12 +315,8 @@ typedef struct {
     /* the request upstream */
     ngx_chain_t                   *hdr;       /* first link of the request */
     off_t                          body_len;
-    ngx_chain_t                   *body_links;   /* the client's body */
-    off_t                          body_total;
-    ngx_chain_t                   *pbody[2];     /* Bedrock's, Vertex's */
-    u_char                         pbody_sha[65]; /* Bedrock's SHA-256 */
-    ngx_str_t                      betas;      /* anthropic-beta, joined */
-    tb_evs_t                      *evs;          /* Bedrock streams */
+    void                          *plat;      /* a platform's attempts':
+                                                 ..._platform_ctx_t */
     ngx_http_upstream_conf_t      *uconf;     /* a stream's own */
 
     /* the response the client gets */
@@ -378,7 +370,6 @@ typedef struct {
     unsigned                       key_full:1;    /* at its max_inflight */
     unsigned                       rewrite_body:1;
     unsigned                       costed:1;      /* cost is settled */
-    unsigned                       betas_made:1;
 } ngx_http_tokenbiryani_ctx_t;
 
 

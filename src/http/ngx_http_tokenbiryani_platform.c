@@ -14,6 +14,9 @@
 
 #define NGX_HTTP_TB_EVS_BUF  8192
 
+/* the request's platform part: made by the first platform attempt */
+#define PL(ctx)  ((ngx_http_tokenbiryani_platform_ctx_t *) (ctx)->plat)
+
 
 typedef struct {
     ngx_http_request_t            *request;
@@ -167,8 +170,8 @@ ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
 
-    if (ctx->betas_made) {
-        *out = ctx->betas;
+    if (PL(ctx)->betas_made) {
+        *out = PL(ctx)->betas;
         return NGX_OK;
     }
 
@@ -205,7 +208,7 @@ ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
                 continue;
             }
 
-            if (p != ctx->betas.data) {
+            if (p != PL(ctx)->betas.data) {
                 *p++ = ',';
             }
 
@@ -217,18 +220,18 @@ ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
                 break;
             }
 
-            ctx->betas.data = ngx_pnalloc(r->pool, len);
-            if (ctx->betas.data == NULL) {
+            PL(ctx)->betas.data = ngx_pnalloc(r->pool, len);
+            if (PL(ctx)->betas.data == NULL) {
                 return NGX_ERROR;
             }
 
-            p = ctx->betas.data;
+            p = PL(ctx)->betas.data;
         }
     }
 
-    ctx->betas.len = len ? (size_t) (p - ctx->betas.data) : 0;
-    ctx->betas_made = 1;
-    *out = ctx->betas;
+    PL(ctx)->betas.len = len ? (size_t) (p - PL(ctx)->betas.data) : 0;
+    PL(ctx)->betas_made = 1;
+    *out = PL(ctx)->betas;
 
     return NGX_OK;
 }
@@ -251,8 +254,8 @@ ngx_http_tokenbiryani_platform_body(ngx_http_request_t *r,
 
     k = (type == TB_ACCOUNT_BEDROCK) ? 0 : 1;
 
-    if (ctx->pbody[k]) {
-        return ctx->pbody[k];
+    if (PL(ctx)->pbody[k]) {
+        return PL(ctx)->pbody[k];
     }
 
     ngx_str_null(&betas);
@@ -291,10 +294,10 @@ ngx_http_tokenbiryani_platform_body(ngx_http_request_t *r,
     cl->next = NULL;
 
     if (type == TB_ACCOUNT_BEDROCK) {
-        tb_sigv4_sha256_hex(b->pos, n, (char *) ctx->pbody_sha);
+        tb_sigv4_sha256_hex(b->pos, n, (char *) PL(ctx)->pbody_sha);
     }
 
-    ctx->pbody[k] = cl;
+    PL(ctx)->pbody[k] = cl;
 
     return cl;
 }
@@ -315,6 +318,18 @@ ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
 
     a = ctx->account;
     ac = a->conf;
+
+    if (ctx->plat == NULL) {
+        ctx->plat = ngx_pcalloc(r->pool,
+                                sizeof(ngx_http_tokenbiryani_platform_ctx_t));
+        if (ctx->plat == NULL) {
+            return NGX_ERROR;
+        }
+
+        /* the client's body, for an attempt on another account */
+        PL(ctx)->body_links = ctx->hdr->next;
+        PL(ctx)->body_total = ctx->body_len;
+    }
 
     body = ngx_http_tokenbiryani_platform_body(r, ctx, ac->type);
     if (body == NULL) {
@@ -408,7 +423,7 @@ ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
 
         if (ac->options.access_key_id) {
             b->last = ngx_http_tokenbiryani_platform_sign(r, a, &path, &ctype,
-                                                  (char *) ctx->pbody_sha,
+                                                  (char *) PL(ctx)->pbody_sha,
                                                   b->last, b->end);
             if (b->last == NULL) {
                 return NGX_ERROR;
@@ -553,9 +568,9 @@ ngx_http_tokenbiryani_platform_response_header(
     if (len == sizeof("x-amzn-errortype") - 1
         && ngx_strncmp(lowcase, "x-amzn-errortype", len) == 0)
     {
-        n = ngx_min(vlen, sizeof(ctx->resp.errname) - 1);
-        ngx_memcpy(ctx->resp.errname, value, n);
-        ctx->resp.errname[n] = '\0';
+        n = ngx_min(vlen, sizeof(PL(ctx)->errname) - 1);
+        ngx_memcpy(PL(ctx)->errname, value, n);
+        PL(ctx)->errname[n] = '\0';
         return 0;
     }
 
@@ -578,10 +593,10 @@ ngx_http_tokenbiryani_platform_error(ngx_http_request_t *r,
     size_t        n;
     tb_perror_t   e;
 
-    n = ngx_strlen(ctx->resp.errname);
+    n = ngx_strlen(PL(ctx)->errname);
 
     tb_provider_error((tb_account_type_e) ctx->account->platform, (int) status,
-                      n ? ctx->resp.errname : NULL, n,
+                      n ? PL(ctx)->errname : NULL, n,
                       ctx->resp.errbody_len ? ctx->resp.errbody : NULL,
                       ctx->resp.errbody_len, &e);
 
@@ -603,7 +618,7 @@ ngx_http_tokenbiryani_platform_error(ngx_http_request_t *r,
     ctx->resp.errbody = p;
     ctx->resp.errbody_len = n;
     ctx->resp.replaced = 1;
-    ctx->resp.replaced_status = e.status;
+    PL(ctx)->replaced_status = e.status;
 
     return (ngx_uint_t) e.status;
 }
@@ -627,7 +642,7 @@ ngx_http_tokenbiryani_platform_error_commit(ngx_http_request_t *r,
     u->buffer.last = ctx->resp.errbody + ctx->resp.errbody_len;
     u->buffer.end = u->buffer.last;
 
-    u->headers_in.status_n = ctx->resp.replaced_status;
+    u->headers_in.status_n = PL(ctx)->replaced_status;
     u->headers_in.status_line.len = 0;
     u->headers_in.chunked = 0;
     u->headers_in.content_length_n = ctx->resp.errbody_len;
@@ -652,18 +667,18 @@ ngx_http_tokenbiryani_evs_get(ngx_http_request_t *r,
 {
     ngx_pool_cleanup_t  *cln;
 
-    if (ctx->evs == NULL) {
+    if (PL(ctx)->evs == NULL) {
         cln = ngx_pool_cleanup_add(r->pool, sizeof(tb_evs_t));
         if (cln == NULL) {
             return NULL;
         }
 
         cln->handler = ngx_http_tokenbiryani_evs_cleanup;
-        ctx->evs = cln->data;
-        tb_evs_init(ctx->evs, TB_EVS_FRAME_MAX);
+        PL(ctx)->evs = cln->data;
+        tb_evs_init(PL(ctx)->evs, TB_EVS_FRAME_MAX);
     }
 
-    return ctx->evs;
+    return PL(ctx)->evs;
 }
 
 
@@ -817,7 +832,7 @@ ngx_http_tokenbiryani_evs_feed(ngx_http_tokenbiryani_evs_sink_t *s,
 
     ctx = s->ctx;
 
-    rc = tb_evs_feed(ctx->evs, p, n, ngx_http_tokenbiryani_evs_frame, s);
+    rc = tb_evs_feed(PL(ctx)->evs, p, n, ngx_http_tokenbiryani_evs_frame, s);
 
     if (rc == 0) {
         return NGX_OK;
@@ -826,7 +841,7 @@ ngx_http_tokenbiryani_evs_feed(ngx_http_tokenbiryani_evs_sink_t *s,
     ngx_log_error(NGX_LOG_ERR, s->request->connection->log, 0,
                   "tokenbiryani: account \"%V\" sent a broken event-stream: "
                   "%s", &ctx->account->id,
-                  rc == -1 ? ctx->evs->why
+                  rc == -1 ? PL(ctx)->evs->why
                   : rc == -2 ? "no memory"
                   : "a frame whose payload is not an Anthropic event");
 
@@ -837,10 +852,32 @@ ngx_http_tokenbiryani_evs_feed(ngx_http_tokenbiryani_evs_sink_t *s,
 void
 ngx_http_tokenbiryani_platform_reset(ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    if (ctx->evs) {
+    if (ctx->plat == NULL) {
+        return;
+    }
+
+    PL(ctx)->errname[0] = '\0';
+    PL(ctx)->replaced_status = 0;
+    PL(ctx)->raw_left = 0;
+
+    if (PL(ctx)->evs) {
         /* another attempt's frames are not this one's */
-        tb_evs_free(ctx->evs);
-        tb_evs_init(ctx->evs, TB_EVS_FRAME_MAX);
+        tb_evs_free(PL(ctx)->evs);
+        tb_evs_init(PL(ctx)->evs, TB_EVS_FRAME_MAX);
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_platform_body_back(ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_chain_t  *cl;
+
+    ctx->hdr->next = PL(ctx)->body_links;
+    ctx->body_len = PL(ctx)->body_total;
+
+    for (cl = PL(ctx)->body_links; cl; cl = cl->next) {
+        cl->buf->pos = cl->buf->start;
     }
 }
 
@@ -864,15 +901,15 @@ ngx_http_tokenbiryani_evs_raw(ngx_http_tokenbiryani_evs_sink_t *s,
 
     if (!u->headers_in.chunked) {
 
-        if (ctx->resp.raw_left >= 0) {
-            if ((off_t) (last - p) > ctx->resp.raw_left) {
+        if (PL(ctx)->raw_left >= 0) {
+            if ((off_t) (last - p) > PL(ctx)->raw_left) {
                 ctx->resp.overlong = 1;
-                last = p + ctx->resp.raw_left;
+                last = p + PL(ctx)->raw_left;
             }
 
-            ctx->resp.raw_left -= last - p;
+            PL(ctx)->raw_left -= last - p;
 
-            if (ctx->resp.raw_left == 0) {
+            if (PL(ctx)->raw_left == 0) {
                 ctx->resp.peek_eof = 1;
             }
         }
@@ -943,10 +980,10 @@ ngx_http_tokenbiryani_platform_peek(ngx_http_request_t *r,
     if (!ctx->resp.raw_set) {
         /* once per attempt: the length the headers gave, or -1 */
         ctx->resp.raw_set = 1;
-        ctx->resp.raw_left = u->headers_in.chunked
+        PL(ctx)->raw_left = u->headers_in.chunked
                              ? -1 : u->headers_in.content_length_n;
 
-        if (ctx->resp.raw_left == 0) {
+        if (PL(ctx)->raw_left == 0) {
             ctx->resp.peek_eof = 1;
         }
     }
@@ -975,7 +1012,7 @@ ngx_http_tokenbiryani_platform_peek(ngx_http_request_t *r,
     u->buffer.last = ctx->resp.body_start;
     ctx->resp.peek_pos = ctx->resp.body_start;
 
-    if (ctx->resp.peek_eof && !tb_evs_idle(ctx->evs)) {
+    if (ctx->resp.peek_eof && !tb_evs_idle(PL(ctx)->evs)) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "tokenbiryani: account \"%V\" ended its event-stream "
                       "within a frame", &ctx->account->id);
@@ -1108,7 +1145,7 @@ ngx_http_tokenbiryani_platform_filter(ngx_http_request_t *r,
 
         /* the last chunk, or the length the headers gave */
 
-        if (!tb_evs_idle(ctx->evs)) {
+        if (!tb_evs_idle(PL(ctx)->evs)) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "tokenbiryani: account \"%V\" ended its "
                           "event-stream within a frame", &ctx->account->id);

@@ -19,7 +19,34 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_evstream.h"
 
+
+/* what a request keeps for its attempts on platform accounts */
+typedef struct {
+    ngx_chain_t                   *body_links;   /* the client's body */
+    off_t                          body_total;
+    ngx_chain_t                   *pbody[2];     /* Bedrock's, Vertex's */
+    u_char                         pbody_sha[65]; /* Bedrock's SHA-256 */
+    ngx_str_t                      betas;        /* anthropic-beta, joined */
+    tb_evs_t                      *evs;          /* Bedrock streams */
+    unsigned                       betas_made:1;
+
+    /* this attempt's: its error's name (x-amzn-ErrorType), the status the
+     * error says in Anthropic's words, event-stream bytes left by its
+     * Content-Length (-1: to the last chunk or the close) */
+    u_char                         errname[64];
+    ngx_uint_t                     replaced_status;
+    off_t                          raw_left;
+} ngx_http_tokenbiryani_platform_ctx_t;
+
+
+/*
+ * After an attempt on a platform account: the request's own body linked
+ * again behind the header, from its first byte.
+ */
+void ngx_http_tokenbiryani_platform_body_back(
+    ngx_http_tokenbiryani_ctx_t *ctx);
 
 /* an account's platform parts, at load: its signer, its model path */
 ngx_int_t ngx_http_tokenbiryani_platform_fill(ngx_pool_t *pool,

@@ -282,7 +282,7 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t lease)
 {
     size_t                              j;
-    int64_t                             rem[TB_NWINDOWS];
+    int64_t                             rem[TB_NWINDOWS], now;
     ngx_uint_t                          i, n, tries, probed, rc;
     tb_route_in_t                       in;
     ngx_http_tokenbiryani_account_t    *a;
@@ -297,6 +297,8 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     if (in.strategy->rotate) {
         in.cursor = ngx_http_tokenbiryani_zone_rr_next(&tmcf->zone);
     }
+
+    now = ngx_http_tokenbiryani_now_ms();
 
     for (i = 0; i < n; i++) {
         ctx->cands[i].tried = (ctx->marks[i] & NGX_HTTP_TB_MARK_TRIED) ? 1
@@ -314,8 +316,7 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 
         /* a Vertex token may have come, or gone, since */
         ctx->cands[i].token_wait = a[i].gauth != NULL
-                                   && a[i].token_until
-                                      <= ngx_http_tokenbiryani_now_ms();
+                                   && a[i].token_until <= now;
         ctx->cands[i].token_at = a[i].token_next;
     }
 

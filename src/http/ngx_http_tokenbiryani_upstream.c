@@ -210,10 +210,6 @@ ngx_http_tokenbiryani_create_request(ngx_http_request_t *r)
 
     u->request_bufs = cl;
 
-    /* a platform's attempt puts its own body there, the next one this */
-    ctx->body_links = cl->next;
-    ctx->body_total = ctx->body_len;
-
     return NGX_OK;
 }
 
@@ -226,7 +222,6 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
     ngx_buf_t                        *b;
     ngx_str_t                        *s;
     ngx_uint_t                        i, j, version;
-    ngx_chain_t                      *cl;
     ngx_list_part_t                  *part;
     ngx_table_elt_t                  *h;
     tb_account_conf_t                *ac;
@@ -239,13 +234,9 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_platform_header(r, ctx);
     }
 
-    /* the client's body, from its first byte whatever went before */
-
-    ctx->hdr->next = ctx->body_links;
-    ctx->body_len = ctx->body_total;
-
-    for (cl = ctx->body_links; cl; cl = cl->next) {
-        cl->buf->pos = cl->buf->start;
+    if (ctx->plat) {
+        /* after a platform's attempt: the client's body, from its start */
+        ngx_http_tokenbiryani_platform_body_back(ctx);
     }
 
     len = r->method_name.len + 1 + a->path_prefix.len + r->uri.len

@@ -355,12 +355,12 @@ ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
     if (ac->type == TB_ACCOUNT_BEDROCK) {
         action = ctx->body.stream ? "/invoke-with-response-stream"
                                   : "/invoke";
-        ngx_str_set(&ctype, "application/json");
 
     } else {
         action = ctx->body.stream ? ":streamRawPredict" : ":rawPredict";
-        ngx_str_set(&ctype, "application/json");
     }
+
+    ngx_str_set(&ctype, "application/json");
 
     seg = tb_provider_path_segment(id, NULL, 0);
 

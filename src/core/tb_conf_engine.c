@@ -1412,36 +1412,7 @@ static int
 tb_conf_warn(tb_conf_ctx_t *ctx, unsigned line, const char *path,
     const char *why)
 {
-    int            n;
-    char          *s, **items;
-    tb_strlist_t  *w;
-
-    w = &ctx->cf->warnings;
-
-    n = snprintf(NULL, 0, "%s:%u: %s is ignored: %s", ctx->name, line, path,
-                 why);
-    if (n < 0) {
-        return tb_conf_nomem(ctx);
-    }
-
-    s = malloc((size_t) n + 1);
-    if (s == NULL) {
-        return tb_conf_nomem(ctx);
-    }
-
-    (void) snprintf(s, (size_t) n + 1, "%s:%u: %s is ignored: %s", ctx->name,
-                    line, path, why);
-
-    items = realloc(w->items, (w->n + 1) * sizeof(char *));
-    if (items == NULL) {
-        free(s);
-        return tb_conf_nomem(ctx);
-    }
-
-    w->items = items;
-    w->items[w->n++] = s;
-
-    return TB_CONF_OK;
+    return tb_conf_notice(ctx, line, "%s is ignored: %s", path, why);
 }
 
 

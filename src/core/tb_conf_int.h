@@ -186,4 +186,9 @@ int tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
     TB_CONF_PRINTF(3, 4);
 
 
+/* a Bedrock or Vertex account's credentials (tb_conf_creds.c) */
+int tb_conf_bedrock_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
+int tb_conf_vertex_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
+
+
 #endif /* TB_CONF_INT_H */

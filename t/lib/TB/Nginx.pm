@@ -432,7 +432,9 @@ sub wait_idle {     # until no client request is in flight in nginx (stub_status
     poll_until($secs, sub {
         return 1 unless alive($NginxPid);
         my $s = IO::Socket::UNIX->new(Peer => $StatusSock) or return 0;
-        print $s "GET / HTTP/1.0\r\n\r\n";
+        # a worker that dies as it accepts must not take the harness with it
+        local $SIG{PIPE} = 'IGNORE';
+        print $s "GET / HTTP/1.0\r\n\r\n" or return 0;
         my $sel = IO::Select->new($s); my ($buf, $out) = ('', '');
         while ($sel->can_read(2)) { last unless sysread($s, $buf, 4096); $out .= $buf }
         return 0 unless $out =~ /Reading: (\d+) Writing: (\d+)/;
@@ -723,7 +725,9 @@ sub redis_cmd {       # one command on a connection of its own: its reply ({erro
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => redis_port(), Timeout => 5)
         or die "redis: cannot connect to port " . redis_port() . ": $!\n";
     binmode $s;
-    print $s '*' . scalar(@a) . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @a);
+    local $SIG{PIPE} = 'IGNORE';
+    print $s '*' . scalar(@a) . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @a)
+        or die "redis: cannot send the command: $!\n";
     my $r = _resp_read($s);
     close $s;
     $r;

@@ -160,3 +160,101 @@ ngx_http_tokenbiryani_zone_adopt(ngx_http_tokenbiryani_zone_t *zone,
 
     return taken != 0;
 }
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_zone_orgs(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max)
+{
+    ngx_uint_t                    i, n;
+    tb_account_state_t           *st;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (i = 0; i < sh->nslots && n < max; i++) {
+        st = sh->slots[i];
+
+        if (!st->live || st->org_told || st->org[0] == '\0') {
+            continue;
+        }
+
+        st->org_told = 1;
+
+        ngx_memcpy(out[n].id, st->id, sizeof(st->id));
+        ngx_memcpy(out[n].fingerprint, st->fingerprint, 8);
+        ngx_memcpy(out[n].org, st->org, TB_ORG_MAX);
+        n++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_zone_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len, const u_char fingerprint[8],
+    const u_char *org, size_t org_len, int64_t now)
+{
+    ngx_uint_t                    i, moved;
+    tb_account_state_t           *st;
+    ngx_http_tokenbiryani_shm_t  *sh;
+    char                          was[TB_ORG_MAX];
+
+    if (org_len == 0 || org_len >= TB_ORG_MAX) {
+        return 0;
+    }
+
+    sh = zone->sh;
+    moved = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (!st->live || ngx_strlen(st->id) != len
+            || ngx_strncmp(st->id, id, len) != 0
+            || ngx_memcmp(st->fingerprint, fingerprint, 8) != 0)
+        {
+            continue;
+        }
+
+        if (ngx_strlen(st->org) == org_len
+            && ngx_strncmp(st->org, org, org_len) == 0)
+        {
+            break;
+        }
+
+        /* what the other read of it is as good as an answer here */
+
+        ngx_memcpy(was, st->org, TB_ORG_MAX);
+        ngx_memcpy(st->org, org, org_len);
+        st->org[org_len] = '\0';
+
+        /* theirs, already told */
+        st->org_told = 1;
+
+        if (!st->domain_file) {
+            ngx_http_tokenbiryani_zone_regroup_locked(sh, was);
+            ngx_http_tokenbiryani_zone_regroup_locked(sh, st->org);
+            moved = 1;
+        }
+
+        break;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (moved) {
+        /* a domain left may hold more than was thought */
+        ngx_http_tokenbiryani_capacity_changed(zone, now);
+    }
+
+    return moved;
+}

@@ -344,6 +344,7 @@ ngx_http_tokenbiryani_spend_retell(ngx_http_tokenbiryani_zone_t *zone)
 
     for (i = 0; i < sh->nslots; i++) {
         sh->slots[i]->news = 1;
+        sh->slots[i]->org_told = 0;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

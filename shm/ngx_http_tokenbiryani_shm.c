@@ -226,16 +226,19 @@ ngx_http_tokenbiryani_zone_domains_locked(ngx_http_tokenbiryani_zone_t *zone)
 
 /*
  * The accounts that named organisation org in their answers, and no
- * domain in the file, share one: the windows of the first of them (the
- * lowest slot, whoever learned first); an organisation of one key has
- * none.  Under the lock.
+ * domain in the file, share one: the windows of the one whose id sorts
+ * first, whichever learned first, so that every gateway sharing the pool
+ * through Redis, whatever its slots, counts an organisation against the
+ * same account's windows (the one whose news the others adopt); an
+ * organisation of one key has none.  Under the lock.
  */
 
-static void
+void
 ngx_http_tokenbiryani_zone_regroup_locked(ngx_http_tokenbiryani_shm_t *sh,
     const char *org)
 {
-    ngx_uint_t           i, n, leader;
+    uint32_t             d;
+    ngx_uint_t           i, n, leader, moved;
     tb_account_state_t  *st;
 
     if (org[0] == '\0') {
@@ -249,17 +252,39 @@ ngx_http_tokenbiryani_zone_regroup_locked(ngx_http_tokenbiryani_shm_t *sh,
         st = sh->slots[i];
 
         if (st->live && !st->domain_file && ngx_strcmp(st->org, org) == 0) {
-            if (n++ == 0) {
+            if (n++ == 0 || ngx_strcmp(st->id, sh->slots[leader]->id) < 0) {
                 leader = i;
             }
         }
     }
 
+    moved = 0;
+
     for (i = 0; i < sh->nslots; i++) {
         st = sh->slots[i];
 
         if (!st->domain_file && ngx_strcmp(st->org, org) == 0) {
-            st->domain = (n > 1 && st->live) ? (uint32_t) leader + 1 : 0;
+            d = (n > 1 && st->live) ? (uint32_t) leader + 1 : 0;
+            moved |= (st->domain != d);
+            st->domain = d;
+        }
+    }
+
+    if (!moved) {
+        return;
+    }
+
+    /*
+     * What a key took of its own windows before it joined (or after it
+     * left) was never taken from the domain's slices: every slice of the
+     * organisation begins again, its share of what the windows hold now
+     */
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (!st->domain_file && ngx_strcmp(st->org, org) == 0) {
+            tb_slice_restart(st);
         }
     }
 }
@@ -431,6 +456,7 @@ ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
 
         ngx_memcpy(was, st->org, TB_ORG_MAX);
         ngx_memcpy(st->org, obs->org, TB_ORG_MAX);
+        st->org_told = 0;
 
         if (!st->domain_file) {
             ngx_http_tokenbiryani_zone_regroup_locked(zone->sh, was);

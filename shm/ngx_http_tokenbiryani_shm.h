@@ -189,6 +189,27 @@ ngx_uint_t ngx_http_tokenbiryani_zone_adopt(
     int64_t now);
 
 /*
+ * The organisation an account's answers named: its capacity domain is
+ * the same on every gateway that shares the pool, whichever of them read
+ * the answer.  The accounts whose organisation the others have not been
+ * told (max at most, each told once; all again after
+ * ngx_http_tokenbiryani_spend_retell()), and another gateway's word of
+ * one: 1 if it moved this zone's domains.
+ */
+typedef struct {
+    char                           id[TB_ID_MAX + 1];
+    u_char                         fingerprint[8];
+    char                           org[TB_ORG_MAX];
+} ngx_http_tokenbiryani_org_news_t;
+
+ngx_uint_t ngx_http_tokenbiryani_zone_orgs(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max);
+ngx_uint_t ngx_http_tokenbiryani_zone_adopt_org(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
+    const u_char fingerprint[8], const u_char *org, size_t org_len,
+    int64_t now);
+
+/*
  * What the keys and conversations ran up, told to the other instances
  * that share the pool (shm/ngx_http_tokenbiryani_peers.c): what changed
  * since last told, at most max_keys keys (*nkeys) and max_sessions

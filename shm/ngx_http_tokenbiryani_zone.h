@@ -397,5 +397,10 @@ tb_account_state_t *ngx_http_tokenbiryani_cap_locked(
     ngx_http_tokenbiryani_shm_t *sh, tb_account_state_t *st,
     ngx_uint_t slot, ngx_uint_t *cap_slot);
 
+/* the domain of the accounts of organisation org, formed again after one
+ * joined or left it.  Under the lock. */
+void ngx_http_tokenbiryani_zone_regroup_locked(
+    ngx_http_tokenbiryani_shm_t *sh, const char *org);
+
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

@@ -5,7 +5,9 @@
 # of the conversation's owner reads the same prompt cache and is no cache
 # break.  The mock's org_limits makes two keys spend one organisation's
 # buckets, as the real API does: a stampede over both is never
-# over-admitted with the domain, and is without it.
+# over-admitted with the domain, and is without it; nor over two
+# instances sharing the pool through Redis, where the domain one of them
+# learned is the other's too.
 use lib 't/lib';
 use TB::Nginx;
 use TB::Gateway;
@@ -14,6 +16,7 @@ master_on();
 workers(2);
 no_shuffle();
 mock_start();
+redis_start(fresh => 1);
 
 # two keys of one organisation, a third of another; the organisation's
 # windows: 20 requests a minute
@@ -32,9 +35,11 @@ sub yaml {
               . "    base_url: http://127.0.0.1:\${TEST_NGINX_MOCK_PORT@{[ $k == 1 ? '' : $k ]}}\n"
               . ($o{"d$k"} ? "    capacity_domain: $o{\"d$k\"}\n" : '');
     }
+    my $store = $o{redis} ? "store:\n  backend: redis\n  url: redis://127.0.0.1:\${TEST_NGINX_REDIS_PORT}/0\n"
+                          . "  namespace: tbdom\n" : '';
     <<"_EOY_";
 >>> tb.yaml
-queue:
+${store}queue:
   default_max_wait_seconds: 0.5
 routing:
   strategy: headroom
@@ -61,8 +66,21 @@ _EOY_
 our $Learned = yaml();
 our $PerKey = yaml(d1 => 'key-one', d2 => 'key-two');
 our $Filed = yaml(d1 => 'shared-x', d3 => 'shared-x');
+our $Shared = yaml(redis => 1);
+
+# the same organisation with an hour's window: what refills while a block
+# runs is a small fraction of one request, so a stampede's figures are the
+# sharing's, not an estimate of the refill's
+our $Hourly = { credentials => { %{ $Mock->{credentials} },
+    'org:org-shared' => { %{ $Mock->{credentials}{'org:org-shared'} }, window_seconds => 3600 } } };
+our $B = peer_port();
 
 sub domain_of { my $a = account_of(pool_status(), $_[0]); $a->{capacity_domain} }
+
+# /admin/status of the instance on $port, and what it says of account $id
+sub status_on { my (undef, $j) = admin(GET => '/admin/status', undef, port => $_[0]); $j }
+sub domain_on { (account_of(status_on($_[1]), $_[0]) // {})->{capacity_domain} }
+sub requests_on { ((account_of(status_on($_[1]), $_[0]) // {})->{limits} // {})->{requests} // {} }
 
 # n requests at once with the tenant key: their statuses
 sub stampede {
@@ -75,7 +93,7 @@ sub org_refused { (mock_stats()->{credentials}{'org:org-shared'} // {})->{refuse
 
 {
     no strict 'refs';
-    *{"TB::Nginx::$_"} = \&{$_} for qw(domain_of stampede org_refused);
+    *{"TB::Nginx::$_"} = \&{$_} for qw(domain_of stampede org_refused status_on domain_on requests_on);
 }
 
 gateway_suite(yaml => $Learned);
@@ -191,3 +209,49 @@ is($r2->{headers}{'x-tokenbiryani-account'}, $sibling, 'served by the sibling ke
 my $rec = request_record($r2->{headers}{'x-tokenbiryani-request-id'});
 is($rec->{affinity}, 'honored', 'not a cache break: the organisation\'s cache');
 ok(($rec->{usage}{cache_read_input_tokens} // 0) > 0, 'and its cache was read');
+
+
+=== TEST 6: two instances sharing the pool through Redis: the domain one learned is the other's too, and a stampede over both is never over-admitted
+--- user_files eval: $::Shared
+--- timeout: 60
+--- init
+mock_config($::Hourly);
+--- request
+GET /healthz
+--- check
+TB::Nginx::peer_start();
+is(message_with('only-k1')->{status}, 200, 'k1 answered on A');
+is(message_with('only-k2')->{status}, 200, 'k2 answered on A');
+is(domain_of('k2')->{windows_of}, 'k1', 'A: one domain, k1\'s windows');
+# B has had no answer of its own: what it knows is what A told it
+ok(TB::Nginx::poll_until(3, sub { my $d = domain_on('k2', $::B); $d && $d->{windows_of} eq 'k1' && $d->{source} eq 'learned' }),
+   'B: k1 and k2 one domain, k1\'s windows, as on A') or diag(explain(domain_on('k2', $::B)));
+is_deeply([sort @{ domain_on('k1', $::B)->{accounts} }], ['k1', 'k2'], 'B: both keys in it');
+is(domain_on('k3', $::B), undef, 'B: k3, of another organisation, in none');
+ok(TB::Nginx::poll_until(3, sub { (requests_on('k2', $::B)->{remaining} // -1) == 18 }),
+   'B reads k2 as the organisation\'s windows: 18 left') or diag(explain(requests_on('k2', $::B)));
+ok(TB::Nginx::poll_until(3, sub { my ($a, $b) = map { status_on($_)->{store}{share} } server_port(), $::B;
+                                  ($a->{gateways} // 0) == 2 && ($b->{gateways} // 0) == 2
+                                  && $a->{held} > 0 && $b->{held} > 0 }),
+   'both hold a share of the pool, of two gateways');
+# an answer takes its time, as a real one does: what B admits before any
+# comes back is what it believed of the windows
+my %slow = map { ("sk-k$_" => { %{ $::Mock->{credentials}{"sk-k$_"} }, behavior => 'slow-headers:400' }) } 1, 2;
+mock_config({ credentials => { %{ $::Hourly->{credentials} }, %slow } });
+my @st = map { $_->{status} // 0 } @{ TB::Nginx::http_requests_concurrent(
+    [map { my $a = message_args('tenant-key', max_tokens => 16, text => "split $_", $_ % 2 ? (port => $::B) : ());
+           $a->{headers}{'x-tokenbiryani-max-wait'} = 1;
+           $a->{timeout} = 20;
+           $a } 1 .. 60]) };
+my $served = grep { $_ == 200 } @st;
+my $refused = org_refused();
+my @on = map { my $p = $_; scalar grep { $st[$_] == 200 } grep { $_ % 2 == $p } 0 .. 59 } 1, 0;
+diag("two instances, one learned domain: $served of 60 served (A $on[0], B $on[1]), $refused refused upstream");
+# Before the instances told each other the organisation, B counted k2
+# apart and the upstream refused up to 5; what is left is the slices'
+# slack: slices begun at different moments of the warm-up can together
+# hold one request more than the window (about 1 run in 5)
+ok($refused <= 1, "the organisation refused at most the slices' one of slack ($refused): both instances admitted against its one set of windows");
+ok($served >= 10 && $served <= 18, "about what the window had left ($served of 18)");
+is(scalar(grep { $_ != 200 && $_ != 429 } @st), 0, 'the rest refused by the gateways, 429');
+ok($on[1] >= 1, "B served its part ($on[1])");

@@ -10,6 +10,10 @@
 #include "tb_ledger.h"
 
 
+static void tb_slice_refill_to(tb_account_state_t *a, int64_t now_ms,
+    int begin);
+
+
 void
 tb_account_state_init(tb_account_state_t *a, const char *id,
     const unsigned char fingerprint[8])
@@ -252,7 +256,7 @@ tb_account_observe(tb_account_state_t *a, const tb_rl_obs_t *obs,
     unsigned  result;
 
     /* the slices refilled by the window as it was read until now */
-    tb_slice_refill(a, now_ms);
+    tb_slice_refill_to(a, now_ms, 0);
 
     result = tb_mirror_apply(&a->mirror, obs, now_ms, a->replenishment);
 
@@ -439,8 +443,13 @@ tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms)
 }
 
 
-void
-tb_slice_refill(tb_account_state_t *a, int64_t now_ms)
+/*
+ * Refilled to now; a slice not begun begins (once its window is known)
+ * only with begin: before a reading is applied, what has not begun
+ * begins with what the window says after it, not before
+ */
+static void
+tb_slice_refill_to(tb_account_state_t *a, int64_t now_ms, int begin)
 {
     int     w, begun;
     double  left;
@@ -450,6 +459,10 @@ tb_slice_refill(tb_account_state_t *a, int64_t now_ms)
     }
 
     for (w = TB_WIN_REQUESTS; w <= TB_WIN_INPUT; w++) {
+        if (!begin && !a->slice_begun[w]) {
+            continue;
+        }
+
         /* begun once the window is known */
         left = tb_slice_now(a, w, now_ms, &begun);
 
@@ -460,6 +473,13 @@ tb_slice_refill(tb_account_state_t *a, int64_t now_ms)
     }
 
     a->slice_ms = now_ms;
+}
+
+
+void
+tb_slice_refill(tb_account_state_t *a, int64_t now_ms)
+{
+    tb_slice_refill_to(a, now_ms, 1);
 }
 
 
@@ -499,6 +519,14 @@ tb_slice_reshare(tb_account_state_t *a, uint32_t withheld, int64_t now_ms)
     }
 
     a->withheld = withheld;
+}
+
+
+void
+tb_slice_restart(tb_account_state_t *a)
+{
+    a->slice_begun[TB_WIN_REQUESTS] = 0;
+    a->slice_begun[TB_WIN_INPUT] = 0;
 }
 
 
@@ -823,7 +851,7 @@ tb_account_adopt(tb_account_state_t *a, const tb_account_news_t *n,
     unsigned          taken;
     tb_peer_holds_t  *p, *oldest;
 
-    tb_slice_refill(a, now_ms);
+    tb_slice_refill_to(a, now_ms, 0);
 
     taken = tb_mirror_adopt(&a->mirror, n->w, n->retry_after_ms, now_ms);
 

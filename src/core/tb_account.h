@@ -144,6 +144,7 @@ typedef struct {
     uint32_t                  domain;
     uint32_t                  domain_file;
     char                      org[TB_ORG_MAX];
+    uint32_t                  org_told;       /* to the other gateways */
 
     /* state, written under the zone lock */
     uint32_t                  disabled;       /* 0, or why (see reason) */
@@ -309,6 +310,10 @@ void tb_slice_spend(tb_account_state_t *a, int win, int64_t n,
     int64_t now_ms);
 void tb_slice_reshare(tb_account_state_t *a, uint32_t withheld,
     int64_t now_ms);
+
+/* begun again at its next use: its share of the window then, less its
+ * own (the windows it counts against changed).  Under the lock. */
+void tb_slice_restart(tb_account_state_t *a);
 
 /* what the other gateways hold of a window (requests or input) now */
 int64_t tb_account_others(const tb_account_state_t *a, int win,

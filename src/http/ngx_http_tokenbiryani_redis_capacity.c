@@ -74,6 +74,7 @@ typedef struct {
     uint64_t                               decisions; /* when last asked */
 
     ngx_http_tokenbiryani_news_t           news[NGX_HTTP_TB_RCAP_NEWS];
+    ngx_http_tokenbiryani_org_news_t       orgs[NGX_HTTP_TB_RCAP_NEWS];
     tb_told_key_t                          keys[NGX_HTTP_TB_RCAP_KEYS];
     tb_told_session_t              sessions[NGX_HTTP_TB_RCAP_SESSIONS];
     u_char                                 msg[NGX_HTTP_TB_RCAP_MSG];
@@ -241,6 +242,24 @@ ngx_http_tokenbiryani_rcap_tell(ngx_http_tokenbiryani_rcap_t *rc, int64_t now)
     ngx_http_tokenbiryani_news_t  *nw;
     u_char                         msg[2 + 64 + 1 + 16 + 1 + TB_ID_MAX + 1
                                        + TB_NEWS_MAX];
+
+    /*
+     * the organisations first: whoever adopts the windows below counts
+     * them against the same account's as this gateway does
+     */
+
+    n = ngx_http_tokenbiryani_zone_orgs(&rc->tmcf->zone, rc->orgs,
+                                        NGX_HTTP_TB_RCAP_NEWS);
+
+    for (i = 0; i < n; i++) {
+        p = ngx_snprintf(msg, 2 + 64 + 1, "o %s ", rc->n->instance);
+        p = ngx_hex_dump(p, rc->orgs[i].fingerprint, 8);
+        p = ngx_sprintf(p, " %s %s", rc->orgs[i].id, rc->orgs[i].org);
+
+        if (ngx_http_tokenbiryani_rcap_publish(rc, msg, p - msg) != NGX_OK) {
+            return;
+        }
+    }
 
     n = ngx_http_tokenbiryani_zone_news(&rc->tmcf->zone, now, rc->news,
                                         NGX_HTTP_TB_RCAP_NEWS);
@@ -578,7 +597,7 @@ ngx_http_tokenbiryani_rcap_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return;
     }
 
-    /* "instance fingerprint id news" */
+    /* "instance fingerprint id news", "instance fingerprint id org" */
 
     inst = p;
     p = ngx_strlchr((u_char *) p, (u_char *) last, ' ');
@@ -615,9 +634,25 @@ ngx_http_tokenbiryani_rcap_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     id_len = p - id;
 
-    if (id_len == 0 || id_len > TB_ID_MAX
-        || !tb_account_news_scan(&news, (const char *) p + 1, last - p - 1))
-    {
+    if (id_len == 0 || id_len > TB_ID_MAX) {
+        return;
+    }
+
+    if (kind == 'o') {
+        for (p++, nl = p; nl < last; nl++) {
+            if (*nl < 0x20 || *nl == 0x7f) {
+                /* not what an answer's header could have named */
+                return;
+            }
+        }
+
+        (void) ngx_http_tokenbiryani_zone_adopt_org(&tmcf->zone, id, id_len,
+                                                    fingerprint, p, last - p,
+                                                    now);
+        return;
+    }
+
+    if (!tb_account_news_scan(&news, (const char *) p + 1, last - p - 1)) {
         return;
     }
 

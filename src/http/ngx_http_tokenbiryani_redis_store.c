@@ -1233,10 +1233,13 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
         return;
     }
 
-    if (msg->str[0] == 'm' || msg->str[0] == 'u' || msg->str[0] == 'w') {
+    if (msg->str[0] == 'm' || msg->str[0] == 'o' || msg->str[0] == 'u'
+        || msg->str[0] == 'w')
+    {
         /*
-         * another gateway's news of an account, what its keys and
-         * conversations ran up, or its asking for ours: in the message
+         * another gateway's news of an account or of the organisation it
+         * belongs to, what its keys and conversations ran up, or its
+         * asking for ours: in the message
          */
         ngx_http_tokenbiryani_rcap_message(rs->tmcf, msg->str[0],
                                            (u_char *) msg->str + 2,

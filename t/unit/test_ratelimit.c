@@ -1089,6 +1089,63 @@ TB_TEST(slices_refill_by_the_bucket)
 }
 
 
+/*
+ * A slice begun again (its account joined a capacity domain: the windows
+ * it counts against changed) begins with what the window says after the
+ * reading that comes next, whether this gateway read it or another told
+ * it: what a key took of its own windows before it joined was never taken
+ * from the domain's slice, and a slice begun before the reading would keep
+ * it (two gateways sharing an organisation then admitted one request more
+ * than it had).
+ */
+TB_TEST(slices_begin_again_after_the_reading)
+{
+    tb_breaker_conf_t    bc;
+    tb_account_news_t    news;
+    tb_account_state_t   x, y;
+    unsigned char        fp[8] = { 0 };
+
+    memset(&bc, 0, sizeof(bc));
+
+    tb_account_state_init(&x, "a", fp);
+    tb_account_state_init(&y, "a", fp);
+    tb_account_share(&x, 1);
+    tb_account_share(&y, 1);
+    tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);
+    tb_slice_reshare(&y, TB_SHARE_ONE / 2, T0);
+
+    /* 40 of 60 left: half of it each, begun */
+    read_requests(&x, 1, 40, T0 + 60000, TB_REFILL_FIXED, T0 - 10, T0);
+    tb_account_news(&x, &bc, 3600000, T0, &news);
+    tb_account_adopt(&y, &news, 7, T0);
+    tb_slice_refill(&x, T0 + 1);
+    tb_slice_refill(&y, T0 + 1);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 1), 20);
+    TB_CHECK_INT(tb_slice_left(&y, TB_WIN_REQUESTS, T0 + 1), 20);
+
+    /* a reading of a begun slice leaves it as it was */
+    read_requests(&x, 2, 36, T0 + 60000, TB_REFILL_FIXED, T0, T0 + 2);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 2), 20);
+
+    /* begun again, then 30 read: 15 each, x by its own answer, y told */
+    tb_slice_restart(&x);
+    tb_slice_restart(&y);
+    read_requests(&x, 3, 30, T0 + 60000, TB_REFILL_FIXED, T0 + 3, T0 + 5);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 5), 15);
+    tb_account_news(&x, &bc, 3600000, T0 + 5, &news);
+    tb_account_adopt(&y, &news, 7, T0 + 6);
+    TB_CHECK_INT(y.mirror.w[TB_WIN_REQUESTS].remaining, 30);
+    TB_CHECK_INT(tb_slice_left(&y, TB_WIN_REQUESTS, T0 + 6), 15);
+
+    /* and they hold from then on */
+    tb_slice_refill(&x, T0 + 7);
+    tb_slice_refill(&y, T0 + 7);
+    tb_slice_spend(&x, TB_WIN_REQUESTS, 15, T0 + 8);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 8), 0);
+    TB_CHECK_INT(tb_slice_left(&y, TB_WIN_REQUESTS, T0 + 8), 15);
+}
+
+
 int
 main(void)
 {
@@ -1114,6 +1171,7 @@ main(void)
     TB_RUN(burst_counted_by_what_answers_said);
     TB_RUN(slices_hold_however_the_upstream_orders);
     TB_RUN(slices_refill_by_the_bucket);
+    TB_RUN(slices_begin_again_after_the_reading);
     TB_RUN(replenishment_learned);
 
     return tb_test_done();

@@ -8,6 +8,34 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
+/*
+ * The live account another gateway speaks of: the same id with the same
+ * credential (the same id with another credential is another account).
+ * Under the lock.
+ */
+
+static tb_account_state_t *
+ngx_http_tokenbiryani_zone_told_locked(ngx_http_tokenbiryani_shm_t *sh,
+    const u_char *id, size_t len, const u_char fingerprint[8])
+{
+    ngx_uint_t           i;
+    tb_account_state_t  *st;
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (st->live && ngx_strlen(st->id) == len
+            && ngx_strncmp(st->id, id, len) == 0
+            && ngx_memcmp(st->fingerprint, fingerprint, 8) == 0)
+        {
+            return st;
+        }
+    }
+
+    return NULL;
+}
+
+
 void
 ngx_http_tokenbiryani_zone_withhold(ngx_http_tokenbiryani_zone_t *zone,
     uint32_t withheld, ngx_uint_t peers, int64_t now)
@@ -128,27 +156,17 @@ ngx_http_tokenbiryani_zone_adopt(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len, const u_char fingerprint[8],
     const tb_account_news_t *news, uint64_t who, int64_t now)
 {
-    unsigned                      taken;
-    ngx_uint_t                    i;
-    tb_account_state_t           *st;
-    ngx_http_tokenbiryani_shm_t  *sh;
+    unsigned             taken;
+    tb_account_state_t  *st;
 
-    sh = zone->sh;
     taken = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (i = 0; i < sh->nslots; i++) {
-        st = sh->slots[i];
-
-        if (st->live && ngx_strlen(st->id) == len
-            && ngx_strncmp(st->id, id, len) == 0
-            && ngx_memcmp(st->fingerprint, fingerprint, 8) == 0)
-        {
-            /* the same id with another credential is another account */
-            taken = tb_account_adopt(st, news, who, now) | 0x100;
-            break;
-        }
+    st = ngx_http_tokenbiryani_zone_told_locked(zone->sh, id, len,
+                                                fingerprint);
+    if (st) {
+        taken = tb_account_adopt(st, news, who, now) | 0x100;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -201,7 +219,7 @@ ngx_http_tokenbiryani_zone_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len, const u_char fingerprint[8],
     const u_char *org, size_t org_len, int64_t now)
 {
-    ngx_uint_t                    i, moved;
+    ngx_uint_t                    moved;
     tb_account_state_t           *st;
     ngx_http_tokenbiryani_shm_t  *sh;
     char                          was[TB_ORG_MAX];
@@ -215,22 +233,11 @@ ngx_http_tokenbiryani_zone_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (i = 0; i < sh->nslots; i++) {
-        st = sh->slots[i];
+    st = ngx_http_tokenbiryani_zone_told_locked(sh, id, len, fingerprint);
 
-        if (!st->live || ngx_strlen(st->id) != len
-            || ngx_strncmp(st->id, id, len) != 0
-            || ngx_memcmp(st->fingerprint, fingerprint, 8) != 0)
-        {
-            continue;
-        }
-
-        if (ngx_strlen(st->org) == org_len
-            && ngx_strncmp(st->org, org, org_len) == 0)
-        {
-            break;
-        }
-
+    if (st && (ngx_strlen(st->org) != org_len
+               || ngx_strncmp(st->org, org, org_len) != 0))
+    {
         /* what the other read of it is as good as an answer here */
 
         ngx_memcpy(was, st->org, TB_ORG_MAX);
@@ -245,8 +252,6 @@ ngx_http_tokenbiryani_zone_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
             ngx_http_tokenbiryani_zone_regroup_locked(sh, st->org);
             moved = 1;
         }
-
-        break;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

@@ -222,9 +222,8 @@ ngx_http_tokenbiryani_zone_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t                    moved;
     tb_account_state_t           *st;
     ngx_http_tokenbiryani_shm_t  *sh;
-    char                          was[TB_ORG_MAX];
 
-    if (org_len == 0 || org_len >= TB_ORG_MAX) {
+    if (org_len == 0) {
         return 0;
     }
 
@@ -235,23 +234,11 @@ ngx_http_tokenbiryani_zone_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
 
     st = ngx_http_tokenbiryani_zone_told_locked(sh, id, len, fingerprint);
 
-    if (st && (ngx_strlen(st->org) != org_len
-               || ngx_strncmp(st->org, org, org_len) != 0))
-    {
-        /* what the other read of it is as good as an answer here */
-
-        ngx_memcpy(was, st->org, TB_ORG_MAX);
-        ngx_memcpy(st->org, org, org_len);
-        st->org[org_len] = '\0';
-
-        /* theirs, already told */
-        st->org_told = 1;
-
-        if (!st->domain_file) {
-            ngx_http_tokenbiryani_zone_regroup_locked(sh, was);
-            ngx_http_tokenbiryani_zone_regroup_locked(sh, st->org);
-            moved = 1;
-        }
+    if (st) {
+        /* what the other read of it is as good as an answer here; theirs,
+         * already told */
+        moved = ngx_http_tokenbiryani_zone_learn_org_locked(sh, st, org,
+                                                            org_len, 1);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

@@ -6,6 +6,8 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
+static void ngx_http_tokenbiryani_zone_regroup_locked(
+    ngx_http_tokenbiryani_shm_t *sh, const char *org);
 static void ngx_http_tokenbiryani_zone_domains_locked(
     ngx_http_tokenbiryani_zone_t *zone);
 static ngx_int_t ngx_http_tokenbiryani_zone_ring(
@@ -233,7 +235,7 @@ ngx_http_tokenbiryani_zone_domains_locked(ngx_http_tokenbiryani_zone_t *zone)
  * organisation of one key has none.  Under the lock.
  */
 
-void
+static void
 ngx_http_tokenbiryani_zone_regroup_locked(ngx_http_tokenbiryani_shm_t *sh,
     const char *org)
 {
@@ -287,6 +289,34 @@ ngx_http_tokenbiryani_zone_regroup_locked(ngx_http_tokenbiryani_shm_t *sh,
             tb_slice_restart(st);
         }
     }
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_zone_learn_org_locked(ngx_http_tokenbiryani_shm_t *sh,
+    tb_account_state_t *st, const u_char *org, size_t len, ngx_uint_t told)
+{
+    char  was[TB_ORG_MAX];
+
+    if (len >= TB_ORG_MAX
+        || (ngx_strlen(st->org) == len && ngx_strncmp(st->org, org, len) == 0))
+    {
+        return 0;
+    }
+
+    ngx_memcpy(was, st->org, TB_ORG_MAX);
+    ngx_memcpy(st->org, org, len);
+    st->org[len] = '\0';
+    st->org_told = told;
+
+    if (st->domain_file) {
+        return 0;
+    }
+
+    ngx_http_tokenbiryani_zone_regroup_locked(sh, was);
+    ngx_http_tokenbiryani_zone_regroup_locked(sh, st->org);
+
+    return 1;
 }
 
 
@@ -444,24 +474,16 @@ ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
     unsigned             result;
     ngx_uint_t           cap_slot;
     tb_account_state_t  *st, *cap;
-    char                 was[TB_ORG_MAX];
 
     st = zone->sh->slots[slot];
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (obs->has_org && ngx_strcmp(st->org, obs->org) != 0) {
-
-        /* the organisation it belongs to: its domain, learned */
-
-        ngx_memcpy(was, st->org, TB_ORG_MAX);
-        ngx_memcpy(st->org, obs->org, TB_ORG_MAX);
-        st->org_told = 0;
-
-        if (!st->domain_file) {
-            ngx_http_tokenbiryani_zone_regroup_locked(zone->sh, was);
-            ngx_http_tokenbiryani_zone_regroup_locked(zone->sh, st->org);
-        }
+    if (obs->has_org) {
+        /* the organisation it belongs to: its domain, learned, to be told */
+        (void) ngx_http_tokenbiryani_zone_learn_org_locked(zone->sh, st,
+                                                (const u_char *) obs->org,
+                                                ngx_strlen(obs->org), 0);
     }
 
     /* the windows are the domain's: every key's answers read them */

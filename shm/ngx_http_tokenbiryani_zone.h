@@ -397,10 +397,16 @@ tb_account_state_t *ngx_http_tokenbiryani_cap_locked(
     ngx_http_tokenbiryani_shm_t *sh, tb_account_state_t *st,
     ngx_uint_t slot, ngx_uint_t *cap_slot);
 
-/* the domain of the accounts of organisation org, formed again after one
- * joined or left it.  Under the lock. */
-void ngx_http_tokenbiryani_zone_regroup_locked(
-    ngx_http_tokenbiryani_shm_t *sh, const char *org);
+/*
+ * Account st belongs to organisation org (len bytes), as an answer or
+ * another gateway (told: already told the others) says: when that is
+ * news, its capacity domain, and the one it left, formed again; 1 if
+ * they were (not for an account the file puts in a domain).  Under the
+ * lock.
+ */
+ngx_uint_t ngx_http_tokenbiryani_zone_learn_org_locked(
+    ngx_http_tokenbiryani_shm_t *sh, tb_account_state_t *st,
+    const u_char *org, size_t len, ngx_uint_t told);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

@@ -181,16 +181,19 @@ is_deeply($_->{rejected_models}, [], "$_->{id}: no refused model")
 --- check
 my $r = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
                      headers => { 'x-api-key' => 'pin-a1', script('403-model,ok', 'x') });
-is($r->{status}, 404, 'the only account of the key refused the model: 404');
-is(json_decode($r->{body})->{error}{type}, 'not_found_error', 'not_found_error');
+# a permission the operator has to grant, not a model nobody offers
+is($r->{status}, 403, 'the only account of the key refused the model: 403');
+is(json_decode($r->{body})->{error}{type}, 'permission_error', 'permission_error');
 is($r->{headers}{'x-should-retry'}, 'false', 'not to be retried');
 like(json_decode($r->{body})->{error}{message},
-     qr/no account in this pool can serve this request: none supports model "claude-sonnet-4-6"/,
+     qr/no account in this pool can serve this request: every account in this key's pool that offers model "claude-sonnet-4-6" refused it; the last: account "a1" gave status 403 \(model_not_permitted\)/,
      'and the client is told why');
 is(scalar @{ mock_log() }, 1, 'sent once');
 my $r2 = http_request(method => 'POST', path => '/v1/messages', body => msg_body(),
                       headers => { 'x-api-key' => 'pin-a1' });
-is($r2->{status}, 404, 'at once the next time');
+is($r2->{status}, 403, 'at once the next time');
+like(json_decode($r2->{body})->{error}{message}, qr/every account in this key's pool that offers model "claude-sonnet-4-6" refused it$/,
+     'saying so without an attempt of its own');
 is(scalar @{ mock_log() }, 1, 'without asking the upstream again');
 my $r3 = http_request(method => 'POST', path => '/v1/messages',
                       body => msg_body(model => 'claude-haiku-4-5'),

@@ -419,3 +419,102 @@ my ($st, $j) = admin(POST => '/admin/accounts/br1/test', {});
 is($st, 409, 'refused');
 like($j->{error}{message}, qr/is a bedrock account: the header check is for Anthropic API keys/, 'saying why');
 is(scalar @{ mock_log() }, 0, 'nothing sent');
+
+
+=== TEST 11: a first frame that breaks on every attempt moves the request to another account, whatever the preferred one's priority
+--- user_files eval
+(my $y = $::Yaml) =~ s/^retry:/routing:\n  strategy: priority\nretry:/m;
+$y
+--- init
+mock_config($::Bedrock);
+--- request
+GET /healthz
+--- check
+for my $case (['evs-badcrc-first', 1], ['evs-badcrc', 1], ['reset', 0], ['reset', 1]) {
+    my ($step, $stream) = @$case;
+    restart();
+    only('br1', 'an1');
+    mock_reset();
+    mock_config($::Bedrock);
+    behave('AKIDTESTBR1', $step);
+    $step .= $stream ? ' streamed' : ' JSON';
+    my $r = send_msg(stream => $stream);
+    is($r->{status}, 200, "$step: answered") or diag($r->{body});
+    is($r->{headers}{'x-tokenbiryani-account'}, 'an1', "$step: by an1");
+    my @log = @{ mock_log() };
+    is_deeply([map { $_->{platform} // 'anthropic' } @log], ['bedrock', 'anthropic'],
+              "$step: br1 once, then the healthy account");
+    unlike($r->{body}, qr/event: error/, "$step: the client saw nothing of it");
+}
+
+# the same account again only when no other can take it
+restart();
+only('br1');
+mock_reset();
+mock_config($::Bedrock);
+behave('AKIDTESTBR1', 'evs-badcrc-first');
+my $r = send_msg(stream => 1);
+is($r->{status}, 502, 'alone: every attempt broke, 502') or diag($r->{body});
+is(body_of($r)->{error}{type}, 'api_error', 'alone: api_error');
+# the mock logs an answer once it is sent: the client may have its 502 first
+ok(TB::Nginx::poll_until(5, sub { @{ platform_log() } >= 3 }), 'alone: br1 took each of the three attempts');
+is(scalar @{ platform_log() }, 3, 'alone: and no more');
+--- error_log
+a frame's message CRC does not match
+
+
+=== TEST 12: Bedrock's AccessDeniedException reaches the client as docs/providers.md says: 403 permission_error
+--- init
+mock_config($::Bedrock);
+--- request
+GET /healthz
+--- check
+for my $stream (0, 1) {
+    restart();
+    only('br1');
+    mock_reset();
+    mock_config($::Bedrock);
+    behave('AKIDTESTBR1', '403');
+    my $r = send_msg(stream => $stream);
+    is($r->{status}, 403, "stream $stream: 403") or diag($r->{body});
+    my $j = body_of($r);
+    is($j->{error}{type}, 'permission_error', "stream $stream: permission_error");
+    like($j->{error}{message}, qr/AccessDeniedException/, "stream $stream: naming Bedrock's exception");
+    unlike($j->{error}{message}, qr/don't have access to the model/, "stream $stream: not Bedrock's own message");
+    is(scalar @{ platform_log() }, 1, "stream $stream: one attempt");
+}
+
+
+=== TEST 13: options.anthropic_version replaces the documented bedrock-2023-05-31 for that account only; a value that could break the body fails nginx -t
+--- user_files eval
+(my $y = $::Yaml) =~ s/(secret_access_key: br2-secret\n)/$1      anthropic_version: bedrock-2026-10-21\n/;
+$y
+--- init
+mock_config({ %$::Bedrock, bedrock => { %{ $::Bedrock->{bedrock} },
+              versions => ['bedrock-2023-05-31', 'bedrock-2026-10-21'] } });
+--- request
+GET /healthz
+--- check
+for my $id ('br1', 'br2') {
+    only($id);
+    my $r = send_msg(text => "to $id");
+    is($r->{status}, 200, "$id: answered") or diag($r->{body});
+}
+my @log = @{ platform_log() };
+is($log[0]{anthropic_version}, 'bedrock-2023-05-31', 'br1: the documented version');
+is($log[1]{anthropic_version}, 'bedrock-2026-10-21', 'br2: its own option');
+# one request over both: each attempt's body carries its account's version
+only('br1', 'br2');
+behave('AKIDTESTBR1', 'preerr');
+my $n = scalar @{ platform_log() };
+my $r = send_msg(stream => 1);
+is($r->{status}, 200, 'failed over between them') or diag($r->{body});
+my @two = @{ platform_log() }[$n .. $#{ platform_log() }];
+is_deeply([map { $_->{anthropic_version} } @two], ['bedrock-2023-05-31', 'bedrock-2026-10-21'],
+          'each attempt with its account\'s version');
+
+(my $bad = $::Yaml) =~ s/(secret_access_key: br2-secret\n)/$1      anthropic_version: 'x","model":"y'\n/;
+$bad =~ s/^>>> tb.yaml\n//;
+my ($rc, $out) = nginx_t($bad);
+isnt($rc, 0, 'nginx -t fails');
+like($out, qr/account br2: options\.anthropic_version .* is not valid/, 'naming the account and the option');

@@ -32,6 +32,7 @@
 #include "tb_conf_int.h"
 #include "tb_gauth.h"
 #include "tb_hash.h"
+#include "tb_provider.h"
 #include "tb_ratelimit.h"
 
 
@@ -369,6 +370,7 @@ static const tb_conf_field_t  tb_conf_options[] = {
     TB_INT("expiry_skew_seconds", TB_AO, expiry_skew_seconds, TB_UNSET,
            TB_OPT_GE0),
     TB_MAP("model_map", TB_AO, model_map),
+    TB_STR("anthropic_version", TB_AO, anthropic_version, NULL),
     TB_STR("access_key_id", TB_AO, access_key_id, NULL),
     TB_STR("secret_access_key", TB_AO, secret_access_key, NULL),
     TB_STR("session_token", TB_AO, session_token, NULL),
@@ -1020,6 +1022,16 @@ tb_conf_account_finish(tb_conf_ctx_t *ctx, tb_account_conf_t *a,
                              "digits, '_' or '-', starting with a letter or a "
                              "digit", a->id,
                              tb_conf_show(a->capacity_domain, show));
+    }
+
+    if (a->options.anthropic_version
+        && !tb_provider_version_valid(a->options.anthropic_version))
+    {
+        return tb_conf_error(ctx, a->line, "account %s: "
+                             "options.anthropic_version \"%s\" is not valid: "
+                             "use 1 to 64 letters, digits, '.', '_' or '-'",
+                             a->id, tb_conf_show(a->options.anthropic_version,
+                                                 show));
     }
 
     if (a->type == TB_ACCOUNT_ANTHROPIC_API

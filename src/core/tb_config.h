@@ -67,6 +67,8 @@ typedef struct {
     char                     *expiry_path;
     int64_t                   expiry_skew_seconds;    /* TB_UNSET */
     tb_kvlist_t               model_map;
+    char                     *anthropic_version;  /* the body's, for a
+                                                     platform account */
 
     /* bedrock: SigV4 credentials (or api_key, a Bedrock API key); from
      * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or

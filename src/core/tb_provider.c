@@ -135,12 +135,32 @@ tb_pb_betas(tb_pbody_t *b, const char *betas, size_t blen)
 }
 
 
-size_t
-tb_provider_body(tb_account_type_e type, const unsigned char *body,
-    size_t len, const char *betas, size_t blen, unsigned char *out,
-    size_t size)
+int
+tb_provider_version_valid(const char *version)
 {
-    const char           *version;
+    size_t  i;
+
+    for (i = 0; version[i]; i++) {
+        if (i >= TB_PROVIDER_VERSION_MAX
+            || !((version[i] >= 'a' && version[i] <= 'z')
+                 || (version[i] >= 'A' && version[i] <= 'Z')
+                 || (version[i] >= '0' && version[i] <= '9')
+                 || version[i] == '.' || version[i] == '_'
+                 || version[i] == '-'))
+        {
+            return 0;
+        }
+    }
+
+    return i > 0;
+}
+
+
+size_t
+tb_provider_body(tb_account_type_e type, const char *version,
+    const unsigned char *body, size_t len, const char *betas, size_t blen,
+    unsigned char *out, size_t size)
+{
     tb_pbody_t            b;
     tb_json_walk_t        w;
     const unsigned char  *p;
@@ -156,8 +176,10 @@ tb_provider_body(tb_account_type_e type, const unsigned char *body,
     b.out = out;
     b.size = size;
 
-    version = (type == TB_ACCOUNT_BEDROCK) ? TB_BEDROCK_VERSION
-                                           : TB_VERTEX_VERSION;
+    if (version == NULL || !tb_provider_version_valid(version)) {
+        version = (type == TB_ACCOUNT_BEDROCK) ? TB_BEDROCK_VERSION
+                                               : TB_VERTEX_VERSION;
+    }
 
     tb_pb_put(&b, "{\"anthropic_version\":\"", 22);
     tb_pb_put(&b, version, strlen(version));

@@ -32,6 +32,11 @@
 
 #define TB_PROVIDER_MSG_MAX   384
 
+/* options.anthropic_version: 1 to 64 letters, digits, '.', '_' or '-' */
+#define TB_PROVIDER_VERSION_MAX  64
+
+int tb_provider_version_valid(const char *version);
+
 
 /* whether accounts of this type take the model in the URL */
 static inline int
@@ -50,7 +55,8 @@ const char *tb_model_map(const tb_account_conf_t *ac, const char *model,
     size_t len);
 
 /*
- * The body for a platform account: '{', "anthropic_version", every member
+ * The body for a platform account: '{', "anthropic_version" (version, or
+ * the type's TB_*_VERSION when NULL), every member
  * of the caller's body but "model", "anthropic_version" and (Bedrock)
  * "stream" with its bytes as they came, then (Bedrock, when betas is not
  * empty and the body has none of its own) "anthropic_beta" made of the
@@ -60,15 +66,15 @@ const char *tb_model_map(const tb_account_conf_t *ac, const char *model,
  * body is not one JSON object.  Never more than
  * tb_provider_body_max(len, blen).
  */
-size_t tb_provider_body(tb_account_type_e type, const unsigned char *body,
-    size_t len, const char *betas, size_t blen, unsigned char *out,
-    size_t size);
+size_t tb_provider_body(tb_account_type_e type, const char *version,
+    const unsigned char *body, size_t len, const char *betas, size_t blen,
+    unsigned char *out, size_t size);
 
 static inline size_t
 tb_provider_body_max(size_t len, size_t blen)
 {
     /* the version member, and the betas with their quotes and commas */
-    return len + 64 + 32 + 3 * blen;
+    return len + 32 + TB_PROVIDER_VERSION_MAX + 32 + 3 * blen;
 }
 
 /*

@@ -69,6 +69,8 @@
 /* ctx->marks[], per account */
 #define NGX_HTTP_TB_MARK_TRIED         0x01  /* left out of the decisions */
 #define NGX_HTTP_TB_MARK_EXCLUDED      0x02  /* given up on (max_accounts) */
+#define NGX_HTTP_TB_MARK_AGAIN         0x04  /* tried, and may take it again
+                                                when no other account can */
 
 
 typedef struct {

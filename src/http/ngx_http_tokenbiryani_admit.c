@@ -306,20 +306,26 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_refuse_cap(r, ctx, now);
     }
 
-    if (a == NULL && !ctx->decision.servable) {
+    if (a == NULL) {
 
         /*
-         * Only accounts this request gave up on are left: within the
-         * budget they get another chance, when they can take it again -
-         * a 429'd account after its cooldown, through the queue.
+         * No other account can take it now: one that failed in a way that
+         * may not happen again (retry_any) takes it again.  When only
+         * accounts this request gave up on are left, within the budget
+         * they all get another chance, when they can take it again - a
+         * 429'd account after its cooldown, through the queue.
          */
 
         n = ctx->naccounts;
         tried = 0;
 
         for (i = 0; i < n; i++) {
-            if (ctx->outs[i].verdict == TB_V_TRIED) {
-                ctx->marks[i] &= ~NGX_HTTP_TB_MARK_TRIED;
+            if (ctx->outs[i].verdict == TB_V_TRIED
+                && (!ctx->decision.servable
+                    || (ctx->marks[i] & NGX_HTTP_TB_MARK_AGAIN)))
+            {
+                ctx->marks[i] &= ~(NGX_HTTP_TB_MARK_TRIED
+                                   |NGX_HTTP_TB_MARK_AGAIN);
                 tried++;
             }
         }
@@ -568,12 +574,13 @@ ngx_int_t
 ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    ngx_uint_t  i, n, exceeds, model;
+    ngx_uint_t  i, n, exceeds, model, refused;
 
     n = ctx->naccounts;
 
     exceeds = 0;
     model = 0;
+    refused = 0;
 
     for (i = 0; i < n; i++) {
         switch (ctx->outs[i].verdict) {
@@ -581,8 +588,10 @@ ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
             exceeds++;
             break;
         case TB_V_MODEL:
-        case TB_V_REJECTED:
             model++;
+            break;
+        case TB_V_REJECTED:
+            refused++;
             break;
         default:
             break;
@@ -597,6 +606,33 @@ ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
             "no account in this pool can serve this request: it exceeds "
             "every account's rate limit (about %L input tokens, max_tokens "
             "%L)", ctx->need.n[TB_WIN_INPUT], ctx->need.max_tokens);
+
+    } else if (refused) {
+
+        /*
+         * The model is offered, and refused upstream by every account
+         * that offers it (a 403 permission_error, Bedrock's
+         * AccessDeniedException, Vertex's PERMISSION_DENIED): the truth
+         * is a permission the operator has to grant, not a model unknown.
+         */
+
+        if (ctx->account && ctx->last_error.len) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+                "permission_error",
+                "no account in this pool can serve this request: every "
+                "account%s that offers model \"%s\" refused it; the last: "
+                "account \"%V\" %V",
+                ctx->key && ctx->key->pool.n ? " in this key's pool" : "",
+                ctx->body.model, &ctx->account->id, &ctx->last_error);
+
+        } else {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+                "permission_error",
+                "no account in this pool can serve this request: every "
+                "account%s that offers model \"%s\" refused it",
+                ctx->key && ctx->key->pool.n ? " in this key's pool" : "",
+                ctx->body.model);
+        }
 
     } else if (model) {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,

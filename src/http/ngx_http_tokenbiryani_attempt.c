@@ -260,9 +260,16 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
             ctx->excluded++;
         }
 
+        ctx->marks[a->index] &= ~NGX_HTTP_TB_MARK_AGAIN;
+
     } else {
-        /* the same account may take it again, when it can */
-        ctx->marks[a->index] &= ~NGX_HTTP_TB_MARK_TRIED;
+        /*
+         * The same account may take it again, but only when no other can
+         * now: a connection, a stream or a server that failed once is
+         * likelier to fail again than another account is, whatever its
+         * priority (ngx_http_tokenbiryani_admit_attempt).
+         */
+        ctx->marks[a->index] |= NGX_HTTP_TB_MARK_AGAIN;
     }
 
     pc->tries = 1;

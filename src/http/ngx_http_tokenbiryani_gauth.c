@@ -611,7 +611,7 @@ ngx_http_tokenbiryani_gauth_parse(ngx_http_tokenbiryani_gauth_t *g,
 static int
 ngx_http_tokenbiryani_gauth_exchange(ngx_http_tokenbiryani_gauth_t *g)
 {
-    int                            fd, rc;
+    int                            fd, rc, dport;
     SSL                           *ssl;
     char                          *req;
     u_char                        *buf;
@@ -627,7 +627,7 @@ ngx_http_tokenbiryani_gauth_exchange(ngx_http_tokenbiryani_gauth_t *g)
     }
 
     len = strlen(g->form);
-    n = len + strlen(u.path) + strlen(u.host) + 256;
+    n = len + strlen(u.path) + strlen(u.host) + strlen(u.port) + 256;
 
     req = malloc(n);
     buf = malloc(NGX_HTTP_TB_GAUTH_ANSWER + 1);
@@ -639,11 +639,16 @@ ngx_http_tokenbiryani_gauth_exchange(ngx_http_tokenbiryani_gauth_t *g)
         return -1;
     }
 
-    n = (size_t) snprintf(req, n, "POST %s HTTP/1.1\r\nHost: %s\r\n"
+    /* the port is part of Host unless it is the scheme's (RFC 9110 7.2) */
+
+    dport = (strcmp(u.port, u.tls ? "443" : "80") == 0);
+
+    n = (size_t) snprintf(req, n, "POST %s HTTP/1.1\r\nHost: %s%s%s\r\n"
                           "Content-Type: application/x-www-form-urlencoded"
                           "\r\nContent-Length: %zu\r\nConnection: close\r\n"
                           "User-Agent: tokenbiryani/" NGX_HTTP_TOKENBIRYANI_VERSION
-                          "\r\n\r\n%s", u.path, u.host, len, g->form);
+                          "\r\n\r\n%s", u.path, u.host, dport ? "" : ":",
+                          dport ? "" : u.port, len, g->form);
 
     sctx = NULL;
     ssl = NULL;

@@ -8,6 +8,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_outcome.h"
+#include "ngx_http_tokenbiryani_platform.h"
 
 
 void
@@ -104,7 +105,8 @@ ngx_http_tokenbiryani_describe_outcome(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     u_char                             *p;
-    u_char                              buf[128];
+    u_char                              buf[160];
+    const u_char                       *name;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -135,6 +137,12 @@ ngx_http_tokenbiryani_describe_outcome(ngx_http_request_t *r,
         } else {
             p = ngx_snprintf(buf, sizeof(buf), "gave status %ui",
                              ctx->resp.status.code);
+
+            name = ngx_http_tokenbiryani_platform_errname(ctx);
+
+            if (name) {
+                p = ngx_snprintf(p, buf + sizeof(buf) - p, " %s", name);
+            }
         }
 
         break;

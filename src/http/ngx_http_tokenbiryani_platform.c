@@ -29,7 +29,7 @@ typedef struct {
 
 static ngx_chain_t *ngx_http_tokenbiryani_platform_body(
     ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx,
-    ngx_uint_t type);
+    tb_account_conf_t *ac);
 static u_char *ngx_http_tokenbiryani_platform_sign(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, ngx_str_t *path, ngx_str_t *ctype,
     const char *payload_sha, u_char *p, u_char *last);
@@ -244,17 +244,27 @@ ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
 
 static ngx_chain_t *
 ngx_http_tokenbiryani_platform_body(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t type)
+    ngx_http_tokenbiryani_ctx_t *ctx, tb_account_conf_t *ac)
 {
-    size_t                n, max;
+    size_t                n, max, vlen;
     ngx_buf_t            *b;
     ngx_str_t             betas;
-    ngx_uint_t            k;
+    ngx_uint_t            k, type;
     ngx_chain_t          *cl;
+    const char           *version;
 
+    type = ac->type;
     k = (type == TB_ACCOUNT_BEDROCK) ? 0 : 1;
 
-    if (PL(ctx)->pbody[k]) {
+    /* the account's options.anthropic_version, or the type's */
+    version = ac->options.anthropic_version;
+    vlen = version ? ngx_strlen(version) : 0;
+
+    if (PL(ctx)->pbody[k]
+        && PL(ctx)->pversion[k].len == vlen
+        && (vlen == 0
+            || ngx_strncmp(PL(ctx)->pversion[k].data, version, vlen) == 0))
+    {
         return PL(ctx)->pbody[k];
     }
 
@@ -273,7 +283,7 @@ ngx_http_tokenbiryani_platform_body(ngx_http_request_t *r,
         return NULL;
     }
 
-    n = tb_provider_body(type, ctx->rbody.data, ctx->rbody.len,
+    n = tb_provider_body(type, version, ctx->rbody.data, ctx->rbody.len,
                          (char *) betas.data, betas.len, b->pos, max);
 
     if (n == (size_t) -1 || n > max) {
@@ -284,6 +294,13 @@ ngx_http_tokenbiryani_platform_body(ngx_http_request_t *r,
     }
 
     b->last = b->pos + n;
+
+    /*
+     * The request's end: an upstream TLS connection buffers what it is
+     * given until a buffer says to flush, and a kept-alive connection
+     * gets no write event that would send it later.
+     */
+    b->last_buf = 1;
 
     cl = ngx_alloc_chain_link(r->pool);
     if (cl == NULL) {
@@ -298,6 +315,18 @@ ngx_http_tokenbiryani_platform_body(ngx_http_request_t *r,
     }
 
     PL(ctx)->pbody[k] = cl;
+
+    PL(ctx)->pversion[k].len = vlen;
+    PL(ctx)->pversion[k].data = (u_char *) "";
+
+    if (vlen) {
+        PL(ctx)->pversion[k].data = ngx_pnalloc(r->pool, vlen);
+        if (PL(ctx)->pversion[k].data == NULL) {
+            return NULL;
+        }
+
+        ngx_memcpy(PL(ctx)->pversion[k].data, version, vlen);
+    }
 
     return cl;
 }
@@ -331,7 +360,7 @@ ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
         PL(ctx)->body_total = ctx->body_len;
     }
 
-    body = ngx_http_tokenbiryani_platform_body(r, ctx, ac->type);
+    body = ngx_http_tokenbiryani_platform_body(r, ctx, ac);
     if (body == NULL) {
         return NGX_ERROR;
     }
@@ -448,6 +477,8 @@ ngx_http_tokenbiryani_platform_header(ngx_http_request_t *r,
     b->last = ngx_copy(b->last, a->auth_header.data, a->auth_header.len);
 
     *b->last++ = CR; *b->last++ = LF;
+
+    b->flush = 1;
 
     ctx->hdr->buf = b;
 
@@ -620,7 +651,23 @@ ngx_http_tokenbiryani_platform_error(ngx_http_request_t *r,
     ctx->resp.replaced = 1;
     PL(ctx)->replaced_status = e.status;
 
+    /* the name as shown (letters, digits, '_'), Google's status included */
+    ngx_cpystrn(PL(ctx)->errname, (u_char *) e.name, sizeof(PL(ctx)->errname));
+
     return (ngx_uint_t) e.status;
+}
+
+
+const u_char *
+ngx_http_tokenbiryani_platform_errname(ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    if (ctx->plat == NULL || ctx->account == NULL
+        || !ctx->account->platform || PL(ctx)->errname[0] == '\0')
+    {
+        return NULL;
+    }
+
+    return PL(ctx)->errname;
 }
 
 

@@ -27,6 +27,8 @@ typedef struct {
     ngx_chain_t                   *body_links;   /* the client's body */
     off_t                          body_total;
     ngx_chain_t                   *pbody[2];     /* Bedrock's, Vertex's */
+    ngx_str_t                      pversion[2];  /* their anthropic_version
+                                                    option ("" for none) */
     u_char                         pbody_sha[65]; /* Bedrock's SHA-256 */
     ngx_str_t                      betas;        /* anthropic-beta, joined */
     tb_evs_t                      *evs;          /* Bedrock streams */
@@ -73,6 +75,10 @@ ngx_uint_t ngx_http_tokenbiryani_platform_response_header(
  */
 ngx_uint_t ngx_http_tokenbiryani_platform_error(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);
+
+/* this attempt's error as its platform named it, or NULL */
+const u_char *ngx_http_tokenbiryani_platform_errname(
+    ngx_http_tokenbiryani_ctx_t *ctx);
 
 /* the replaced error as the client's response, at the commit */
 void ngx_http_tokenbiryani_platform_error_commit(ngx_http_request_t *r,

@@ -365,6 +365,14 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 
     *b->last++ = CR; *b->last++ = LF;
 
+    /*
+     * An upstream TLS connection buffers what it is given until a buffer
+     * says to flush, and a kept-alive connection gets no write event that
+     * would send it later: a request without a body ends here.  The
+     * client's body ends in nginx's last_buf.
+     */
+    b->flush = 1;
+
     /* swap the buffer: a reinit resets pos to start on every link */
     ctx->hdr->buf = b;
 

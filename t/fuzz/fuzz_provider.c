@@ -27,6 +27,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         TB_ACCOUNT_BEDROCK, TB_ACCOUNT_VERTEX
     };
 
+    /* the type's own version, and options.anthropic_version at its
+     * longest */
+    static const char  *versions[] = {
+        NULL,
+        "vertex-0123456789abcdefghijklmnopqrstuvwxyz_ABCDEFGHIJKLMNOPQR.-"
+    };
+
     /* body NUL betas */
     nul = memchr(data, '\0', size);
     betas = nul ? (const char *) nul + 1 : "";
@@ -36,7 +43,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     valid = tb_json_validate(data, size) == 0;
 
     for (t = 0; t < 2; t++) {
-        n = tb_provider_body(types[t], data, size, betas, blen, NULL, 0);
+        n = tb_provider_body(types[t], versions[t], data, size, betas, blen,
+                             NULL, 0);
 
         if (n == (size_t) -1) {
             continue;
@@ -53,7 +61,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         }
 
-        m = tb_provider_body(types[t], data, size, betas, blen, out, n);
+        m = tb_provider_body(types[t], versions[t], data, size, betas, blen,
+                             out, n);
 
         if (m != n || tb_json_validate(out, n) != 0
             || memcmp(out, "{\"anthropic_version\":\"", 22) != 0)

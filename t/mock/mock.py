@@ -120,7 +120,7 @@ GENERIC_ERROR_TYPES = {
 MESSAGE_STEPS = ("ok", "preerr", "midfail", "midfail-error",
                  "slow-prelude", "drip", "ping-preerr", "overlong", "accel",
                  "chunked", "chunked-midfail", "badjson", "evs-badcrc",
-                 "evs-badcrc-late", "evs-split")
+                 "evs-badcrc-first", "evs-badcrc-late", "evs-split")
 
 # what an upstream that misbehaves on purpose adds: nginx's own control
 # headers, which a proxy must never obey
@@ -1730,6 +1730,9 @@ class Mock:
         if mode == "evs-badcrc":
             # a frame before the first delta whose CRC does not match
             events[1] = self.platforms.corrupt(events[1])
+        elif mode == "evs-badcrc-first":
+            # the very first frame broken
+            events[0] = self.platforms.corrupt(events[0])
         elif mode == "evs-badcrc-late":
             events[4] = self.platforms.corrupt(events[4])
         first_delta = 3 if len(events) > 3 and mode != "ping-preerr" else -1

@@ -11,8 +11,9 @@ Bedrock (InvokeModel, Anthropic's Messages body):
     values trimmed; the body's SHA-256 - and compared; x-amz-date within
     five minutes; the scope's date, region and service; the session
     token when the key has one.  Or a Bedrock API key as a bearer token.
-  * the body: anthropic_version "bedrock-2023-05-31", no "model" and no
-    "stream" (Bedrock refuses extra inputs), anthropic_beta a list of
+  * the body: anthropic_version "bedrock-2023-05-31" (or one of
+    bedrock.versions), no "model" and no "stream" (Bedrock refuses extra
+    inputs), anthropic_beta a list of
     strings, then the Messages API's own checks.
   * the stream is AWS event-stream: frames with both CRC-32s, each
     payload {"bytes": base64(one Anthropic event)}; exceptions as
@@ -25,7 +26,8 @@ Vertex AI (rawPredict, Anthropic's Messages body):
     POST ...:streamRawPredict
   * Authorization: Bearer <a token the mock's token endpoint issued, not
     expired>, else 401 UNAUTHENTICATED.
-  * the body: anthropic_version "vertex-2023-10-16", no "model"; the
+  * the body: anthropic_version "vertex-2023-10-16" (or one of
+    google.versions), no "model"; the
     Messages API's checks.  A stream is Anthropic's SSE as it is.
   * errors in Google's envelope {"error": {"code", "message", "status"}}:
     a window refusal is 429 RESOURCE_EXHAUSTED; a model's own errors
@@ -409,7 +411,9 @@ class Platforms:
                                       "Malformed input request: "
                                       "#: extraneous key [%s] is not "
                                       "permitted" % extra[0])
-        if body.get("anthropic_version") != BEDROCK_VERSION:
+        entry["anthropic_version"] = body.get("anthropic_version")
+        if body.get("anthropic_version") not in \
+                (cfg.get("versions") or [BEDROCK_VERSION]):
             return self.bedrock_error(conn, req, entry, gen, 400,
                                       "ValidationException",
                                       "Malformed input request: "
@@ -615,7 +619,9 @@ class Platforms:
                                      "INVALID_ARGUMENT",
                                      "Invalid JSON payload received. Unknown "
                                      "name \"model\": Cannot find field.")
-        if body.get("anthropic_version") != VERTEX_VERSION:
+        entry["anthropic_version"] = body.get("anthropic_version")
+        if body.get("anthropic_version") not in \
+                (self.google().get("versions") or [VERTEX_VERSION]):
             return self.google_error(conn, req, entry, gen, 400,
                                      "INVALID_ARGUMENT",
                                      "anthropic_version: must be %s"

@@ -8,6 +8,7 @@
  */
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "tb_test.h"
 #include "tb_provider.h"
@@ -15,15 +16,16 @@
 
 
 static char *
-translate(tb_account_type_e type, const char *body, const char *betas)
+translate_v(tb_account_type_e type, const char *version, const char *body,
+    const char *betas)
 {
     size_t   n, m, blen;
     char    *out;
 
     blen = betas ? strlen(betas) : 0;
 
-    n = tb_provider_body(type, (const unsigned char *) body, strlen(body),
-                         betas, blen, NULL, 0);
+    n = tb_provider_body(type, version, (const unsigned char *) body,
+                         strlen(body), betas, blen, NULL, 0);
     if (n == (size_t) -1) {
         return NULL;
     }
@@ -33,8 +35,8 @@ translate(tb_account_type_e type, const char *body, const char *betas)
     }
 
     out = malloc(n + 1);
-    m = tb_provider_body(type, (const unsigned char *) body, strlen(body),
-                         betas, blen, (unsigned char *) out, n);
+    m = tb_provider_body(type, version, (const unsigned char *) body,
+                         strlen(body), betas, blen, (unsigned char *) out, n);
     TB_CHECK_INT(m, n);
     out[n] = '\0';
 
@@ -43,6 +45,13 @@ translate(tb_account_type_e type, const char *body, const char *betas)
     }
 
     return out;
+}
+
+
+static char *
+translate(tb_account_type_e type, const char *body, const char *betas)
+{
+    return translate_v(type, NULL, body, betas);
 }
 
 
@@ -303,11 +312,53 @@ TB_TEST(error_body)
 }
 
 
+/* options.anthropic_version: the account's value in place of the type's */
+TB_TEST(version_option)
+{
+    char  *out, v64[65], v65[66];
+
+    out = translate_v(TB_ACCOUNT_BEDROCK, "bedrock-2026-10-21",
+                      "{\"model\":\"m\",\"max_tokens\":1}", NULL);
+    TB_CHECK_STR(out, "{\"anthropic_version\":\"bedrock-2026-10-21\","
+                 "\"max_tokens\":1}");
+    free(out);
+
+    out = translate_v(TB_ACCOUNT_VERTEX, "vertex-2026-10-21",
+                      "{\"anthropic_version\":\"x\",\"max_tokens\":1}", NULL);
+    TB_CHECK_STR(out, "{\"anthropic_version\":\"vertex-2026-10-21\","
+                 "\"max_tokens\":1}");
+    free(out);
+
+    /* the longest value within the bound; one the loader would refuse is
+     * never written into a body */
+    memset(v64, 'a', 64);
+    v64[64] = '\0';
+    TB_CHECK(tb_provider_version_valid(v64));
+    out = translate_v(TB_ACCOUNT_BEDROCK, v64, "{}", "b1,b2");
+    TB_CHECK(out != NULL && strstr(out, v64) != NULL);
+    free(out);
+
+    TB_CHECK(!tb_provider_version_valid(""));
+    TB_CHECK(!tb_provider_version_valid("a\"b"));
+    TB_CHECK(!tb_provider_version_valid("a b"));
+    TB_CHECK(!tb_provider_version_valid("a\\b"));
+
+    memset(v65, 'a', 65);
+    v65[65] = '\0';
+    TB_CHECK(!tb_provider_version_valid(v65));
+
+    out = translate_v(TB_ACCOUNT_BEDROCK, "a\"}", "{}", NULL);
+    TB_CHECK_STR(out, "{\"anthropic_version\":\"bedrock-2023-05-31\"}");
+    free(out);
+}
+
+
 int
 main(void)
 {
     TB_RUN(bedrock_body);
     TB_RUN(vertex_body);
+    TB_RUN(version_option);
     TB_RUN(model_map);
     TB_RUN(path_segment);
     TB_RUN(platform_errors);

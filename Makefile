@@ -225,7 +225,7 @@ bench-overhead: build
 # libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
 # the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/
 FUZZERS      := body sse headers classify config keyspec usage redisurl news told \
-                evstream sigv4 provider
+                evstream sigv4 provider record
 FUZZ_SECONDS ?= 60
 
 fuzz: deps

@@ -228,6 +228,16 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     cJSON_AddNumberToObject(obj, "uptime_seconds",
                             (double) (now - zs.created_ms) / 1000);
 
+    /* what the shared zone holds: a slab page is its smallest measure */
+    obj = cJSON_AddObjectToObject(obj, "zone");
+    if (obj == NULL) {
+        goto failed;
+    }
+
+    cJSON_AddNumberToObject(obj, "bytes", (double) zs.zone_size);
+    cJSON_AddNumberToObject(obj, "free_bytes", (double) zs.zone_free);
+    cJSON_AddNumberToObject(obj, "account_slots", (double) zs.nslots);
+
     cJSON_AddStringToObject(root, "strategy",
                             ngx_http_tokenbiryani_strategy(tmcf)->name);
 
@@ -1751,6 +1761,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
     int64_t now)
 {
+    uint64_t                              refused_records, refused_messages;
     cJSON                                *obj, *key;
     ngx_http_tokenbiryani_main_conf_t    *tmcf;
     ngx_http_tokenbiryani_store_state_t   st;
@@ -1820,6 +1831,23 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
                                             tmcf->seal_path.len)
             : cJSON_AddNullToObject(key, "path")) == NULL
         || cJSON_AddStringToObject(key, "id", tmcf->seal.kid) == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    /* what was read back, or heard from other instances, and refused as
+     * not this gateway's (each record said once in the log) */
+
+    ngx_http_tokenbiryani_refused(&tmcf->zone, &refused_records,
+                                  &refused_messages);
+
+    key = cJSON_AddObjectToObject(obj, "refused");
+
+    if (key == NULL
+        || cJSON_AddNumberToObject(key, "records", (double) refused_records)
+           == NULL
+        || cJSON_AddNumberToObject(key, "messages",
+                                   (double) refused_messages) == NULL)
     {
         return NGX_ERROR;
     }

@@ -30,6 +30,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_racct.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_accounts.h"
@@ -784,7 +785,14 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
         {
         cJSON  *base;
 
-        base = cJSON_ParseWithLength((char *) v.spec.data, v.spec.len);
+        {
+        size_t       plen;
+        const char  *payload;
+
+        payload = tb_rec_payload((char *) v.spec.data, v.spec.len, &plen,
+                                 NULL);
+        base = cJSON_ParseWithLength(payload, plen);
+        }
         if (base == NULL) {
             rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
             goto done;
@@ -968,6 +976,19 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
                    "runtime are \"anthropic_api\" (Anthropic API keys)");
     }
 
+    /* where it may point: no private address unless the operator allows */
+
+    item = cJSON_GetObjectItemCaseSensitive(root, "base_url");
+
+    if (item && cJSON_IsString(item)
+        && tb_racct_base_url(item->valuestring,
+                             tmcf->tbcf->server_allow_private_hosts, err,
+                             sizeof(err))
+           != 0)
+    {
+        return ngx_http_tokenbiryani_acct_400(r, "%s", err);
+    }
+
     /* the file's own rules, the environment never read */
 
     text = cJSON_PrintUnformatted(root);
@@ -1064,6 +1085,25 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
         }
     }
 
+    /* the record as the store keeps it: bound to its id and credential */
+
+    {
+        ngx_str_t  rec;
+
+        if (ngx_http_tokenbiryani_record_wrap(r->pool, tmcf, TB_REC_ACCOUNT,
+                                              aw->id.data, aw->id.len,
+                                              aw->sealed,
+                                              ngx_strlen(aw->sealed),
+                                              (u_char *) aw->spec,
+                                              ngx_strlen(aw->spec), &rec)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        aw->spec = (char *) rec.data;
+    }
+
     return ngx_http_tokenbiryani_accounts_resolve(r, aw);
 }
 
@@ -1145,7 +1185,25 @@ static ngx_int_t
 ngx_http_tokenbiryani_accounts_resolved_now(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw)
 {
+    ngx_uint_t                          i;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
     aw->naddrs = aw->resolve.naddrs;
+
+    /* a name is checked by what it resolves to, as a literal is */
+
+    for (i = 0; !tmcf->tbcf->server_allow_private_hosts && i < aw->naddrs;
+         i++)
+    {
+        if (tb_racct_private_addr(&aw->addrs[i].sockaddr.sockaddr)) {
+            return ngx_http_tokenbiryani_acct_400(r, "base_url: %s resolves "
+                       "to a loopback, link-local or private address, which "
+                       "accounts added at runtime may not reach "
+                       "(server.allow_private_hosts)", aw->host);
+        }
+    }
 
     if (aw->probe
         && (aw->op == NGX_HTTP_TB_ACCT_TRY || aw->op == NGX_HTTP_TB_ACCT_ADD
@@ -1588,6 +1646,12 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
     case NGX_HTTP_TB_RKEY_NONE:
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                    "not_found_error", "no account \"%V\"", &aw->id);
+
+    case NGX_HTTP_TB_RKEY_STALE:
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                   "invalid_request_error", "account \"%V\" was changed "
+                   "meanwhile by another instance: read it and try again",
+                   &aw->id);
 
     case NGX_HTTP_TB_RKEY_FULL:
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,

@@ -48,6 +48,9 @@ static const tb_keyspec_t *ngx_http_tokenbiryani_minted(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *name, size_t len,
     ngx_uint_t *n);
 
+/* the digest of the key ngx_http_tokenbiryani_minted() found last */
+static u_char  ngx_http_tokenbiryani_minted_digest[32];
+
 
 /* the name in /admin/keys/{name}; an empty one for /admin/keys */
 static ngx_str_t *
@@ -179,9 +182,12 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
         cJSON_AddItemToArray(arr, rec);
     }
 
+    /* the backend in use: where a minted key lives */
+
     if (cJSON_AddStringToObject(root, "store",
-                                ngx_http_tokenbiryani_store_on(tmcf)
-                                ? "sqlite" : "memory")
+            !ngx_http_tokenbiryani_store_on(tmcf) ? "memory"
+            : tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS ? "redis"
+            : "sqlite")
         == NULL)
     {
         goto failed;
@@ -214,6 +220,9 @@ ngx_http_tokenbiryani_minted(ngx_http_tokenbiryani_main_conf_t *tmcf,
         if (ngx_strlen(ents[i].ks.conf.name) == len
             && ngx_strncmp(ents[i].ks.conf.name, name, len) == 0)
         {
+            /* its digest: what its record is bound to */
+            ngx_memcpy(ngx_http_tokenbiryani_minted_digest, ents[i].digest,
+                       32);
             return &ents[i].ks;
         }
     }
@@ -345,6 +354,8 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
+        ngx_memcpy(kw->digest, ngx_http_tokenbiryani_minted_digest, 32);
+
         ngx_cpystrn((u_char *) kw->name, name->data, name->len + 1);
 
         if (r->method == NGX_HTTP_DELETE) {
@@ -446,6 +457,25 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
         free(text);
     }
 
+    /* the record as the store keeps it: bound to its name and digest */
+
+    {
+        ngx_str_t  rec;
+
+        if (ngx_http_tokenbiryani_record_wrap(r->pool, tmcf, TB_REC_KEY,
+                                              (u_char *) kw->name,
+                                              ngx_strlen(kw->name),
+                                              kw->digest, 32,
+                                              (u_char *) kw->spec,
+                                              ngx_strlen(kw->spec), &rec)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        kw->spec = (char *) rec.data;
+    }
+
 write:
 
     if (!ngx_http_tokenbiryani_store_on(tmcf)) {
@@ -516,9 +546,10 @@ static ngx_int_t
 ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
     ngx_http_tokenbiryani_key_write_t *kw)
 {
-    size_t                              nlen;
+    size_t                              nlen, tlen;
     ngx_uint_t                          rc;
     cJSON                              *root, *rec;
+    const char                         *text;
     tb_keyspec_t                        ks;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     char                                err[256];
@@ -552,6 +583,8 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
     switch (rc) {
 
     case NGX_HTTP_TB_RKEY_OK:
+    case NGX_HTTP_TB_RKEY_NEW:
+    case NGX_HTTP_TB_RKEY_SAME:
         break;
 
     case NGX_HTTP_TB_RKEY_EXISTS:
@@ -567,6 +600,13 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
 
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                    "not_found_error", "no key \"%s\"", kw->name);
+
+    case NGX_HTTP_TB_RKEY_STALE:
+        /* another instance wrote a newer one meanwhile: it stands */
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                   "invalid_request_error", "key \"%s\" was changed "
+                   "meanwhile by another instance: read it and try again",
+                   kw->name);
 
     default:
         return ngx_http_tokenbiryani_send_error(r,
@@ -597,8 +637,10 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
     }
 
-    if (tb_keyspec_parse(&ks, kw->spec, ngx_strlen(kw->spec),
-                         TB_KEYSPEC_STORED, NULL, NULL, 0, err, sizeof(err))
+    text = tb_rec_payload(kw->spec, ngx_strlen(kw->spec), &tlen, NULL);
+
+    if (tb_keyspec_parse(&ks, text, tlen, TB_KEYSPEC_STORED, NULL, NULL, 0,
+                         err, sizeof(err))
         != 0)
     {
         cJSON_Delete(root);

@@ -85,6 +85,7 @@ typedef struct {
     ngx_http_request_t            *request;
     ngx_uint_t                     sync;         /* not from the pool */
     u_char                        *strategy;     /* NULL: the file's */
+    uint64_t                       rgen;         /* its record's */
     uint64_t                       ticket;       /* the reload's */
     ngx_msec_t                     asked;
     ngx_event_t                    wait;
@@ -291,8 +292,9 @@ failed:
 static void
 ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
 {
-    size_t                                  len;
+    size_t                                  len, plen;
     u_char                                 *body;
+    ngx_str_t                               rec;
     ngx_int_t                               rc;
     ngx_uint_t                              reload, failed;
     cJSON                                  *root, *v;
@@ -444,9 +446,24 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
         return;
     }
 
+    /* the record as the store keeps it: its name, its value, authenticated */
+
+    if (ngx_http_tokenbiryani_record_wrap(r->pool, tmcf, TB_REC_SETTING,
+            (u_char *) "setting.routing.strategy",
+            sizeof("setting.routing.strategy") - 1, NULL, 0,
+            sw->strategy ? sw->strategy : (u_char *) "",
+            sw->strategy ? ngx_strlen(sw->strategy) : 0, &rec)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    (void) tb_rec_payload((char *) rec.data, rec.len, &plen, &sw->rgen);
+
     sw->job.op = NGX_HTTP_TB_JOB_SETTING;
     sw->job.name = "setting.routing.strategy";
-    sw->job.spec = sw->strategy ? (char *) sw->strategy : "";
+    sw->job.spec = (char *) rec.data;
 
     if (ngx_http_tokenbiryani_store_post(tmcf, &sw->job) != NGX_OK) {
         rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
@@ -478,8 +495,16 @@ ngx_http_tokenbiryani_settings_written(ngx_http_tokenbiryani_job_t *job)
         goto done;
     }
 
-    ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, sw->strategy,
-        sw->strategy ? ngx_strlen(sw->strategy) : 0);
+    if (ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone,
+            sw->strategy, sw->strategy ? ngx_strlen(sw->strategy) : 0,
+            sw->rgen)
+        == NGX_HTTP_TB_RKEY_STALE)
+    {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                 "invalid_request_error", "routing.strategy was set "
+                 "meanwhile by another instance: read it and try again");
+        goto done;
+    }
 
     ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
                   "tokenbiryani: routing.strategy set to \"%s\" by an "

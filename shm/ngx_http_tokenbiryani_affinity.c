@@ -164,8 +164,8 @@ ngx_http_tokenbiryani_affinity_adopt(ngx_http_tokenbiryani_zone_t *zone,
 
     cached = ngx_atoi(sp + 1, value + len - sp - 1);
 
-    slot = ngx_http_tokenbiryani_zone_slot_of(zone, (u_char *) value,
-                                              sp - value);
+    /* looked up, never made: the announcement is another instance's */
+    slot = ngx_http_tokenbiryani_zone_slot_find(zone, value, sp - value);
     if (slot < 0) {
         /* an account this instance does not have */
         return;

@@ -268,7 +268,7 @@ ngx_http_tokenbiryani_spend_told_session(ngx_http_tokenbiryani_zone_t *zone,
 
     s = ngx_http_tokenbiryani_session_locked(zone, t->session,
                                              (u_char *) t->key,
-                                             ngx_strlen(t->key), now);
+                                             ngx_strlen(t->key), NULL, now);
 
     if (s && s->peers == NULL) {
         size = NGX_HTTP_TB_SESSION_PEERS

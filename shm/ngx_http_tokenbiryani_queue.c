@@ -53,6 +53,43 @@ ngx_http_tokenbiryani_waiter_blocked(ngx_http_tokenbiryani_shm_t *sh,
 
 
 ngx_uint_t
+ngx_http_tokenbiryani_queue_room(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, int64_t key_max, ngx_uint_t *depth)
+{
+    ngx_uint_t                         rc;
+    ngx_http_tokenbiryani_shm_t       *sh;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    sh = zone->sh;
+    rc = NGX_HTTP_TB_QUEUE_OK;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    *depth = sh->nwaiting;
+
+    if (sh->nwaiting >= (ngx_uint_t) zone->tbcf->queue_max_size) {
+        rc = NGX_HTTP_TB_QUEUE_FULL;
+
+    } else {
+        ks = ngx_http_tokenbiryani_keystate_find(zone, key);
+
+        if (ks && key_max >= 0 && ks->queued >= (ngx_uint_t) key_max) {
+            *depth = ks->queued;
+            rc = NGX_HTTP_TB_QUEUE_KEY_FULL;
+        }
+    }
+
+    if (rc != NGX_HTTP_TB_QUEUE_OK) {
+        sh->queue_full++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return rc;
+}
+
+
+ngx_uint_t
 ngx_http_tokenbiryani_queue_add(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t cls, u_char *request_id, uint64_t key, int64_t key_max,
     int64_t now, ngx_uint_t *depth, ngx_http_tokenbiryani_ticket_t *ticket)
@@ -566,6 +603,7 @@ ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
     ks->key = key;
     ks->inflight = 0;
     ks->queued = 0;
+    ks->nsessions = 0;
     ngx_memzero(&ks->spend, sizeof(tb_ledger_t));
     ngx_queue_insert_tail(&sh->keys, &ks->queue);
 

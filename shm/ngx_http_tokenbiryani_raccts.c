@@ -14,7 +14,7 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
-static ngx_http_tokenbiryani_racct_t *
+ngx_http_tokenbiryani_racct_t *
 ngx_http_tokenbiryani_racct_find_locked(ngx_http_tokenbiryani_shm_t *sh,
     const u_char *id, size_t len)
 {
@@ -56,6 +56,17 @@ ngx_http_tokenbiryani_racct_put(ngx_http_tokenbiryani_zone_t *zone,
 
     old = ngx_http_tokenbiryani_racct_find_locked(sh, in->id.data,
                                                   in->id.len);
+
+    if (ngx_http_tokenbiryani_grave_stale_locked(sh, TB_REC_ACCOUNT,
+            in->id.data, in->id.len,
+            old ? ngx_http_tokenbiryani_spec_gen(old->data + old->id_len + 1,
+                                                 old->spec_len)
+                : 0,
+            ngx_http_tokenbiryani_spec_gen(in->spec.data, in->spec.len)))
+    {
+        rc = NGX_HTTP_TB_RKEY_STALE;
+        goto done;
+    }
 
     if (create && old) {
         rc = NGX_HTTP_TB_RKEY_EXISTS;
@@ -165,6 +176,10 @@ ngx_http_tokenbiryani_racct_delete(ngx_http_tokenbiryani_zone_t *zone,
         sh->slots[ra->slot]->live = 0;
 
         (void) ngx_http_tokenbiryani_affinity_drop_locked(zone, ra->slot);
+
+        ngx_http_tokenbiryani_grave_put_locked(sh, TB_REC_ACCOUNT, id, len,
+                    ngx_http_tokenbiryani_spec_gen(ra->data + ra->id_len + 1,
+                                                   ra->spec_len));
 
         ngx_queue_remove(&ra->queue);
         ngx_slab_free_locked(zone->shpool, ra);

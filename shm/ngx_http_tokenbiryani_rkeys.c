@@ -10,12 +10,99 @@
 
 
 #include "ngx_http_tokenbiryani_zone.h"
+#include "tb_hash.h"
 
 
 static ngx_uint_t ngx_http_tokenbiryani_rkey_write(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t name_len,
     const u_char *digest, const u_char *spec, size_t spec_len,
     ngx_uint_t set);
+
+
+static uint64_t
+ngx_http_tokenbiryani_grave_hash(int kind, const u_char *name, size_t len)
+{
+    u_char  k;
+
+    k = (u_char) kind;
+
+    return tb_hash64(tb_hash64(0x746261677261766bULL, &k, 1), name, len);
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_grave_gen_locked(ngx_http_tokenbiryani_shm_t *sh,
+    int kind, const u_char *name, size_t len)
+{
+    uint64_t    h;
+    ngx_uint_t  i;
+
+    h = ngx_http_tokenbiryani_grave_hash(kind, name, len);
+
+    for (i = 0; i < NGX_HTTP_TB_GRAVES; i++) {
+        if (sh->graves[i].hash == h && sh->graves[i].gen) {
+            return sh->graves[i].gen;
+        }
+    }
+
+    return 0;
+}
+
+
+void
+ngx_http_tokenbiryani_grave_put_locked(ngx_http_tokenbiryani_shm_t *sh,
+    int kind, const u_char *name, size_t len, uint64_t gen)
+{
+    uint64_t    h;
+    ngx_uint_t  i;
+
+    if (gen == 0) {
+        /* no envelope (no store): nothing to replay */
+        return;
+    }
+
+    h = ngx_http_tokenbiryani_grave_hash(kind, name, len);
+
+    for (i = 0; i < NGX_HTTP_TB_GRAVES; i++) {
+        if (sh->graves[i].hash == h && sh->graves[i].gen) {
+            sh->graves[i].gen = ngx_max(sh->graves[i].gen, gen);
+            return;
+        }
+    }
+
+    i = sh->grave_next++ % NGX_HTTP_TB_GRAVES;
+    sh->graves[i].hash = h;
+    sh->graves[i].gen = gen;
+}
+
+
+/* whether a record of generation gen may replace what is, or was, there */
+ngx_uint_t
+ngx_http_tokenbiryani_grave_stale_locked(ngx_http_tokenbiryani_shm_t *sh,
+    int kind, const u_char *name, size_t len, uint64_t cur, uint64_t gen)
+{
+    uint64_t  dead;
+
+    if (gen < cur) {
+        return 1;
+    }
+
+    dead = ngx_http_tokenbiryani_grave_gen_locked(sh, kind, name, len);
+
+    return dead && gen <= dead;
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_spec_gen(const u_char *spec, size_t len)
+{
+    size_t    plen;
+    uint64_t  gen;
+
+    (void) tb_rec_payload((const char *) spec, len, &plen, &gen);
+
+    return gen;
+}
 
 
 static ngx_http_tokenbiryani_rkey_t *
@@ -76,6 +163,17 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
 
     old = ngx_http_tokenbiryani_rkey_find_locked(sh, name, name_len);
 
+    if (ngx_http_tokenbiryani_grave_stale_locked(sh, TB_REC_KEY, name,
+            name_len,
+            old ? ngx_http_tokenbiryani_spec_gen(old->data + old->name_len,
+                                                 old->spec_len)
+                : 0,
+            ngx_http_tokenbiryani_spec_gen(spec, spec_len)))
+    {
+        rc = NGX_HTTP_TB_RKEY_STALE;
+        goto done;
+    }
+
     if (digest == NULL && old == NULL) {
         rc = NGX_HTTP_TB_RKEY_NONE;
         goto done;
@@ -91,6 +189,7 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
             && ngx_memcmp(old->data + old->name_len, spec, spec_len) == 0)
         {
             /* as it is: the generation stays, no worker rebuilds */
+            rc = NGX_HTTP_TB_RKEY_SAME;
             goto done;
         }
 
@@ -123,6 +222,10 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
     } else {
         ngx_queue_insert_tail(&sh->rkeys, &k->queue);
         sh->nrkeys++;
+
+        if (set) {
+            rc = NGX_HTTP_TB_RKEY_NEW;
+        }
     }
 
     (void) ngx_atomic_fetch_add(&sh->rkeys_gen, 1);
@@ -153,6 +256,9 @@ ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
         rc = NGX_HTTP_TB_RKEY_NONE;
 
     } else {
+        ngx_http_tokenbiryani_grave_put_locked(sh, TB_REC_KEY, name, len,
+                    ngx_http_tokenbiryani_spec_gen(k->data + k->name_len,
+                                                   k->spec_len));
         ngx_queue_remove(&k->queue);
         ngx_slab_free_locked(zone->shpool, k);
         sh->nrkeys--;
@@ -163,6 +269,78 @@ ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return rc;
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_record_gen(ngx_http_tokenbiryani_zone_t *zone, int kind,
+    const u_char *name, size_t len)
+{
+    uint64_t                        gen, dead;
+    ngx_http_tokenbiryani_shm_t    *sh;
+    ngx_http_tokenbiryani_rkey_t   *k;
+    ngx_http_tokenbiryani_racct_t  *ra;
+
+    sh = zone->sh;
+    gen = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (kind == TB_REC_KEY) {
+        k = ngx_http_tokenbiryani_rkey_find_locked(sh, name, len);
+
+        if (k) {
+            gen = ngx_http_tokenbiryani_spec_gen(k->data + k->name_len,
+                                                 k->spec_len);
+        }
+
+    } else if (kind == TB_REC_ACCOUNT) {
+        ra = ngx_http_tokenbiryani_racct_find_locked(sh, name, len);
+
+        if (ra) {
+            gen = ngx_http_tokenbiryani_spec_gen(ra->data + ra->id_len + 1,
+                                                 ra->spec_len);
+        }
+
+    } else if (kind == TB_REC_SETTING) {
+        gen = sh->strategy_rgen;
+    }
+
+    dead = ngx_http_tokenbiryani_grave_gen_locked(sh, kind, name, len);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return ngx_max(gen, dead);
+}
+
+
+void
+ngx_http_tokenbiryani_count_refused(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t message)
+{
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (message) {
+        zone->sh->refused_messages++;
+
+    } else {
+        zone->sh->refused_records++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
+ngx_http_tokenbiryani_refused(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t *records, uint64_t *messages)
+{
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    *records = zone->sh->refused_records;
+    *messages = zone->sh->refused_messages;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
 
@@ -381,9 +559,9 @@ ngx_http_tokenbiryani_store_unelect(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-void
+ngx_uint_t
 ngx_http_tokenbiryani_settings_set_strategy(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *name, size_t len)
+    const u_char *name, size_t len, uint64_t gen)
 {
     ngx_http_tokenbiryani_shm_t  *sh;
 
@@ -392,6 +570,16 @@ ngx_http_tokenbiryani_settings_set_strategy(ngx_http_tokenbiryani_zone_t *zone,
     len = (name == NULL) ? 0 : ngx_min(len, sizeof(sh->strategy) - 1);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (gen && gen < sh->strategy_rgen) {
+        /* an older record than the one this zone holds: a replay */
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return NGX_HTTP_TB_RKEY_STALE;
+    }
+
+    if (gen) {
+        sh->strategy_rgen = gen;
+    }
 
     ngx_memzero(sh->strategy, sizeof(sh->strategy));
 
@@ -402,6 +590,8 @@ ngx_http_tokenbiryani_settings_set_strategy(ngx_http_tokenbiryani_zone_t *zone,
     (void) ngx_atomic_fetch_add(&sh->settings_gen, 1);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return NGX_HTTP_TB_RKEY_OK;
 }
 
 

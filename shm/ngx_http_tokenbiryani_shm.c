@@ -412,7 +412,7 @@ ngx_http_tokenbiryani_zone_slot_locked(ngx_http_tokenbiryani_shm_t *sh,
         return NULL;
     }
 
-    tb_account_state_init(slot, (char *) za->id, za->fingerprint);
+    tb_account_state_init(slot, (char *) za->id, za->id_len, za->fingerprint);
     slot->withheld = sh->withheld;
     tb_account_share(slot, sh->shared);
 
@@ -722,6 +722,9 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->failovers = sh->failovers;
     stats->queue_wait_ms = sh->queue_wait_ms;
     stats->queue_waits = sh->queue_waits;
+    stats->zone_size = (size_t) (zone->shpool->end - (u_char *) zone->shpool);
+    stats->zone_free = zone->shpool->pfree << ngx_pagesize_shift;
+    stats->nslots = sh->nslots;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
@@ -790,6 +793,42 @@ ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return slot ? (ngx_int_t) i : -1;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_zone_slot_find(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len)
+{
+    ngx_int_t                     found;
+    ngx_uint_t                    i;
+    tb_account_state_t           *st;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    if (len == 0 || len > TB_ID_MAX) {
+        return -1;
+    }
+
+    found = -1;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (st->live && ngx_strlen(st->id) == len
+            && ngx_strncmp(st->id, id, len) == 0)
+        {
+            found = (ngx_int_t) i;
+            break;
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return found;
 }
 
 

@@ -147,6 +147,14 @@ ngx_int_t ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len);
 
 /*
+ * The slot of an account this configuration has (live) of that id: a
+ * look-up that never makes one, for what other instances announce.  -1
+ * when there is none.
+ */
+ngx_int_t ngx_http_tokenbiryani_zone_slot_find(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len);
+
+/*
  * A pool shared with other gateways (shm/ngx_http_tokenbiryani_news.c).
  * The share of every account's windows the others hold, and how many
  * gateways share the pool: a grant (0: not a grant, unchanged).
@@ -284,6 +292,9 @@ typedef struct {
     uint64_t                       failovers;
     uint64_t                       queue_wait_ms;
     uint64_t                       queue_waits;
+    size_t                         zone_size;     /* the slab pool's */
+    size_t                         zone_free;     /* its free pages */
+    ngx_uint_t                     nslots;        /* account slots made */
 } ngx_http_tokenbiryani_zone_stats_t;
 
 /* an answered request that took more than one attempt */
@@ -447,6 +458,14 @@ ngx_uint_t ngx_http_tokenbiryani_queue_reap(
 #define NGX_HTTP_TB_QUEUE_SERVED       1
 #define NGX_HTTP_TB_QUEUE_GONE         2
 
+/*
+ * Whether a request of key could wait now: NGX_HTTP_TB_QUEUE_OK, or
+ * _FULL / _KEY_FULL as queue_add would say (and count), nothing taken.
+ * *depth as for queue_add.
+ */
+ngx_uint_t ngx_http_tokenbiryani_queue_room(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, int64_t key_max, ngx_uint_t *depth);
+
 /* *depth: the queue's, or the key's when it is KEY_FULL */
 ngx_uint_t ngx_http_tokenbiryani_queue_add(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t cls, u_char *request_id,
@@ -541,7 +560,8 @@ ngx_uint_t ngx_http_tokenbiryani_affinity_set(
     int64_t cached, int64_t now, ngx_uint_t told);
 
 /* another instance's owner, "<account id> <cached tokens>", into the zone
- * (nothing when this zone has no account of that id) */
+ * (nothing when this configuration has no account of that id: the zone
+ * never grows for an announcement) */
 void ngx_http_tokenbiryani_affinity_adopt(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t session, const u_char *value, size_t len, int64_t now);
 
@@ -711,6 +731,10 @@ void ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
 #define NGX_HTTP_TB_RKEY_EXISTS        1      /* that name is taken */
 #define NGX_HTTP_TB_RKEY_NONE          2      /* no key of that name */
 #define NGX_HTTP_TB_RKEY_NOMEM         3
+#define NGX_HTTP_TB_RKEY_STALE         5      /* older than what is, or was,
+                                                 there: a replay */
+#define NGX_HTTP_TB_RKEY_SAME          6      /* _set: as it was */
+#define NGX_HTTP_TB_RKEY_NEW           7      /* _set: there was none */
 
 /* a new key (digest given), or another spec for one (digest NULL) */
 ngx_uint_t ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
@@ -719,14 +743,30 @@ ngx_uint_t ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
 ngx_uint_t ngx_http_tokenbiryani_rkey_delete(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t len);
 
-/* a key as another instance has it: added, replaced (digest and spec), or
- * left as it is when it is the same (the generation then stays) */
+/* a key as another instance has it: added (_NEW), replaced (digest and
+ * spec: _OK), or left as it is when it is the same (_SAME: the generation
+ * then stays) */
 ngx_uint_t ngx_http_tokenbiryani_rkey_set(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t name_len, const u_char *digest,
     const u_char *spec, size_t spec_len);
 
 /* changes with every put and delete; read without the lock */
 uint64_t ngx_http_tokenbiryani_rkeys_gen(ngx_http_tokenbiryani_zone_t *zone);
+
+/*
+ * Records (TB_REC_KEY, TB_REC_ACCOUNT) carry a generation in their
+ * envelope (tb_record.h).  The zone refuses one older than the record it
+ * holds of that name (_STALE), or than one it removed; this is the
+ * newest generation it knows of, for the next write's.
+ */
+uint64_t ngx_http_tokenbiryani_record_gen(ngx_http_tokenbiryani_zone_t *zone,
+    int kind, const u_char *name, size_t len);
+
+/* a record read back and refused, or a message: counted for the status */
+void ngx_http_tokenbiryani_count_refused(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t message);
+void ngx_http_tokenbiryani_refused(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t *records, uint64_t *messages);
 
 typedef struct {
     ngx_str_t                      name;
@@ -794,9 +834,12 @@ ngx_int_t ngx_http_tokenbiryani_raccts_copy(
 /*
  * The strategy an operator set at runtime, by name ("" or NULL: the
  * file's), for every worker; the generation moves with each change.
+ * gen: its record's (0: none), refused as NGX_HTTP_TB_RKEY_STALE when
+ * older than the zone's.
  */
-void ngx_http_tokenbiryani_settings_set_strategy(
-    ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t len);
+ngx_uint_t ngx_http_tokenbiryani_settings_set_strategy(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t len,
+    uint64_t gen);
 uint64_t ngx_http_tokenbiryani_settings_gen(ngx_http_tokenbiryani_zone_t *zone);
 uint64_t ngx_http_tokenbiryani_settings_strategy(
     ngx_http_tokenbiryani_zone_t *zone, u_char *buf, size_t size);

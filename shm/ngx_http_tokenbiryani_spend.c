@@ -43,6 +43,35 @@ ngx_http_tokenbiryani_session_find(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
+static void
+ngx_http_tokenbiryani_session_free(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_session_t *s)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_queue_remove(&s->lru);
+    ngx_rbtree_delete(&sh->sess_tree, &s->node);
+
+    if (s->is_dirty) {
+        ngx_queue_remove(&s->dirty);
+    }
+
+    if (s->peers) {
+        ngx_slab_free_locked(zone->shpool, s->peers);
+    }
+
+    if (s->owner && s->owner->nsessions) {
+        s->owner->nsessions--;
+    }
+
+    ngx_slab_free_locked(zone->shpool, s);
+    sh->nsessions--;
+    sh->sessions_evicted++;
+}
+
+
 /* the least recently charged session with nothing in flight: gone */
 ngx_uint_t
 ngx_http_tokenbiryani_session_evict(ngx_http_tokenbiryani_zone_t *zone)
@@ -65,20 +94,7 @@ ngx_http_tokenbiryani_session_evict(ngx_http_tokenbiryani_zone_t *zone)
             continue;
         }
 
-        ngx_queue_remove(&s->lru);
-        ngx_rbtree_delete(&sh->sess_tree, &s->node);
-
-        if (s->is_dirty) {
-            ngx_queue_remove(&s->dirty);
-        }
-
-        if (s->peers) {
-            ngx_slab_free_locked(zone->shpool, s->peers);
-        }
-
-        ngx_slab_free_locked(zone->shpool, s);
-        sh->nsessions--;
-        sh->sessions_evicted++;
+        ngx_http_tokenbiryani_session_free(zone, s);
 
         return 1;
     }
@@ -87,9 +103,50 @@ ngx_http_tokenbiryani_session_evict(ngx_http_tokenbiryani_zone_t *zone)
 }
 
 
+/* a key's fair share of the zone's conversations */
+static ngx_uint_t
+ngx_http_tokenbiryani_session_share(ngx_http_tokenbiryani_zone_t *zone)
+{
+    ngx_uint_t  keys;
+
+    keys = zone->tbcf->nkeys + zone->sh->nrkeys;
+
+    if (keys <= 1) {
+        return NGX_HTTP_TB_SESSIONS;
+    }
+
+    return ngx_max(NGX_HTTP_TB_SESSIONS / keys, 64);
+}
+
+
+/* the key's own least recently charged idle one: gone (1), or none (0) */
+static ngx_uint_t
+ngx_http_tokenbiryani_session_evict_own(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_keystate_t *ks)
+{
+    ngx_queue_t                      *q;
+    ngx_http_tokenbiryani_session_t  *s;
+
+    for (q = ngx_queue_last(&zone->sh->sess_lru);
+         q != ngx_queue_sentinel(&zone->sh->sess_lru);
+         q = ngx_queue_prev(q))
+    {
+        s = ngx_queue_data(q, ngx_http_tokenbiryani_session_t, lru);
+
+        if (s->owner == ks && s->leases == 0) {
+            ngx_http_tokenbiryani_session_free(zone, s);
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 ngx_http_tokenbiryani_session_t *
 ngx_http_tokenbiryani_session_locked(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t session, const u_char *key, size_t key_len, int64_t now)
+    uint64_t session, const u_char *key, size_t key_len,
+    ngx_http_tokenbiryani_keystate_t *ks, int64_t now)
 {
     ngx_http_tokenbiryani_shm_t      *sh;
     ngx_http_tokenbiryani_session_t  *s;
@@ -102,10 +159,27 @@ ngx_http_tokenbiryani_session_locked(ngx_http_tokenbiryani_zone_t *zone,
 
     s = ngx_http_tokenbiryani_session_find(sh, session);
     if (s) {
+        if (ks && s->owner == NULL) {
+            /* another instance's, or the store's, now its key's too */
+            s->owner = ks;
+            ks->nsessions++;
+        }
+
         return s;
     }
 
-    if (sh->nsessions >= NGX_HTTP_TB_SESSIONS) {
+    if (ks && ks->nsessions >= ngx_http_tokenbiryani_session_share(zone)) {
+        /*
+         * A key past its share makes room with its own conversations,
+         * never another key's: a tenant that opens new conversations
+         * without end cannot push the others' ledgers out.  When all of
+         * its own have requests in flight, this one is not counted.
+         */
+        if (!ngx_http_tokenbiryani_session_evict_own(zone, ks)) {
+            return NULL;
+        }
+
+    } else if (sh->nsessions >= NGX_HTTP_TB_SESSIONS) {
         (void) ngx_http_tokenbiryani_session_evict(zone);
     }
 
@@ -140,6 +214,11 @@ ngx_http_tokenbiryani_session_locked(ngx_http_tokenbiryani_zone_t *zone,
     if (s->key_len) {
         /* open mode has no key: NULL, 0 */
         ngx_memcpy(s->key, key, s->key_len);
+    }
+
+    if (ks) {
+        s->owner = ks;
+        ks->nsessions++;
     }
 
     /*
@@ -341,7 +420,7 @@ ngx_http_tokenbiryani_caps_reserve_locked(ngx_http_tokenbiryani_zone_t *zone,
     if (caps) {
         s = ngx_http_tokenbiryani_session_locked(zone, caps->session,
                                                  caps->key_name,
-                                                 caps->key_name_len, now);
+                                                 caps->key_name_len, ks, now);
 
         if (ngx_http_tokenbiryani_caps_reached(zone, ks, s, caps, now)) {
             return caps->reached;
@@ -728,7 +807,7 @@ ngx_http_tokenbiryani_session_restore(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     s = ngx_http_tokenbiryani_session_locked(zone, v->session, v->key,
-                                             v->key_len, v->first_ms);
+                                             v->key_len, NULL, v->first_ms);
     if (s) {
         tb_ledger_rebucket(&s->ledger, &v->ledger, zone->spend_bucket_ms);
         s->first_ms = v->first_ms;

@@ -8,9 +8,13 @@
 
 
 #include "ngx_http_tokenbiryani_shm.h"
+#include "tb_record.h"
 
 
-#define NGX_HTTP_TB_SHM_MAGIC          0x74627a64      /* "tbzd" */
+#define NGX_HTTP_TB_SHM_MAGIC          0x74627a65      /* "tbze" */
+
+/* records removed whose generation is remembered (a replay refused) */
+#define NGX_HTTP_TB_GRAVES             256
 
 
 /*
@@ -61,6 +65,9 @@ typedef struct {
     uint64_t                       key;           /* hash of its name */
     ngx_uint_t                     inflight;      /* leases it holds */
     ngx_uint_t                     queued;        /* its waiters */
+    ngx_uint_t                     nsessions;     /* conversations this
+                                                     instance's requests
+                                                     made for it */
     tb_ledger_t                    spend;         /* its spend window */
 
     /* the other instances' (store.backend: redis), and what it told */
@@ -84,6 +91,9 @@ typedef struct {
     uint32_t                       leases;        /* held on it now */
     uint32_t                       key_len;
     u_char                         key[TB_ID_MAX];
+
+    /* the key whose requests made it here, counted against its share */
+    ngx_http_tokenbiryani_keystate_t  *owner;
 
     /*
      * Sharing the pool: changed since the other instances were told (in
@@ -261,6 +271,19 @@ struct ngx_http_tokenbiryani_shm_s {
     /* settings changed at runtime: the strategy ("": the file's) */
     u_char                         strategy[32];
     ngx_atomic_t                   settings_gen;
+    uint64_t                       strategy_rgen; /* its record's */
+
+    /* the last records removed, by a hash of their kind and name, with
+     * the generation they had: one read back again is a replay */
+    struct {
+        uint64_t                   hash;
+        uint64_t                   gen;
+    }                              graves[NGX_HTTP_TB_GRAVES];
+    ngx_uint_t                     grave_next;
+
+    /* records and messages refused as not this gateway's (counted) */
+    uint64_t                       refused_records;
+    uint64_t                       refused_messages;
 
     /* POST /admin/reload: tickets, and the reload helper's answers */
     ngx_http_tokenbiryani_reload_state_t reload;
@@ -353,11 +376,17 @@ ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_find(
 ngx_uint_t ngx_http_tokenbiryani_session_evict(
     ngx_http_tokenbiryani_zone_t *zone);
 
-/* a conversation, made when new (at the LRU's tail); NULL: session 0,
- * or no memory.  Under the lock. */
+/*
+ * A conversation, made when new (at the LRU's tail); NULL: session 0, or
+ * no memory.  ks: the key whose request makes it (NULL: another
+ * instance's, or the store's): a key holds at most a fair share of the
+ * zone's conversations, NGX_HTTP_TB_SESSIONS over the number of keys, at
+ * least 64 - past it, its own least recent idle one makes room, never
+ * another key's.  Under the lock.
+ */
 ngx_http_tokenbiryani_session_t *ngx_http_tokenbiryani_session_locked(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t session, const u_char *key,
-    size_t key_len, int64_t now);
+    size_t key_len, ngx_http_tokenbiryani_keystate_t *ks, int64_t now);
 
 /*
  * A lease's caps: the account's cap re-checked, the key's and the
@@ -407,6 +436,26 @@ tb_account_state_t *ngx_http_tokenbiryani_cap_locked(
 ngx_uint_t ngx_http_tokenbiryani_zone_learn_org_locked(
     ngx_http_tokenbiryani_shm_t *sh, tb_account_state_t *st,
     const u_char *org, size_t len, ngx_uint_t told);
+
+
+/*
+ * Runtime records (shm/ngx_http_tokenbiryani_rkeys.c): a removed one's
+ * generation remembered; whether one of generation gen may replace what
+ * there is (of generation cur) and was.  Under the lock.
+ */
+void ngx_http_tokenbiryani_grave_put_locked(ngx_http_tokenbiryani_shm_t *sh,
+    int kind, const u_char *name, size_t len, uint64_t gen);
+uint64_t ngx_http_tokenbiryani_grave_gen_locked(
+    ngx_http_tokenbiryani_shm_t *sh, int kind, const u_char *name,
+    size_t len);
+ngx_uint_t ngx_http_tokenbiryani_grave_stale_locked(
+    ngx_http_tokenbiryani_shm_t *sh, int kind, const u_char *name,
+    size_t len, uint64_t cur, uint64_t gen);
+uint64_t ngx_http_tokenbiryani_spec_gen(const u_char *spec, size_t len);
+
+/* the runtime account of an id (shm/ngx_http_tokenbiryani_raccts.c) */
+ngx_http_tokenbiryani_racct_t *ngx_http_tokenbiryani_racct_find_locked(
+    ngx_http_tokenbiryani_shm_t *sh, const u_char *id, size_t len);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

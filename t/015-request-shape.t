@@ -294,3 +294,25 @@ for my $body (msg_body(), stream_body()) {
     is(scalar(grep { /^x-accel-/ } keys %{ $r->{headers} }), 0, 'no x-accel-* header');
 }
 ::upstream_saw(['POST /v1/messages', 'POST /v1/messages'], 'x-accel');
+
+
+
+=== TEST 14: a member the gateway acts on given twice (model, stream, max_tokens, messages, ...) is refused: the scope checked and the one the upstream reads cannot differ
+--- user_files eval
+pool_yaml(keys => [{ key => 'narrow-key', name => 'narrow', models => '["claude-haiku-*"]' }])
+--- request
+GET /healthz
+--- check
+my @bodies = (
+    '{"model":"claude-haiku-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}],"model":"claude-opus-4-1"}',
+    '{"model":"claude-opus-4-1","mod\u0065l":"claude-haiku-4-5","max_tokens":8,"messages":[]}',
+    '{"model":"claude-haiku-4-5","stream":false,"stream":true,"max_tokens":8,"messages":[]}',
+    '{"model":"claude-haiku-4-5","max_tokens":8,"max_tokens":64000,"messages":[]}',
+);
+for my $b (@bodies) {
+    my $r = http_request(method => 'POST', path => '/v1/messages', body => $b,
+                         headers => { 'x-api-key' => 'narrow-key', 'content-type' => 'application/json' });
+    is($r->{status}, 400, "refused: $b");
+    like(json_decode($r->{body})->{error}{message}, qr/: given more than once in the request body/, 'saying which');
+}
+is(scalar @{ mock_log() }, 0, 'nothing went upstream');

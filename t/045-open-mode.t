@@ -78,9 +78,24 @@ for my $site ('cross-site', 'Cross-Site') {
 }
 is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 is(account_of(pool_status(), 'a1')->{state}, 'ready', 'a1 was not disabled');
-# what a page of the gateway's own origin, or a program, sends
-for my $origin ('http://127.0.0.1:8787', 'http://localhost', 'https://[::1]:8787') {
-    is(send_as('/v1/messages', Origin => $origin)->{status}, 200, "Origin $origin: served");
+# a page of another server on this machine: loopback, but not the gateway's
+my $port = server_port();
+for my $origin ("http://127.0.0.1:" . ($port + 1), 'http://localhost:8080', "https://127.0.0.1:$port",
+                'http://127.0.0.1', "http://localhost:$port") {
+    refused_ok(send_as('/v1/messages', Host => "127.0.0.1:$port", Origin => $origin,
+                       'Content-Type' => 'text/plain'),
+               403, qr/another origin/, "messages from $origin, to 127.0.0.1:$port");
+    refused_ok(send_as('/admin/accounts/a1/disable', method => 'POST', body => '{}', Host => "127.0.0.1:$port",
+                       Origin => $origin, 'Content-Type' => 'application/json'),
+               403, qr/origin/, "disable from $origin, to 127.0.0.1:$port");
+}
+is(account_of(pool_status(), 'a1')->{state}, 'ready', 'a1 was not disabled');
+# what a page of the gateway's own origin (its scheme, host and port), or a program, sends
+for my $pair (["127.0.0.1:$port", "http://127.0.0.1:$port"], ["localhost:$port", "http://LOCALHOST:$port"],
+              ['localhost', 'http://localhost'], ['localhost:80', 'http://localhost'],
+              ["[::1]:$port", "http://[::1]:$port"]) {
+    my ($host, $origin) = @$pair;
+    is(send_as('/v1/messages', Host => $host, Origin => $origin)->{status}, 200, "Origin $origin to Host $host: served");
 }
 for my $site ('same-origin', 'same-site', 'none') {
     is(send_as('/v1/messages', 'Sec-Fetch-Site' => $site)->{status}, 200, "Sec-Fetch-Site: $site: served");

@@ -171,3 +171,48 @@ chmod 0600, $kf;
     is($rc, 0, 'a good one: nginx -t passes') or diag($out);
     ok(!-e $kf, 'and no key file is made');
 }
+
+
+
+=== TEST 5: the master, as root, never follows a link where the store's files are, and refuses a store directory the workers' user could write
+--- user_files eval
+">>> tb.yaml\n$::Store"
+--- request
+GET /healthz
+--- check
+SKIP: {
+skip 'the master runs as root only when the suite does', 6 unless $> == 0;
+my $db = servroot() . '/html/tokenbiryani.db';
+my $target = servroot() . '/elsewhere.db';
+TB::Nginx::stop_nginx();
+# the store file itself a link to a file elsewhere (a database, as SQLite
+# follows it): the master changes nothing of what it points at
+rename $db, $target or die "rename: $!\n";
+unlink "$db-wal", "$db-shm";
+chmod 0640, $target;
+chown 0, 0, $target;
+symlink($target, $db) or die "symlink: $!\n";
+start_again();
+my @st = stat $target;
+is(sprintf('%o', $st[2] & 07777), '640', 'the store file a link: its target\'s mode untouched');
+is($st[4], 0, 'and its owner');
+like(TB::Nginx::slurp(servroot() . '/logs/error.log'), qr/tokenbiryani\.db" is left as it is: it cannot be opened as a file of its own/,
+     'said');
+TB::Nginx::stop_nginx();
+unlink $db;
+rename $target, $db or die "rename: $!\n";
+unlink "$target-wal", "$target-shm";
+
+# a directory the workers' user (nobody) could write: a link put there
+# would be followed as root at the next start
+my $dir = servroot() . '/html';
+my $mode = (stat $dir)[2] & 07777;
+chmod 0777, $dir;
+my ($rc, $out) = nginx_t($::Store);
+isnt($rc, 0, 'a world-writable store directory: nginx -t fails');
+like($out, qr/the store's directory ".*html" can be written by the workers' user/, 'naming it and why');
+chmod $mode, $dir;
+($rc, $out) = nginx_t($::Store);
+is($rc, 0, 'once it is root\'s alone, it passes') or diag($out);
+start_again();
+}

@@ -14,6 +14,8 @@ no_shuffle();
 mock_start();
 
 our $Yaml = <<'_EOY_';
+server:
+  allow_private_hosts: true     # the mock is on loopback
 store:
   backend: sqlite
 accounts:

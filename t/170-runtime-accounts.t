@@ -12,6 +12,8 @@ no_shuffle();
 mock_start();
 
 our $Yaml = <<'_EOY_';
+server:
+  allow_private_hosts: true     # the mock is on loopback
 store:
   backend: sqlite
 accounts:
@@ -334,7 +336,7 @@ is($st, 403, 'a tenant key cannot probe either');
 --- request
 GET /healthz
 --- check
-my ($st, $j) = admin(POST => '/admin/accounts', { id => 'sealed', api_key => 'sk-sealed', base_url => mock_url() });
+my ($st, $j) = admin(POST => '/admin/accounts', { id => 'sealed', api_key => 'sk-sealed', base_url => mock_url(), priority => 3 });
 is($st, 201, 'added');
 my $kf = servroot() . '/html/tokenbiryani.key';
 ok(-f $kf, 'the secret key file was made');
@@ -345,14 +347,20 @@ start_again();
 my $l = listed('sealed');
 ok($l, 'still listed');
 is($l->{state}, 'disabled', 'not serving');
-like($l->{reason}, qr/sealed under the secret key [0-9a-f]{8}, and the secret key is now [0-9a-f]{8}/, 'the reason names both keys');
+like($l->{reason}, qr/sealed under the secret key [0-9a-f]{8}, and the secret key is now [0-9a-f]{8}.*add it again with every field it had/, 'the reason names both keys, and what to do');
+# nothing of a record the gateway cannot authenticate is kept: its id alone
+isnt($l->{priority}, 3, 'its spec is not trusted (its priority is gone)');
+isnt($l->{base_url} // '', mock_url(), 'nor its base_url');
 my $log = TB::Nginx::slurp(servroot() . '/logs/error.log');
 my @lines = $log =~ /account "sealed" added at runtime does not serve/g;
 is(scalar @lines, 1, 'the log says it once');
 is(message_with('tenant-key')->{status}, 200, 'the file\'s account serves');
-($st, $j) = admin(PATCH => '/admin/accounts/sealed', { api_key => 'sk-sealed-again' });
-is($st, 200, 'given its credential again, it is sealed under the new key') or diag(explain($j));
+($st, $j) = admin(DELETE => '/admin/accounts/sealed');
+is($st, 200, 'removed') or diag(explain($j));
+($st, $j) = admin(POST => '/admin/accounts', { id => 'sealed', api_key => 'sk-sealed-again', base_url => mock_url(), priority => 3 });
+is($st, 201, 'added again, whole: sealed and authenticated under the new key') or diag(explain($j));
 is(listed('sealed')->{state}, 'ready', 'and serves');
+is(listed('sealed')->{priority}, 3, 'as given');
 
 
 
@@ -424,3 +432,35 @@ my $n = mark_log();
 my @r = @{ http_requests_concurrent([map { message_args('tenant-key') } 1 .. 6]) };
 is(scalar(grep { $_->{status} == 200 } @r), 6, 'served by the runtime account in both new workers');
 is_deeply([sort keys %{{ map { $_ => 1 } @{ creds_since($n) } }}], ['sk-kept'], 'with its credential');
+
+
+
+=== TEST 10: without server.allow_private_hosts, an account added at runtime reaches no loopback, link-local or private address - through the API, its credential test, or what the store gives back; the file's own still may
+--- user_files eval
+">>> tb.yaml\n" . ($::Yaml =~ s/server:\n  allow_private_hosts: true[^\n]*\n//r)
+--- request
+GET /healthz
+--- check
+for my $url (mock_url(), 'http://169.254.169.254/latest', 'http://localhost:8080', 'http://[::1]:8080',
+             'https://10.0.0.7', 'http://192.168.1.20:11434') {
+    my ($st, $j) = admin(POST => '/admin/accounts', { id => 'inside', api_key => 'sk-inside', base_url => $url });
+    is($st, 400, "$url: refused");
+    like($j->{error}{message}, qr/loopback, link-local or private address.*server\.allow_private_hosts/, "$url: saying why");
+    ($st, $j) = admin(POST => '/admin/accounts/test', { api_key => 'sk-inside', base_url => $url });
+    is($st, 400, "$url: its credential test too");
+}
+is(scalar @{ mock_log() }, 0, 'nothing reached the mock');
+is(message_with('tenant-key')->{status}, 200, 'the file\'s account, on loopback, serves');
+
+# one added while it was allowed, read back when it is not
+TB::Nginx::stop_nginx();
+TB::Nginx::write_user_file('tb.yaml', $::Yaml);
+start_again();
+my ($st) = admin(POST => '/admin/accounts', { id => 'inside', api_key => 'sk-inside', base_url => mock_url(2), probe => JSON::PP::false() });
+is($st, 201, 'added while allowed');
+TB::Nginx::stop_nginx();
+TB::Nginx::write_user_file('tb.yaml', $::Yaml =~ s/server:\n  allow_private_hosts: true[^\n]*\n//r);
+start_again();
+my $l = listed('inside');
+isnt(($l // {})->{state}, 'ready', 'read back when not allowed: it does not serve');
+like(TB::Nginx::slurp(servroot() . '/logs/error.log'), qr/account "inside" added at runtime does not serve: base_url: 127\.0\.0\.1 is a loopback/, 'the log says why');

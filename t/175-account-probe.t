@@ -72,6 +72,8 @@ sub no_secret_ok {
 # brings the thread pool a host name is looked up in
 our $Yaml = <<'_EOY_';
 >>> tb.yaml
+server:
+  allow_private_hosts: true     # the mock is on loopback
 store:
   backend: sqlite
   path: tb.db
@@ -346,7 +348,8 @@ content-type: application/json
 
 === TEST 11: https when no account of the file uses it and no store: the gateway has no TLS context, said at once
 --- user_files eval
-TB::Gateway::pool_yaml(accounts => [{ id => 'plain' }], keys => [{ key => 'admin-key', name => 'admin', admin => 'true' }])
+TB::Gateway::pool_yaml(accounts => [{ id => 'plain' }], keys => [{ key => 'admin-key', name => 'admin', admin => 'true' }],
+                      yaml => "server:\n  allow_private_hosts: true\n")
 --- request
 GET /healthz
 --- check

@@ -18,6 +18,8 @@ mock_start();
 redis_start(fresh => 1);
 
 our $Yaml = <<'_EOY_';
+server:
+  allow_private_hosts: true     # the mock is on loopback
 store:
   backend: redis
   url: redis://127.0.0.1:${TEST_NGINX_REDIS_PORT}/0
@@ -76,7 +78,7 @@ _EOY_
 
 sub pair_yaml {
     my %o = @_;
-    my $store = "store:\n  backend: " . ($o{redis} // 1 ? "redis\n  url: redis://127.0.0.1:\${TEST_NGINX_REDIS_PORT}/0\n  namespace: tbtest\n"
+    my $store = "server:\n  allow_private_hosts: true\nstore:\n  backend: " . ($o{redis} // 1 ? "redis\n  url: redis://127.0.0.1:\${TEST_NGINX_REDIS_PORT}/0\n  namespace: tbtest\n"
                                                        : "memory\n");
     ">>> tb.yaml\n$store$::Pair";
 }
@@ -172,8 +174,8 @@ isnt(admin_get_port('/admin/status', $B)->{store}{instance}, store_of()->{instan
 my ($st, $j) = admin(POST => '/admin/keys', { name => 'shared', models => ['claude-*'] });
 is($st, 201, 'minted on A') or diag(explain($j));
 my $secret = $j->{key};
-is(TB::Nginx::redis_cmd('HGET', 'tbtest:keys', 'shared') =~ /^([0-9a-f]{64}) \{/ ? $1 : '',
-   sha256_hex($secret), 'Redis holds its digest and spec, not its secret');
+is(TB::Nginx::redis_cmd('HGET', 'tbtest:keys', 'shared') =~ /^([0-9a-f]{64}) tba1\.[0-9a-f]{8}\.\d+\.[\w-]{43}\.\{/ ? $1 : '',
+   sha256_hex($secret), 'Redis holds its digest and spec, authenticated, not its secret');
 ok(defined within(1, sub { (message_with($secret, port => $B)->{status} // 0) == 200 }),
    'B honours it within a second');
 is(message_with($secret, port => $B, model => 'gpt-4o')->{status}, 403, 'with its scope');
@@ -190,6 +192,7 @@ ok(defined within(1, sub { (message_with($secret, port => $B, model => 'gpt-4o')
 is(message_with($secret)->{status}, 401, 'and A at once');
 my ($bs, $bj) = admin(GET => '/admin/keys', undef, port => $B);
 is_deeply([map { $_->{name} } @{ $bj->{keys} }], ['ops', 'tenant'], 'B lists only the file\'s keys');
+is($bj->{store}, 'redis', 'and names the backend in use');
 unlike(TB::Nginx::log_text() . peer_log(), qr/\Q$secret\E/, 'the secret is in no log');
 
 

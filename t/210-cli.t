@@ -9,6 +9,7 @@ use TB::Gateway;
 use IPC::Open3 ();
 use Symbol ();
 use Cwd ();
+use IO::Socket::INET ();
 
 master_on();
 workers(2);
@@ -19,6 +20,8 @@ our $Cli = $ENV{TEST_NGINX_CLI} || Cwd::abs_path('build/tokenbiryani');
 
 our $Yaml = <<'_EOY_';
 >>> tb.yaml
+server:
+  allow_private_hosts: true     # the mock is on loopback
 store:
   backend: sqlite
 pricing: builtin
@@ -240,7 +243,7 @@ is($rc, 1, 'a refused key: exit 1');
 like($out, qr/PROBLEM the upstream answered 401/, 'saying so');
 ($rc, $out, $err) = cli(['doctor'], no_gateway => 1);
 is($rc, 2, 'no key at all');
-like($err, qr/doctor needs a key: --api-key K or \$ANTHROPIC_API_KEY/, 'saying where one comes from');
+like($err, qr/doctor needs a key: --api-key - \(read from stdin\) or \$ANTHROPIC_API_KEY/, 'saying where one comes from');
 
 
 
@@ -305,7 +308,7 @@ system('rm', '-rf', $dir);
 mkdir $dir or die "$dir: $!";
 chmod 0755, $dir;
 my $port = TB::Nginx::server_port() + 7;
-my ($rc, $out, $err) = cli(['init', '--dir', $dir, '--listen', "127.0.0.1:$port"], no_gateway => 1);
+my ($rc, $out, $err) = cli(['init', '--dir', $dir, '--listen', "127.0.0.1:$port", '--allow-private-hosts'], no_gateway => 1);
 is($rc, 0, 'init') or diag($err);
 my ($client) = $out =~ /^export ANTHROPIC_AUTH_TOKEN=(bir_[0-9a-f]{48})$/m;
 ok($client, 'a key in the export lines');
@@ -398,3 +401,35 @@ like($err, qr/a b: a path of letters, digits/, 'named');
 ok(!-e "$other/a b/nginx.conf", 'nothing written');
 ($rc) = cli(['serve', '--dir', $dir, '--stop'], no_gateway => 1);
 is($rc, 0, 'stopped');
+
+
+
+=== TEST 10: secrets never need the command line: --key - and --api-key - read stdin; one given inline still works, with a warning, and is blanked from the process's arguments
+--- request
+GET /healthz
+--- check
+my ($rc, $out, $err) = cli(['status', '--json', '--key', '-'], stdin => "admin-key\n", env => { TOKENBIRYANI_KEY => '' });
+is($rc, 0, 'status with --key - (stdin)') or diag($err);
+is($err, '', 'no warning');
+($rc, $out, $err) = cli(['status', '--json', '--key', 'admin-key'], env => { TOKENBIRYANI_KEY => '' });
+is($rc, 0, 'status with --key inline');
+like($err, qr/warning: --key on the command line can be read by other users.*--key - \(stdin\)/, 'with a warning');
+my $base = "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT}";
+($rc, $out, $err) = cli(['doctor', '--api-key', '-', '--base-url', $base], stdin => "sk-doc\n", no_gateway => 1);
+is($rc, 0, 'doctor --api-key -') or diag($err);
+is($err, '', 'no warning');
+is(mock_log()->[-1]{credential}, 'sk-doc', 'the key read from stdin was used');
+# the inline one, as the process table shows it while the command runs (a
+# server that takes the connection and never answers holds it there)
+my $l = IO::Socket::INET->new(Listen => 4, LocalAddr => '127.0.0.1', LocalPort => 0) or die "listen: $!\n";
+my ($in, $o, $e) = (Symbol::gensym(), Symbol::gensym(), Symbol::gensym());
+my $pid = IPC::Open3::open3($in, $o, $e, $Cli, 'doctor', '--api-key', 'sk-visible-secret',
+                            '--base-url', 'http://127.0.0.1:' . $l->sockport());
+my $cmdline = '';
+ok(TB::Nginx::poll_until(5, sub {
+    $cmdline = TB::Nginx::slurp("/proc/$pid/cmdline") // '';
+    $cmdline =~ /x{17}/ }), 'the command is running, its arguments read');
+kill 'TERM', $pid;
+waitpid($pid, 0);
+unlike($cmdline, qr/sk-visible-secret/, 'the secret is blanked from /proc/<pid>/cmdline once parsed');
+like($cmdline, qr/--api-key\0x{17}\0/, 'in its place as many x');

@@ -29,6 +29,8 @@ our ($DrvIn, $DrvOut, $DrvPid);
 
 our $Yaml = <<'_EOY_';
 >>> tb.yaml
+server:
+  allow_private_hosts: true     # the mock is on loopback
 store:
   backend: sqlite
 pricing: builtin
@@ -347,6 +349,8 @@ clean('accounts');
 === TEST 6: first run on an empty pool: add a credential, verify it with the header check, export lines whose key works with curl; no header observed is said as such
 --- user_files
 >>> tb.yaml
+server:
+  allow_private_hosts: true
 store:
   backend: sqlite
 pricing: builtin
@@ -410,7 +414,7 @@ local %ENV = %ENV;
 delete @ENV{qw(TOKENBIRYANI_URL TOKENBIRYANI_KEY ANTHROPIC_API_KEY ANTHROPIC_BASE_URL)};
 my $here = Cwd::getcwd();
 chdir $dir;
-my $out = `$Cli init --listen 127.0.0.1:$port 2>&1`;
+my $out = `$Cli init --listen 127.0.0.1:$port --allow-private-hosts 2>&1`;
 is($?, 0, 'tokenbiryani init') or diag($out);
 $out = `$Cli serve -d 2>&1`;
 is($?, 0, 'tokenbiryani serve -d') or diag($out . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"));

@@ -51,6 +51,15 @@ typedef struct {
 /* an option's value, or NULL; a flag's presence ("1") */
 const char *tbc_opt(const tbc_t *c, const char *name);
 
+/*
+ * A secret option (--key, --api-key): "-" reads the first line of stdin
+ * into buf; a value on the command line is used with a warning (other
+ * users of the machine can read it in /proc while the command runs; the
+ * command blanks it from its argv at once); NULL when not given.
+ */
+const char *tbc_secret(const tbc_t *c, const char *name, char *buf,
+    size_t size);
+
 /* errors: one line on stderr, "tokenbiryani: ..." */
 void tbc_err(const char *fmt, ...);
 

@@ -226,16 +226,11 @@ tbc_accounts_add(tbc_t *c)
      * --api-key -: the first line of stdin, so that the credential is in
      * no process list and no shell history; without it, $ANTHROPIC_API_KEY
      */
-    key = tbc_opt(c, "api-key");
+    key = tbc_secret(c, "api-key", line, sizeof(line));
 
-    if (key && strcmp(key, "-") == 0) {
-        if (fgets(line, sizeof(line), stdin) == NULL) {
-            tbc_err("--api-key -: nothing on stdin");
-            return TBC_USAGE;
-        }
-
-        line[strcspn(line, "\r\n")] = '\0';
-        key = line;
+    if (key && key[0] == '\0') {
+        tbc_err("--api-key -: nothing on stdin");
+        return TBC_USAGE;
 
     } else if (key == NULL) {
         key = getenv("ANTHROPIC_API_KEY");

@@ -147,7 +147,8 @@ tbc_doctor(tbc_t *c)
 {
     int              i, w, missing;
     long             code;
-    char             url[1024], hdr[1024], body[256], err[CURL_ERROR_SIZE];
+    char             url[1024], hdr[1024], body[256], err[CURL_ERROR_SIZE],
+                     keybuf[1024];
     CURL            *cu;
     CURLcode         rc;
     const char      *key, *base, *model, *v;
@@ -158,13 +159,14 @@ tbc_doctor(tbc_t *c)
     static const char  *wins[] = { "requests", "input tokens",
                                    "output tokens" };
 
-    key = tbc_opt(c, "api-key");
+    key = tbc_secret(c, "api-key", keybuf, sizeof(keybuf));
     if (key == NULL) {
         key = getenv("ANTHROPIC_API_KEY");
     }
 
     if (key == NULL || key[0] == '\0') {
-        tbc_err("doctor needs a key: --api-key K or $ANTHROPIC_API_KEY");
+        tbc_err("doctor needs a key: --api-key - (read from stdin) or "
+                "$ANTHROPIC_API_KEY");
         return TBC_USAGE;
     }
 

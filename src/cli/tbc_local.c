@@ -162,7 +162,7 @@ tbc_init(tbc_t *c)
                  conf_path[PATH_MAX + 64], prefix[PATH_MAX + 64],
                  url_path[PATH_MAX + 128], key[64], admin[64],
                  yaml[PATH_MAX + 2048], conf[3 * PATH_MAX + 2048],
-                 accounts[1024];
+                 accounts[1024], keybuf[1024];
     char         module_path[PATH_MAX];
     const char  *listen, *api_key, *module, *port;
     struct stat  st;
@@ -228,7 +228,7 @@ tbc_init(tbc_t *c)
         return TBC_FAIL;
     }
 
-    api_key = tbc_opt(c, "api-key");
+    api_key = tbc_secret(c, "api-key", keybuf, sizeof(keybuf));
     accounts[0] = '\0';
 
     if (api_key) {
@@ -253,6 +253,7 @@ tbc_init(tbc_t *c)
     snprintf(yaml, sizeof(yaml),
              "# written by `tokenbiryani init`: the pool, its keys, where it "
              "keeps them\n"
+             "%s"
              "store:\n"
              "  backend: sqlite\n"
              "  path: %s/tokenbiryani.db\n"
@@ -269,6 +270,11 @@ tbc_init(tbc_t *c)
              "  - key: %s\n"
              "    name: default                    # for clients: "
              "no /admin\n",
+             tbc_opt(c, "allow-private-hosts")
+             ? "server:\n  allow_private_hosts: true      # accounts added at "
+               "runtime may reach\n                                   # "
+               "loopback and private hosts\n"
+             : "",
              dir, api_key ? accounts : " []          # add them: "
              "`tokenbiryani accounts add`, or the console", admin, key);
 

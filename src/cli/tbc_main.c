@@ -24,8 +24,10 @@ static const char  tbc_global_help[] =
     "  --url URL        the gateway (default $TOKENBIRYANI_URL, else the\n"
     "                   one `init` wrote in this directory, else\n"
     "                   http://127.0.0.1:8787)\n"
-    "  --key KEY        an admin key (default $TOKENBIRYANI_KEY, else the\n"
-    "                   first admin key of the configuration file)\n"
+    "  --key -          an admin key, read from stdin (default\n"
+    "                   $TOKENBIRYANI_KEY, else the first admin key of the\n"
+    "                   configuration file); a key given on the command\n"
+    "                   line works, with a warning: others can read it\n"
     "  -c, --config F   the configuration file (default ./tokenbiryani.yaml)\n"
     "  --json           the gateway's answer as JSON, for scripts\n"
     "  --no-color       no colour (also NO_COLOR, or not a terminal)\n"
@@ -34,17 +36,22 @@ static const char  tbc_global_help[] =
 
 static const tbc_command_t  tbc_commands[] = {
 
-    { "init", tbc_init, "init [--dir D] [--listen HOST:PORT] [--api-key K] "
-      "[--force]",
+    { "init", tbc_init, "init [--dir D] [--listen HOST:PORT] [--api-key -]\n"
+      "       [--allow-private-hosts] [--force]",
       "Writes D/tokenbiryani.yaml (no accounts yet, unless --api-key seeds\n"
       "one; an admin key; the SQLite store), D/nginx.conf that loads the\n"
       "module and listens on HOST:PORT (127.0.0.1:8787), and prints the\n"
       "next steps. It does not overwrite without --force.\n"
       "  --dir D          where (default: the current directory)\n"
       "  --listen H:P     the gateway's address\n"
-      "  --api-key K      an Anthropic key for a first account\n"
+      "  --api-key -      an Anthropic key for a first account, read from\n"
+      "                   stdin\n"
       "  --module F       the module to load (default: the one built with\n"
       "                   this command)\n"
+      "  --allow-private-hosts\n"
+      "                   let accounts added at runtime reach loopback and\n"
+      "                   private addresses (a local mock, a proxy of your\n"
+      "                   own); off, they reach public hosts only\n"
       "  --force          overwrite what is there\n" },
 
     { "serve", tbc_serve, "serve [--dir D] [-d]",
@@ -64,13 +71,14 @@ static const tbc_command_t  tbc_commands[] = {
       "The pool: what is ready, the next reset, the queue, the cache, and\n"
       "each account's state and the headroom of its three windows.\n" },
 
-    { "doctor", tbc_doctor, "doctor [--api-key K] [--base-url U] "
+    { "doctor", tbc_doctor, "doctor [--api-key -] [--base-url U] "
       "[--model M]",
       "One real request (max_tokens 1) to the Anthropic API or U: the\n"
       "headers that came back beside the nine rate-limit headers the\n"
       "gateway reads, and what it parsed from them. Exits 1 when any is\n"
       "missing.\n"
-      "  --api-key K      the key (default $ANTHROPIC_API_KEY)\n"
+      "  --api-key -      the key, read from stdin (default\n"
+      "                   $ANTHROPIC_API_KEY)\n"
       "  --base-url U     default https://api.anthropic.com\n"
       "  --model M        default claude-haiku-4-5\n" },
 
@@ -78,7 +86,7 @@ static const tbc_command_t  tbc_commands[] = {
       "accounts list|add ID|test [ID]|rm ID|enable ID|disable ID",
       "  list             every account, its state and what it spent\n"
       "  add ID           add one at runtime, probed first:\n"
-      "                   --api-key K [--name N] [--base-url U]\n"
+      "                   --api-key - [--name N] [--base-url U]\n"
       "                   [--priority P] [--cost-tier T] [--spend-cap USD]\n"
       "                   [--no-test]; --api-key - reads it from stdin,\n"
       "                   and without it $ANTHROPIC_API_KEY is used\n"
@@ -169,6 +177,36 @@ tbc_opt(const tbc_t *c, const char *name)
 }
 
 
+const char *
+tbc_secret(const tbc_t *c, const char *name, char *buf, size_t size)
+{
+    const char  *v;
+
+    v = tbc_opt(c, name);
+
+    if (v == NULL) {
+        return NULL;
+    }
+
+    if (strcmp(v, "-") == 0) {
+        if (fgets(buf, (int) size, stdin) == NULL) {
+            buf[0] = '\0';
+
+        } else {
+            buf[strcspn(buf, "\r\n")] = '\0';
+        }
+
+        return buf;
+    }
+
+    tbc_err("warning: --%s on the command line can be read by other users of "
+            "this machine while the command runs: give --%s - (stdin) or the "
+            "environment instead", name, name);
+
+    return v;
+}
+
+
 static int
 tbc_is_valued(const char *name)
 {
@@ -188,7 +226,7 @@ int
 main(int argc, char **argv)
 {
     int                   i, help;
-    char                 *a, *eq, **words;
+    char                 *a, *eq, **words, keybuf[256];
     const char           *nc;
     tbc_t                 c;
     const tbc_command_t  *cmd;
@@ -239,6 +277,20 @@ main(int argc, char **argv)
                 }
 
                 c.opt_value[c.nopts] = argv[++i];
+
+                if ((strcmp(a, "key") == 0 || strcmp(a, "api-key") == 0)
+                    && strcmp(argv[i], "-") != 0)
+                {
+                    /* a secret: kept here, blanked from /proc's cmdline */
+                    c.opt_value[c.nopts] = strdup(argv[i]);
+
+                    if (c.opt_value[c.nopts] == NULL) {
+                        tbc_err("out of memory");
+                        return TBC_USAGE;
+                    }
+
+                    memset(argv[i], 'x', strlen(argv[i]));
+                }
 
             } else {
                 c.opt_value[c.nopts] = "1";
@@ -306,7 +358,7 @@ main(int argc, char **argv)
         }
     }
 
-    c.key = tbc_opt(&c, "key");
+    c.key = tbc_secret(&c, "key", keybuf, sizeof(keybuf));
     c.key_from = "--key";
 
     if (c.key == NULL) {

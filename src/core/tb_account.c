@@ -15,7 +15,7 @@ static void tb_slice_refill_to(tb_account_state_t *a, int64_t now_ms,
 
 
 void
-tb_account_state_init(tb_account_state_t *a, const char *id,
+tb_account_state_init(tb_account_state_t *a, const char *id, size_t len,
     const unsigned char fingerprint[8])
 {
     size_t    n;
@@ -25,7 +25,7 @@ tb_account_state_init(tb_account_state_t *a, const char *id,
 
     memset(a, 0, sizeof(tb_account_state_t));
 
-    n = strlen(id);
+    n = len;
     if (n > TB_ID_MAX) {
         n = TB_ID_MAX;
     }

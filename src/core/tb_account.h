@@ -217,8 +217,9 @@ typedef struct {
 } tb_account_state_t;
 
 
+/* id: len bytes, no NUL needed (at most TB_ID_MAX are kept) */
 void tb_account_state_init(tb_account_state_t *a, const char *id,
-    const unsigned char fingerprint[8]);
+    size_t len, const unsigned char fingerprint[8]);
 
 /*
  * The account's state at now, *until_ms when it ends by itself (0: it

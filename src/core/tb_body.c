@@ -29,6 +29,8 @@ typedef struct {
     const char               *model_err;
     const char               *stream_err;
     const char               *max_tokens_err;
+    unsigned                  seen;          /* 1 << field */
+    const char               *dup;           /* a member given twice */
 } tb_body_ctx_t;
 
 
@@ -375,6 +377,21 @@ tb_body_key(tb_json_walk_t *w, const unsigned char *k, size_t len,
             continue;
         }
 
+        /*
+         * A member the gateway acts on given twice: parsers disagree on
+         * which one counts (the last, the first, an error), so the scope
+         * checked here and the one the upstream reads could differ
+         */
+
+        if (ctx->seen & (1u << keys[i].field)) {
+            if (ctx->dup == NULL) {
+                ctx->dup = keys[i].name;
+            }
+
+            return 0;
+        }
+
+        ctx->seen |= 1u << keys[i].field;
         ctx->field = keys[i].field;
         return 1;
     }
@@ -537,6 +554,14 @@ tb_scan_body(const unsigned char *p, size_t len, tb_body_t *body,
 
     if (*q != '{') {
         msg = "request body must be a JSON object";
+
+    } else if (ctx.dup) {
+        if (errlen > 0) {
+            snprintf(err, errlen, "%s: given more than once in the request "
+                     "body", ctx.dup);
+        }
+
+        goto failed;
 
     } else if (ctx.model_err) {
         msg = ctx.model_err;

@@ -73,6 +73,7 @@ static int tb_conf_keys(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     }
 
 TB_BIT_SETTER(tb_config_t, server_allow_remote)
+TB_BIT_SETTER(tb_config_t, server_allow_private_hosts)
 TB_BIT_SETTER(tb_config_t, output_estimate_adaptive)
 TB_BIT_SETTER(tb_config_t, batch_enabled)
 TB_BIT_SETTER(tb_config_t, cache_auto_breakpoint)
@@ -81,6 +82,7 @@ TB_BIT_SETTER(tb_config_t, pacing_prefer_batch_lane_when_ahead)
 TB_BIT_SETTER(tb_config_t, sessions_track)
 TB_BIT_SETTER(tb_config_t, observability_log_bodies)
 TB_BIT_SETTER(tb_config_t, pricing_builtin)
+TB_BIT_SETTER(tb_config_t, store_adopt_unauthenticated)
 TB_BIT_SETTER(tb_account_conf_t, enabled)
 TB_BIT_SETTER(tb_account_conf_t, observable_limits)
 TB_BIT_SETTER(tb_account_conf_t, cache_reads_count)
@@ -151,6 +153,7 @@ static const tb_conf_field_t  tb_conf_server[] = {
                  "who may connect" },
     TB_NUM("request_timeout_seconds", TB_CF, server_request_timeout_seconds,
            600, TB_GE0),
+    TB_BOOL("allow_private_hosts", server_allow_private_hosts, 0),
     { .name = "hot_reload_seconds", .type = TB_CONF_NUM,
       .offset = offsetof(TB_CF, server_hot_reload_seconds), .dnum = 5,
       .flags = TB_CONF_GE, .min = 0,
@@ -253,6 +256,7 @@ static const tb_conf_field_t  tb_conf_store[] = {
     TB_STR("instance", TB_CF, store_instance, ""),
     TB_NUM("timeout_seconds", TB_CF, store_timeout_seconds, .25,
            TB_RANGE(.001, 60)),
+    TB_BOOL("adopt_unauthenticated", store_adopt_unauthenticated, 0),
     TB_END
 };
 

@@ -159,6 +159,10 @@ typedef struct {
     char                     *server_host;
     int64_t                   server_port;
     unsigned                  server_allow_remote:1;
+    unsigned                  server_allow_private_hosts:1;   /* false:
+                                 accounts added at runtime (the admin API,
+                                 the store) reach no loopback, link-local
+                                 or private address; the file's may */
     double                    server_request_timeout_seconds;   /* 600 */
     double                    server_hot_reload_seconds;        /* 5 */
 
@@ -218,6 +222,9 @@ typedef struct {
     int64_t                   store_database;        /* -1: the URL's */
     char                     *store_instance;  /* "": host name, prefix */
     double                    store_timeout_seconds;   /* 0.25 */
+    unsigned                  store_adopt_unauthenticated:1;   /* false:
+                                 a record written before records were
+                                 authenticated is refused */
 
     /* spend */
     double                    spend_window_hours;              /* 24 */

@@ -43,6 +43,7 @@
 #include "tb_session.h"
 #include "tb_failure.h"
 #include "tb_seal.h"
+#include "tb_record.h"
 #include "tb_price.h"
 
 #include "ngx_http_tokenbiryani_shm.h"
@@ -163,6 +164,9 @@ typedef struct {
 
     /* the key credentials are sealed under at rest */
     tb_seal_key_t                  seal;
+    tb_rec_key_t                   rec;          /* what authenticates the
+                                                    store's records and the
+                                                    instances' messages */
     ngx_uint_t                     seal_source;  /* NGX_HTTP_TB_SEAL_* */
     ngx_str_t                      seal_path;
     u_char                       **pools;     /* per key: its accounts,

@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_racct.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_keepalive.h"
 #include "ngx_http_tokenbiryani_platform.h"
@@ -371,16 +372,53 @@ ngx_http_tokenbiryani_account_valid_id(const u_char *id, size_t len)
 }
 
 
+ngx_uint_t
+ngx_http_tokenbiryani_racct_private(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const ngx_http_tokenbiryani_raddr_t *addrs, ngx_uint_t n)
+{
+    ngx_uint_t  i;
+
+    if (tmcf->tbcf->server_allow_private_hosts) {
+        return 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (tb_racct_private_addr(&addrs[i].sockaddr.sockaddr)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 tb_config_t *
 ngx_http_tokenbiryani_racct_open(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const ngx_str_t *id, const ngx_str_t *spec, const ngx_str_t *sealed,
     char *err, size_t errlen)
 {
     char          *text, key[512];
-    size_t         n;
+    size_t         n, plen;
     cJSON         *root, *item;
+    const char    *payload;
     tb_config_t   *cf;
     tb_seal_rc_e   rc;
+
+    /*
+     * The spec in its envelope (checked where it was read back), held to
+     * the admin API's rules whatever it came through: a record written
+     * before those rules, or before records were authenticated, cannot
+     * carry what the API refuses.
+     */
+
+    payload = tb_rec_payload((char *) spec->data, spec->len, &plen, NULL);
+
+    if (tb_racct_check(payload, plen, (char *) id->data, id->len,
+                       tmcf->tbcf->server_allow_private_hosts, err, errlen)
+        != 0)
+    {
+        return NULL;
+    }
 
     rc = tb_unseal(&tmcf->seal, (char *) sealed->data, sealed->len,
                    (char *) id->data, id->len, (unsigned char *) key,
@@ -391,8 +429,9 @@ ngx_http_tokenbiryani_racct_open(ngx_http_tokenbiryani_main_conf_t *tmcf,
             ngx_snprintf((u_char *) err, errlen, "its credential was sealed "
                          "under the secret key %*s, and the secret key is "
                          "now %s: start with the key it was sealed under, or "
-                         "give the account its credential again (PATCH "
-                         "api_key)%Z",
+                         "remove the account and add it again with every "
+                         "field it had (nothing of a record written under "
+                         "another key is kept)%Z",
                          (size_t) ngx_min(TB_SEAL_KID_LEN,
                                           sealed->len
                                           - (sizeof(TB_SEAL_PREFIX) - 1)),
@@ -409,7 +448,7 @@ ngx_http_tokenbiryani_racct_open(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     key[n] = '\0';
 
-    root = cJSON_ParseWithLength((char *) spec->data, spec->len);
+    root = cJSON_ParseWithLength(payload, plen);
 
     if (root == NULL || !cJSON_IsObject(root)
         || (item = cJSON_AddStringToObject(root, "api_key", key)) == NULL)

@@ -38,6 +38,14 @@ ngx_int_t ngx_http_tokenbiryani_account_keepalive(ngx_pool_t *pool,
  * holding that one account, its api_key set (tb_config_free() releases
  * it), or NULL with the reason in err.
  */
+/*
+ * Whether a runtime account's addresses reach what it may not: a
+ * loopback, link-local or private one, unless server.allow_private_hosts.
+ */
+ngx_uint_t ngx_http_tokenbiryani_racct_private(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const ngx_http_tokenbiryani_raddr_t *addrs, ngx_uint_t n);
+
 tb_config_t *ngx_http_tokenbiryani_racct_open(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const ngx_str_t *id,
     const ngx_str_t *spec, const ngx_str_t *sealed, char *err,

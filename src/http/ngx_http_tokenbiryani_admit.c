@@ -25,11 +25,150 @@ static int64_t ngx_http_tokenbiryani_soonest(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
 
 
+/*
+ * How long the request may wait: the smallest of queue.default_max_wait,
+ * the key's max_wait_seconds and X-TokenBiryani-Max-Wait, in ms; -1 when
+ * the header cannot be read.
+ */
+static int64_t
+ngx_http_tokenbiryani_wait_budget(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    int64_t                             budget, ms;
+    ngx_table_elt_t                    *h;
+    const tb_key_conf_t                *kc;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    kc = ctx->key;
+
+    budget = (int64_t) (tmcf->tbcf->queue_default_max_wait_seconds * 1000);
+
+    if (kc && kc->max_wait_seconds >= 0) {
+        budget = ngx_min(budget, (int64_t) (kc->max_wait_seconds * 1000));
+    }
+
+    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-max-wait",
+                                 sizeof("x-tokenbiryani-max-wait") - 1);
+    if (h) {
+        if (tb_parse_seconds(h->value.data, h->value.len, &ms) != 0) {
+            return -1;
+        }
+
+        budget = ngx_min(budget, ms);
+    }
+
+    return budget;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    int64_t                             now, retry;
+    ngx_int_t                           slot;
+    ngx_uint_t                          inflight, queued, rc, depth;
+    const tb_key_conf_t                *kc;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    kc = ctx->key;
+
+    if (kc == NULL) {
+        return NGX_OK;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    now = ngx_http_tokenbiryani_now_ms();
+
+    /* its rpm: a place is looked for, and given back (admission takes it) */
+
+    if (kc->rpm >= 0) {
+        slot = -1;
+        retry = 60000;
+
+        if (kc->rpm > 0) {
+            slot = ngx_http_tokenbiryani_rpm_take(&tmcf->zone, ctx->key_hash,
+                                (ngx_uint_t) kc->rpm, now, &retry);
+        }
+
+        if (slot >= 0) {
+            ngx_http_tokenbiryani_rpm_give_back(&tmcf->zone, ctx->key_hash,
+                                                slot, now);
+
+        } else if (slot == -1) {
+            ngx_http_tokenbiryani_set_retry_after(ctx, now + retry, now);
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "key \"%s\" is over its limit of %L requests a minute; "
+                "retry in %is", kc->name, kc->rpm, ctx->retry_after);
+            return NGX_HTTP_TB_FAIL;
+        }
+    }
+
+    /* its spend cap, spent already (held by settled spend, not in flight) */
+
+    if (ctx->kind == NGX_HTTP_TB_MESSAGES && kc->spend_cap_usd >= 0) {
+        ngx_memzero(&ctx->caps, sizeof(ngx_http_tokenbiryani_caps_t));
+        ctx->caps.key_cap = tb_usd_to_nd(kc->spend_cap_usd);
+        ctx->caps.session_cap = -1;
+        ctx->caps.session_turns = -1;
+        ctx->caps.key_name = (u_char *) kc->name;
+        ctx->caps.key_name_len = ngx_strlen(kc->name);
+
+        if (ngx_http_tokenbiryani_caps_check(&tmcf->zone, ctx->key_hash,
+                                             &ctx->caps, now)
+            && ctx->caps.frees_at != 0)
+        {
+            return ngx_http_tokenbiryani_refuse_cap(r, ctx, now);
+        }
+
+        ctx->caps.reached = NGX_HTTP_TB_CAP_NONE;
+    }
+
+    /*
+     * Its share: every place in flight held, it would have to wait, and
+     * there is no place for it in the queue - refused as the queue would
+     * refuse it, and counted the same
+     */
+
+    if (kc->max_inflight >= 0) {
+        ngx_http_tokenbiryani_key_usage(&tmcf->zone, ctx->key_hash,
+                                        &inflight, &queued);
+
+        if (inflight >= (ngx_uint_t) kc->max_inflight
+            && (tmcf->tbcf->queue_max_size == 0
+                || ngx_http_tokenbiryani_wait_budget(r, ctx) == 0))
+        {
+            /* it would not wait: as admit_wait says it */
+            ngx_http_tokenbiryani_set_retry_after(ctx, now + 1000, now);
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "key \"%s\" holds its max_inflight of %L requests",
+                kc->name, kc->max_inflight);
+            return NGX_HTTP_TB_FAIL;
+        }
+
+        if (inflight >= (ngx_uint_t) kc->max_inflight) {
+            rc = ngx_http_tokenbiryani_queue_room(&tmcf->zone, ctx->key_hash,
+                                                  kc->max_queued, &depth);
+
+            if (rc != NGX_HTTP_TB_QUEUE_OK) {
+                ngx_http_tokenbiryani_set_retry_after(ctx, now + 1000, now);
+                return ngx_http_tokenbiryani_refuse_queue(r, ctx, rc, depth);
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    int64_t                             now, budget, ms, retry;
+    int64_t                             now, budget, retry;
     ngx_int_t                           slot;
     ngx_table_elt_t                    *h;
     const tb_config_t                  *cf;
@@ -67,24 +206,16 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
 
     /* the wait budget: the smallest of the three */
 
-    budget = (int64_t) (cf->queue_default_max_wait_seconds * 1000);
+    budget = ngx_http_tokenbiryani_wait_budget(r, ctx);
 
-    if (kc && kc->max_wait_seconds >= 0) {
-        budget = ngx_min(budget, (int64_t) (kc->max_wait_seconds * 1000));
-    }
-
-    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-max-wait",
-                                 sizeof("x-tokenbiryani-max-wait") - 1);
-    if (h) {
-        if (tb_parse_seconds(h->value.data, h->value.len, &ms) != 0) {
-            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
-                "invalid_request_error",
-                "X-TokenBiryani-Max-Wait: expected a number of seconds, "
-                "not \"%V\"", &h->value);
-            return NGX_HTTP_TB_FAIL;
-        }
-
-        budget = ngx_min(budget, ms);
+    if (budget < 0) {
+        h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-max-wait",
+                                     sizeof("x-tokenbiryani-max-wait") - 1);
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+            "invalid_request_error",
+            "X-TokenBiryani-Max-Wait: expected a number of seconds, "
+            "not \"%V\"", &h->value);
+        return NGX_HTTP_TB_FAIL;
     }
 
     ctx->wait_budget_ms = budget;

@@ -19,6 +19,15 @@
 
 
 /*
+ * Before the body is read: what the key alone decides - over its rpm,
+ * holding its max_inflight with its max_queued waiting, its spend cap
+ * spent - so that a request its key could not send now is refused before
+ * its bytes are held.  Nothing is taken.  NGX_OK or NGX_HTTP_TB_FAIL.
+ */
+ngx_int_t ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
  * Before the first attempt: priority, wait budget, deadline and the key's
  * rpm (which counts the requests it admits, and only those).  NGX_OK or
  * NGX_HTTP_TB_FAIL.

@@ -6,6 +6,9 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+
+#include <pwd.h>
+
 #include "ngx_http_tokenbiryani_gauth.h"
 #include "ngx_http_tokenbiryani_config.h"
 #include "tb_hash.h"
@@ -95,6 +98,7 @@ ngx_http_tokenbiryani_secret_key(ngx_conf_t *cf,
         }
 
         tmcf->seal_source = NGX_HTTP_TB_SEAL_ENV;
+        tb_rec_key_init(&tmcf->rec, &tmcf->seal);
         return NGX_OK;
     }
 
@@ -114,6 +118,87 @@ ngx_http_tokenbiryani_secret_key(ngx_conf_t *cf,
     tmcf->seal_path.data = (u_char *) path;
     tmcf->seal_path.len = ngx_strlen(path);
     tmcf->seal_source = NGX_HTTP_TB_SEAL_FILE;
+    tb_rec_key_init(&tmcf->rec, &tmcf->seal);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The master opens the store, its -wal and -shm files and the secret key,
+ * and makes what is missing, as root when it runs as root: in a directory
+ * the workers' user can write, one of them could put a link there that
+ * root would follow at the next start or reload.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_store_dir(ngx_conf_t *cf, const char *path)
+{
+    char             *slash, dir[NGX_MAX_PATH];
+    ngx_uid_t         uid;
+    ngx_gid_t         gid;
+    struct stat       st;
+    struct passwd    *pw;
+    ngx_core_conf_t  *ccf;
+
+    if (geteuid() != 0) {
+        return NGX_OK;
+    }
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cf->cycle->conf_ctx,
+                                           ngx_core_module);
+
+    if (ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT) {
+        /* the default the core module will set */
+        pw = getpwnam(NGX_USER);
+        if (pw == NULL) {
+            return NGX_OK;
+        }
+
+        uid = pw->pw_uid;
+        gid = pw->pw_gid;
+
+    } else {
+        uid = ccf->user;
+        gid = ccf->group;
+    }
+
+    if (uid == 0) {
+        /* workers that run as root have nothing to gain */
+        return NGX_OK;
+    }
+
+    ngx_cpystrn((u_char *) dir, (u_char *) path, sizeof(dir));
+    slash = strrchr(dir, '/');
+
+    if (slash == NULL) {
+        ngx_cpystrn((u_char *) dir, (u_char *) ".", sizeof(dir));
+
+    } else if (slash == dir) {
+        dir[1] = '\0';
+
+    } else {
+        *slash = '\0';
+    }
+
+    if (stat(dir, &st) == -1) {
+        /* the store's own check says what is wrong with it */
+        return NGX_OK;
+    }
+
+    if ((st.st_uid == uid && (st.st_mode & S_IWUSR))
+        || (st.st_gid == gid && (st.st_mode & S_IWGRP))
+        || (st.st_mode & S_IWOTH))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "tokenbiryani: the store's directory \"%s\" can "
+                           "be written by the workers' user: a link put there "
+                           "would be followed by the master, as root, when it "
+                           "opens the store or the secret key; make the "
+                           "directory root's alone (chown root, chmod 755), "
+                           "or set store.path in one that is", dir);
+        return NGX_ERROR;
+    }
 
     return NGX_OK;
 }
@@ -136,6 +221,10 @@ ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
     path = ngx_http_tokenbiryani_yaml_relative(cf, tmcf,
                                                tmcf->tbcf->store_path);
     if (path == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_tokenbiryani_store_dir(cf, path) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -354,6 +443,7 @@ ngx_http_tokenbiryani_config_cleanup(void *data)
 
     tb_keytab_free(&tmcf->keytab);
     tb_seal_key_wipe(&tmcf->seal);
+    tb_rec_key_wipe(&tmcf->rec);
     tb_config_free(tmcf->tbcf);
     tmcf->tbcf = NULL;
 }

@@ -9,6 +9,9 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+
+#include <sys/mman.h>
+
 #include "ngx_http_tokenbiryani_handler.h"
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_route.h"
@@ -16,6 +19,8 @@
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_share.h"
+#include "ngx_http_tokenbiryani_admit.h"
+#include "ngx_http_tokenbiryani_record.h"
 
 
 static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
@@ -24,6 +29,8 @@ static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
+static void ngx_http_tokenbiryani_body_unmap(void *data);
+static void ngx_http_tokenbiryani_refused_early(void *data);
 
 
 ngx_int_t
@@ -31,6 +38,7 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
 {
     ngx_int_t                           rc;
     ngx_str_t                          *uri;
+    ngx_pool_cleanup_t                 *cln;
     ngx_http_tokenbiryani_ctx_t        *ctx;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -122,9 +130,34 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
         return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
     }
 
+    /* what the key alone decides, before a byte of the body is held */
+
+    if (ngx_http_tokenbiryani_admit_key(r, ctx) != NGX_OK) {
+
+        /* in the inspector and the usage as a refusal after it would be */
+
+        ctx->started_ms = ngx_http_tokenbiryani_now_ms();
+
+        if (ctx->kind == NGX_HTTP_TB_MESSAGES) {
+            cln = ngx_pool_cleanup_add(r->pool, 0);
+            if (cln == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            cln->handler = ngx_http_tokenbiryani_refused_early;
+            cln->data = ctx;
+        }
+
+        return ngx_http_tokenbiryani_send_error(r, ctx->err_status, NULL,
+                                                NULL);
+    }
+
     /*
-     * The whole body is kept (in memory or in a temp file) so that every
-     * attempt can send it again.
+     * The whole body is kept so that every attempt can send it again: in
+     * memory when it fits client_body_buffer_size (one copy more when
+     * nginx left it in two pieces, the part that came with the headers and
+     * the rest), else in its temp file, mapped - never copied into the
+     * worker's memory
      */
 
     rc = ngx_http_read_client_request_body(r,
@@ -262,18 +295,22 @@ ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r)
 
 
 /*
- * The body as one contiguous read-only buffer for the scanner: the bufs
- * themselves, if there is one in memory, else a copy.
+ * The body as one contiguous read-only buffer for the scanner, and for
+ * what later reads it whole (a conversation's fingerprint, a platform's
+ * translation): the buf itself, when it is one in memory; its temp file
+ * mapped, when it is there; a copy only of what nginx left in pieces.
  */
 
 static ngx_int_t
 ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r, ngx_str_t *body)
 {
-    u_char       *p;
-    off_t         len;
-    ssize_t       n;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
+    u_char              *p;
+    off_t                len;
+    ssize_t              n;
+    ngx_buf_t           *b, *file;
+    ngx_uint_t           pieces;
+    ngx_chain_t         *cl;
+    ngx_pool_cleanup_t  *cln;
 
     body->len = 0;
     body->data = (u_char *) "";
@@ -288,6 +325,45 @@ ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r, ngx_str_t *body)
         body->data = cl->buf->pos;
         body->len = cl->buf->last - cl->buf->pos;
         return NGX_OK;
+    }
+
+    /* all of it in its temp file: mapped read-only, page cache not heap */
+
+    file = NULL;
+    pieces = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        if (ngx_buf_size(cl->buf) == 0) {
+            continue;
+        }
+
+        pieces++;
+        file = cl->buf->in_file ? cl->buf : NULL;
+    }
+
+    if (pieces == 1 && file && file->file_pos == 0 && file->file_last > 0) {
+        cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_str_t));
+        if (cln == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = mmap(NULL, (size_t) file->file_last, PROT_READ, MAP_PRIVATE,
+                 file->file->fd, 0);
+
+        if (p != MAP_FAILED) {
+            body->data = p;
+            body->len = (size_t) file->file_last;
+
+            ((ngx_str_t *) cln->data)->data = p;
+            ((ngx_str_t *) cln->data)->len = body->len;
+            cln->handler = ngx_http_tokenbiryani_body_unmap;
+
+            return NGX_OK;
+        }
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, ngx_errno,
+                      "tokenbiryani: mmap() of the request body's temp file "
+                      "failed: it is read into memory");
     }
 
     len = 0;
@@ -330,4 +406,26 @@ ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r, ngx_str_t *body)
     body->len = p - body->data;
 
     return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_body_unmap(void *data)
+{
+    ngx_str_t  *map = data;
+
+    if (munmap(map->data, map->len) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
+                      "tokenbiryani: munmap() of a request body failed");
+    }
+}
+
+
+/* a request refused before its body was read: its record all the same */
+static void
+ngx_http_tokenbiryani_refused_early(void *data)
+{
+    ngx_http_tokenbiryani_ctx_t *ctx = data;
+
+    ngx_http_tokenbiryani_record(ctx->request, ctx);
 }

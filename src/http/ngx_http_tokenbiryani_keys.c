@@ -100,9 +100,11 @@ ngx_http_tokenbiryani_rkent_t *
 ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_uint_t *n)
 {
+    size_t                              len;
     uint64_t                            gen;
     ngx_uint_t                          i, k;
     ngx_pool_t                         *pool;
+    const char                         *spec;
     ngx_array_t                         views;
     ngx_http_tokenbiryani_rkeys_t      *c;
     ngx_http_tokenbiryani_rkent_t      *ents;
@@ -145,9 +147,13 @@ ngx_http_tokenbiryani_rkeys(ngx_http_tokenbiryani_main_conf_t *tmcf,
     k = 0;
 
     for (i = 0; i < views.nelts; i++) {
-        if (tb_keyspec_parse(&ents[k].ks, (char *) v[i].spec.data,
-                             v[i].spec.len, TB_KEYSPEC_STORED, NULL, NULL, 0,
-                             err, sizeof(err))
+
+        /* checked when it came in: the zone keeps its envelope */
+        spec = tb_rec_payload((char *) v[i].spec.data, v[i].spec.len, &len,
+                              NULL);
+
+        if (tb_keyspec_parse(&ents[k].ks, spec, len, TB_KEYSPEC_STORED, NULL,
+                             NULL, 0, err, sizeof(err))
             != 0)
         {
             /* checked before it was stored: only a bug gets here */

@@ -78,6 +78,8 @@ typedef struct {
     tb_told_key_t                          keys[NGX_HTTP_TB_RCAP_KEYS];
     tb_told_session_t              sessions[NGX_HTTP_TB_RCAP_SESSIONS];
     u_char                                 msg[NGX_HTTP_TB_RCAP_MSG];
+    u_char                                 sig[NGX_HTTP_TB_RCAP_MSG
+                                                  + 64];
 } ngx_http_tokenbiryani_rcap_t;
 
 
@@ -335,12 +337,20 @@ ngx_http_tokenbiryani_rcap_publish(ngx_http_tokenbiryani_rcap_t *rc,
     size_t       lens[3];
     const char  *argv[3];
 
+    /* signed: another instance takes only what one of ours said */
+
+    lens[2] = tb_msg_sign(&rc->tmcf->rec, (const char *) msg, len,
+                          ngx_http_tokenbiryani_now_ms(), (char *) rc->sig,
+                          sizeof(rc->sig));
+    if (lens[2] == 0) {
+        return NGX_ERROR;
+    }
+
     argv[0] = "PUBLISH";
     argv[1] = rc->n->changes;
-    argv[2] = (const char *) msg;
+    argv[2] = (const char *) rc->sig;
     lens[0] = 7;
     lens[1] = ngx_strlen(rc->n->changes);
-    lens[2] = len;
 
     return ngx_http_tokenbiryani_redis_send(rc->cmd,
                ngx_http_tokenbiryani_rcap_ignore, NULL, 3, argv, lens, 0);

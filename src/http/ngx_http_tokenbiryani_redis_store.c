@@ -39,38 +39,41 @@
 #define NGX_HTTP_TB_SETTING_STRATEGY   "setting.routing.strategy"
 
 
-/* KEYS[1] the hash; ARGV: name, channel, value */
+/*
+ * KEYS[1] the hash; ARGV: name, channel, value, then the announcement
+ * (signed by the gateway, tb_msg_sign) last in every script below
+ */
 static const char  ngx_http_tokenbiryani_lua_key_insert[] =
     "if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then "
     "return 0 end "
-    "redis.call('PUBLISH', ARGV[2], 'k ' .. ARGV[1]) return 1";
+    "redis.call('PUBLISH', ARGV[2], ARGV[4]) return 1";
 
 /* the digest kept, the spec replaced */
 static const char  ngx_http_tokenbiryani_lua_key_update[] =
     "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
     "if not v then return 0 end "
     "redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, 65) .. ARGV[3]) "
-    "redis.call('PUBLISH', ARGV[2], 'k ' .. ARGV[1]) return 1";
+    "redis.call('PUBLISH', ARGV[2], ARGV[4]) return 1";
 
 static const char  ngx_http_tokenbiryani_lua_key_delete[] =
     "if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end "
-    "redis.call('PUBLISH', ARGV[2], 'k ' .. ARGV[1]) return 1";
+    "redis.call('PUBLISH', ARGV[2], ARGV[3]) return 1";
 
-/* KEYS: accounts, sealed; ARGV: id, channel, spec, sealed, create;
- * 0: it exists (create), 2: there is none (update) */
+/* KEYS: accounts, sealed; ARGV: id, channel, spec, sealed, create,
+ * announcement; 0: it exists (create), 2: there is none (update) */
 static const char  ngx_http_tokenbiryani_lua_account_put[] =
     "local e = redis.call('HEXISTS', KEYS[1], ARGV[1]) "
     "if ARGV[5] == '1' and e == 1 then return 0 end "
     "if ARGV[5] == '0' and e == 0 then return 2 end "
     "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) "
     "redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) "
-    "redis.call('PUBLISH', ARGV[2], 'a ' .. ARGV[1]) return 1";
+    "redis.call('PUBLISH', ARGV[2], ARGV[6]) return 1";
 
 static const char  ngx_http_tokenbiryani_lua_account_delete[] =
     "local n = redis.call('HDEL', KEYS[1], ARGV[1]) "
     "redis.call('HDEL', KEYS[2], ARGV[1]) "
     "if n == 0 then return 0 end "
-    "redis.call('PUBLISH', ARGV[2], 'a ' .. ARGV[1]) return 1";
+    "redis.call('PUBLISH', ARGV[2], ARGV[3]) return 1";
 
 /* KEYS: accounts, sealed; ARGV: id; {spec, sealed}, nil for none */
 static const char  ngx_http_tokenbiryani_lua_account_get[] =
@@ -89,7 +92,7 @@ static const char  ngx_http_tokenbiryani_lua_account_back[] =
 
 static const char  ngx_http_tokenbiryani_lua_setting[] =
     "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) "
-    "redis.call('PUBLISH', ARGV[2], 's ' .. ARGV[1]) return 1";
+    "redis.call('PUBLISH', ARGV[2], ARGV[4]) return 1";
 
 
 /* this worker's: its connection, and the subscriber when it is elected */
@@ -136,6 +139,8 @@ static ngx_int_t ngx_http_tokenbiryani_rstore_flush(
     ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job);
 static int ngx_http_tokenbiryani_rstore_flushed(
     ngx_http_tokenbiryani_job_t *job, const redisReply *reply);
+static void ngx_http_tokenbiryani_rstore_verified(
+    ngx_http_tokenbiryani_rstore_t *rs, const redisReply *msg);
 static void ngx_http_tokenbiryani_rstore_resync(
     ngx_http_tokenbiryani_rstore_t *rs);
 static void ngx_http_tokenbiryani_rstore_pull(
@@ -388,6 +393,95 @@ ngx_http_tokenbiryani_redis_sync(redisContext *c, int argc,
 }
 
 
+/* the records adopted at load, written back in their envelopes */
+static void
+ngx_http_tokenbiryani_redis_adopted_back(redisContext *c,
+    ngx_http_tokenbiryani_rnames_t *n, ngx_http_tokenbiryani_store_load_t *ld)
+{
+    u_char                           *value;
+    size_t                            lens[4], vlen;
+    ngx_uint_t                        done;
+    redisReply                       *r;
+    const char                       *argv[4];
+    ngx_http_tokenbiryani_adopted_t  *ad;
+    char                              err[256];
+
+    done = 0;
+
+    for (ad = ld->adopted; ad; ad = ad->next) {
+        vlen = ngx_strlen(ad->value);
+        value = (u_char *) ad->value;
+
+        argv[0] = "HSET";
+        argv[2] = ad->name;
+
+        switch (ad->kind) {
+
+        case TB_REC_KEY:
+            /* "<digest in hex> <spec>" */
+            value = ngx_alloc(65 + vlen + 1, ld->log);
+            if (value == NULL) {
+                continue;
+            }
+
+            ngx_hex_dump(value, ad->digest, 32);
+            value[64] = ' ';
+            ngx_memcpy(value + 65, ad->value, vlen);
+            vlen += 65;
+            argv[1] = n->keys;
+            break;
+
+        case TB_REC_ACCOUNT:
+            argv[1] = n->accounts;
+            break;
+
+        default:
+            argv[1] = n->meta;
+            break;
+        }
+
+        argv[3] = (char *) value;
+
+        lens[0] = 4;
+        lens[1] = ngx_strlen(argv[1]);
+        lens[2] = ngx_strlen(argv[2]);
+        lens[3] = vlen;
+
+        r = ngx_http_tokenbiryani_redis_sync(c, 4, argv, lens, err,
+                                             sizeof(err));
+
+        if (value != (u_char *) ad->value) {
+            ngx_free(value);
+        }
+
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            ngx_log_error(NGX_LOG_WARN, ld->log, 0,
+                          "tokenbiryani: \"%s\", adopted, could not be "
+                          "written back to Redis: it is adopted again at "
+                          "the next start while store.adopt_unauthenticated "
+                          "is set", ad->name);
+
+        } else {
+            done++;
+        }
+
+        if (r) {
+            freeReplyObject(r);
+        }
+    }
+
+    if (done) {
+        ngx_log_error(NGX_LOG_NOTICE, ld->log, 0,
+                      "tokenbiryani: %ui records written without "
+                      "authentication were adopted and written back "
+                      "authenticated: store.adopt_unauthenticated can be "
+                      "removed", done);
+    }
+
+    ngx_http_tokenbiryani_store_adopted_free(ld);
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_redis_read(redisContext *c,
     ngx_http_tokenbiryani_main_conf_t *tmcf,
@@ -574,11 +668,17 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
         return NGX_ERROR;
     }
 
-    if (r->type == REDIS_REPLY_STRING && r->len && r->len < 64) {
-        ngx_http_tokenbiryani_store_load_strategy(tmcf, r->str, ld->log);
+    if (r->type == REDIS_REPLY_STRING && r->len
+        && r->len <= TB_REC_ENVELOPE_LEN(64))
+    {
+        ngx_http_tokenbiryani_store_load_strategy(ld, r->str, r->len);
     }
 
     freeReplyObject(r);
+
+    /* records adopted (store.adopt_unauthenticated), written back */
+
+    ngx_http_tokenbiryani_redis_adopted_back(c, n, ld);
 
     /* this instance's history and spend */
     ngx_http_tokenbiryani_rhistory_read(c, n, tmcf, ld->log);
@@ -630,6 +730,8 @@ ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
     if (ngx_http_tokenbiryani_redis_read(c, tmcf, &n, &ld, err, sizeof(err))
         != NGX_OK)
     {
+        ngx_http_tokenbiryani_store_adopted_free(&ld);
+
         if (ngx_strcmp(err, "the zone is full") == 0) {
             /* said already, and not Redis's failure */
             redisFree(c);
@@ -988,11 +1090,13 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
 {
     int                              argc;
     u_char                          *value;
-    size_t                           lens[10];
+    size_t                           lens[12], n;
     ngx_int_t                        rc;
     ngx_uint_t                       i;
-    const char                      *argv[10];
+    const char                      *argv[12];
     ngx_http_tokenbiryani_rstore_t  *rs;
+    char                             plain[TB_ID_MAX + 68],
+                                     msg[TB_ID_MAX + 160];
 
     rs = &ngx_http_tokenbiryani_rstore;
 
@@ -1006,6 +1110,36 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     job->posted = ngx_current_msec;
 
     value = NULL;
+
+    /*
+     * The announcement the script publishes, signed now (a job sent again
+     * after Redis was away is signed when it is sent): "k <name>",
+     * "s <setting>", "a <id>"
+     */
+
+    if (job->op == NGX_HTTP_TB_JOB_KEY_INSERT
+        || job->op == NGX_HTTP_TB_JOB_KEY_UPDATE
+        || job->op == NGX_HTTP_TB_JOB_KEY_DELETE
+        || job->op == NGX_HTTP_TB_JOB_SETTING
+        || job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
+        || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE)
+    {
+        n = ngx_snprintf((u_char *) plain, sizeof(plain), "%c %s",
+                         job->op == NGX_HTTP_TB_JOB_SETTING ? 's'
+                         : (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
+                            || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE)
+                           ? 'a' : 'k', job->name)
+            - (u_char *) plain;
+
+        if (tb_msg_sign(&tmcf->rec, plain, n, ngx_http_tokenbiryani_now_ms(),
+                        msg, sizeof(msg))
+            == 0)
+        {
+            ngx_cpystrn((u_char *) job->err, (u_char *) "the announcement "
+                        "cannot be signed", sizeof(job->err));
+            return NGX_ERROR;
+        }
+    }
 
     /* EVAL script numkeys KEYS... ARGV: name, channel, values... */
 
@@ -1050,6 +1184,8 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
             argv[1] = ngx_http_tokenbiryani_lua_key_delete;
         }
 
+        argv[argc++] = msg;
+
         break;
 
     case NGX_HTTP_TB_JOB_ACCOUNT_PUT:
@@ -1069,6 +1205,8 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
         } else {
             argv[1] = ngx_http_tokenbiryani_lua_account_delete;
         }
+
+        argv[argc++] = msg;
 
         break;
 
@@ -1187,10 +1325,9 @@ ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
 
     case 'f':
         if (reply->type == REDIS_REPLY_STRING) {
-            ngx_http_tokenbiryani_affinity_adopt(&rs->tmcf->zone,
+            ngx_http_tokenbiryani_rzone_owner(rs->tmcf,
                 ngx_http_tokenbiryani_rstore_session(ch->name, ch->len),
-                (u_char *) reply->str, reply->len,
-                ngx_http_tokenbiryani_now_ms());
+                (u_char *) reply->str, reply->len);
         }
 
         break;
@@ -1265,8 +1402,16 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
     switch (ch->kind) {
 
     case 'f':
-        /* a conversation's new owner */
-        if (ch->len != 16) {
+        /* a conversation's new owner: 16 lowercase hex digits */
+        for (i = 0; i < 16 && (size_t) i < ch->len; i++) {
+            if (!((ch->name[i] >= '0' && ch->name[i] <= '9')
+                  || (ch->name[i] >= 'a' && ch->name[i] <= 'f')))
+            {
+                break;
+            }
+        }
+
+        if (ch->len != 16 || i != 16) {
             ngx_free(ch);
             return;
         }
@@ -1339,8 +1484,58 @@ ngx_http_tokenbiryani_rstore_message(ngx_http_tokenbiryani_redis_t *rd,
     }
 
     if (ngx_http_tokenbiryani_reply_is(reply->element[0], "message")) {
-        ngx_http_tokenbiryani_rstore_announced(rs, reply->element[2]);
+        ngx_http_tokenbiryani_rstore_verified(rs, reply->element[2]);
     }
+}
+
+
+/*
+ * A message on the channel, as another instance of this gateway signed it
+ * (tb_msg_sign), passed on as "<type> <body>"; one that does not verify,
+ * or is older than TB_MSG_SKEW_MS, is ignored and counted (and said once
+ * a minute, at most).
+ */
+static void
+ngx_http_tokenbiryani_rstore_verified(ngx_http_tokenbiryani_rstore_t *rs,
+    const redisReply *msg)
+{
+    size_t       blen;
+    int64_t      now;
+    redisReply   plain;
+    const char  *body;
+
+    static ngx_msec_t  said;
+
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (msg->type != REDIS_REPLY_STRING
+        || tb_msg_verify(&rs->tmcf->rec, msg->str, msg->len, now, &body,
+                         &blen)
+           != 0)
+    {
+        ngx_http_tokenbiryani_count_refused(&rs->tmcf->zone, 1);
+
+        if (said == 0 || ngx_current_msec - said > 60000) {
+            said = ngx_current_msec;
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "tokenbiryani: a message on %s that no instance "
+                          "of this gateway signed (or signed more than %ds "
+                          "ago) is ignored; such messages are counted in "
+                          "/admin/status (store.refused.messages)",
+                          rs->n.changes, TB_MSG_SKEW_MS / 1000);
+        }
+
+        return;
+    }
+
+    /* the body moved up behind its type: "<type> <body>", in place */
+
+    ngx_memmove(msg->str + 2, body, blen);
+
+    plain = *msg;
+    plain.len = blen + 2;
+
+    ngx_http_tokenbiryani_rstore_announced(rs, &plain);
 }
 
 
@@ -1631,6 +1826,7 @@ ngx_http_tokenbiryani_rstore_back(ngx_http_tokenbiryani_rstore_t *rs,
     ngx_http_tokenbiryani_rkey_view_t   *k;
     ngx_http_tokenbiryani_racct_view_t  *a;
     u_char                               epoch[33], cur[64];
+    ngx_str_t                            rec;
 
     pool = ngx_create_pool(4096, ngx_cycle->log);
     if (pool == NULL) {
@@ -1724,11 +1920,17 @@ ngx_http_tokenbiryani_rstore_back(ngx_http_tokenbiryani_rstore_t *rs,
 
     (void) ngx_http_tokenbiryani_settings_strategy(&rs->tmcf->zone, cur,
                                                    sizeof(cur));
-    if (cur[0]) {
+    if (cur[0]
+        && ngx_http_tokenbiryani_record_wrap(pool, rs->tmcf, TB_REC_SETTING,
+               (u_char *) NGX_HTTP_TB_SETTING_STRATEGY,
+               sizeof(NGX_HTTP_TB_SETTING_STRATEGY) - 1, NULL, 0, cur,
+               ngx_strlen(cur), &rec)
+           == NGX_OK)
+    {
         argv[0] = "HSETNX";
         argv[1] = rs->n.meta;
         argv[2] = NGX_HTTP_TB_SETTING_STRATEGY;
-        argv[3] = (char *) cur;
+        argv[3] = (char *) rec.data;
 
         for (j = 0; j < 4; j++) {
             lens[j] = ngx_strlen(argv[j]);

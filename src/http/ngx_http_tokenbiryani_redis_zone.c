@@ -54,7 +54,9 @@ ngx_http_tokenbiryani_rzone_key(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *name, size_t len,
     const redisReply *value)
 {
+    size_t        plen;
     ngx_uint_t    rc;
+    const char   *payload;
     tb_keyspec_t  ks;
     u_char        digest[32];
     char          err[256];
@@ -79,15 +81,37 @@ ngx_http_tokenbiryani_rzone_key(
     }
 
     if (ngx_http_tokenbiryani_rzone_digest(value->str, value->len, digest)
-        != NGX_OK
-        || tb_keyspec_parse(&ks, value->str + 65, value->len - 65,
-                            TB_KEYSPEC_STORED, NULL, NULL, 0, err,
-                            sizeof(err))
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the key \"%*s\" in Redis is "
+                      "unreadable and left out", len, name);
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+        return;
+    }
+
+    /* written by an instance of this gateway, bound to name and digest */
+
+    if (ngx_http_tokenbiryani_record_check(tmcf, ngx_cycle->log, TB_REC_KEY,
+                                           "key", name, len, digest, 32,
+                                           (u_char *) value->str + 65,
+                                           value->len - 65, NULL)
+        != NGX_OK)
+    {
+        return;
+    }
+
+    payload = tb_rec_payload(value->str + 65, value->len - 65, &plen, NULL);
+
+    if (!tb_keyspec_valid_name((const char *) name, len)
+        || tb_keyspec_parse(&ks, payload, plen, TB_KEYSPEC_STORED, NULL, NULL,
+                            0, err, sizeof(err))
            != 0)
     {
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: the key \"%*s\" in Redis is "
                       "unreadable and left out", len, name);
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
         return;
     }
 
@@ -100,6 +124,7 @@ ngx_http_tokenbiryani_rzone_key(
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: the key \"%*s\" in Redis names another "
                       "key in its spec and is left out", len, name);
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
         return;
     }
 
@@ -107,10 +132,32 @@ ngx_http_tokenbiryani_rzone_key(
                                         (u_char *) value->str + 65,
                                         value->len - 65);
 
-    if (rc == NGX_HTTP_TB_RKEY_NOMEM) {
+    switch (rc) {
+
+    case NGX_HTTP_TB_RKEY_NEW:
+    case NGX_HTTP_TB_RKEY_OK:
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "tokenbiryani: key \"%*s\" %s by another instance",
+                      len, name, rc == NGX_HTTP_TB_RKEY_NEW ? "minted"
+                                                            : "changed");
+        break;
+
+    case NGX_HTTP_TB_RKEY_STALE:
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the key \"%*s\" in Redis is refused: "
+                      "it is older than one this instance had (a record "
+                      "written again)", len, name);
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+        break;
+
+    case NGX_HTTP_TB_RKEY_NOMEM:
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: the key \"%*s\" from Redis does not "
                       "fit: make tokenbiryani_zone larger", len, name);
+        break;
+
+    default:
+        break;
     }
 }
 
@@ -191,6 +238,14 @@ ngx_http_tokenbiryani_rzone_put(ngx_http_tokenbiryani_rzone_t *ra)
                       "make tokenbiryani_zone larger", &ra->v.id);
         break;
 
+    case NGX_HTTP_TB_RKEY_STALE:
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the account \"%V\" in Redis is "
+                      "refused: it is older than one this instance had (a "
+                      "record written again)", &ra->v.id);
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+        break;
+
     default:
         /* added or removed meanwhile: the next announcement settles it */
         break;
@@ -203,7 +258,17 @@ ngx_http_tokenbiryani_rzone_resolved(ngx_http_tokenbiryani_job_t *job)
 {
     ngx_http_tokenbiryani_rzone_t *ra = job->data;
 
-    if (job->rc == TB_STORE_OK) {
+    if (job->rc == TB_STORE_OK
+        && ngx_http_tokenbiryani_racct_private(ra->tmcf, ra->addrs,
+                                               job->naddrs))
+    {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: account \"%V\" from Redis does not "
+                      "serve here: its host resolves to a loopback, "
+                      "link-local or private address "
+                      "(server.allow_private_hosts)", &ra->v.id);
+
+    } else if (job->rc == TB_STORE_OK) {
         ra->v.naddrs = job->naddrs;
         ngx_memcpy(ra->v.addrs, ra->addrs, sizeof(ra->v.addrs));
         ngx_http_tokenbiryani_rzone_put(ra);
@@ -253,6 +318,22 @@ ngx_http_tokenbiryani_rzone_account(
             ngx_http_tokenbiryani_accounts_sync(tmcf);
         }
 
+        return;
+    }
+
+    /*
+     * Written by an instance of this gateway, bound to its id and sealed
+     * credential; then held to the admin API's rules (racct_open).  One
+     * that does not verify never enters the zone.
+     */
+
+    if (ngx_http_tokenbiryani_record_check(tmcf, ngx_cycle->log,
+                                           TB_REC_ACCOUNT, "account", id, len,
+                                           sealed->str, sealed->len,
+                                           (u_char *) spec->str, spec->len,
+                                           NULL)
+        != NGX_OK)
+    {
         return;
     }
 
@@ -311,6 +392,7 @@ ngx_http_tokenbiryani_rzone_account(
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: account \"%V\" from Redis does not "
                       "serve here: %s", &ra->v.id, err);
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
         ngx_free(ra);
         ngx_destroy_pool(pool);
         return;
@@ -367,16 +449,36 @@ void
 ngx_http_tokenbiryani_rzone_strategy(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const redisReply *value)
 {
-    u_char  cur[64], name[64];
+    size_t       plen;
+    uint64_t     gen;
+    const char  *payload;
+    u_char       cur[64], name[64];
 
     name[0] = '\0';
+    gen = 0;
 
     if (value && value->type == REDIS_REPLY_STRING) {
-        if (value->len >= sizeof(name)) {
+
+        /* written by an instance of this gateway, as this setting */
+
+        if (ngx_http_tokenbiryani_record_check(tmcf, ngx_cycle->log,
+                TB_REC_SETTING, "the setting",
+                (u_char *) "setting.routing.strategy",
+                sizeof("setting.routing.strategy") - 1, NULL, 0,
+                (u_char *) value->str, value->len, NULL)
+            != NGX_OK)
+        {
             return;
         }
 
-        ngx_cpystrn(name, (u_char *) value->str, value->len + 1);
+        payload = tb_rec_payload(value->str, value->len, &plen, &gen);
+
+        if (plen >= sizeof(name)) {
+            return;
+        }
+
+        ngx_memcpy(name, payload, plen);
+        name[plen] = '\0';
     }
 
     (void) ngx_http_tokenbiryani_settings_strategy(&tmcf->zone, cur,
@@ -397,10 +499,45 @@ ngx_http_tokenbiryani_rzone_strategy(
         return;
     }
 
-    ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, name,
-                                                ngx_strlen(name));
+    if (ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, name,
+                                                    ngx_strlen(name), gen)
+        == NGX_HTTP_TB_RKEY_STALE)
+    {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "tokenbiryani: the setting \"setting.routing.strategy\" "
+                      "in Redis is refused: it is older than the one this "
+                      "instance has (a record written again)");
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+        return;
+    }
 
     ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
                   "tokenbiryani: routing.strategy \"%s\", set by another "
                   "instance", name[0] ? name : (u_char *) tmcf->strategy->name);
+}
+
+
+void
+ngx_http_tokenbiryani_rzone_owner(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    uint64_t session, const u_char *value, size_t len)
+{
+    size_t       plen;
+    uint64_t     gen;
+    const char  *payload;
+    u_char       hex[16];
+
+    ngx_sprintf(hex, "%016uxL", session);
+
+    if (tb_rec_open(&tmcf->rec, TB_REC_OWNER, (char *) hex, sizeof(hex),
+                    NULL, 0, (const char *) value, len, &gen, &payload, &plen)
+        != TB_REC_OK)
+    {
+        /* not one of ours: the conversation goes where the zone says */
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+        return;
+    }
+
+    ngx_http_tokenbiryani_affinity_adopt(&tmcf->zone, session,
+                                         (const u_char *) payload, plen,
+                                         ngx_http_tokenbiryani_now_ms());
 }

@@ -35,4 +35,13 @@ void ngx_http_tokenbiryani_rzone_strategy(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const redisReply *value);
 
 
+/*
+ * Another instance's owner of a session, as Redis holds it (the record
+ * N:aff:<session>): into the zone when it is one an instance of this
+ * gateway wrote, and names an account this configuration has.
+ */
+void ngx_http_tokenbiryani_rzone_owner(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    uint64_t session, const u_char *value, size_t len);
+
+
 #endif /* _NGX_HTTP_TOKENBIRYANI_REDIS_ZONE_H_INCLUDED_ */

@@ -232,10 +232,69 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
  * cross-origin without a preflight the gateway never grants.
  */
 
+/* "host[:port]" without the scheme's default port, into out: its length */
+static size_t
+ngx_http_tokenbiryani_authority(u_char *p, size_t len, ngx_uint_t tls,
+    u_char *out, size_t size)
+{
+    const char  *port;
+    size_t       plen;
+
+    port = tls ? ":443" : ":80";
+    plen = tls ? 4 : 3;
+
+    if (len > plen && ngx_strncmp(p + len - plen, port, plen) == 0) {
+        len -= plen;
+    }
+
+    if (len >= size) {
+        return 0;
+    }
+
+    ngx_strlow(out, p, len);
+
+    return len;
+}
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_same_origin(ngx_http_request_t *r, ngx_str_t *origin)
+{
+    u_char      *p;
+    size_t       n, m, skip;
+    ngx_uint_t   tls;
+    u_char       a[256], b[256];
+
+#if (NGX_HTTP_SSL)
+    tls = (r->connection->ssl != NULL);
+#else
+    tls = 0;
+#endif
+
+    skip = tls ? sizeof("https://") - 1 : sizeof("http://") - 1;
+    p = origin->data;
+
+    if (r->headers_in.host == NULL || origin->len <= skip
+        || ngx_strncasecmp(p, (u_char *) (tls ? "https://" : "http://"),
+                           skip)
+           != 0)
+    {
+        return 0;
+    }
+
+    n = ngx_http_tokenbiryani_authority(p + skip, origin->len - skip, tls,
+                                        a, sizeof(a));
+    m = ngx_http_tokenbiryani_authority(r->headers_in.host->value.data,
+                                        r->headers_in.host->value.len, tls,
+                                        b, sizeof(b));
+
+    return n && n == m && ngx_memcmp(a, b, n) == 0;
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_open_check(ngx_http_request_t *r, ngx_uint_t need_admin)
 {
-    u_char           *p, *last, *host;
     ngx_table_elt_t  *h;
 
     if (r->headers_in.host
@@ -264,60 +323,20 @@ ngx_http_tokenbiryani_open_check(ngx_http_request_t *r, ngx_uint_t need_admin)
         return NGX_HTTP_FORBIDDEN;
     }
 
+    /*
+     * A page's Origin is its scheme, host and port: only the gateway's own
+     * (this request's scheme and Host) may drive it - a page of another
+     * local server, on another port, may not.
+     */
+
     h = ngx_http_tokenbiryani_find_header(r, "origin", sizeof("origin") - 1);
 
-    if (h) {
-        p = h->value.data;
-        last = p + h->value.len;
-        host = NULL;
-
-        if (h->value.len > sizeof("http://") - 1
-            && ngx_strncasecmp(p, (u_char *) "http://", 7) == 0)
-        {
-            host = p + 7;
-
-        } else if (h->value.len > sizeof("https://") - 1
-                   && ngx_strncasecmp(p, (u_char *) "https://", 8) == 0)
-        {
-            host = p + 8;
-        }
-
-        if (host) {
-            /* the host ends at the port, or at the end: an origin has no path */
-
-            if (*host == '[') {
-                p = ngx_strlchr(host, last, ']');
-                p = (p == NULL) ? last : p + 1;
-
-            } else {
-                p = ngx_strlchr(host, last, ':');
-                p = (p == NULL) ? last : p;
-            }
-
-            if (p < last) {
-                if (*p != ':' || p + 1 == last) {
-                    host = NULL;
-
-                } else {
-                    for (last--; last > p; last--) {
-                        if (*last < '0' || *last > '9') {
-                            host = NULL;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-
-        if (host == NULL
-            || !ngx_http_tokenbiryani_loopback_host(host, p - host))
-        {
-            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
-                "permission_error",
-                "this gateway has no keys and refuses requests from web "
-                "pages of another origin (Origin: %V)", &h->value);
-            return NGX_HTTP_FORBIDDEN;
-        }
+    if (h && !ngx_http_tokenbiryani_same_origin(r, &h->value)) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_FORBIDDEN,
+            "permission_error",
+            "this gateway has no keys and refuses requests from web "
+            "pages of another origin (Origin: %V)", &h->value);
+        return NGX_HTTP_FORBIDDEN;
     }
 
     if (need_admin && !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {

@@ -2,8 +2,10 @@
  * What instances agree on at request time (see
  * ngx_http_tokenbiryani_share.h).
  *
- *     N:aff:<session>   "<account id> <cached prompt tokens>", expiring
- *                       with affinity_ttl_seconds; a new owner is also
+ *     N:aff:<session>   "<account id> <cached prompt tokens>" in the
+ *                       envelope that authenticates it (tb_record.h: the
+ *                       session's hex its name), expiring with
+ *                       affinity_ttl_seconds; a new owner is also
  *                       announced on N:changes as "f <session>", which the
  *                       subscriber of every instance reads back into its
  *                       zone (ngx_http_tokenbiryani_redis_store.c)
@@ -14,6 +16,7 @@
 #include "ngx_http_tokenbiryani_share.h"
 #include "ngx_http_tokenbiryani_redis.h"
 #include "ngx_http_tokenbiryani_redis_store.h"
+#include "ngx_http_tokenbiryani_redis_zone.h"
 
 
 /* KEYS: the session's; ARGV: value, ttl, channel, the announcement */
@@ -56,10 +59,8 @@ ngx_http_tokenbiryani_share_owned(ngx_http_tokenbiryani_redis_t *rd,
     resume = w->resume;
 
     if (reply && reply->type == REDIS_REPLY_STRING) {
-        ngx_http_tokenbiryani_affinity_adopt(&w->tmcf->zone, w->session,
-                                             (u_char *) reply->str,
-                                             reply->len,
-                                             ngx_http_tokenbiryani_now_ms());
+        ngx_http_tokenbiryani_rzone_owner(w->tmcf, w->session,
+                                          (u_char *) reply->str, reply->len);
     }
 
     if (r) {
@@ -170,13 +171,18 @@ ngx_http_tokenbiryani_share_affinity(ngx_http_tokenbiryani_main_conf_t *tmcf,
     uint64_t session, const ngx_str_t *account, int64_t cached,
     ngx_uint_t share)
 {
+    u_char                          *p;
+    int64_t                          now;
     ngx_uint_t                       i;
     size_t                           lens[8];
     const char                      *argv[8];
     ngx_http_tokenbiryani_redis_t   *rd;
     ngx_http_tokenbiryani_rnames_t  *n;
-    u_char                           key[128], value[TB_ID_MAX + 32];
-    u_char                           ttl[NGX_INT_T_LEN + 1], msg[32];
+    u_char                           key[128], owner[TB_ID_MAX + 32],
+                                     value[TB_REC_ENVELOPE_LEN(TB_ID_MAX
+                                                               + 32) + 1];
+    u_char                           ttl[NGX_INT_T_LEN + 1], plain[32],
+                                     msg[32 + 64], hex[16];
 
     if (share == NGX_HTTP_TB_AFFINITY_KEPT) {
         return;
@@ -196,9 +202,23 @@ ngx_http_tokenbiryani_share_affinity(ngx_http_tokenbiryani_main_conf_t *tmcf,
     argv[3] = (char *) key;
     ngx_snprintf(key, sizeof(key), "%s:aff:%016uxL%Z", n->ns, session);
 
+    /* the owner, authenticated: its session is its name */
+
+    now = ngx_http_tokenbiryani_now_ms();
+
+    p = ngx_snprintf(owner, sizeof(owner), "%V %L", account,
+                     cached > 0 ? cached : 0);
+    ngx_sprintf(hex, "%016uxL", session);
+
+    if (tb_rec_wrap(&tmcf->rec, TB_REC_OWNER, (char *) hex, sizeof(hex),
+                    NULL, 0, tb_rec_next_gen(0, now), (char *) owner,
+                    p - owner, (char *) value, sizeof(value))
+        == 0)
+    {
+        return;
+    }
+
     argv[4] = (char *) value;
-    ngx_snprintf(value, sizeof(value), "%V %L%Z", account,
-                 cached > 0 ? cached : 0);
 
     argv[5] = (char *) ttl;
     ngx_sprintf(ttl, "%L%Z",
@@ -211,7 +231,14 @@ ngx_http_tokenbiryani_share_affinity(ngx_http_tokenbiryani_main_conf_t *tmcf,
     msg[0] = '\0';
 
     if (share == NGX_HTTP_TB_AFFINITY_CHANGED) {
-        ngx_sprintf(msg, "f %016uxL%Z", session);
+        p = ngx_sprintf(plain, "f %016uxL", session);
+
+        if (tb_msg_sign(&tmcf->rec, (char *) plain, p - plain, now,
+                        (char *) msg, sizeof(msg))
+            == 0)
+        {
+            msg[0] = '\0';
+        }
     }
 
     for (i = 0; i < 8; i++) {

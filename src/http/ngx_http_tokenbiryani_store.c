@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_racct.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_keys.h"
@@ -63,7 +64,13 @@ static void ngx_http_tokenbiryani_load_history(tb_store_t *db,
 static void ngx_http_tokenbiryani_load_spend(tb_store_t *db,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
 static void ngx_http_tokenbiryani_load_settings(tb_store_t *db,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
+    ngx_http_tokenbiryani_store_load_t *ld);
+static void ngx_http_tokenbiryani_store_adopted_back(tb_store_t *db,
+    ngx_http_tokenbiryani_store_load_t *ld);
+static const char *ngx_http_tokenbiryani_store_adopt(
+    ngx_http_tokenbiryani_store_load_t *ld, int kind, const char *name,
+    const u_char *digest, const char *sealed, const char *payload,
+    size_t plen);
 
 
 static ngx_int_t ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
@@ -166,7 +173,9 @@ static void
 ngx_http_tokenbiryani_store_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_log_t *log)
 {
+    int               fd;
     ngx_uint_t        i;
+    struct stat       st;
     ngx_core_conf_t  *ccf;
     u_char            path[NGX_MAX_PATH + 8];
 
@@ -182,27 +191,47 @@ ngx_http_tokenbiryani_store_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
     for (i = 0; i < 3; i++) {
         ngx_sprintf(path, "%V%s%Z", &tmcf->store_path, suffix[i]);
 
+        /* the file itself, never what a link there points at */
+
+        fd = open((char *) path, O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC);
+
+        if (fd == -1) {
+            if (ngx_errno != NGX_ENOENT) {
+                ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
+                              "tokenbiryani: \"%s\" is left as it is: it "
+                              "cannot be opened as a file of its own (a "
+                              "link is not followed)", path);
+            }
+
+            continue;
+        }
+
+        if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
+            ngx_log_error(NGX_LOG_WARN, log, 0,
+                          "tokenbiryani: \"%s\" is not a regular file: it is "
+                          "left as it is", path);
+            (void) close(fd);
+            continue;
+        }
+
         /* the history and what is sealed are nobody else's to read */
 
-        if (chmod((char *) path, 0600) == -1 && ngx_errno != NGX_ENOENT) {
+        if (fchmod(fd, 0600) == -1) {
             ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
                           "tokenbiryani: chmod(\"%s\", 0600) failed", path);
         }
 
-        if (geteuid() != 0 || ccf == NULL
-            || ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT || ccf->user == 0)
-        {
-            continue;
-        }
-
-        if (chown((char *) path, ccf->user, ccf->group) == -1
-            && ngx_errno != NGX_ENOENT)
+        if (geteuid() == 0 && ccf != NULL
+            && ccf->user != (ngx_uid_t) NGX_CONF_UNSET_UINT && ccf->user != 0
+            && fchown(fd, ccf->user, ccf->group) == -1)
         {
             ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
                           "tokenbiryani: chown(\"%s\") for the workers' "
                           "user failed: the store may not be writable by "
                           "them", path);
         }
+
+        (void) close(fd);
     }
 }
 
@@ -224,8 +253,12 @@ ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
     ngx_http_tokenbiryani_store_load_t  *ld = data;
 
     u_char                               fingerprint[8];
+    u_char                               placeholder[TB_ID_MAX + 16];
+    u_char                               quarantined[
+                                             TB_REC_ENVELOPE_LEN(TB_ID_MAX
+                                                                 + 16) + 1];
     ngx_int_t                            rc;
-    ngx_uint_t                           slot, zrc;
+    ngx_uint_t                           slot, zrc, legacy;
     ngx_pool_t                          *pool;
     tb_config_t                         *cf;
     ngx_http_tokenbiryani_account_t      a;
@@ -242,6 +275,14 @@ ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
     v.sealed.data = (u_char *) sealed;
     v.sealed.len = ngx_strlen(sealed);
 
+    if (v.id.len == 0 || v.id.len > TB_ID_MAX) {
+        ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                      "tokenbiryani: an account in the store has an id no "
+                      "account can have, and is refused");
+        ld->skipped++;
+        return 0;
+    }
+
     if (ngx_http_tokenbiryani_yaml_account(ld->tmcf, v.id.data, v.id.len)) {
         ngx_log_error(NGX_LOG_WARN, ld->log, 0,
                       "tokenbiryani: the account \"%s\" added at runtime is "
@@ -249,6 +290,74 @@ ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
                       id);
         ld->skipped++;
         return 0;
+    }
+
+    /*
+     * Written by this gateway, its spec bound to its id and its sealed
+     * credential: one that does not verify never enters the zone, which
+     * every worker and the other instances take as checked.
+     */
+
+    legacy = 0;
+
+    rc = ngx_http_tokenbiryani_record_check(ld->tmcf, ld->log,
+                                            TB_REC_ACCOUNT, "account",
+                                            v.id.data, v.id.len, sealed,
+                                            v.sealed.len, v.spec.data,
+                                            v.spec.len, &legacy);
+
+    if (rc == NGX_ABORT) {
+        /*
+         * Written under another secret key (the key was changed): nothing
+         * of its spec can be trusted.  It is listed by its id alone, not
+         * serving, its credential saying why, until the operator gives it
+         * again, whole.
+         */
+
+        ngx_snprintf(placeholder, sizeof(placeholder), "{\"id\":\"%s\"}%Z",
+                     id);
+
+        v.spec.data = quarantined;
+        v.spec.len = tb_rec_wrap(&ld->tmcf->rec, TB_REC_ACCOUNT, id,
+                                 v.id.len, sealed, v.sealed.len,
+                                 tb_rec_next_gen(0,
+                                            ngx_http_tokenbiryani_now_ms()),
+                                 (char *) placeholder,
+                                 ngx_strlen(placeholder),
+                                 (char *) quarantined, sizeof(quarantined));
+        if (v.spec.len == 0) {
+            ld->skipped++;
+            return 0;
+        }
+
+    } else if (rc != NGX_OK) {
+        ld->skipped++;
+        return 0;
+    }
+
+    if (legacy) {
+        /* the API's rules first: nothing adopted that it would refuse */
+
+        if (tb_racct_check(spec, v.spec.len, id, v.id.len,
+                           ld->tmcf->tbcf->server_allow_private_hosts, err,
+                           sizeof(err))
+            != 0)
+        {
+            ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                          "tokenbiryani: the account \"%s\" in the store is "
+                          "refused: %s", id, err);
+            ld->skipped++;
+            return 0;
+        }
+
+        spec = ngx_http_tokenbiryani_store_adopt(ld, TB_REC_ACCOUNT, id, NULL,
+                                                 sealed, spec, v.spec.len);
+        if (spec == NULL) {
+            return -1;
+        }
+
+        v.spec.data = (u_char *) spec;
+        v.spec.len = ngx_strlen(spec);
     }
 
     pool = ngx_create_pool(1024, ld->log);
@@ -274,6 +383,16 @@ ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
             v.naddrs = ngx_http_tokenbiryani_resolve_host(cf->accounts[0].host,
                            (in_port_t) cf->accounts[0].port, v.addrs,
                            NGX_HTTP_TB_RACCT_ADDRS, err, sizeof(err));
+        }
+
+        if (rc == NGX_OK && v.naddrs
+            && ngx_http_tokenbiryani_racct_private(ld->tmcf, v.addrs,
+                                                   v.naddrs))
+        {
+            ngx_snprintf((u_char *) err, sizeof(err), "its host resolves to "
+                         "a loopback, link-local or private address "
+                         "(server.allow_private_hosts)%Z");
+            v.naddrs = 0;
         }
 
         if (rc != NGX_OK || v.naddrs == 0) {
@@ -323,39 +442,140 @@ ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
 }
 
 
+/*
+ * A record written before records were authenticated, adopted: its
+ * envelope made now, and remembered to be written back.  NULL: no memory.
+ */
+static const char *
+ngx_http_tokenbiryani_store_adopt(ngx_http_tokenbiryani_store_load_t *ld,
+    int kind, const char *name, const u_char *digest, const char *sealed,
+    const char *payload, size_t plen)
+{
+    size_t                            size, nlen;
+    ngx_http_tokenbiryani_adopted_t  *ad;
+
+    nlen = ngx_strlen(name);
+    size = TB_REC_ENVELOPE_LEN(plen) + 1;
+
+    ad = ngx_alloc(sizeof(ngx_http_tokenbiryani_adopted_t) + nlen + 1
+                   + (sealed ? ngx_strlen(sealed) + 1 : 0) + size, ld->log);
+    if (ad == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(ad, sizeof(ngx_http_tokenbiryani_adopted_t));
+
+    ad->kind = kind;
+    ad->name = (char *) (ad + 1);
+    ngx_memcpy(ad->name, name, nlen + 1);
+    ad->value = ad->name + nlen + 1;
+
+    if (sealed) {
+        ad->sealed = ad->value;
+        ngx_memcpy(ad->sealed, sealed, ngx_strlen(sealed) + 1);
+        ad->value = ad->sealed + ngx_strlen(sealed) + 1;
+    }
+
+    if (digest) {
+        ngx_memcpy(ad->digest, digest, 32);
+    }
+
+    if (tb_rec_wrap(&ld->tmcf->rec, kind, name, nlen,
+                    digest ? (const void *) digest : (const void *) sealed,
+                    digest ? 32 : (sealed ? ngx_strlen(sealed) : 0),
+                    tb_rec_next_gen(0, ngx_http_tokenbiryani_now_ms()),
+                    payload, plen, ad->value, size)
+        == 0)
+    {
+        ngx_free(ad);
+        return NULL;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ld->log, 0,
+                  "tokenbiryani: %s \"%s\", written without authentication, "
+                  "is adopted (store.adopt_unauthenticated) and written back "
+                  "authenticated", kind == TB_REC_KEY ? "the key"
+                  : kind == TB_REC_ACCOUNT ? "the account" : "the setting",
+                  name);
+
+    ad->next = ld->adopted;
+    ld->adopted = ad;
+
+    return ad->value;
+}
+
+
+void
+ngx_http_tokenbiryani_store_adopted_free(ngx_http_tokenbiryani_store_load_t *ld)
+{
+    ngx_http_tokenbiryani_adopted_t  *ad, *next;
+
+    for (ad = ld->adopted; ad; ad = next) {
+        next = ad->next;
+        ngx_free(ad);
+    }
+
+    ld->adopted = NULL;
+}
+
+
 int
 ngx_http_tokenbiryani_store_load_key(void *data, const char *name,
     const unsigned char *digest, const char *spec)
 {
     ngx_http_tokenbiryani_store_load_t  *ld = data;
 
-    ngx_uint_t    rc;
+    size_t        nlen, plen;
+    ngx_uint_t    rc, legacy;
+    const char   *payload;
     tb_keyspec_t  ks;
     char          err[256];
 
-    if (tb_keyspec_parse(&ks, spec, ngx_strlen(spec), TB_KEYSPEC_STORED,
-                         NULL, NULL, 0, err, sizeof(err))
-        != 0
-        || ngx_strcmp(ks.conf.name, name) != 0)
-    {
-        if (ks.conf.name) {
-            tb_keyspec_free(&ks);
-        }
+    nlen = ngx_strlen(name);
+    legacy = 0;
 
-        ngx_log_error(NGX_LOG_ERR, ld->log, 0,
-                      "tokenbiryani: the store's key \"%s\" is unreadable "
-                      "and left out: %s", name, err);
+    /* written by this gateway, bound to its name and digest */
+
+    if (ngx_http_tokenbiryani_record_check(ld->tmcf, ld->log, TB_REC_KEY,
+                                           "key", (u_char *) name, nlen,
+                                           digest, 32, (u_char *) spec,
+                                           ngx_strlen(spec), &legacy)
+        != NGX_OK)
+    {
         ld->skipped++;
         return 0;
     }
 
+    payload = tb_rec_payload(spec, ngx_strlen(spec), &plen, NULL);
+
+    /* and held to the admin API's rules again */
+
+    if (!tb_keyspec_valid_name(name, nlen)) {
+        ngx_cpystrn((u_char *) err, (u_char *) "not a name a key can have",
+                    sizeof(err));
+        goto unreadable;
+    }
+
+    if (tb_keyspec_parse(&ks, payload, plen, TB_KEYSPEC_STORED, NULL, NULL,
+                         0, err, sizeof(err))
+        != 0)
+    {
+        goto unreadable;
+    }
+
+    rc = (ngx_strcmp(ks.conf.name, name) == 0);
+
     tb_keyspec_free(&ks);
+
+    if (!rc) {
+        ngx_cpystrn((u_char *) err, (u_char *) "its spec names another key",
+                    sizeof(err));
+        goto unreadable;
+    }
 
     /* a key the file defines since it was minted: the file's wins */
 
-    if (ngx_http_tokenbiryani_yaml_key(ld->tmcf, (u_char *) name,
-                                       ngx_strlen(name)))
-    {
+    if (ngx_http_tokenbiryani_yaml_key(ld->tmcf, (u_char *) name, nlen)) {
         ngx_log_error(NGX_LOG_WARN, ld->log, 0,
                       "tokenbiryani: the minted key \"%s\" is left out: the "
                       "YAML file has a key of that name", name);
@@ -363,9 +583,17 @@ ngx_http_tokenbiryani_store_load_key(void *data, const char *name,
         return 0;
     }
 
+    if (legacy) {
+        spec = ngx_http_tokenbiryani_store_adopt(ld, TB_REC_KEY, name, digest,
+                                                 NULL, payload, plen);
+        if (spec == NULL) {
+            return -1;
+        }
+    }
+
     rc = ngx_http_tokenbiryani_rkey_put(&ld->tmcf->zone, (u_char *) name,
-                                        ngx_strlen(name), digest,
-                                        (u_char *) spec, ngx_strlen(spec));
+                                        nlen, digest, (u_char *) spec,
+                                        ngx_strlen(spec));
     if (rc == NGX_HTTP_TB_RKEY_NOMEM) {
         ngx_log_error(NGX_LOG_EMERG, ld->log, 0,
                       "tokenbiryani: the zone is too small for the store's "
@@ -376,6 +604,66 @@ ngx_http_tokenbiryani_store_load_key(void *data, const char *name,
     ld->keys++;
 
     return 0;
+
+unreadable:
+
+    ngx_log_error(NGX_LOG_ERR, ld->log, 0,
+                  "tokenbiryani: the store's key \"%s\" is unreadable and "
+                  "left out: %s", name, err);
+    ld->skipped++;
+
+    return 0;
+}
+
+
+/* the records adopted at load, written back in their envelopes */
+static void
+ngx_http_tokenbiryani_store_adopted_back(tb_store_t *db,
+    ngx_http_tokenbiryani_store_load_t *ld)
+{
+    int                               rc;
+    ngx_uint_t                        n;
+    ngx_http_tokenbiryani_adopted_t  *ad;
+
+    n = 0;
+
+    for (ad = ld->adopted; ad; ad = ad->next) {
+        switch (ad->kind) {
+
+        case TB_REC_KEY:
+            rc = tb_store_key_update(db, ad->name, ad->value);
+            break;
+
+        case TB_REC_ACCOUNT:
+            rc = tb_store_account_put(db, ad->name, ad->value, ad->sealed, 0);
+            break;
+
+        default:
+            rc = tb_store_meta_put(db, ad->name, ad->value);
+            break;
+        }
+
+        if (rc != TB_STORE_OK) {
+            ngx_log_error(NGX_LOG_WARN, ld->log, 0,
+                          "tokenbiryani: \"%s\", adopted, could not be "
+                          "written back (%s): it is adopted again at the "
+                          "next start while store.adopt_unauthenticated is "
+                          "set", ad->name, tb_store_error(db));
+            continue;
+        }
+
+        n++;
+    }
+
+    if (n) {
+        ngx_log_error(NGX_LOG_NOTICE, ld->log, 0,
+                      "tokenbiryani: %ui records written without "
+                      "authentication were adopted and written back "
+                      "authenticated: store.adopt_unauthenticated can be "
+                      "removed", n);
+    }
+
+    ngx_http_tokenbiryani_store_adopted_free(ld);
 }
 
 
@@ -404,6 +692,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "tokenbiryani: %s", tb_store_error(db));
+        ngx_http_tokenbiryani_store_adopted_free(&ld);
         tb_store_close(db);
         return NGX_ERROR;
     }
@@ -413,6 +702,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "tokenbiryani: %s", tb_store_error(db));
+        ngx_http_tokenbiryani_store_adopted_free(&ld);
         tb_store_close(db);
         return NGX_ERROR;
     }
@@ -422,7 +712,8 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
                   "%ui accounts%s", &tmcf->store_path, ld.keys, ld.accounts,
                   ld.skipped ? " (some left out, see above)" : "");
 
-    ngx_http_tokenbiryani_load_settings(db, tmcf, shm_zone->shm.log);
+    ngx_http_tokenbiryani_load_settings(db, &ld);
+    ngx_http_tokenbiryani_store_adopted_back(db, &ld);
     ngx_http_tokenbiryani_load_history(db, tmcf, shm_zone->shm.log);
     ngx_http_tokenbiryani_load_spend(db, tmcf, shm_zone->shm.log);
 
@@ -637,6 +928,94 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
 
     /* another worker (of the next generation) writes from now on */
     ngx_http_tokenbiryani_store_unelect(&tmcf->zone, ngx_pid);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_record_wrap(ngx_pool_t *pool,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, int kind, const u_char *name,
+    size_t nlen, const void *bound, size_t blen, const u_char *payload,
+    size_t plen, ngx_str_t *out)
+{
+    size_t    size;
+    uint64_t  gen;
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf) || !tmcf->rec.set) {
+        out->data = ngx_pnalloc(pool, plen + 1);
+        if (out->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(out->data, payload, plen);
+        out->data[plen] = '\0';
+        out->len = plen;
+
+        return NGX_OK;
+    }
+
+    gen = tb_rec_next_gen(ngx_http_tokenbiryani_record_gen(&tmcf->zone, kind,
+                                                          name, nlen),
+                          ngx_http_tokenbiryani_now_ms());
+
+    size = TB_REC_ENVELOPE_LEN(plen) + 1;
+
+    out->data = ngx_pnalloc(pool, size);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->len = tb_rec_wrap(&tmcf->rec, kind, (const char *) name, nlen,
+                           bound, blen, gen, (const char *) payload, plen,
+                           (char *) out->data, size);
+
+    return out->len ? NGX_OK : NGX_ERROR;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_record_check(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log, int kind, const char *what, const u_char *name,
+    size_t nlen, const void *bound, size_t blen, const u_char *text,
+    size_t len, ngx_uint_t *legacy)
+{
+    size_t        plen;
+    uint64_t      gen;
+    tb_rec_rc_e   rc;
+    const char   *payload;
+
+    rc = tb_rec_open(&tmcf->rec, kind, (const char *) name, nlen, bound, blen,
+                     (const char *) text, len, &gen, &payload, &plen);
+
+    if (rc == TB_REC_OK) {
+        return NGX_OK;
+    }
+
+    if (rc == TB_REC_LEGACY && legacy
+        && tmcf->tbcf->store_adopt_unauthenticated)
+    {
+        *legacy = 1;
+        return NGX_OK;
+    }
+
+    if (rc == TB_REC_OTHER_KEY && kind == TB_REC_ACCOUNT && legacy) {
+        /* listed by its id alone, its credential saying why (the load) */
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+        return NGX_ABORT;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, log, 0,
+                  "tokenbiryani: %s \"%*s\" in the store is refused: %s%s",
+                  what, nlen, name, tb_rec_strerror(rc),
+                  rc == TB_REC_LEGACY && legacy
+                  ? " (store.adopt_unauthenticated: true adopts such records "
+                    "at the next start, once they are checked)"
+                  : rc == TB_REC_OTHER_KEY
+                  ? " (start with the secret key it was written under)"
+                  : "");
+
+    ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+
+    return NGX_DECLINED;
 }
 
 
@@ -1608,24 +1987,76 @@ ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
 
 static void
 ngx_http_tokenbiryani_load_settings(tb_store_t *db,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)
+    ngx_http_tokenbiryani_store_load_t *ld)
 {
-    char  name[64];
+    char  value[TB_REC_ENVELOPE_LEN(64) + 1];
 
-    if (tb_store_meta_get(db, "setting.routing.strategy", name, sizeof(name))
-        != TB_STORE_OK || name[0] == '\0')
+    if (tb_store_meta_get(db, "setting.routing.strategy", value,
+                          sizeof(value))
+        != TB_STORE_OK || value[0] == '\0')
     {
         return;
     }
 
-    ngx_http_tokenbiryani_store_load_strategy(tmcf, name, log);
+    ngx_http_tokenbiryani_store_load_strategy(ld, value, ngx_strlen(value));
 }
 
 
 void
 ngx_http_tokenbiryani_store_load_strategy(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name, ngx_log_t *log)
+    ngx_http_tokenbiryani_store_load_t *ld, const char *value, size_t len)
 {
+    size_t                              plen;
+    uint64_t                            gen;
+    ngx_uint_t                          legacy;
+    ngx_log_t                          *log;
+    const char                         *payload;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    char                                name[64];
+
+    tmcf = ld->tmcf;
+    log = ld->log;
+    legacy = 0;
+
+    if (ngx_http_tokenbiryani_record_check(tmcf, log, TB_REC_SETTING,
+            "the setting", (u_char *) "setting.routing.strategy",
+            sizeof("setting.routing.strategy") - 1, NULL, 0,
+            (u_char *) value, len, &legacy)
+        != NGX_OK)
+    {
+        return;
+    }
+
+    payload = tb_rec_payload(value, len, &plen, &gen);
+
+    if (plen == 0) {
+        /* the file's */
+        return;
+    }
+
+    if (plen >= sizeof(name)) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "tokenbiryani: the strategy set at runtime is too long "
+                      "a name, and is left out");
+        return;
+    }
+
+    ngx_memcpy(name, payload, plen);
+    name[plen] = '\0';
+
+    if (legacy) {
+        if (ngx_http_tokenbiryani_store_adopt(ld, TB_REC_SETTING,
+                                              "setting.routing.strategy",
+                                              NULL, NULL, name, plen)
+            == NULL)
+        {
+            return;
+        }
+
+        (void) tb_rec_payload(ld->adopted->value,
+                              ngx_strlen(ld->adopted->value), &plen, &gen);
+    }
+
     if (ngx_http_tokenbiryani_find_strategy(tmcf, name) == NULL) {
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "tokenbiryani: the strategy \"%s\" set at runtime is "
@@ -1634,8 +2065,8 @@ ngx_http_tokenbiryani_store_load_strategy(
         return;
     }
 
-    ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone, (u_char *) name,
-                                                ngx_strlen(name));
+    (void) ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone,
+                                       (u_char *) name, ngx_strlen(name), gen);
 
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "tokenbiryani: routing.strategy \"%s\", set at runtime, "

@@ -100,6 +100,20 @@ struct ngx_http_tokenbiryani_job_s {
 };
 
 
+/* a record written before records were authenticated, adopted at load
+ * (store.adopt_unauthenticated): written back in its envelope */
+typedef struct ngx_http_tokenbiryani_adopted_s
+                                   ngx_http_tokenbiryani_adopted_t;
+
+struct ngx_http_tokenbiryani_adopted_s {
+    ngx_http_tokenbiryani_adopted_t    *next;
+    int                                 kind;        /* TB_REC_* */
+    char                               *name;
+    u_char                              digest[32];  /* a key's */
+    char                               *sealed;      /* an account's */
+    char                               *value;       /* the envelope */
+};
+
 /* the master's load: what is read into a new zone, and how much */
 typedef struct {
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -107,7 +121,12 @@ typedef struct {
     ngx_uint_t                          keys;
     ngx_uint_t                          accounts;
     ngx_uint_t                          skipped;
+    ngx_http_tokenbiryani_adopted_t    *adopted;     /* ngx_alloc'd */
 } ngx_http_tokenbiryani_store_load_t;
+
+/* what was adopted, freed */
+void ngx_http_tokenbiryani_store_adopted_free(
+    ngx_http_tokenbiryani_store_load_t *ld);
 
 /* one stored key or account into the zone (data: ..._store_load_t): 0, or
  * -1 when the zone is full (said) */
@@ -116,7 +135,7 @@ int ngx_http_tokenbiryani_store_load_key(void *data, const char *name,
 int ngx_http_tokenbiryani_store_load_account(void *data, const char *id,
     const char *spec, const char *sealed);
 void ngx_http_tokenbiryani_store_load_strategy(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name, ngx_log_t *log);
+    ngx_http_tokenbiryani_store_load_t *ld, const char *value, size_t len);
 
 /* a write's outcome (err: NULL when it worked): degraded or back, the log
  * told once per change of state */
@@ -208,6 +227,30 @@ typedef struct {
     int (*flush_now)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_job_t *job);
 } ngx_http_tokenbiryani_store_ops_t;
+
+/*
+ * A runtime record (TB_REC_KEY, _ACCOUNT, _SETTING) as it is written to
+ * the store and kept in the zone: its payload in the envelope that
+ * authenticates it (tb_record.h), of the next generation after the one
+ * the zone knows; the payload as it is when no store keeps records.
+ * NGX_ERROR: no memory.
+ */
+ngx_int_t ngx_http_tokenbiryani_record_wrap(ngx_pool_t *pool,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, int kind, const u_char *name,
+    size_t nlen, const void *bound, size_t blen, const u_char *payload,
+    size_t plen, ngx_str_t *out);
+
+/*
+ * A record read back from the store (text, len bytes) checked: NGX_OK, or
+ * NGX_DECLINED when it is not this gateway's (said once in the log,
+ * naming what, counted).  A record written before records were
+ * authenticated passes only at the master's load with
+ * store.adopt_unauthenticated (*legacy set then: it is written back).
+ */
+ngx_int_t ngx_http_tokenbiryani_record_check(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log, int kind,
+    const char *what, const u_char *name, size_t nlen, const void *bound,
+    size_t blen, const u_char *text, size_t len, ngx_uint_t *legacy);
 
 /*
  * Queues a write; job->done is called from the event loop once it is

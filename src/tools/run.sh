@@ -80,6 +80,8 @@ else
     done
     cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
 # written by \`make run\`: four demo accounts on the mock upstream
+server:
+  allow_private_hosts: true       # accounts added at runtime may use the mock
 store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
 pricing: builtin                  # the dated table shipped with the module

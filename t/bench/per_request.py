@@ -14,7 +14,10 @@ same bodies):
 
     per_request.py --module build/ngx_http_tokenbiryani_module.so
         [--modes json,stream] [--conns 64] [--seconds 4]
-        [--strace] [--callgrind 500]
+        [--strace] [--callgrind 500] [--keep DIR]
+
+--keep DIR keeps each callgrind profile there (callgrind.<mode>.<target>),
+for callgrind_annotate.
 
 A measurement, not a test: it asserts nothing.
 """
@@ -24,6 +27,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +104,10 @@ def measure_strace(srv, path, key, body, args, lua, out):
     return calls
 
 
+KEEP = None
+MODE = None
+
+
 def measure_callgrind(srv, path, key, body_file, n, workdir, which):
     srv.stop()
     out = os.path.join(workdir, "callgrind.%s" % which)
@@ -133,6 +141,9 @@ def measure_callgrind(srv, path, key, body_file, n, workdir, which):
     c.close()
     p.send_signal(signal.SIGQUIT)
     p.wait()
+    if KEEP:
+        shutil.copy(out + ".1", os.path.join(KEEP, "callgrind.%s.%s"
+                                             % (MODE, which)))
     total = 0
     with open(out + ".1") as f:
         for ln in f:
@@ -148,12 +159,17 @@ def main():
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--seconds", type=int, default=4)
     ap.add_argument("--strace", action="store_true")
+    ap.add_argument("--keep", metavar="DIR")
     ap.add_argument("--callgrind", type=int, default=0, metavar="N")
     ap.add_argument("--pricing", action="store_true",
                     help="the gateway prices requests (pricing: builtin)")
     ap.add_argument("--workdir", default=os.path.join(
         tbbench.TOP, "build", "bench", "per_request"))
     args = ap.parse_args()
+    global KEEP, MODE
+    if args.keep:
+        KEEP = os.path.abspath(args.keep)
+        os.makedirs(KEEP, exist_ok=True)
     args.module = os.path.abspath(args.module)
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
@@ -164,6 +180,7 @@ def main():
     print("|---|---|---|---|%s%s" % ("---|" if args.strace else "",
                                      "---|" if args.callgrind else ""))
     for mode in args.modes.split(","):
+        MODE = mode
         stream = mode == "stream"
         body = os.path.join(workdir, "body-%s.json" % mode)
         with open(body, "w") as f:

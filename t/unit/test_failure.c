@@ -442,7 +442,7 @@ TB_TEST(probe_taken_by_the_lease_only)
         conf[i].cost_tier = 1;
         conf[i].models.items = star;
         conf[i].models.n = 1;
-        tb_account_state_init(&st[i], conf[i].id, fp);
+        tb_account_state_init(&st[i], conf[i].id, strlen(conf[i].id), fp);
         st[i].mirror.observed_ms = T0 - 1;
         c[i].conf = &conf[i];
         c[i].st = &st[i];
@@ -509,7 +509,7 @@ TB_TEST(account_actions)
     unsigned char       fp[8] = { 0 };
     tb_breaker_conf_t   bc = { 3, 30000 };
 
-    tb_account_state_init(&a, "a", fp);
+    tb_account_state_init(&a, "a", sizeof("a") - 1, fp);
     memset(&r, 0, sizeof(r));
     r.now = T0;
     r.retry_after_ms = 9000;

@@ -430,7 +430,7 @@ TB_TEST(account_states)
     unsigned char       fp[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
     memset(&a, 0, sizeof(a));
-    tb_account_state_init(&a, "acct-01", fp);
+    tb_account_state_init(&a, "acct-01", sizeof("acct-01") - 1, fp);
     TB_CHECK_STR(a.id, "acct-01");
     TB_CHECK_INT(a.gen, 1);
     TB_CHECK_INT(a.mirror.w[TB_WIN_OUTPUT].limit, -1);
@@ -447,7 +447,7 @@ TB_TEST(account_states)
     TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0, &until, &why), TB_STATE_DISABLED);
     TB_CHECK_STR(tb_state_name(TB_STATE_COOLING), "cooling");
 
-    tb_account_state_init(&a, "acct-01", fp);
+    tb_account_state_init(&a, "acct-01", sizeof("acct-01") - 1, fp);
     TB_CHECK_INT(a.gen, 2);
     TB_CHECK_INT(a.disabled, 0);
 }
@@ -550,7 +550,7 @@ TB_TEST(observe_out_of_order)
     tb_need_t           need;
     unsigned char       fp[8] = { 0 };
 
-    tb_account_state_init(&a, "a", fp);
+    tb_account_state_init(&a, "a", sizeof("a") - 1, fp);
 
     obs_requests(&o, 5, "10");
     r = tb_account_observe(&a, &o, T0);
@@ -672,8 +672,8 @@ TB_TEST(shared_pool)
     bc.threshold = 5;
     bc.cooldown_ms = 30000;
 
-    tb_account_state_init(&a, "a", fp);
-    tb_account_state_init(&b, "a", fp);
+    tb_account_state_init(&a, "a", sizeof("a") - 1, fp);
+    tb_account_state_init(&b, "a", sizeof("a") - 1, fp);
 
     /* a reads 40 left of 60, sent at T0 - 100 */
     obs_requests(&o, 5, "40");
@@ -863,7 +863,7 @@ TB_TEST(burst_counted_by_what_answers_said)
     unsigned char        fp[8] = { 0 };
 
     /* alone: what lease 1 said does not count */
-    tb_account_state_init(&a, "a", fp);
+    tb_account_state_init(&a, "a", sizeof("a") - 1, fp);
     a.replenishment = TB_REFILL_FIXED;
     memset(&need, 0, sizeof(need));
     need.n[TB_WIN_REQUESTS] = 1;
@@ -881,7 +881,7 @@ TB_TEST(burst_counted_by_what_answers_said)
     TB_CHECK_INT(a.pending[TB_WIN_REQUESTS], 1);
 
     /* shared */
-    tb_account_state_init(&a, "a", fp);
+    tb_account_state_init(&a, "a", sizeof("a") - 1, fp);
     tb_account_share(&a, 1);
     a.replenishment = TB_REFILL_FIXED;
     memset(&need, 0, sizeof(need));
@@ -977,8 +977,8 @@ TB_TEST(slices_hold_however_the_upstream_orders)
     memset(&one, 0, sizeof(one));
     one.n[TB_WIN_REQUESTS] = 1;
 
-    tb_account_state_init(&x, "a", fp);
-    tb_account_state_init(&y, "a", fp);
+    tb_account_state_init(&x, "a", sizeof("a") - 1, fp);
+    tb_account_state_init(&y, "a", sizeof("a") - 1, fp);
     tb_account_share(&x, 1);
     tb_account_share(&y, 1);
     tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);
@@ -1054,7 +1054,7 @@ TB_TEST(slices_refill_by_the_bucket)
     tb_account_state_t   x;
     unsigned char        fp[8] = { 0 };
 
-    tb_account_state_init(&x, "a", fp);
+    tb_account_state_init(&x, "a", sizeof("a") - 1, fp);
     tb_account_share(&x, 1);
     tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);
 
@@ -1107,8 +1107,8 @@ TB_TEST(slices_begin_again_after_the_reading)
 
     memset(&bc, 0, sizeof(bc));
 
-    tb_account_state_init(&x, "a", fp);
-    tb_account_state_init(&y, "a", fp);
+    tb_account_state_init(&x, "a", sizeof("a") - 1, fp);
+    tb_account_state_init(&y, "a", sizeof("a") - 1, fp);
     tb_account_share(&x, 1);
     tb_account_share(&y, 1);
     tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);

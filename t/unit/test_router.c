@@ -71,7 +71,7 @@ setup(void)
         conf[i].models.items = star;
         conf[i].models.n = 1;
 
-        tb_account_state_init(&st[i], ids[i], fp);
+        tb_account_state_init(&st[i], ids[i], strlen(ids[i]), fp);
 
         cand[i].conf = &conf[i];
         cand[i].st = &st[i];

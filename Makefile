@@ -34,7 +34,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               openssl curl procps \
               clang clang-tools cppcheck
 
-.PHONY: all deps build install-cli unit analyze sdk console-deps console-shots test test-asan test-valgrind fuzz bench-core \
+.PHONY: all deps build install-cli unit analyze sdk claude-deps console-deps console-shots test test-asan test-valgrind fuzz bench-core \
         bench-cache \
         bench-overhead bench-stampede run stop clean
 
@@ -79,7 +79,7 @@ unit: deps $(UNIT_BINS)
 	    echo "$$(basename $$t): $$(echo "$$out" | grep -c '^ok') passed, $$(echo "$$out" | grep -c '^not ok') failed"; \
 	done; exit $$fail
 
-test: build analyze unit sdk console-deps
+test: build analyze unit sdk claude-deps console-deps
 	@/usr/bin/python3 t/mock/selftest.py
 	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) \
 	    TEST_NGINX_PLUGIN=$(PLUGIN) TEST_NGINX_CLI=$(CLI) prove -r -j1 t/
@@ -92,6 +92,19 @@ t/sdk/node_modules/.package-lock.json: t/sdk/package.json t/sdk/package-lock.jso
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	    || $(MAKE) deps DEB_PKGS="nodejs npm"
 	@cd t/sdk && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# Claude Code, from npm, at the version t/claude/package-lock.json pins:
+# t/065-sdk.t runs `claude -p` against the gateway as its users do.  Its
+# postinstall (run here by name: npm may refuse install scripts) copies
+# the native binary of its platform package into place, offline
+claude-deps: deps t/claude/node_modules/.package-lock.json
+
+t/claude/node_modules/.package-lock.json: t/claude/package.json t/claude/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	    || $(MAKE) deps DEB_PKGS="nodejs npm"
+	@cd t/claude && npm ci --no-audit --no-fund --loglevel=error --ignore-scripts \
+	    && node node_modules/@anthropic-ai/claude-code/install.cjs >/dev/null
 	@touch $@
 
 # The console's suite (t/220-console.t): Debian's chromium, headless,

@@ -190,3 +190,51 @@ like($r->{error_message}, qr/key "capped" has spent \$0\.00 of its \$0\.00 spend
 is($r->{should_retry}, 'false', 'x-should-retry: false');
 is($r->{fetches}, 1, 'asked once, with two retries allowed');
 is(scalar @{ mock_log() }, 0, 'nothing upstream');
+
+
+
+=== TEST 9: the gateway's own refusals that no retry can change - a key unknown, revoked, out of scope, not an admin's - say so: the SDK asks once, Claude Code stops at once with the gateway's words
+--- request
+GET /healthz
+--- check
+# a key minted, then revoked
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'gone' });
+is($st, 201, 'a key minted');
+my $revoked = $j->{key};
+($st) = admin(DELETE => '/admin/keys/gone');
+is($st, 200, 'and revoked');
+for my $case (['an unknown key', 'bir_' . ('0' x 48), 401], ['a revoked key', $revoked, 401],
+              ['a model its pool does not offer', 'pinned-key', 404, model => 'claude-haiku-4-5']) {
+    my ($what, $key, $status, %p) = @$case;
+    my $r = sdk($key, { op => 'create', params => params(%p), maxRetries => 5 });
+    is($r->{status}, $status, "$what: $status");
+    is($r->{should_retry}, 'false', "$what: x-should-retry: false");
+    is($r->{fetches}, 1, "$what: asked once, with five retries allowed");
+}
+my $a = TB::Nginx::http_request(method => 'GET', path => '/admin/status', headers => { 'x-api-key' => 'tenant-key' });
+is($a->{status}, 403, 'an admin endpoint with a tenant key: 403');
+is($a->{headers}{'x-should-retry'}, 'false', 'not to be retried');
+
+# Claude Code (t/claude), as its users run it: the deadline is 30 s where
+# the build before this answer kept it retrying past 40
+my $claude = 't/claude/node_modules/.bin/claude';
+ok(-x $claude, 'Claude Code is installed (make claude-deps)');
+local $ENV{HOME} = TB::Nginx::servroot() . '/claude-home';
+mkdir $ENV{HOME};
+local $ENV{ANTHROPIC_BASE_URL} = "http://127.0.0.1:" . server_port();
+local $ENV{ANTHROPIC_AUTH_TOKEN} = $revoked;
+local $ENV{DISABLE_AUTOUPDATER} = 1;
+local $ENV{CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC} = 1;
+my $pid = open(my $fh, '-|');
+if (!$pid) {
+    open STDERR, '>&', \*STDOUT;
+    alarm 30;
+    exec $claude, '-p', 'hello' or exit 127;
+}
+my $out = do { local $/; <$fh> };
+close $fh;
+my $rc = $? >> 8;
+my $sig = $? & 127;
+is($sig, 0, 'claude -p ended by itself, not by the 30 s deadline');
+isnt($rc, 0, 'and failed') or diag($out);
+like($out, qr/401.*invalid key|invalid key/i, 'with the gateway\'s words') or diag($out);

@@ -433,3 +433,44 @@ kill 'TERM', $pid;
 waitpid($pid, 0);
 unlike($cmdline, qr/sk-visible-secret/, 'the secret is blanked from /proc/<pid>/cmdline once parsed');
 like($cmdline, qr/--api-key\0x{17}\0/, 'in its place as many x');
+
+
+
+=== TEST 11: make run hands clients a client key (never the admin key), and keeps a YAML file the operator edited
+--- request
+GET /healthz
+--- check
+my $run = TB::Nginx::servroot() . '/make-run';
+system('rm', '-rf', $run);
+my $port = server_port() + 21;
+local $ENV{TOKENBIRYANI_LISTEN} = "127.0.0.1:$port";
+local $ENV{TOKENBIRYANI_MOCK_PORT} = 19301;
+delete local $ENV{ANTHROPIC_API_KEY};
+my $module = (split ' ', $ENV{TEST_NGINX_LOAD_MODULES})[0];
+my $start = sub { scalar `src/tools/run.sh start $ENV{PWD} $module $run 2>&1` };
+my $out = $start->();
+is($?, 0, 'started') or diag($out);
+my ($client) = $out =~ /^export ANTHROPIC_AUTH_TOKEN=(\S+)$/m;
+my ($admin) = $out =~ /^The admin key, for the console and the command: (\S+)$/m;
+ok($client && $admin && $client ne $admin, 'the export lines carry a key of their own');
+my $m = TB::Nginx::http_request(method => 'POST', path => '/v1/messages', port => $port, body => msg_body(),
+                                headers => { 'x-api-key' => $client, 'content-type' => 'application/json' });
+is($m->{status}, 200, 'the export lines\' key is served');
+is(TB::Nginx::http_request(method => 'GET', path => '/admin/status', port => $port,
+                           headers => { 'x-api-key' => $client })->{status}, 403, 'and refused /admin');
+is(TB::Nginx::http_request(method => 'GET', path => '/admin/status', port => $port,
+                           headers => { 'x-api-key' => $admin })->{status}, 200, 'the admin key opens /admin');
+# the operator's edit: kept
+my $yaml = "$run/conf/tokenbiryani.yaml";
+my $edited = TB::Nginx::slurp($yaml) =~ s/pricing: builtin/pricing: builtin      # mine/r;
+TB::Nginx::spew($yaml, $edited);
+$out = $start->();
+is($?, 0, 'started again') or diag($out);
+like($out, qr/your edited \Q$yaml\E, kept as it is/, 'saying the edited file is kept');
+is(TB::Nginx::slurp($yaml), $edited, 'byte for byte');
+`src/tools/run.sh stop $ENV{PWD} $module $run 2>&1`;
+# not edited: written again (with the keys it had)
+unlink $yaml;
+$out = $start->();
+like(TB::Nginx::slurp($yaml), qr/\Q$client\E/, 'a deleted file is written again, its keys kept');
+`src/tools/run.sh stop $ENV{PWD} $module $run 2>&1`;

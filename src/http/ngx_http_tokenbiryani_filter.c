@@ -36,6 +36,38 @@ static ngx_str_t  ngx_http_tb_should_retry = ngx_string("x-should-retry");
 static ngx_str_t  ngx_http_tb_false = ngx_string("false");
 
 
+/*
+ * The gateway's own answers that no retry can change - a key unknown,
+ * revoked or expired, a scope or a model refused, an admin key required,
+ * a request it cannot read - say so the way the official SDKs and Claude
+ * Code read it (x-should-retry: false, which they obey before the status):
+ * some of them retry a 401 or a 403 otherwise.  An upstream's answer
+ * passed on keeps its own headers.
+ */
+
+static ngx_uint_t
+ngx_http_tokenbiryani_unretryable(ngx_http_tokenbiryani_ctx_t *ctx,
+    ngx_uint_t status)
+{
+    if (ctx->answered && !ctx->own_error) {
+        return 0;
+    }
+
+    switch (status) {
+    case NGX_HTTP_BAD_REQUEST:
+    case NGX_HTTP_UNAUTHORIZED:
+    case NGX_HTTP_FORBIDDEN:
+    case NGX_HTTP_NOT_FOUND:
+    case NGX_HTTP_NOT_ALLOWED:
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+    case NGX_HTTP_UNSUPPORTED_MEDIA_TYPE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_filter_init(ngx_conf_t *cf)
 {
@@ -120,7 +152,9 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
         }
     }
 
-    if (ctx->final && !ctx->committed
+    if ((ctx->final || ngx_http_tokenbiryani_unretryable(ctx,
+                                                 r->headers_out.status))
+        && !ctx->committed
         && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
     {
         /* no attempt of this request can ever succeed: clients, stop */

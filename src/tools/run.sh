@@ -42,16 +42,31 @@ stop >/dev/null
 mkdir -p "$RUN/conf" "$RUN/logs"
 chmod 711 "$RUN"    # workers (another user) must reach the temp dirs
 
-if [ ! -s "$RUN/key" ]; then
-    echo "bir_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$RUN/key"
-    chmod 600 "$RUN/key"
-fi
+# two keys: an admin key for the console and the command, a client key
+# (no /admin) for the export lines - a client never holds /admin
+for k in key client-key; do
+    if [ ! -s "$RUN/$k" ]; then
+        echo "bir_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$RUN/$k"
+        chmod 600 "$RUN/$k"
+    fi
+done
 KEY=$(cat "$RUN/key")
+CLIENT=$(cat "$RUN/client-key")
+
+YAML="$RUN/conf/tokenbiryani.yaml"
+keys="keys:
+  - key: $KEY
+    name: admin                   # the console and the command
+    admin: true
+  - key: $CLIENT
+    name: default                 # for clients: no /admin"
 
 if [ -n "${ANTHROPIC_API_KEY:-}" ]; then
     mode="your ANTHROPIC_API_KEY (one real account)"
     # the credential stays in the environment: the file only names it
-    cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
+    cat >"$YAML.new" <<EOF
+# written by \`make run\`; an edited file is kept (delete it to have it
+# written again)
 store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
 pricing: builtin                  # the dated table shipped with the module
@@ -59,18 +74,13 @@ accounts:
   - id: anthropic
     type: anthropic_api
     api_key: \${ANTHROPIC_API_KEY}
-keys:
-  - key: $KEY
-    name: default
-    admin: true
+$keys
 EOF
 else
     mode="the bundled mock upstream (four demo accounts)"
-    ports=""
     accounts=""
     for i in 1 2 3 4; do
         port=$((MOCK_BASE + i - 1))
-        ports="$ports --listen 127.0.0.1:$port"
         accounts="$accounts
   - id: demo-$i
     name: demo account $i
@@ -78,19 +88,39 @@ else
     api_key: sk-demo-$i
     base_url: http://127.0.0.1:$port"
     done
-    cat >"$RUN/conf/tokenbiryani.yaml" <<EOF
-# written by \`make run\`: four demo accounts on the mock upstream
+    cat >"$YAML.new" <<EOF
+# written by \`make run\`: four demo accounts on the mock upstream; an
+# edited file is kept (delete it to have it written again)
 server:
   allow_private_hosts: true       # accounts added at runtime may use the mock
 store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
 pricing: builtin                  # the dated table shipped with the module
 accounts:$accounts
-keys:
-  - key: $KEY
-    name: default
-    admin: true
+$keys
 EOF
+fi
+
+# the file is written again only while it is what make run wrote (its
+# SHA-256 kept beside it): an operator's edits stay
+edited=0
+
+if [ -f "$YAML" ] && [ -f "$YAML.written" ] \
+   && [ "$(sha256sum <"$YAML")" != "$(cat "$YAML.written")" ]
+then
+    rm -f "$YAML.new"
+    mode="$mode - your edited $YAML, kept as it is"
+    edited=1
+else
+    mv "$YAML.new" "$YAML"
+    sha256sum <"$YAML" >"$YAML.written"
+fi
+
+if [ -z "${ANTHROPIC_API_KEY:-}" ]; then
+    ports=""
+    for i in 1 2 3 4; do
+        ports="$ports --listen 127.0.0.1:$((MOCK_BASE + i - 1))"
+    done
     rm -f "$RUN/mock.ready"
     # shellcheck disable=SC2086
     nohup /usr/bin/python3 "$TOP/t/mock/mock.py" $ports \
@@ -148,14 +178,19 @@ for _ in $(seq 100); do
     sleep 0.05
 done
 
+if [ "$edited" = 1 ]; then
+    CLIENT="<a client key of your file's>"
+fi
+
 cat <<EOF
 tokenbiryani is running on http://$LISTEN in front of $mode.
-Point any Anthropic client at it:
+Point any Anthropic client at it (a client key: it cannot reach /admin):
 
 export ANTHROPIC_BASE_URL=http://$LISTEN
-export ANTHROPIC_AUTH_TOKEN=$KEY
+export ANTHROPIC_AUTH_TOKEN=$CLIENT
 
-Console:      http://$LISTEN/console/ (sign in with the key above), or signed in:
+The admin key, for the console and the command: $KEY
+Console:      http://$LISTEN/console/ (sign in with the admin key), or signed in:
               TOKENBIRYANI_URL=http://$LISTEN TOKENBIRYANI_KEY=$KEY build/tokenbiryani console
 Terminal:     TOKENBIRYANI_URL=http://$LISTEN TOKENBIRYANI_KEY=$KEY build/tokenbiryani status
 Pool status:  curl -s http://$LISTEN/admin/status -H "x-api-key: $KEY"

@@ -399,8 +399,27 @@ mkdir "$other/a b";
 is($rc, 2, 'a directory with a space');
 like($err, qr/a b: a path of letters, digits/, 'named');
 ok(!-e "$other/a b/nginx.conf", 'nothing written');
-($rc) = cli(['serve', '--dir', $dir, '--stop'], no_gateway => 1);
-is($rc, 0, 'stopped');
+# started twice: said, not five bind() errors
+($rc, $out, $err) = cli(['serve', '--dir', $dir, '-d'], no_gateway => 1);
+is($rc, 1, 'serve -d while it runs: exit 1');
+like($err, qr/^tokenbiryani: a gateway is already running in \Q$dir\E \(pid \d+\): `tokenbiryani serve --stop` first\n\z/, 'saying so, in one line')
+    or diag($err);
+# the YAML broken by hand: the command says so, and --stop still stops it
+my $master = TB::Nginx::slurp("$dir/.tokenbiryani/logs/nginx.pid") =~ s/\s+//gr;
+TB::Nginx::spew("$dir/tokenbiryani.yaml", "accounts: [\n  - id: broken\n");
+chdir $dir;
+($rc, $out, $err) = cli(['status'], no_gateway => 1);
+chdir $here;
+is($rc, 2, 'a broken YAML file: exit 2');
+like($err, qr/tokenbiryani\.yaml cannot be read: /, 'said as a file that cannot be read') or diag($err);
+unlike($err, qr/init` writes one/, 'not as a missing key');
+($rc, $out, $err) = cli(['serve', '--dir', $dir, '--stop'], no_gateway => 1);
+is($rc, 0, 'stopped, the YAML broken') or diag($err);
+like($out, qr/^stopped the gateway in \Q$dir\E \(pid $master\)$/m, 'saying which');
+ok(!kill(0, $master), 'its master is gone');
+($rc, $out, $err) = cli(['serve', '--dir', $dir, '--stop'], no_gateway => 1);
+is($rc, 1, 'nothing left to stop: exit 1');
+like($err, qr/no gateway is running in/, 'saying so');
 
 
 
@@ -474,3 +493,65 @@ unlink $yaml;
 $out = $start->();
 like(TB::Nginx::slurp($yaml), qr/\Q$client\E/, 'a deleted file is written again, its keys kept');
 `src/tools/run.sh stop $ENV{PWD} $module $run 2>&1`;
+
+
+
+=== TEST 12: the command tells the truth: an option a command does not take is exit 2; a 429 is a good credential that cannot serve now; reasons whole; hints in the command's flags
+--- user_files
+>>> tb.yaml
+server:
+  allow_private_hosts: true
+store:
+  backend: sqlite
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT2}
+  - id: a3
+    type: bedrock
+    options:
+      region: us-east-1
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+--- request
+GET /healthz
+--- check
+my ($rc, $out, $err) = cli(['status', '--bogus']);
+is($rc, 2, 'status --bogus: exit 2');
+like($err, qr/^tokenbiryani: status takes no option --bogus \(see tokenbiryani status --help\)\n\z/, 'saying so') or diag($err);
+is($out, '', 'and doing nothing');
+($rc, $out, $err) = cli(['keys', 'list', '--range', '1h']);
+is($rc, 2, 'an option of another command: exit 2');
+($rc, $out, $err) = cli(['usage', '--range', '2h']);
+is($rc, 2, 'usage --range 2h: exit 2, not a refusal from the gateway');
+like($err, qr/--range 1h\|24h\|7d\|30d/, 'naming the ranges');
+($rc) = cli(['status', '--json', '--no-color']);
+is($rc, 0, 'the global options go with every command');
+# a reason as the gateway gives it, however long (a3 has no credentials)
+my (undef, $st) = admin(GET => '/admin/status');
+my ($acct) = grep { $_->{id} eq 'a3' } @{ $st->{accounts} };
+ok($acct && length($acct->{reason}) > 72, 'a reason longer than a line') or diag(explain($st->{accounts}));
+($rc, $out) = cli(['status']);
+my ($said) = $out =~ /^  \Q$acct->{id}\E .*\n  \s*← ((?:.*\n)(?: {6}.*\n)*)/m;
+$said = join ' ', map { s/^\s+|\s+$//gr } split /\n/, $said // '';
+is($said, $acct->{reason}, 'whole, wrapped at spaces') or diag($out);
+ok(widest($out) <= 80, 'within 80 columns');
+# the API's hint in the command's words
+mock_config({ credentials => { 'sk-refused' => { behavior => '401' } } });
+($rc, $out, $err) = cli(['accounts', 'add', 'a4', '--api-key', 'sk-refused',
+                         '--base-url', "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT4}"]);
+is($rc, 1, 'a refused credential: exit 1');
+like($err, qr/\(--no-test stores it untested\)/, 'the hint names --no-test') or diag($err);
+unlike($err, qr/"probe"/, 'not the API\'s field');
+# last, as it cools a2 for 90 s: a credential the upstream rate-limits is good, and busy
+mock_config({ credentials => { 'sk-a2' => { behavior => '429:90' } } });
+($rc, $out) = cli(['accounts', 'test', 'a2']);
+is($rc, 0, 'a 429 is not a failed test');
+like($out, qr/^  ✓ a2\s+credential ok · rate-limited for 90 s$/m, 'saying for how long') or diag($out);

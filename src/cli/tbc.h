@@ -34,6 +34,8 @@ typedef struct {
     int                       probe_refused;  /* a 400 that carried a probe:
                                                  the upstream said no */
     const char               *config;         /* tokenbiryani.yaml */
+    char                      config_err[512]; /* why it could not be read,
+                                                 when it is there */
     int                       json;           /* --json */
     int                       color;          /* on a terminal, no NO_COLOR */
 
@@ -84,6 +86,7 @@ const char *tbc_error_message(const cJSON *j);
 /* output: colour, and the figures as the tables show them */
 const char *tbc_c(const tbc_t *c, const char *what);   /* "green", "reset" */
 int tbc_w(int w, const char *s);                      /* printf width, w cols */
+void tbc_wrap(int indent, int width, const char *s);  /* at spaces only */
 void tbc_pct(char *buf, size_t size, double f);        /* "98%", "—" */
 void tbc_tokens(char *buf, size_t size, double n);     /* "702k", "1.23M" */
 void tbc_clock(char *buf, size_t size, double secs);   /* "00:41", "1h05m" */
@@ -111,7 +114,7 @@ int tbc_console(tbc_t *c);
 const char *tbc_init_url(const char *dir);
 
 /* the admin key from the configuration file, or NULL */
-const char *tbc_config_admin_key(const char *path);
+const char *tbc_config_admin_key(const char *path, char *err, size_t size);
 
 
 #endif /* TBC_H */

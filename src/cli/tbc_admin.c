@@ -123,6 +123,7 @@ static int
 tbc_test_line(tbc_t *c, const char *id, const cJSON *t)
 {
     int           n;
+    double        ra;
     const char   *family;
     const cJSON  *missing, *m;
 
@@ -131,6 +132,23 @@ tbc_test_line(tbc_t *c, const char *id, const cJSON *t)
                id, tbc_num(t, "status", 0),
                tbc_str(t, "detail", tbc_str(t, "error", "failed")));
         return 1;
+    }
+
+    /* a 429 proves the credential, and says it cannot serve now */
+
+    if (tbc_num(t, "status", 0) == 429) {
+        ra = tbc_num(t, "retry_after_seconds", -1);
+
+        if (ra >= 0) {
+            printf("  %s✓%s %-16s credential ok · rate-limited for %.0f s\n",
+                   tbc_c(c, "yellow"), tbc_c(c, "reset"), id, ceil(ra));
+        } else {
+            printf("  %s✓%s %-16s credential ok · rate-limited (the answer "
+                   "says not until when)\n", tbc_c(c, "yellow"),
+                   tbc_c(c, "reset"), id);
+        }
+
+        return 0;
     }
 
     family = tbc_str(t, "family", "none");
@@ -644,11 +662,12 @@ tbc_strategies(tbc_t *c)
         cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(j,
                                                                "strategies"))
         {
-            printf("%s %-18s %.56s%s\n",
+            printf("%s %-18s ",
                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s,
                                                                  "current"))
-                   ? "*" : " ", tbc_str(s, "name", "?"),
-                   tbc_str(s, "description", ""),
+                   ? "*" : " ", tbc_str(s, "name", "?"));
+            tbc_wrap(21, 56, tbc_str(s, "description", ""));
+            printf("%s\n",
                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s,
                                                                  "plugin"))
                    ? " (plugin)" : "");
@@ -895,7 +914,10 @@ tbc_usage(tbc_t *c)
         by = "account";
     }
 
-    if (strspn(range, "0123456789hd") != strlen(range)
+    /* the ranges the gateway keeps, and nothing else: said here, exit 2 */
+
+    if ((strcmp(range, "1h") && strcmp(range, "24h") && strcmp(range, "7d")
+         && strcmp(range, "30d"))
         || (strcmp(by, "account") && strcmp(by, "model") && strcmp(by, "key")))
     {
         tbc_err("usage: --range 1h|24h|7d|30d, --by account|model|key");
@@ -939,8 +961,9 @@ tbc_sessions(tbc_t *c)
     int           rc;
     char          path[256];
     cJSON        *j;
+    int           runaway;
     const cJSON  *s;
-    const char   *limit;
+    const char   *limit, *why;
 
     limit = tbc_opt(c, "limit");
     snprintf(path, sizeof(path), "/admin/sessions?limit=%d",
@@ -960,13 +983,24 @@ tbc_sessions(tbc_t *c)
            "TURNS", "COST", "RUNAWAY");
 
     cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(j, "sessions")) {
-        printf("%-18.18s %-14.14s %-14.14s %6.0f %3s$%.6f  %s%.22s%s\n",
+        runaway = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s,
+                                                                "runaway"));
+        why = tbc_str(s, "why", NULL);
+
+        printf("%-18.18s %-14.14s %-14.14s %6.0f %3s$%.6f  %s%s%s\n",
                tbc_str(s, "session", "?"), tbc_str(s, "key", "?"),
                tbc_str(s, "account", "—"), tbc_num(s, "turns", 0), "",
                tbc_num(s, "cost_usd", 0),
-               tbc_c(c, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s,
-                                     "runaway")) ? "red" : "reset"),
-               tbc_str(s, "why", "—"), tbc_c(c, "reset"));
+               tbc_c(c, runaway ? "red" : "reset"), runaway ? "yes" : "no",
+               tbc_c(c, "reset"));
+
+        /* why, whole, under the row: the table stays within 80 columns */
+
+        if (why && why[0]) {
+            printf("  ↳ ");
+            tbc_wrap(4, 74, why);
+            printf("\n");
+        }
     }
 
     cJSON_Delete(j);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -203,12 +204,56 @@ tbc_error_message(const cJSON *j)
 }
 
 
+/*
+ * The API's words for what the command says with a flag: its hints name
+ * the fields of a JSON body, which the operator of the command never saw
+ */
+static const char *
+tbc_cli_words(const char *msg, char *buf, size_t size)
+{
+    size_t       i, n;
+    const char  *p;
+
+    static const struct {
+        const char  *api;
+        const char  *cli;
+    }  words[] = {
+        { "\"probe\": false", "--no-test" },
+        { NULL, NULL }
+    };
+
+    for (i = 0; words[i].api; i++) {
+        p = strstr(msg, words[i].api);
+        n = strlen(words[i].api);
+
+        if (p && (size_t) (p - msg) + strlen(words[i].cli) + strlen(p + n)
+                 < size)
+        {
+            snprintf(buf, size, "%.*s%s%s", (int) (p - msg), msg,
+                     words[i].cli, p + n);
+            return buf;
+        }
+    }
+
+    return msg;
+}
+
+
 cJSON *
 tbc_admin(tbc_t *c, const char *method, const char *path, const char *body,
     int *rc)
 {
     long    code;
+    char    words[1024];
     cJSON  *j;
+
+    if (c->key == NULL && c->config_err[0]) {
+        /* the file is there and says something wrong: that, not "no key" */
+        tbc_err("no admin key: %s cannot be read: %s (or give one with "
+                "--key, $TOKENBIRYANI_KEY)", c->config, c->config_err);
+        *rc = TBC_USAGE;
+        return NULL;
+    }
 
     if (c->key == NULL) {
         tbc_err("no admin key: --key, $TOKENBIRYANI_KEY, or an admin key in "
@@ -250,7 +295,8 @@ tbc_admin(tbc_t *c, const char *method, const char *path, const char *body,
 
     } else {
         tbc_err("%s %s: %ld %s", method, path, code,
-                j ? tbc_error_message(j) : "(not the gateway's JSON)");
+                j ? tbc_cli_words(tbc_error_message(j), words, sizeof(words))
+                  : "(not the gateway's JSON)");
     }
 
     c->probe_refused = (code == 400
@@ -264,15 +310,24 @@ tbc_admin(tbc_t *c, const char *method, const char *path, const char *body,
 
 
 const char *
-tbc_config_admin_key(const char *path)
+tbc_config_admin_key(const char *path, char *err, size_t size)
 {
     size_t        i;
-    char          err[512];
     const char   *key;
     tb_config_t  *cf;
 
-    cf = tb_config_load_file(path, NULL, err, sizeof(err));
+    err[0] = '\0';
+
+    if (access(path, F_OK) != 0) {
+        return NULL;
+    }
+
+    cf = tb_config_load_file(path, NULL, err, size);
     if (cf == NULL) {
+        if (err[0] == '\0') {
+            snprintf(err, size, "it is not a configuration");
+        }
+
         return NULL;
     }
 
@@ -320,6 +375,67 @@ tbc_c(const tbc_t *c, const char *what)
     }
 
     return "";
+}
+
+
+/*
+ * Prints s in lines of at most width columns, broken at spaces, never
+ * inside a word (one longer than a line is its own line), continuation
+ * lines indented by indent columns; the last line without its newline
+ */
+void
+tbc_wrap(int indent, int width, const char *s)
+{
+    int          cols;
+    const char  *p, *q, *brk;
+
+    for (p = s; *p == ' '; p++) { /* void */ }
+
+    for ( ;; ) {
+        cols = 0;
+        brk = NULL;
+
+        for (q = p; *q; q++) {
+            if (((unsigned char) *q & 0xc0) != 0x80) {
+                if (cols == width) {
+                    break;
+                }
+
+                cols++;
+            }
+
+            if (*q == ' ') {
+                brk = q;
+            }
+        }
+
+        if (*q == '\0') {
+            fputs(p, stdout);
+            return;
+        }
+
+        if (*q == ' ') {
+            brk = q;
+
+        } else if (brk == NULL) {
+            brk = strchr(q, ' ');
+
+            if (brk == NULL) {
+                fputs(p, stdout);
+                return;
+            }
+        }
+
+        printf("%.*s", (int) (brk - p), p);
+
+        for (p = brk; *p == ' '; p++) { /* void */ }
+
+        if (*p == '\0') {
+            return;
+        }
+
+        printf("\n%*s", indent, "");
+    }
 }
 
 

@@ -428,12 +428,77 @@ tbc_init_url(const char *dir)
 }
 
 
+/*
+ * The master process of the gateway started in dir, from its pid file:
+ * 0 when there is none, or the pid is not a live nginx (a stale file, a
+ * pid reused since)
+ */
+static pid_t
+tbc_running(const char *dir)
+{
+    int      fd;
+    char     path[PATH_MAX + 64], buf[64];
+    long     v;
+    char    *end;
+    ssize_t  n;
+
+    snprintf(path, sizeof(path), "%s/.tokenbiryani/logs/nginx.pid", dir);
+
+    fd = open(path, O_RDONLY | O_NOFOLLOW);
+    if (fd == -1) {
+        return 0;
+    }
+
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+
+    if (n <= 0) {
+        return 0;
+    }
+
+    buf[n] = '\0';
+    errno = 0;
+    v = strtol(buf, &end, 10);
+
+    if (errno || v <= 1 || v > INT_MAX || (*end != '\n' && *end != '\0')) {
+        return 0;
+    }
+
+    if (kill((pid_t) v, 0) != 0 && errno != EPERM) {
+        return 0;
+    }
+
+    /* nginx names its master "nginx: master process ..." */
+
+    snprintf(path, sizeof(path), "/proc/%ld/cmdline", v);
+
+    fd = open(path, O_RDONLY);
+    if (fd != -1) {
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+
+        if (n <= 0) {
+            return 0;
+        }
+
+        buf[n] = '\0';
+
+        if (strstr(buf, "nginx") == NULL) {
+            return 0;
+        }
+    }
+
+    return (pid_t) v;
+}
+
+
 int
 tbc_serve(tbc_t *c)
 {
     int          i, rc;
     long         code;
     char         dir[PATH_MAX], yaml[PATH_MAX + 64];
+    pid_t        pid;
     cJSON       *j;
     struct timespec  ts;
 
@@ -446,15 +511,56 @@ tbc_serve(tbc_t *c)
         return TBC_FAIL;
     }
 
+    pid = tbc_running(dir);
+
+    /*
+     * Stopped by its pid file's process, not by `nginx -s quit`, which
+     * reads the configuration first and refuses when it is broken: the
+     * moment an operator most wants it stopped
+     */
+
+    if (tbc_opt(c, "stop")) {
+        if (pid == 0) {
+            tbc_err("no gateway is running in %s", dir);
+            return TBC_FAIL;
+        }
+
+        if (kill(pid, SIGQUIT) != 0) {
+            tbc_err("could not stop nginx (pid %ld): %s", (long) pid,
+                    strerror(errno));
+            return TBC_FAIL;
+        }
+
+        ts.tv_sec = 0;
+        ts.tv_nsec = 50 * 1000 * 1000;
+
+        /* its requests finish first; a minute, then it is said */
+
+        for (i = 0; i < 1200 && kill(pid, 0) == 0; i++) {
+            nanosleep(&ts, NULL);
+        }
+
+        if (i == 1200) {
+            tbc_err("nginx (pid %ld) is still finishing its requests after "
+                    "60 s", (long) pid);
+            return TBC_FAIL;
+        }
+
+        printf("stopped the gateway in %s (pid %ld)\n", dir, (long) pid);
+        return TBC_OK;
+    }
+
+    if (pid) {
+        tbc_err("a gateway is already running in %s (pid %ld): "
+                "`tokenbiryani serve --stop` first", dir, (long) pid);
+        return TBC_FAIL;
+    }
+
     snprintf(yaml, sizeof(yaml), "%s/nginx.conf", dir);
 
     if (access(yaml, R_OK) != 0) {
         tbc_err("%s: not there - `tokenbiryani init` first", yaml);
         return TBC_FAIL;
-    }
-
-    if (tbc_opt(c, "stop")) {
-        return tbc_nginx(dir, "-s", "quit", 1);
     }
 
     if (!tbc_opt(c, "daemon")) {

@@ -16,7 +16,12 @@ typedef struct {
     int                     (*run)(tbc_t *c);
     const char               *usage;
     const char               *help;
+    const char               *opts;     /* its options, " a b c " */
 } tbc_command_t;
+
+
+/* what every command takes */
+static const char  tbc_global_opts[] = " url key config json no-color dir ";
 
 
 static const char  tbc_global_help[] =
@@ -52,24 +57,28 @@ static const tbc_command_t  tbc_commands[] = {
       "                   let accounts added at runtime reach loopback and\n"
       "                   private addresses (a local mock, a proxy of your\n"
       "                   own); off, they reach public hosts only\n"
-      "  --force          overwrite what is there\n" },
+      "  --force          overwrite what is there\n",
+      " dir listen api-key module allow-private-hosts force " },
 
     { "serve", tbc_serve, "serve [--dir D] [-d]",
       "Starts nginx with D/nginx.conf (what `init` wrote), in the\n"
       "foreground; with -d in the background, once it answers.\n"
       "  --dir D          where init wrote (default: the current directory)\n"
       "  -d, --daemon     in the background\n"
-      "  --stop           stop the one started in D\n" },
+      "  --stop           stop the one started in D\n",
+      " dir daemon stop " },
 
     { "console", tbc_console, "console [--no-browser]",
       "Prints the console's address, signed in through a one-time ticket\n"
       "(good for 60 s, once): never a key in a URL. With a desktop\n"
       "(DISPLAY or WAYLAND_DISPLAY) it opens it too.\n"
-      "  --no-browser     print it only\n" },
+      "  --no-browser     print it only\n",
+      " no-browser " },
 
     { "status", tbc_status, "status",
       "The pool: what is ready, the next reset, the queue, the cache, and\n"
-      "each account's state and the headroom of its three windows.\n" },
+      "each account's state and the headroom of its three windows.\n",
+      " " },
 
     { "doctor", tbc_doctor, "doctor [--api-key -] [--base-url U] "
       "[--model M]",
@@ -80,7 +89,8 @@ static const tbc_command_t  tbc_commands[] = {
       "  --api-key -      the key, read from stdin (default\n"
       "                   $ANTHROPIC_API_KEY)\n"
       "  --base-url U     default https://api.anthropic.com\n"
-      "  --model M        default claude-haiku-4-5\n" },
+      "  --model M        default claude-haiku-4-5\n",
+      " api-key base-url model " },
 
     { "accounts", tbc_accounts,
       "accounts list|add ID|test [ID]|rm ID|enable ID|disable ID",
@@ -93,7 +103,8 @@ static const tbc_command_t  tbc_commands[] = {
       "  test [ID]        the doctor check of one account, or of all\n"
       "  rm ID            remove an account added at runtime\n"
       "  enable ID        clear what the gateway decided about it\n"
-      "  disable ID       take it out of service\n" },
+      "  disable ID       take it out of service\n",
+      " api-key name base-url priority cost-tier spend-cap no-test type " },
 
     { "keys", tbc_keys,
       "keys list|mint NAME|rescope NAME|revoke NAME",
@@ -102,25 +113,30 @@ static const tbc_command_t  tbc_commands[] = {
       "                   [--pool ID,..] [--rpm N] [--spend-cap USD]\n"
       "                   [--expires-in SECONDS]\n"
       "  rescope NAME     change a minted key: the same options\n"
-      "  revoke NAME      refuse it from now\n" },
+      "  revoke NAME      refuse it from now\n",
+      " admin models pool rpm spend-cap expires-in " },
 
     { "strategies", tbc_strategies, "strategies",
-      "The routing strategies, and which one runs.\n" },
+      "The routing strategies, and which one runs.\n",
+      " " },
 
     { "requests", tbc_requests, "requests [ID] [--limit N]",
       "The last requests; with ID one of them, as the inspector shows it:\n"
       "the attempt chain, every candidate's verdict and score, tokens,\n"
-      "cost, time to first token, time queued.\n" },
+      "cost, time to first token, time queued.\n",
+      " limit " },
 
     { "usage", tbc_usage, "usage [--range 1h|24h|7d|30d] "
       "[--by account|model|key]",
       "Requests, tokens, cost and the cache's share over a range, by\n"
-      "account, model or key.\n" },
+      "account, model or key.\n",
+      " range by " },
 
     { "sessions", tbc_sessions, "sessions [--limit N]",
-      "The conversations that cost most, and the runaways.\n" },
+      "The conversations that cost most, and the runaways.\n",
+      " limit " },
 
-    { NULL, NULL, NULL, NULL }
+    { NULL, NULL, NULL, NULL, NULL }
 };
 
 
@@ -204,6 +220,29 @@ tbc_secret(const tbc_t *c, const char *name, char *buf, size_t size)
             "environment instead", name, name);
 
     return v;
+}
+
+
+/* whether name is one of the words of " a b c " */
+static int
+tbc_opt_in(const char *list, const char *name)
+{
+    size_t       n;
+    const char  *p;
+
+    n = strlen(name);
+
+    if (n == 0) {
+        return 0;
+    }
+
+    for (p = list; (p = strstr(p, name)) != NULL; p += n) {
+        if (p[-1] == ' ' && p[n] == ' ') {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -330,6 +369,18 @@ main(int argc, char **argv)
         return TBC_OK;
     }
 
+    /* an option the command does not take is a mistake, said as one */
+
+    for (i = 0; i < c.nopts; i++) {
+        if (!tbc_opt_in(tbc_global_opts, c.opt_name[i])
+            && !tbc_opt_in(cmd->opts, c.opt_name[i]))
+        {
+            tbc_err("%s takes no option --%s (see tokenbiryani %s --help)",
+                    cmd->name, c.opt_name[i], cmd->name);
+            return TBC_USAGE;
+        }
+    }
+
     c.args = words + 1;
     c.nargs--;
 
@@ -367,7 +418,8 @@ main(int argc, char **argv)
     }
 
     if (c.key == NULL || c.key[0] == '\0') {
-        c.key = tbc_config_admin_key(c.config);
+        c.key = tbc_config_admin_key(c.config, c.config_err,
+                                     sizeof(c.config_err));
         c.key_from = c.config;
     }
 

@@ -178,8 +178,10 @@ tbc_status(tbc_t *c)
         reason = tbc_str(acct, "reason", NULL);
 
         if (reason && strcmp(state, "ready") != 0) {
-            printf("  %s  ← %.72s%s\n", tbc_c(c, "dim"), reason,
-                   tbc_c(c, "reset"));
+            /* whole, wrapped at words: a reason cut short misleads */
+            printf("  %s  ← ", tbc_c(c, "dim"));
+            tbc_wrap(6, 72, reason);
+            printf("%s\n", tbc_c(c, "reset"));
         }
 
         /* Bedrock, Vertex: "—" above is not "unknown yet" but "never" */

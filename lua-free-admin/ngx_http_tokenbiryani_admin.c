@@ -200,7 +200,8 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 {
     int64_t                              now;
     ngx_pid_t                            pids[64];
-    ngx_uint_t                           i, n[4], nw, held[64], total;
+    ngx_uint_t                           i, n[TB_NSTATES], nw, held[64],
+                                         total;
     tb_state_e                           state;
     cJSON                               *root, *obj, *arr, *acct, *w;
     ngx_http_tokenbiryani_account_t     *a;
@@ -339,6 +340,7 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     cJSON_AddNumberToObject(obj, "cooling", (double) n[TB_STATE_COOLING]);
     cJSON_AddNumberToObject(obj, "exhausted", (double) n[TB_STATE_EXHAUSTED]);
     cJSON_AddNumberToObject(obj, "disabled", (double) n[TB_STATE_DISABLED]);
+    cJSON_AddNumberToObject(obj, "failing", (double) n[TB_STATE_FAILING]);
 
     return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
 
@@ -483,6 +485,23 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     cJSON_AddNumberToObject(acct, "cooling_for",
                             *state == TB_STATE_COOLING && until > now
                             ? (double) (until - now) / 1000 : 0);
+
+    /* since when it fails, and when it last answered well: "3 of 4
+     * failing to connect; last success 2 min ago" */
+
+    if (s.failing_since_ms && s.failing_since_ms <= now) {
+        cJSON_AddNumberToObject(acct, "failing_for",
+                                (double) (now - s.failing_since_ms) / 1000);
+    } else {
+        cJSON_AddNullToObject(acct, "failing_for");
+    }
+
+    if (s.last_success_ms && s.last_success_ms <= now) {
+        cJSON_AddNumberToObject(acct, "last_success_ago",
+                                (double) (now - s.last_success_ms) / 1000);
+    } else {
+        cJSON_AddNullToObject(acct, "last_success_ago");
+    }
 
     w = cJSON_AddObjectToObject(acct, "breaker");
     if (w == NULL) {
@@ -1329,10 +1348,11 @@ ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 {
-    int64_t                               now, until;
-    ngx_str_t                             json;
-    ngx_uint_t                            i, ready, total;
+    int64_t                               now, until, last;
+    cJSON                                *root, *reasons, *item, *n;
+    ngx_uint_t                            i, ready, failing, total;
     const char                           *reason, *store;
+    tb_account_state_t                    s;
     ngx_http_tokenbiryani_store_state_t   st;
     tb_state_e                          state;
     ngx_http_tokenbiryani_ctx_t        *ctx;
@@ -1355,8 +1375,19 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 
     ngx_http_tokenbiryani_accounts_sync(tmcf);
 
+    root = cJSON_CreateObject();
+    reasons = cJSON_CreateArray();
+
+    if (root == NULL || reasons == NULL) {
+        cJSON_Delete(root);
+        cJSON_Delete(reasons);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     ready = 0;
+    failing = 0;
     total = 0;
+    last = 0;
     a = tmcf->accounts.elts;
 
     for (i = 0; i < tmcf->accounts.nelts; i++) {
@@ -1366,11 +1397,54 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 
         total++;
 
-        state = tb_account_state(a[i].sh, a[i].conf->enabled && a[i].supported,
+        ngx_http_tokenbiryani_zone_snapshot(&tmcf->zone, a[i].slot, &s);
+
+        state = tb_account_state(&s, a[i].conf->enabled && a[i].supported,
                                  &tmcf->zone.breaker, now, &until, &reason);
+
+        if (s.last_success_ms > last) {
+            last = s.last_success_ms;
+        }
 
         if (state == TB_STATE_READY) {
             ready++;
+            continue;
+        }
+
+        failing += (state == TB_STATE_FAILING);
+
+        /*
+         * Why the others are not ready, counted by state and reason: no
+         * account's id (this answers whoever can reach it), the words
+         * the console and the command show
+         */
+
+        cJSON_ArrayForEach(item, reasons) {
+            if (ngx_strcmp(cJSON_GetObjectItemCaseSensitive(item, "state")
+                           ->valuestring, tb_state_name(state)) == 0
+                && ngx_strcmp(cJSON_GetObjectItemCaseSensitive(item,
+                                                          "reason")
+                              ->valuestring, reason) == 0)
+            {
+                n = cJSON_GetObjectItemCaseSensitive(item, "accounts");
+                cJSON_SetNumberValue(n, n->valuedouble + 1);
+                break;
+            }
+        }
+
+        if (item == NULL && cJSON_GetArraySize(reasons) < 16) {
+            item = cJSON_CreateObject();
+            if (item == NULL
+                || cJSON_AddStringToObject(item, "state",
+                                           tb_state_name(state)) == NULL
+                || cJSON_AddStringToObject(item, "reason", reason) == NULL
+                || cJSON_AddNumberToObject(item, "accounts", 1) == NULL)
+            {
+                cJSON_Delete(item);
+                goto failed;
+            }
+
+            cJSON_AddItemToArray(reasons, item);
         }
     }
 
@@ -1384,24 +1458,31 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
         store = st.degraded ? "degraded" : "ok";
     }
 
-    json.data = ngx_pnalloc(r->pool, sizeof("{\"status\":\"no_capacity\","
-                                            "\"ready\":,\"total\":,"
-                                            "\"store\":\"degraded\"}") - 1
-                                     + 2 * NGX_INT_T_LEN);
-    if (json.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (cJSON_AddStringToObject(root, "status",
+                                ready ? "ok" : "no_capacity") == NULL
+        || cJSON_AddNumberToObject(root, "ready", (double) ready) == NULL
+        || cJSON_AddNumberToObject(root, "total", (double) total) == NULL
+        || cJSON_AddStringToObject(root, "store", store) == NULL
+        || cJSON_AddNumberToObject(root, "failing", (double) failing) == NULL
+        || (last && last <= now
+            ? cJSON_AddNumberToObject(root, "last_success_ago",
+                                      (double) ((now - last) / 1000))
+            : cJSON_AddNullToObject(root, "last_success_ago")) == NULL)
+    {
+        goto failed;
     }
 
-    json.len = ngx_sprintf(json.data,
-                           "{\"status\":\"%s\",\"ready\":%ui,\"total\":%ui,"
-                           "\"store\":\"%s\"}",
-                           ready ? "ok" : "no_capacity", ready, total, store)
-               - json.data;
+    cJSON_AddItemToObject(root, "reasons", reasons);
 
-    ctx->own_error = 1;
+    return ngx_http_tokenbiryani_send_cjson(r,
+               ready ? NGX_HTTP_OK : NGX_HTTP_SERVICE_UNAVAILABLE, root);
 
-    return ngx_http_tokenbiryani_send_json(r,
-               ready ? NGX_HTTP_OK : NGX_HTTP_SERVICE_UNAVAILABLE, &json);
+failed:
+
+    cJSON_Delete(reasons);
+    cJSON_Delete(root);
+
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 
@@ -1563,6 +1644,8 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
     cJSON_AddNumberToObject(obj, "batch", (double) view.n[1]);
     cJSON_AddNumberToObject(obj, "max_size",
                             (double) tmcf->tbcf->queue_max_size);
+    cJSON_AddNumberToObject(obj, "max_wait_seconds",
+                            tmcf->tbcf->queue_default_max_wait_seconds);
     cJSON_AddNumberToObject(obj, "queued_total", (double) view.queued_total);
     cJSON_AddNumberToObject(obj, "served", (double) view.served);
     cJSON_AddNumberToObject(obj, "timed_out", (double) view.timed_out);

@@ -401,7 +401,7 @@ ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r)
         state = tb_account_state(&s[i], a[i].conf->enabled && a[i].supported,
                                  &tmcf->zone.breaker, now, &until, &reason);
 
-        for (k = TB_STATE_READY; k <= TB_STATE_DISABLED; k++) {
+        for (k = TB_STATE_READY; k < TB_NSTATES; k++) {
             ngx_http_tokenbiryani_text(&tx,
                 "tokenbiryani_account_state{account=\"%V\",state=\"%s\"} "
                 "%d\n", &a[i].id, tb_state_name((tb_state_e) k),

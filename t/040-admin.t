@@ -204,7 +204,7 @@ $::Yaml =~ s/(  - id: a2\n)/$1    enabled: false\n/r
 GET /healthz
 --- error_code: 200
 --- response_body chomp
-{"status":"ok","ready":1,"total":2,"store":"memory"}
+{"status":"ok","ready":1,"total":2,"store":"memory","failing":0,"last_success_ago":null,"reasons":[{"state":"disabled","reason":"disabled in config","accounts":1}]}
 --- response_headers
 content-type: application/json
 
@@ -218,7 +218,7 @@ accounts: []
 GET /healthz
 --- error_code: 503
 --- response_body chomp
-{"status":"no_capacity","ready":0,"total":0,"store":"memory"}
+{"status":"no_capacity","ready":0,"total":0,"store":"memory","failing":0,"last_success_ago":null,"reasons":[]}
 
 
 

@@ -100,9 +100,13 @@ my @rows = (
     ['504',            'upstream_error', 200, 2, 'ready', undef],
     ['err:500:quantum_flux_error',
                        'upstream_error', 200, 2, 'ready', undef],
-    ['reset',          'transport',      200, 2, 'ready', undef],
-    ['garbage',        'transport',      200, 2, 'ready', undef],
-    ['hang',           'timeout',        200, 2, 'ready', undef],
+    # no answer at all since its last success: failing, not ready
+    ['reset',          'transport',      200, 2, 'failing',
+     qr/^no answer: connect error, reset or TLS failure$/],
+    ['garbage',        'transport',      200, 2, 'failing',
+     qr/^no answer: connect error, reset or TLS failure$/],
+    ['hang',           'timeout',        200, 2, 'failing',
+     qr/^no answer within the request timeout$/],
     ['preerr',         'overloaded',     200, 2, 'cooling',
      qr/^overloaded \((529|stream error)\)$/],
 );
@@ -225,8 +229,9 @@ is(account_of(pool_status(), 'a1')->{breaker}{state}, 'closed', 'one failure: cl
 is($pin->()->{status}, 502, 'a second 500');
 my $a1 = account_of(pool_status(), 'a1');
 is($a1->{breaker}{state}, 'open', 'two in a row: open');
-is($a1->{state}, 'cooling', 'the account cools');
-is($a1->{reason}, 'circuit open', 'because of the breaker');
+is($a1->{state}, 'failing', 'the account is failing, not cooling as if a window would refill it');
+is($a1->{reason}, 'circuit open after 2 failures in a row: upstream error 500', 'because of the breaker, and why');
+ok(defined $a1->{failing_for} && !defined $a1->{last_success_ago}, 'failing since its first failure; never a success');
 ok($a1->{breaker}{half_open_in} > 0 && $a1->{breaker}{half_open_in} <= 1,
    "half-open in $a1->{breaker}{half_open_in}s");
 
@@ -246,7 +251,7 @@ for (1 .. 3) {
 $a1 = account_of(pool_status(), 'a1');
 is($a1->{breaker}{state}, 'half_open', 'a1 still half-open');
 ok(!$a1->{breaker}{probe_in_flight}, 'its probe slot untouched by the decisions');
-is($a1->{state}, 'ready', 'and it may take a request');
+is($a1->{state}, 'failing', 'it may take a probe, and is not ready');
 
 is($pin->()->{status}, 502, 'the probe fails');
 $a1 = account_of(pool_status(), 'a1');

@@ -15,6 +15,7 @@ master_on();
 workers(2);
 no_shuffle();
 mock_start();
+$ENV{TEST_NGINX_DEAD_PORT} ||= 19109;     # nothing listens there
 
 our $Cli = $ENV{TEST_NGINX_CLI} || Cwd::abs_path('build/tokenbiryani');
 
@@ -555,3 +556,65 @@ mock_config({ credentials => { 'sk-a2' => { behavior => '429:90' } } });
 ($rc, $out) = cli(['accounts', 'test', 'a2']);
 is($rc, 0, 'a 429 is not a failed test');
 like($out, qr/^  ✓ a2\s+credential ok · rate-limited for 90 s$/m, 'saying for how long') or diag($out);
+
+
+
+=== TEST 13: status counts failing accounts apart from ready ones: the breaker half-open or connects failing is not "ready"
+--- user_files
+>>> tb.yaml
+server:
+  allow_private_hosts: true
+breaker:
+  failure_threshold: 2
+  cooldown_seconds: 1
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
+    priority: 1
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+  - key: pin-a2
+    name: pinned
+    pool: [a2]
+--- request
+GET /healthz
+--- check
+# a2 first in the order: it fails to connect, a1 serves
+is(message_with('tenant-key')->{status}, 200, 'served by a1 after a2 failed to connect');
+my ($rc, $out) = cli(['status']);
+like($out, qr/POOL  2 accounts · 1 ready · 1 failing · /, 'one ready, one failing') or diag($out);
+my ($why) = $out =~ /^  a2\s+● failing .*\n\s+← ((?:.*\n)(?: {6}.*\n)*)/m;
+$why = join ' ', map { s/^\s+|\s+$//gr } split /\n/, $why // '';
+like($why, qr/^no answer: connect error, reset or TLS failure; failing for \d\d:\d\d, no success yet$/,
+     'a2: why, since when, never a success') or diag($out);
+ok(widest($out) <= 80, 'within 80 columns');
+# two in a row open the breaker; a second later it is half-open: still failing
+my $pinned = { %{ message_args('pin-a2') } };
+$pinned->{headers}{'x-tokenbiryani-max-wait'} = 0;
+my $r = TB::Nginx::http_request(%$pinned);
+is($r->{status}, 429, 'a key of a2 alone: a2 fails again, its breaker opens, nothing else to try: 429');
+is($r->{headers}{'retry-after'}, 1, 'retry-after: when it half-opens');
+my (undef, $st) = admin(GET => '/admin/status');
+my ($a2) = grep { $_->{id} eq 'a2' } @{ $st->{accounts} };
+is($a2->{breaker}{state}, 'open', 'a2\'s breaker opened');
+ok(TB::Nginx::poll_until(3, sub { (undef, $st) = admin(GET => '/admin/status');
+                                  ($a2) = grep { $_->{id} eq 'a2' } @{ $st->{accounts} };
+                                  $a2->{breaker}{state} eq 'half_open' }), 'half-open after its second');
+is($a2->{state}, 'failing', 'half-open is not ready');
+is($st->{pool}{ready}, 1, 'the pool counts one ready');
+($rc, $out) = cli(['status']);
+($why) = $out =~ /^  a2\s+● failing .*\n\s+← ((?:.*\n)(?: {6}.*\n)*)/m;
+$why = join ' ', map { s/^\s+|\s+$//gr } split /\n/, $why // '';
+like($why, qr/^circuit open after 2 failures in a row: no answer: connect error, reset or TLS failure; failing for/,
+     'the command says so') or diag($out);
+my $h = json_decode(TB::Nginx::http_request(method => 'GET', path => '/healthz')->{body});
+is($h->{failing}, 1, '/healthz counts it');
+ok(defined $h->{last_success_ago}, 'and when the pool last answered well');

@@ -21,6 +21,7 @@ master_on();
 workers(2);
 no_shuffle();
 mock_start();
+$ENV{TEST_NGINX_DEAD_PORT} ||= 19109;     # nothing listens there
 
 our $Node = $ENV{TB_NODE} // 'node';
 our $Cli = $ENV{TEST_NGINX_CLI} || Cwd::abs_path('build/tokenbiryani');
@@ -492,3 +493,61 @@ like(drv(eval => js => "document.getElementById('conn').textContent")->{value}, 
 step('connect', eval => js => "location.hash = '#/connect'");
 step('any token does', wait => js => text_has('open mode') . " && document.querySelector('[data-export]')");
 clean('open mode');
+
+
+
+=== TEST 10: the upstream unreachable: no account reads as ready - the overview says which fail, since when and what clients get; /healthz says why
+--- user_files
+>>> tb.yaml
+server:
+  allow_private_hosts: true
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
+  - id: a2
+    api_key: sk-a2
+    base_url: http://127.0.0.1:${TEST_NGINX_DEAD_PORT}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+--- request
+GET /healthz
+--- check
+my $r = message_with('tenant-key');
+is($r->{status}, 502, 'every attempt failed to connect: 502');
+my $h = TB::Nginx::http_request(method => 'GET', path => '/healthz');
+is($h->{status}, 503, '/healthz: 503, nothing can serve');
+my $hj = json_decode($h->{body});
+is_deeply([$hj->{ready}, $hj->{failing}, $hj->{last_success_ago}], [0, 2, undef], 'none ready, two failing, no success yet');
+is_deeply($hj->{reasons}, [{ state => 'failing', reason => 'no answer: connect error, reset or TLS failure', accounts => 2 }],
+          'why, counted, without naming an account') or diag($h->{body});
+sign_in('admin-key');
+my $want = 'Not now. 2 of 2 accounts failing: no answer: connect error, reset or TLS failure, for ';
+step('the overview says they fail', wait => js => text_has($want));
+my $text = drv(eval => js => "document.querySelector('.answer').textContent")->{value};
+unlike($text, qr/Yes, a request can go now|ready/, 'never "ready"');
+like($text, qr/no request has succeeded since the gateway started\. .*clients get 502 or 504/, 'no success yet, and what clients get') or diag($text);
+is(drv(eval => js => "document.querySelectorAll('main .pill.st-failing').length")->{value}, 2, 'both accounts: failing');
+like(drv(eval => js => "document.querySelector('.tiles').textContent")->{value}, qr/0 \/ 2\s*2 failing/, 'the accounts tile counts them');
+shot('failing');
+clean('failing');
+
+
+
+=== TEST 11: every account resting longer than a request may wait: the overview says clients get 429, as they do
+--- request
+GET /healthz
+--- check
+mock_config({ credentials => { map { ("sk-a$_" => { behavior => '429:90' }) } 1, 2 } });
+my $r = message_with('tenant-key');
+is($r->{status}, 429, 'both rate-limited for 90 s, the queue waits 60 s at most: 429');
+ok($r->{headers}{'retry-after'} >= 60, "with retry-after $r->{headers}{'retry-after'}");
+sign_in('admin-key');
+step('the overview', wait => js => text_has('longer than a request may wait in the queue (1:00): until then clients get 429 with retry-after'));
+unlike(drv(eval => js => "document.querySelector('.answer').textContent")->{value}, qr/requests wait in the queue/, 'not that they wait');
+is(message_with('tenant-key')->{status}, 429, 'and a client does get 429');
+clean('resting');

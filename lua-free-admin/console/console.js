@@ -463,7 +463,7 @@ function tableOf(cols, rows, opts) {
     return h('div', { class: 'scroll' }, t);
 }
 
-const STATE_SYM = { ready: '●', cooling: '◐', exhausted: '◌', disabled: '○' };
+const STATE_SYM = { ready: '●', cooling: '◐', exhausted: '◌', disabled: '○', failing: '✕' };
 
 function statePill(a) {
     const st = a.state || 'disabled';
@@ -559,7 +559,13 @@ function pageOverview(main) {
             put(answer, h('div', { class: 'answer yes' }, h('span', { class: 'big', text: '●' }),
                 h('div', null, h('strong', { text: 'Yes, a request can go now. ' }),
                   pool.ready + ' of ' + pool.total + ' account' + (pool.total > 1 ? 's' : '') + ' ready' +
-                  (st.queue.depth ? ', ' + st.queue.depth + ' waiting in the queue' : '') + '.')));
+                  (st.queue.depth ? ', ' + st.queue.depth + ' waiting in the queue' : '') + '.',
+                  pool.failing ? [' ', failingSentence(st)] : null)));
+        } else if (pool.failing) {
+            put(answer, h('div', { class: 'answer failing' }, h('span', { class: 'big', text: '✕' }),
+                h('div', null, h('strong', { text: 'Not now. ' }), failingSentence(st),
+                  ' Requests are still tried on them (one at a time while a circuit is half-open); while they fail, clients get ' +
+                  '502 or 504, and 429 with retry-after while a circuit is open.')));
         } else {
             let soon = null;
             for (const a of st.accounts) {
@@ -567,10 +573,15 @@ function pageOverview(main) {
                     soon = soon === null ? a.until_in : Math.min(soon, a.until_in);
                 }
             }
+            /* what clients get: a wait they will sit through, or a 429 */
+            const limit = st.queue.max_wait_seconds;
             put(answer, h('div', { class: 'answer wait' }, h('span', { class: 'big', text: '◐' }),
                 h('div', null, h('strong', { text: 'Not now. ' }),
-                  soon !== null ? ['Capacity comes back in ', countdown(soon), '; requests wait in the queue until then.']
-                                : 'Every account is disabled: enable one on the Accounts page.')));
+                  soon === null ? 'Every account is disabled: enable one on the Accounts page.'
+                  : limit !== undefined && soon > limit
+                  ? ['Capacity comes back in ', countdown(soon), ', longer than a request may wait in the queue (' +
+                     fmtClock(limit) + '): until then clients get 429 with retry-after.']
+                  : ['Capacity comes back in ', countdown(soon), '; requests wait in the queue until then.'])));
         }
 
         const cache = day && day.totals ? day.totals.cache_hit_rate : poolCacheRate(st);
@@ -584,7 +595,8 @@ function pageOverview(main) {
             tile('Queue', fmtInt(st.queue.depth), st.queue.interactive + ' interactive · ' + st.queue.batch + ' batch'),
             tile('Cache hit', fmtPct(cache), day ? 'of prompt tokens, last 24 h' : 'of prompt tokens, since start'),
             tile('Spend', fmtUsd(spend), day ? 'last 24 h' : 'since start'),
-            tile('Accounts', pool.ready + ' / ' + pool.total, pool.cooling + ' cooling · ' + pool.exhausted + ' exhausted · ' + pool.disabled + ' off'));
+            tile('Accounts', pool.ready + ' / ' + pool.total, (pool.failing ? pool.failing + ' failing · ' : '') +
+                 pool.cooling + ' cooling · ' + pool.exhausted + ' exhausted · ' + pool.disabled + ' off'));
 
         fill(horizon, h('h2', { text: 'Capacity horizon, next hour' }),
             hz.accounts.counted ? horizonChart(hz) : h('p', { class: 'muted',
@@ -606,6 +618,23 @@ function pageOverview(main) {
     }, 5000);
 
     liveFeed(feed, null);
+}
+
+/* "3 of 4 accounts failing: no answer: connect error, reset or TLS
+ * failure, for 2 min; last success 2 min ago." */
+function failingSentence(st) {
+    const bad = st.accounts.filter(a => a.state === 'failing');
+    const why = bad.every(a => a.reason === bad[0].reason) ? bad[0].reason.replace(/^circuit open after \d+ failures in a row: /, '') : null;
+    let longest = null, last = null;
+    for (const a of bad) {
+        if (a.failing_for !== null && a.failing_for !== undefined) { longest = Math.max(longest || 0, a.failing_for); }
+    }
+    for (const a of st.accounts) {
+        if (a.last_success_ago !== null && a.last_success_ago !== undefined) { last = last === null ? a.last_success_ago : Math.min(last, a.last_success_ago); }
+    }
+    return bad.length + ' of ' + st.pool.total + ' account' + (st.pool.total > 1 ? 's' : '') + ' failing' +
+        (why ? ': ' + why : '') + (longest !== null ? ', for ' + fmtAgo(longest).replace(/ ago$/, '') : '') + '; ' +
+        (last !== null ? 'last success ' + fmtAgo(last) + '.' : 'no request has succeeded since the gateway started.');
 }
 
 /* the usage history is the store's: a gateway without one has none */

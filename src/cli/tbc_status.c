@@ -72,9 +72,10 @@ tbc_state_color(const char *state)
 int
 tbc_status(tbc_t *c)
 {
-    int           rc, n, nready;
-    char          a[16], b[16], d[16], e[16], f[16], g[16];
+    int           rc, n, nready, nfailing;
+    char          a[16], b[16], d[16], e[16], f[16], g[16], why[256];
     double        ready_input, soonest, reset, read, prompt, hit, learned;
+    double        since, ago;
     cJSON        *j;
     const cJSON  *accts, *acct, *limits, *usage, *store, *queue;
     const char   *state, *reason;
@@ -101,6 +102,7 @@ tbc_status(tbc_t *c)
 
     n = 0;
     nready = 0;
+    nfailing = 0;
     ready_input = 0;
     soonest = NAN;
     read = 0;
@@ -110,6 +112,8 @@ tbc_status(tbc_t *c)
         n++;
         limits = cJSON_GetObjectItemCaseSensitive(acct, "limits");
         usage = cJSON_GetObjectItemCaseSensitive(acct, "usage");
+
+        nfailing += (strcmp(tbc_str(acct, "state", ""), "failing") == 0);
 
         if (strcmp(tbc_str(acct, "state", ""), "ready") == 0) {
             nready++;
@@ -133,11 +137,17 @@ tbc_status(tbc_t *c)
     tbc_clock(b, sizeof(b), soonest);
     tbc_pct(d, sizeof(d), prompt > 0 ? read / prompt : NAN);
 
-    printf("\n  %sPOOL%s  %d account%s · %s%d ready%s · %s input ready · "
-           "next reset %s\n        queue %.0f · cache %s · store %s %s · "
+    /* failing accounts are not ready, and said apart: a countdown is
+     * not what brings them back */
+
+    snprintf(why, sizeof(why), " · %d failing", nfailing);
+
+    printf("\n  %sPOOL%s  %d account%s · %s%d ready%s%s%s%s · %s input ready "
+           "· next reset %s\n        queue %.0f · cache %s · store %s %s · "
            "strategy %s\n\n",
            tbc_c(c, "bold"), tbc_c(c, "reset"), n, n == 1 ? "" : "s",
            tbc_c(c, nready ? "green" : "red"), nready, tbc_c(c, "reset"),
+           tbc_c(c, "red"), nfailing ? why : "", tbc_c(c, "reset"),
            a, b, tbc_num(queue, "depth", 0), d,
            tbc_str(store, "backend", "?"), tbc_str(store, "state", "?"),
            tbc_str(j, "strategy", "?"));
@@ -178,7 +188,27 @@ tbc_status(tbc_t *c)
         reason = tbc_str(acct, "reason", NULL);
 
         if (reason && strcmp(state, "ready") != 0) {
-            /* whole, wrapped at words: a reason cut short misleads */
+            /* whole, wrapped at words: a reason cut short misleads; a
+             * failing account's since when, and its last success */
+
+            since = tbc_num(acct, "failing_for", NAN);
+            ago = tbc_num(acct, "last_success_ago", NAN);
+
+            if (strcmp(state, "failing") == 0 && !isnan(since)) {
+                tbc_clock(e, sizeof(e), since);
+                tbc_clock(f, sizeof(f), ago);
+
+                if (isnan(ago)) {
+                    snprintf(why, sizeof(why), "%s; failing for %s, no "
+                             "success yet", reason, e);
+                } else {
+                    snprintf(why, sizeof(why), "%s; failing for %s, last "
+                             "success %s ago", reason, e, f);
+                }
+
+                reason = why;
+            }
+
             printf("  %s  ← ", tbc_c(c, "dim"));
             tbc_wrap(6, 72, reason);
             printf("%s\n", tbc_c(c, "reset"));

@@ -46,8 +46,6 @@ tb_account_state(const tb_account_state_t *a, int enabled,
     const tb_breaker_conf_t *bc, int64_t now_ms, int64_t *until_ms,
     const char **reason)
 {
-    int64_t  at;
-
     *until_ms = 0;
     *reason = "";
 
@@ -67,19 +65,25 @@ tb_account_state(const tb_account_state_t *a, int enabled,
         return TB_STATE_EXHAUSTED;
     }
 
-    at = tb_breaker_half_open_at(&a->breaker, bc, now_ms);
+    if (a->breaker.open) {
+        /* open until it half-opens, then one probe at a time */
+        *until_ms = tb_breaker_half_open_at(&a->breaker, bc, now_ms);
+        *reason = a->failing_reason[0] ? a->failing_reason : "circuit open";
+        return TB_STATE_FAILING;
+    }
 
-    if (a->cooling_until_ms > now_ms || at) {
-        if (a->cooling_until_ms >= at) {
-            *until_ms = a->cooling_until_ms;
-            *reason = a->cooling_reason;
-
-        } else {
-            *until_ms = at;
-            *reason = "circuit open";
-        }
-
+    if (a->cooling_until_ms > now_ms) {
+        *until_ms = a->cooling_until_ms;
+        *reason = a->cooling_reason;
         return TB_STATE_COOLING;
+    }
+
+    if (a->breaker.failures
+        && (a->failing_kind == TB_KIND_TRANSPORT
+            || a->failing_kind == TB_KIND_TIMEOUT))
+    {
+        *reason = a->failing_reason;
+        return TB_STATE_FAILING;
     }
 
     return TB_STATE_READY;
@@ -134,6 +138,7 @@ tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
     const tb_breaker_conf_t *bc, uint64_t model_hash, const char *model,
     size_t model_len, int probed, int64_t now_ms)
 {
+    int               opened;
     const tb_rule_t  *r;
 
     r = o->rule;
@@ -186,7 +191,32 @@ tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
         tb_account_outcome(a, r->breaker == TB_OUT_FAILURE);
     }
 
-    return tb_breaker_record(&a->breaker, bc, r->breaker, probed, now_ms);
+    opened = tb_breaker_record(&a->breaker, bc, r->breaker, probed, now_ms);
+
+    if (r->breaker == TB_OUT_SUCCESS && !a->breaker.open) {
+        a->last_success_ms = now_ms;
+        a->failing_since_ms = 0;
+        a->failing_reason[0] = '\0';
+
+    } else if (r->breaker == TB_OUT_FAILURE) {
+        if (a->failing_since_ms == 0) {
+            a->failing_since_ms = now_ms;
+        }
+
+        a->failing_kind = (uint32_t) o->kind;
+
+        if (a->breaker.open) {
+            snprintf(a->failing_reason, sizeof(a->failing_reason),
+                     "circuit open after %u failures in a row: %.52s",
+                     a->breaker.failures, o->reason);
+
+        } else {
+            snprintf(a->failing_reason, sizeof(a->failing_reason), "%s",
+                     o->reason);
+        }
+    }
+
+    return opened;
 }
 
 
@@ -583,6 +613,9 @@ tb_account_clear(tb_account_state_t *a)
     a->cooling_reason[0] = '\0';
     a->exhausted_until_ms = 0;
     a->exhausted_reason[0] = '\0';
+    a->failing_reason[0] = '\0';
+    a->failing_kind = 0;
+    a->failing_since_ms = 0;
     a->nrejected = 0;
     memset(a->rejected, 0, sizeof(a->rejected));
     a->ceiling = 0;
@@ -656,7 +689,7 @@ const char *
 tb_state_name(tb_state_e state)
 {
     static const char  *names[] = { "ready", "cooling", "exhausted",
-                                    "disabled" };
+                                    "disabled", "failing" };
 
     return names[state];
 }

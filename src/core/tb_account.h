@@ -29,8 +29,11 @@ typedef enum {
     TB_STATE_READY = 0,
     TB_STATE_COOLING,
     TB_STATE_EXHAUSTED,
-    TB_STATE_DISABLED
+    TB_STATE_DISABLED,
+    TB_STATE_FAILING
 } tb_state_e;
+
+#define TB_NSTATES            5
 
 
 /*
@@ -185,6 +188,16 @@ typedef struct {
     char                      cooling_reason[TB_REASON_MAX];
     char                      exhausted_reason[TB_REASON_MAX];
 
+    /*
+     * Failures that count against the breaker: the last one's words
+     * ("circuit open after 5 failures in a row: ..." once it opened),
+     * the first of the run the last success ended, and that success
+     */
+    char                      failing_reason[TB_REASON_MAX];
+    uint32_t                  failing_kind;   /* tb_kind_e of the last */
+    int64_t                   failing_since_ms;
+    int64_t                   last_success_ms;
+
     /* models this account's upstream refused (403), newest last */
     struct {
         uint64_t              hash;
@@ -223,8 +236,11 @@ void tb_account_state_init(tb_account_state_t *a, const char *id,
 
 /*
  * The account's state at now, *until_ms when it ends by itself (0: it
- * does not) and *reason why.  "enabled" is the configuration's flag.  An
- * open breaker reads as cooling until it half-opens.
+ * does not) and *reason why.  "enabled" is the configuration's flag.
+ * Failing: its breaker is open or half-open, or its last attempts got no
+ * answer (a connect error, a timeout) since its last success - it is
+ * still tried (a half-open breaker's probe, a closed one's next request),
+ * but nobody should read it as ready.
  */
 tb_state_e tb_account_state(const tb_account_state_t *a, int enabled,
     const tb_breaker_conf_t *bc, int64_t now_ms, int64_t *until_ms,

@@ -216,6 +216,39 @@ tb_classify(const tb_response_t *resp, const tb_config_t *cf,
         snprintf(out->reason, sizeof(out->reason), "invalid_auth");
         break;
 
+    case TB_ACC_ERROR:
+        /* what a failing account shows: the last failure, in words */
+
+        switch (kind) {
+
+        case TB_KIND_TRANSPORT:
+            snprintf(out->reason, sizeof(out->reason), "no answer: connect "
+                     "error, reset or TLS failure");
+            break;
+
+        case TB_KIND_TIMEOUT:
+            snprintf(out->reason, sizeof(out->reason), "no answer within "
+                     "the request timeout");
+            break;
+
+        case TB_KIND_STALL:
+            snprintf(out->reason, sizeof(out->reason), "a stream stalled "
+                     "before its first delta");
+            break;
+
+        case TB_KIND_STREAM:
+            snprintf(out->reason, sizeof(out->reason), "stream error (%s)",
+                     out->error_type[0] ? out->error_type : "unknown");
+            break;
+
+        default:
+            snprintf(out->reason, sizeof(out->reason), "upstream error %d",
+                     st);
+            break;
+        }
+
+        break;
+
     case TB_ACC_MODEL:
         snprintf(out->reason, sizeof(out->reason),
                  "model rejected by upstream (403)");

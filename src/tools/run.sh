@@ -13,11 +13,15 @@ MODULE=$3
 RUN=$4
 
 LISTEN=${TOKENBIRYANI_LISTEN:-127.0.0.1:8787}
+# the nginx to run (make test-asan's wrapper preloads the sanitizers)
+NGINX=${TOKENBIRYANI_NGINX:-nginx}
 MOCK_BASE=${TOKENBIRYANI_MOCK_PORT:-19201}
 
 stop() {
     if [ -f "$RUN/logs/nginx.pid" ] && kill -0 "$(cat "$RUN/logs/nginx.pid")" 2>/dev/null; then
-        nginx -p "$RUN/" -c conf/nginx.conf -s quit 2>/dev/null || true
+        # by its pid, not `nginx -s quit`: that reads the configuration
+        # first, and refuses when an edit broke it
+        kill -QUIT "$(cat "$RUN/logs/nginx.pid")" 2>/dev/null || true
         for _ in $(seq 100); do
             kill -0 "$(cat "$RUN/logs/nginx.pid" 2>/dev/null)" 2>/dev/null || break
             sleep 0.05
@@ -170,8 +174,8 @@ http {
 }
 EOF
 
-nginx -p "$RUN/" -c conf/nginx.conf -t -q
-nginx -p "$RUN/" -c conf/nginx.conf
+"$NGINX" -p "$RUN/" -c conf/nginx.conf -t -q
+"$NGINX" -p "$RUN/" -c conf/nginx.conf
 
 for _ in $(seq 100); do
     curl -s -o /dev/null "http://$LISTEN/healthz" && break

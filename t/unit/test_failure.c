@@ -584,14 +584,53 @@ TB_TEST(account_actions)
 
     TB_CHECK_INT(tb_account_apply(&a, &o, &bc, 0, NULL, 0, 0, T0), 1);
     TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 1000, &until, &why),
-                 TB_STATE_COOLING);
-    TB_CHECK_STR(why, "circuit open");
+                 TB_STATE_FAILING);
+    TB_CHECK_STR(why, "circuit open after 3 failures in a row: upstream "
+                 "error 500");
     TB_CHECK_INT(until, T0 + 30000);
+
+    /* half-open: one probe may go, and it is still not ready */
     TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 30000, &until, &why),
+                 TB_STATE_FAILING);
+    TB_CHECK_INT(until, 0);
+    TB_CHECK_INT(a.failing_since_ms, T0);
+
+    /* an answer from before it opened is no verdict */
+    r.status = 200;
+    tb_classify(&r, cf, &o);
+    tb_account_apply(&a, &o, &bc, 0, NULL, 0, 0, T0 + 30001);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 30001, &until, &why),
+                 TB_STATE_FAILING);
+    TB_CHECK_INT(a.last_success_ms, 0);
+
+    /* the probe's success: ready, and when */
+    tb_account_apply(&a, &o, &bc, 0, NULL, 0, 1, T0 + 30002);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 30002, &until, &why),
                  TB_STATE_READY);
+    TB_CHECK_INT(a.last_success_ms, T0 + 30002);
+    TB_CHECK_INT(a.failing_since_ms, 0);
+
+    /* one server error in a row: still ready (retried, not failing) */
+    r.status = 503;
+    tb_classify(&r, cf, &o);
+    tb_account_apply(&a, &o, &bc, 0, NULL, 0, 0, T0 + 31000);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 31000, &until, &why),
+                 TB_STATE_READY);
+
+    /* no answer at all since the last success: failing, before the
+     * breaker opens */
+    r.status = 0;
+    tb_classify(&r, cf, &o);
+    tb_account_apply(&a, &o, &bc, 0, NULL, 0, 0, T0 + 32000);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 32000, &until, &why),
+                 TB_STATE_FAILING);
+    TB_CHECK_STR(why, "no answer: connect error, reset or TLS failure");
+    TB_CHECK_INT(a.failing_since_ms, T0 + 31000);
 
     tb_account_clear(&a);
     TB_CHECK_INT(a.breaker.open, 0);
+    TB_CHECK_INT(tb_account_state(&a, 1, &bc, T0 + 33000, &until, &why),
+                 TB_STATE_READY);
 }
 
 

@@ -69,7 +69,7 @@ ngx_http_tokenbiryani_admin_horizon(ngx_http_request_t *r)
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
     const char                          *reason;
     u_char                               line[256], *p;
-    char                                 wait[32];
+    char                                 wait[32], now_in[16], hour_in[16];
 
     static const char  *names[TB_NWINDOWS] = { "requests", "input_tokens",
                                                "output_tokens" };
@@ -198,11 +198,13 @@ ngx_http_tokenbiryani_admin_horizon(ngx_http_request_t *r)
 
     /* the one line a terminal shows */
 
+    (void) tb_tokens_format(sum[0][TB_WIN_INPUT], now_in, sizeof(now_in));
+    (void) tb_tokens_format(sum[NGX_HTTP_TB_HORIZON_STEPS - 1][TB_WIN_INPUT],
+                            hour_in, sizeof(hour_in));
+
     p = ngx_snprintf(line, sizeof(line) - 1,
-                     "%ui of %ui accounts ready, %L input tokens now, %L "
-                     "within the hour", ready, total,
-                     sum[0][TB_WIN_INPUT],
-                     sum[NGX_HTTP_TB_HORIZON_STEPS - 1][TB_WIN_INPUT]);
+                     "%ui of %ui accounts ready, %s input tokens now, %s "
+                     "within the hour", ready, total, now_in, hour_in);
 
     if (unobserved) {
         p = ngx_snprintf(p, line + sizeof(line) - 1 - p,

@@ -551,3 +551,70 @@ step('the overview', wait => js => text_has('longer than a request may wait in t
 unlike(drv(eval => js => "document.querySelector('.answer').textContent")->{value}, qr/requests wait in the queue/, 'not that they wait');
 is(message_with('tenant-key')->{status}, 429, 'and a client does get 429');
 clean('resting');
+
+
+
+=== TEST 12: a phone (390 px): every page fits the screen (nothing scrolls sideways but a table in its box) and its tab is in sight
+--- request
+GET /healthz
+--- check
+for my $i (1 .. 4) {
+    is(message_with('tenant-key', text => "phone $i")->{status}, 200, "request $i");
+}
+my $r = TB::Nginx::http_request(%{ message_args('tenant-key', text => 'fails over') },
+    headers => { %{ message_args('tenant-key')->{headers} }, 'x-mock-script' => '529,ok', 'x-mock-script-id' => 'ph1' });
+my $id = $r->{headers}{'x-tokenbiryani-request-id'};
+ok(TB::Nginx::poll_until(5, sub { my ($s) = admin(GET => "/admin/requests/$id"); $s == 200 }), 'the inspector has it');
+step('the console on a phone', open => url => base() . '/console/', width => 390, height => 844, mobile => JSON::PP::true());
+step('asks for a key', wait => js => "!document.getElementById('gate').hidden");
+step('typed', type => sel => '#gate-key', text => 'admin-key');
+step('sign in', click => sel => '#gate-form button');
+step('the overview', wait => js => text_has('Yes, a request can go now'));
+# what is wider than the screen, outside a box that scrolls it
+my $wide = <<'_JS_';
+(() => {
+    const vw = window.screen.width, out = [];
+    for (const el of document.querySelectorAll('body *')) {
+        const r = el.getBoundingClientRect();
+        if (r.width === 0 || r.right <= 0 || (r.right <= vw + 0.5 && r.left >= -0.5)) { continue; }
+        let p = el.parentElement, boxed = false;
+        for (; p && p !== document.body; p = p.parentElement) {
+            const o = getComputedStyle(p).overflowX;
+            if (o === 'auto' || o === 'scroll' || o === 'hidden') { boxed = true; break; }
+        }
+        if (!boxed) { out.push(el.tagName.toLowerCase() + (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ').join('.') : '') + ' ' + Math.round(r.left) + '..' + Math.round(r.right)); }
+    }
+    return { doc: document.documentElement.scrollWidth, vw, out: out.slice(0, 8) };
+})()
+_JS_
+my $tab = "(() => { const a = document.querySelector('#nav a[aria-current=\"page\"]'); if (!a) { return 'none'; } const r = a.getBoundingClientRect(); return r.left >= 0 && r.right <= window.screen.width ? 'visible' : 'off-screen ' + Math.round(r.left) + '..' + Math.round(r.right); })()";
+my $navh = "Math.round(document.getElementById('nav').getBoundingClientRect().height)";
+my @pages = (
+    ['#/overview', text_has('Yes, a request can go now') . " && document.querySelectorAll('main .meters').length === 2", 'overview'],
+    ['#/accounts', text_has('primary'), 'accounts'],
+    ['#/accounts/a1', text_has('What the meters can and cannot tell') . " && document.querySelectorAll('main table').length === 3", 'account'],
+    ['#/usage', "document.querySelectorAll('main svg.chart').length === 3", 'usage'],
+    ['#/requests', "document.querySelectorAll('main tr.link').length >= 5", 'requests'],
+    ["#/requests/$id", text_has('Routing decision'), 'request'],
+    ['#/efficiency', text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 4", 'efficiency'],
+    ['#/keys', text_has('Mint a key'), 'keys'],
+    ['#/connect', text_has('Mint a key for this client'), 'connect'],
+    ['#/welcome', text_has('Which credential?'), 'welcome'],
+    ['#/settings', text_has('routing.strategy'), 'settings'],
+);
+for my $p (@pages) {
+    my ($hash, $ready, $name) = @$p;
+    visit($hash, $ready, "$name at 390 px");
+    my $w = drv(eval => js => $wide)->{value};
+    ok($w->{doc} <= $w->{vw}, "$name: the page is no wider than the screen ($w->{doc} px of $w->{vw})")
+        or diag(explain($w->{out}));
+    is(drv(eval => js => $tab)->{value}, 'visible', "$name: its tab in sight");
+    ok(drv(eval => js => $navh)->{value} <= 60, "$name: the navigation one row high");
+    shot("phone-$name", full => 0) if $name =~ /^(overview|account|efficiency)$/;
+    if ($name eq 'overview') {
+        my $cap = drv(eval => js => "[...document.querySelectorAll('main .card p.muted')].map(p => p.textContent).join('|')")->{value};
+        like($cap, qr/accounts ready, \d+(?:\.\d+)?[kM]? input tokens now, \d+(?:\.\d+)?[kM]? within the hour/, 'the horizon\'s caption in tokens to read')
+            or diag($cap);
+    }
+}
+clean('a phone');

@@ -409,6 +409,10 @@ function route() {
     for (const a of document.querySelectorAll('#nav a')) {
         if (a.dataset.page === name) {
             a.setAttribute('aria-current', 'page');
+            /* on a phone the tabs scroll sideways: this one in sight */
+            if ($('nav').scrollWidth > $('nav').clientWidth) {
+                a.scrollIntoView({ block: 'nearest', inline: 'center' });
+            }
         } else {
             a.removeAttribute('aria-current');
         }
@@ -675,9 +679,20 @@ function accountsTable(list, manage) {
     return tableOf(cols, list, { empty: 'No account yet.' });
 }
 
+/*
+ * A chart's width in its own units: what the page has room for (its labels
+ * then keep their size on a phone, where a fixed width would shrink them
+ * to a few pixels), never more than def
+ */
+function chartW(def) {
+    const m = $('main');
+    const room = m && m.clientWidth ? m.clientWidth - 64 : def;
+    return Math.round(Math.max(300, Math.min(def, room)));
+}
+
 function horizonChart(hz) {
     const pts = hz.next_hour;
-    const W = 560, H = 150, L = 44, B = 22, T = 8;
+    const W = chartW(560), H = 150, L = 44, B = 22, T = 8;
     const max = Math.max(1, ...pts.map(p => p.input_tokens));
     const bw = (W - L - 8) / pts.length;
     const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img',
@@ -1056,12 +1071,12 @@ function pageUsage(main) {
         const names = u.groups.map(g => g.name);
         names.forEach(slotOf);
 
-        const tokenChart = stacked(buckets, KINDS.map(k => ({ name: k[2], cls: k[1], v: b => sum(b, k[0]) })), fmtTokens, step, 720);
-        const costChart = stacked(buckets, names.map(nm => ({ name: nm || '(none)', cls: slotOf(nm), v: b => (b.groups[nm] || {}).cost_usd || 0 })), fmtUsd, step, 460);
+        const tokenChart = stacked(buckets, KINDS.map(k => ({ name: k[2], cls: k[1], v: b => sum(b, k[0]) })), fmtTokens, step, chartW(720));
+        const costChart = stacked(buckets, names.map(nm => ({ name: nm || '(none)', cls: slotOf(nm), v: b => (b.groups[nm] || {}).cost_usd || 0 })), fmtUsd, step, chartW(460));
         const rateChart = lineChart(buckets, b => {
             const read = sum(b, 'cache_read_tokens'), all = sum(b, 'input_tokens') + read + sum(b, 'cache_write_tokens');
             return all ? read / all : null;
-        }, step, 460);
+        }, step, chartW(460));
 
         fill(body, 
             h('div', { class: 'tiles' },
@@ -1113,7 +1128,8 @@ function frame(buckets, max, fmt, step, aria, W) {
                    s('text', { x: L - 4, y: y + 3, 'text-anchor': 'end' }, fmt(max * f)));
     }
     const bw = (W - L - 8) / buckets.length;
-    const every = Math.max(1, Math.ceil(buckets.length / 8));
+    /* as many labels as fit: one per 48 units, 3 to 8 */
+    const every = Math.max(1, Math.ceil(buckets.length / Math.max(3, Math.min(8, Math.floor((W - L) / 48)))));
     buckets.forEach((b, i) => {
         if (i % every === 0) {
             put(svg, s('text', { x: L + i * bw + bw / 2, y: H - 6, 'text-anchor': 'middle' }, axisLabel(b.t, step)));

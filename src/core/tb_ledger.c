@@ -314,3 +314,30 @@ tb_wait_format(int64_t ms, char *buf, size_t size)
 
     return tb_ledger_len(n, size);
 }
+
+
+size_t
+tb_tokens_format(int64_t n, char *buf, size_t size)
+{
+    int  r;
+
+    if (n < 0) {
+        n = 0;
+    }
+
+    if (n < 1000) {
+        r = snprintf(buf, size, "%lld", (long long) n);
+
+    } else if (n < 999500) {
+        /* rounded to the nearest thousand: 999,499 is 999k, not 1000k */
+        r = snprintf(buf, size, "%lldk", (long long) ((n + 500) / 1000));
+
+    } else if (n < 99995000) {
+        r = snprintf(buf, size, "%.2fM", (double) n / 1e6);
+
+    } else {
+        r = snprintf(buf, size, "%.1fM", (double) n / 1e6);
+    }
+
+    return tb_ledger_len(r, size);
+}

@@ -87,4 +87,7 @@ size_t tb_usd_format(int64_t nd, char *buf, size_t size);
 /* "45s", "12m 5s", "3h 12m", "2d 4h": a wait in words; its length */
 size_t tb_wait_format(int64_t ms, char *buf, size_t size);
 
+/* "950", "702k", "1.00M", "12.3M": a count of tokens to read; its length */
+size_t tb_tokens_format(int64_t n, char *buf, size_t size);
+
 #endif /* TB_LEDGER_H */

@@ -155,6 +155,27 @@ TB_TEST(rebucketed)
 }
 
 
+TB_TEST(tokens_in_words)
+{
+    char  buf[16];
+
+    tb_tokens_format(950, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "950");
+    tb_tokens_format(701600, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "702k");
+    tb_tokens_format(999499, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "999k");
+    tb_tokens_format(999500, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "1.00M");
+    tb_tokens_format(4000000, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "4.00M");
+    tb_tokens_format(123456789, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "123.5M");
+    tb_tokens_format(-5, buf, sizeof(buf));
+    TB_CHECK_STR(buf, "0");
+}
+
+
 int
 main(void)
 {
@@ -165,6 +186,7 @@ main(void)
     TB_RUN(reserved_counts_against_cap);
     TB_RUN(frees_at);
     TB_RUN(rebucketed);
+    TB_RUN(tokens_in_words);
 
     return tb_test_done();
 }

@@ -210,6 +210,11 @@ is(json_decode($r->{body})->{key}, 'admin-key', 'for the key that made it');
 --- request
 GET /healthz
 --- check
+sign_in('sk-ant-api03-not-this-gateways');
+step('an Anthropic key: told what the gate wants', wait => js => "document.getElementById('gate-error').textContent.includes('That is an Anthropic API key')");
+is(drv(eval => js => "localStorage.getItem('tokenbiryani.key')")->{value}, undef, 'not kept');
+my $rep = drv('report')->{value};
+is(scalar(grep { m{/admin/} } @{ $rep->{failed} }), 0, 'and never sent');
 sign_in('not-a-key');
 step('a wrong key: told so', wait => js => "document.getElementById('gate-error').textContent.includes('This key was refused')");
 like(drv(eval => js => "document.getElementById('gate-error').textContent")->{value}, qr/invalid x-api-key|refused/, 'in words');
@@ -282,6 +287,15 @@ visit('#/keys', text_has('tenant') . " && " . text_has('Mint a key'), 'keys');
 shot('keys');
 visit('#/settings', text_has('routing.strategy') . " && " . text_has('round_robin'), 'settings');
 shot('settings');
+# a YAML file broken by hand, reloaded from the page: said once
+my $yaml = TB::Nginx::servroot() . '/html/tb.yaml';
+my $good = TB::Nginx::slurp($yaml);
+TB::Nginx::spew($yaml, $good . "  - id: [broken\n");
+step('reload', click => text => 'Reload the YAML file', within => 'main');
+my $said = step('refused, said', wait => js => "(() => { const b = document.querySelector('main .banner.bad'); return b && b.textContent; })()");
+is(scalar(() = $said =~ /nothing was changed/gi), 1, "said once: $said");
+TB::Nginx::spew($yaml, $good);
+clean('a broken reload', allow => [qr{/admin/reload 400}, qr/status of 400/]);
 visit('#/connect', text_has('Mint a key for this client'), 'connect');
 shot('connect');
 visit('#/welcome', text_has('Which credential?'), 'add an account');
@@ -319,6 +333,26 @@ step('asks first', wait => js => "document.getElementById('dialog').open");
 step('revoke it', click => text => 'Revoke', within => '#dialog');
 step('revoked', wait => js => text_has('browser-bot revoked'));
 is(curl_status(base(), $secret), '401', 'refused now (curl)');
+# minted and revoked at once: its secret leaves the screen with it
+step('a name', type => sel => 'main form input', text => 'short-lived');
+step('mint', click => text => 'Mint', within => 'main form');
+step('its secret', wait => js => "document.querySelector('[data-secret]') !== null");
+step('listed', wait => js => "[...document.querySelectorAll('main tbody tr')].some(tr => tr.textContent.startsWith('short-lived'))");
+step('revoke', eval => js => "[...document.querySelectorAll('main tbody tr')].find(tr => tr.textContent.startsWith('short-lived')).querySelector('button.danger').click()");
+step('asks first', wait => js => "document.getElementById('dialog').open");
+step('revoke it', click => text => 'Revoke', within => '#dialog');
+step('revoked', wait => js => text_has('short-lived revoked'));
+is(drv(eval => js => "document.querySelector('[data-secret]')")->{value}, undef, 'its secret card gone');
+# the connect page, twice in a day: two keys, no name taken twice
+step('connect', eval => js => "location.hash = '#/connect'");
+step('its form', wait => js => text_has('Mint a key for this client'));
+my @names;
+for my $n (1, 2) {
+    step("mint $n", click => text => 'Mint a key for this client', within => 'main');
+    push @names, step("minted $n", wait => js => "(() => { const c = document.querySelector('main .secret'); return c && !(window.__seen || []).includes(c.dataset.keyName) ? ((window.__seen = (window.__seen || []).concat([c.dataset.keyName])), c.dataset.keyName) : null; })()");
+}
+isnt($names[0], $names[1], "two names ($names[0], $names[1])");
+is(drv(eval => js => "document.querySelector('main .error').textContent")->{value}, '', 'no 409');
 clean('keys');
 
 
@@ -378,6 +412,8 @@ step('connect', click => text => 'Connect a client', within => 'main');
 my ($base, $key) = export_lines();
 is($base, base(), 'this gateway\'s own address');
 like($key, qr/^bir_/, 'a key of its own');
+is(drv(eval => js => "[...document.querySelectorAll('main pre')].filter(p => p.textContent.startsWith('export ')).length")->{value}, 1,
+   'the export lines shown once, not twice');
 shot('first-run-4', full => 0);
 is(curl_status($base, $key), '200', 'the export lines work (curl)');
 my ($s, $k) = admin(GET => '/admin/keys');
@@ -417,6 +453,7 @@ my $here = Cwd::getcwd();
 chdir $dir;
 my $out = `$Cli init --listen 127.0.0.1:$port --allow-private-hosts 2>&1`;
 is($?, 0, 'tokenbiryani init') or diag($out);
+my ($initkey) = $out =~ /^export ANTHROPIC_AUTH_TOKEN=(\S+)$/m;
 $out = `$Cli serve -d 2>&1`;
 is($?, 0, 'tokenbiryani serve -d') or diag($out . TB::Nginx::slurp("$dir/.tokenbiryani/logs/error.log"));
 $out = `$Cli console --no-browser 2>&1`;
@@ -434,9 +471,20 @@ fill_account_form('mine', 'sk-a1', $ENV{TEST_NGINX_MOCK_PORT});
 step('test and add', click => text => 'Test and add');
 step('verified', wait => js => text_has('All nine headers came back'));
 step('connect', click => text => 'Connect a client', within => 'main');
+# init made a client key, and printed its export lines: no second one unasked
+step('the client key init made, named', wait => js => text_has('This gateway has client key already: default') . ' && ' . text_has('Mint another key'));
+is(drv(eval => js => "document.querySelectorAll('main [data-export]').length")->{value}, 0, 'no export lines for a key it did not mint');
+my $keys = json_decode(TB::Nginx::http_request(method => 'GET', path => '/admin/keys', port => $port,
+    headers => { 'x-api-key' => drv(eval => js => "localStorage.getItem('tokenbiryani.key')")->{value} })->{body})->{keys};
+is(scalar(grep { !$_->{admin} } @$keys), 1, 'one client key, still');
+is(curl_status("http://127.0.0.1:$port", $initkey), '200', 'the export lines init printed work (curl)');
+# another, asked for: its export lines once
+step('mint another', click => text => 'Mint another key', within => 'main');
 my ($base, $key) = export_lines();
 is($base, "http://127.0.0.1:$port", 'the quickstart gateway\'s address');
 is(curl_status($base, $key), '200', 'its export lines work (curl)');
+is(drv(eval => js => "[...document.querySelectorAll('main pre')].filter(p => p.textContent.startsWith('export ')).length")->{value}, 1,
+   'the export lines shown once, not twice');
 clean('the quickstart\'s first run', allow => []);
 step('the same link again, in a new browser', open => url => $url);
 step('used: said so', wait => js => "document.getElementById('gate-error').textContent.includes('used or has expired')");

@@ -1453,7 +1453,13 @@ function pageKeys(main) {
                     h('button', { type: 'button', class: 'small', text: 'Rescope', on: { click: () => rescope(k, say, draw) } }),
                     h('button', { type: 'button', class: 'small danger', text: 'Revoke', on: { click: () =>
                         confirmDialog('Revoke ' + k.name + '?', 'Every worker refuses it from its next request. This cannot be undone: mint another key instead.', 'Revoke', async () => {
-                            try { await api('DELETE', 'keys/' + encodeURIComponent(k.name)); say('good', k.name + ' revoked: it is refused from now on'); } catch (e) { say('bad', e.message); }
+                            try {
+                                await api('DELETE', 'keys/' + encodeURIComponent(k.name));
+                                say('good', k.name + ' revoked: it is refused from now on');
+                                /* its secret, if still on screen, is of no use to anyone now */
+                                const card = minted.querySelector('.secret');
+                                if (card && card.dataset.keyName === k.name) { clear(minted); }
+                            } catch (e) { say('bad', e.message); }
                             draw();
                         }) } })] },
             ], j.keys, { empty: 'No key.' }),
@@ -1512,13 +1518,14 @@ function exportLines(key) {
            'export ANTHROPIC_AUTH_TOKEN=' + key;
 }
 
-function showSecret(key, title) {
+/* a key's secret, once; with its export lines unless the caller shows them */
+function showSecret(key, title, noLines) {
     const lines = exportLines(key);
-    return h('div', { class: 'card secret', role: 'status' },
+    return h('div', { class: 'card secret', role: 'status', 'data-key-name': title.replace(/^Key “|”.*$/g, '') },
         h('h2', { text: title + ': its secret, shown once' }),
         h('div', { class: 'copyrow' }, h('pre', { class: 'code', 'data-secret': '1', text: key }), copyButton(key)),
-        h('p', { class: 'muted', text: 'Copy it now: the gateway keeps only its SHA-256 and cannot show it again. For a client on this machine:' }),
-        h('div', { class: 'copyrow' }, h('pre', { class: 'code', text: lines }), copyButton(lines)));
+        h('p', { class: 'muted', text: 'Copy it now: the gateway keeps only its SHA-256 and cannot show it again.' + (noLines ? '' : ' For a client on this machine:') }),
+        noLines ? null : h('div', { class: 'copyrow' }, h('pre', { class: 'code', text: lines }), copyButton(lines)));
 }
 
 /* ---- Settings ---- */
@@ -1539,7 +1546,9 @@ function pageSettings(main) {
                 'Strategy: ' + j.strategy + '.'));
             setTimeout(draw, 1500);
         } catch (e) {
-            fill(msg, h('div', { class: 'banner bad', role: 'alert' }, h('strong', { text: 'Nothing was changed. ' }), e.message));
+            /* the gateway's words may say it already: once is enough */
+            fill(msg, h('div', { class: 'banner bad', role: 'alert' }, h('strong', { text: 'Nothing was changed. ' }),
+                e.message.replace(/^nothing was changed:?\s*/i, '')));
         } finally { reload.disabled = false; }
     } } });
     put(main, head('Settings', reload), msg, body);
@@ -1602,13 +1611,16 @@ function sourceText(v) {
 
 function pageConnect(main) {
     const out = h('div');
-    const name = h('input', { value: 'client-' + new Date().toISOString().slice(0, 10), 'aria-label': 'The new key\'s name' });
+    /* a name no other key has: the day, and a few letters of the clock */
+    const fresh = () => 'client-' + new Date().toISOString().slice(0, 10) + '-' + Date.now().toString(36).slice(-4);
+    const name = h('input', { value: fresh(), 'aria-label': 'The new key\'s name' });
     const err = h('p', { class: 'error', role: 'alert' });
     const mint = h('button', { type: 'button', class: 'primary', text: 'Mint a key for this client', on: { click: async () => {
         err.textContent = '';
         try {
             const j = await api('POST', 'keys', { name: name.value.trim() });
-            fill(out, showSecret(j.key, 'Key “' + j.record.name + '”'), snippets(j.key));
+            fill(out, showSecret(j.key, 'Key “' + j.record.name + '”', true), snippets(j.key));
+            name.value = fresh();
         } catch (e) { err.textContent = e.message; }
     } } });
     const mine = h('button', { type: 'button', text: 'Use the key I signed in with', on: { click: () => {
@@ -1733,13 +1745,28 @@ function pageWelcome(main) {
             put(body, h('p', { text: 'This gateway is in open mode (no keys): programs on this machine need none.' }), snippets('unused'));
             return;
         }
-        try {
-            const j = await api('POST', 'keys', { name: 'first-client-' + Date.now().toString(36) });
-            put(body, h('p', { text: 'A key of its own for your client (not an admin key):' }), showSecret(j.key, 'Key “' + j.record.name + '”'), snippets(j.key),
-                h('p', null, h('a', { href: '#/overview', text: 'Go to the overview' })));
-        } catch (e) {
-            put(body, h('div', { class: 'banner bad', role: 'alert', text: e.message }));
+        const mintOne = async () => {
+            try {
+                const j = await api('POST', 'keys', { name: 'first-client-' + Date.now().toString(36) });
+                put(body, h('p', { text: 'A key of its own for your client (not an admin key):' }), showSecret(j.key, 'Key “' + j.record.name + '”', true), snippets(j.key),
+                    h('p', null, h('a', { href: '#/overview', text: 'Go to the overview' })));
+            } catch (e) {
+                put(body, h('div', { class: 'banner bad', role: 'alert', text: e.message }));
+            }
+        };
+        /* a client key already there (`tokenbiryani init` makes one): no
+         * second one unasked; its secret is the operator's, not ours */
+        let clients = [];
+        try { clients = (await api('GET', 'keys')).keys.filter(k => !k.admin); } catch (e) { clients = []; }
+        if (!clients.length) {
+            await mintOne();
+            return;
         }
+        const another = h('button', { type: 'button', text: 'Mint another key', on: { click: () => { another.disabled = true; mintOne(); } } });
+        put(body, h('p', null, 'This gateway has client key' + (clients.length > 1 ? 's' : '') + ' already: ' +
+                clients.map(k => k.name).join(', ') + '. The export lines `tokenbiryani init` printed carry one; a key\'s secret is shown only when it is minted. ',
+                'For another client, mint a key of its own: '), h('div', { class: 'toolbar' }, another),
+            h('p', null, h('a', { href: '#/overview', text: 'Go to the overview' })));
     };
 
     step1();
@@ -1797,6 +1824,13 @@ document.addEventListener('DOMContentLoaded', () => {
         ev.preventDefault();
         const k = $('gate-key').value.trim();
         if (!k) { return; }
+        if (/^sk-ant-/.test(k)) {
+            /* an upstream credential: neither kept here nor sent */
+            $('gate-key').value = '';
+            $('gate-error').textContent = 'That is an Anthropic API key (sk-ant-…), not this gateway\'s: sign in with an admin key of the gateway ' +
+                '(bir_…, in tokenbiryani.yaml, or the one `tokenbiryani init` or `make run` printed). Anthropic keys are added as accounts once you are in.';
+            return;
+        }
         S.key = k;
         save(KEY_STORE, k);
         $('gate-key').value = '';

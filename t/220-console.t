@@ -378,6 +378,46 @@ is($st->{state}, 'ready', 'ready again');
 step('test a1', click => text => 'Test', within => 'main tbody tr:nth-child(1)');
 step('its result', wait => js => text_has('routing sees this account') . " && " . text_has('✓'));
 clean('accounts');
+# where the account is: its own page acts on it
+visit('#/accounts/a2', text_has('What the meters can and cannot tell'), 'a2\'s page');
+step('disable, there', click => text => 'Disable', within => 'main .page-head');
+step('disabled', wait => js => text_has('a2 disabled'));
+is((admin(GET => '/admin/accounts/a2'))[1]{state}, 'disabled', 'the gateway says so');
+step('enable, there', click => text => 'Enable', within => 'main .page-head');
+step('enabled', wait => js => text_has('a2 enabled') . " && document.querySelector('main .pill').textContent.includes('ready')");
+step('test, there', click => text => 'Test', within => 'main .page-head');
+step('its result', wait => js => text_has('a2: ') . " && " . text_has('✓'));
+# a billing refusal waits for a person: said so, no countdown, and cleared from here
+my $r = TB::Nginx::http_request(%{ message_args('tenant-key') },
+    headers => { %{ message_args('tenant-key')->{headers} }, 'x-mock-script' => '402,ok', 'x-mock-script-id' => 'bill1' });
+is($r->{status}, 200, 'a 402, failed over');
+my $billed = $r->{headers}{'x-tokenbiryani-account'} eq 'a1' ? 'a2' : 'a1';
+is((admin(GET => "/admin/accounts/$billed"))[1]{reason}, 'billing_error (402)', "$billed refused for billing");
+visit("#/accounts/$billed", "document.querySelector('main .pill') && document.querySelector('main .pill').textContent.includes('needs billing action')", 'the billed account');
+unlike(drv(eval => js => "document.querySelector('main .pill').textContent")->{value}, qr/\d:\d\d/, 'no countdown, as if it would heal itself');
+step('clear it', click => text => 'Billing fixed: clear', within => 'main .page-head');
+step('cleared', wait => js => text_has("$billed cleared") . " && document.querySelector('main .pill').textContent.includes('ready')");
+# a rest the operator knows is over: retry now
+$r = TB::Nginx::http_request(%{ message_args('tenant-key') },
+    headers => { %{ message_args('tenant-key')->{headers} }, 'x-mock-script' => '429:300,ok', 'x-mock-script-id' => 'cool1' });
+my $cooled = $r->{headers}{'x-tokenbiryani-account'} eq 'a1' ? 'a2' : 'a1';
+visit("#/accounts/$cooled", "document.querySelector('main .pill') && document.querySelector('main .pill').textContent.includes('cooling')", 'the cooling account');
+step('retry now', click => text => 'Retry now', within => 'main .page-head');
+step('ready', wait => js => "document.querySelector('main .pill').textContent.includes('ready')");
+is((admin(GET => "/admin/accounts/$cooled"))[1]{state}, 'ready', 'the gateway says so');
+# its recent requests as wide as the page
+my $w = drv(eval => js => "(() => { const c = [...document.querySelectorAll('main .card')].find(c => c.textContent.startsWith('Its recent requests')); return c.getBoundingClientRect().width / document.querySelector('main').clientWidth; })()")->{value};
+ok($w > 0.9, "its recent requests full width ($w of the page)");
+clean('an account\'s own page');
+# a credential long enough to show its last four: as the API shows it
+my ($code, $added) = admin(POST => '/admin/accounts', { id => 'a9', api_key => 'sk-ant-api03-long-enough-9876',
+                                                         base_url => "http://127.0.0.1:$ENV{TEST_NGINX_MOCK_PORT3}" });
+is($code, 201, 'an account added at runtime');
+visit('#/accounts/a9', text_has('What the meters can and cannot tell'), 'a9\'s page');
+my $masked = (admin(GET => '/admin/accounts/a9'))[1]{credential};
+like($masked, qr/…9876$/, "the API shows its last four ($masked)");
+like(drv(eval => js => "document.querySelector('main dl.kv').textContent")->{value}, qr/\Q$masked\E/, 'the page the same');
+clean('a runtime account');
 
 
 

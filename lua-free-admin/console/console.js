@@ -471,6 +471,10 @@ const STATE_SYM = { ready: '●', cooling: '◐', exhausted: '◌', disabled: '�
 
 function statePill(a) {
     const st = a.state || 'disabled';
+    if (needsBilling(a)) {
+        /* no countdown: it comes back when someone pays, not in an hour */
+        return h('span', { class: 'pill st-failing', title: a.reason }, STATE_SYM.exhausted, ' needs billing action');
+    }
     const pill = h('span', { class: 'pill st-' + st, title: a.reason || st },
         STATE_SYM[st] || '•', ' ', st);
     if (a.until_in !== null && a.until_in !== undefined && st !== 'ready') {
@@ -805,6 +809,38 @@ function probeLine(t) {
         (t.latency_ms !== undefined ? fmtMs(t.latency_ms) + ' · ' : '') + (t.consequence || ''));
 }
 
+/* what needs a person, not a clock: a billing refusal does not heal */
+function needsBilling(a) {
+    return a.state === 'exhausted' && /^billing_error/.test(a.reason || '');
+}
+
+/*
+ * An account's own actions, wherever it is shown: Test; Enable or
+ * Disable; for a rest the operator knows to be over (cooling, exhausted,
+ * failing) "Retry now", and for a billing refusal "Billing fixed: clear";
+ * both clear what the gateway decided, as Enable does
+ */
+function accountActions(a, act) {
+    const id = encodeURIComponent(a.id);
+    const btns = [h('button', { type: 'button', class: 'small', text: 'Test', on: { click: () =>
+        act(() => api('POST', 'accounts/' + id + '/test', {}), t => [h('strong', { text: a.id + ': ' }), probeLine(t)]) } })];
+    if (needsBilling(a)) {
+        btns.push(h('button', { type: 'button', class: 'small primary', text: 'Billing fixed: clear', on: { click: () =>
+            act(() => api('POST', 'accounts/' + id + '/enable'), () => a.id + ' cleared: it takes requests again (a 402 would rest it again)') } }));
+    } else if (a.state === 'cooling' || a.state === 'exhausted' || a.state === 'failing') {
+        btns.push(h('button', { type: 'button', class: 'small', text: 'Retry now', on: { click: () =>
+            act(() => api('POST', 'accounts/' + id + '/enable'), () => a.id + ' cleared: the next request may go to it') } }));
+    }
+    if (a.state === 'disabled' && a.disabled_reason !== 'disabled in config') {
+        btns.push(h('button', { type: 'button', class: 'small', text: 'Enable', on: { click: () =>
+            act(() => api('POST', 'accounts/' + id + '/enable'), () => a.id + ' enabled') } }));
+    } else if (a.state !== 'disabled') {
+        btns.push(h('button', { type: 'button', class: 'small', text: 'Disable', on: { click: () =>
+            act(() => api('POST', 'accounts/' + id + '/disable'), () => a.id + ' disabled: it takes no new request until enabled') } }));
+    }
+    return btns;
+}
+
 function manageTable(list, msg, reload) {
     const say = (cls, ...what) => fill(msg, h('div', { class: 'banner ' + cls, role: 'status' }, what));
     const act = async (fn, done) => {
@@ -822,15 +858,7 @@ function manageTable(list, msg, reload) {
         { t: 'Spend', n: true, f: a => fmtUsd(a.usage ? a.usage.cost_usd : null) },
         { t: '', cls: 'actions', f: a => {
             const id = encodeURIComponent(a.id);
-            const btns = [h('button', { type: 'button', class: 'small', text: 'Test', on: { click: () =>
-                act(() => api('POST', 'accounts/' + id + '/test', {}), t => [h('strong', { text: a.id + ': ' }), probeLine(t)]) } })];
-            if (a.state === 'disabled' && a.disabled_reason !== 'disabled in config') {
-                btns.push(h('button', { type: 'button', class: 'small', text: 'Enable', on: { click: () =>
-                    act(() => api('POST', 'accounts/' + id + '/enable'), () => a.id + ' enabled') } }));
-            } else if (a.state !== 'disabled') {
-                btns.push(h('button', { type: 'button', class: 'small', text: 'Disable', on: { click: () =>
-                    act(() => api('POST', 'accounts/' + id + '/disable'), () => a.id + ' disabled: it takes no new request until enabled') } }));
-            }
+            const btns = accountActions(a, act);
             if (a.source !== 'file') {
                 btns.push(h('button', { type: 'button', class: 'small', text: 'Edit', on: { click: () => editAccount(a, say, reload) } }),
                           h('button', { type: 'button', class: 'small', text: 'Rotate', on: { click: () => rotateAccount(a, say, reload) } }),
@@ -922,7 +950,14 @@ function splitList(v) {
 
 function pageAccount(main, id) {
     const body = h('div');
-    put(main, head('Account ' + id, h('a', { class: 'button', href: '#/accounts', text: 'All accounts' })), body);
+    const msg = h('div');
+    const acts = h('span', { class: 'toolbar' });
+    put(main, head('Account ' + id, acts, h('a', { class: 'button', href: '#/accounts', text: 'All accounts' })), msg, body);
+    const say = (cls, ...what) => fill(msg, h('div', { class: 'banner ' + cls, role: 'status' }, what));
+    const act = async (fn, done) => {
+        try { const r = await fn(); say('good', done(r)); } catch (e) { say('bad', e.message); }
+        draw();
+    };
     const draw = async () => {
         let a, reqs;
         try {
@@ -957,6 +992,7 @@ function pageAccount(main, id) {
             tells.push('Its organisation is not known yet (no answer named it).');
         }
 
+        fill(acts, accountActions(a, act));
         const outcomes = Object.entries(a.outcomes || {}).sort((x, y) => y[1] - x[1]);
         const maxOut = Math.max(1, ...outcomes.map(o => o[1]));
         const mine = (reqs.requests || []).filter(r => r.account === id || (r.attempts || []).some(t => t.account === id));
@@ -995,8 +1031,9 @@ function pageAccount(main, id) {
                         { t: 'Attempts', n: true, f: o => fmtInt(o[1]) },
                         { t: '', f: o => { const b = h('span'); b.style.width = (100 * o[1] / maxOut) + '%'; return h('div', { class: 'bar' }, b); } },
                     ], outcomes) : h('p', { class: 'muted', text: 'No attempt yet.' })),
-                h('div', { class: 'card' }, h('h2', { text: 'Its recent requests' }),
-                    requestsTable(mine.slice(0, 20), 'None of the requests the inspector holds went to it.'))));
+                null),
+            h('div', { class: 'card' }, h('h2', { text: 'Its recent requests' }),
+                requestsTable(mine.slice(0, 20), 'None of the requests the inspector holds went to it.')));
     };
     draw();
     poll(draw, 5000);

@@ -667,9 +667,16 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
         cJSON_AddNullToObject(w, "cache_hit_rate");
     }
 
+    /* the one spend figure everything shows: the cap's window (settled
+     * and reserved in flight), with the window named */
+
     cJSON_AddNumberToObject(w, "window_usd",
         (double) (tb_ledger_spent(&s.spend, now, tmcf->zone.spend_bucket_ms,
                                   NULL) + s.spend.reserved) / 1e9);
+    cJSON_AddNumberToObject(w, "in_flight_usd",
+                            (double) s.spend.reserved / 1e9);
+    cJSON_AddNumberToObject(w, "window_hours",
+                            tmcf->tbcf->spend_window_hours);
 
     cJSON_AddNumberToObject(acct, "requests_total",
                             (double) s.requests_total);
@@ -1790,6 +1797,9 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
                                        (double) ksp.reserved / 1e9) == NULL
             || cJSON_AddNumberToObject(sp, "other_instances_usd",
                                        (double) ksp.others / 1e9) == NULL
+            || cJSON_AddNumberToObject(sp, "window_hours",
+                                       tmcf->tbcf->spend_window_hours)
+               == NULL
             || (kc->spend_cap_usd >= 0
                 ? cJSON_AddNumberToObject(sp, "cap_usd", kc->spend_cap_usd)
                 : cJSON_AddNullToObject(sp, "cap_usd")) == NULL)

@@ -265,6 +265,15 @@ clean('overview');
 
 visit('#/accounts', text_has('file · locked') . " && " . text_has('primary'), 'accounts');
 shot('accounts');
+# one meaning of spend: the API's figure, labelled with its window
+my (undef, $acs) = admin(GET => '/admin/accounts');
+my $cells = drv(eval => js => "(() => { const t = document.querySelector('main table'); const i = [...t.querySelectorAll('th')].findIndex(th => th.textContent === 'Spend, 24 h'); return i < 0 ? null : Object.fromEntries([...t.querySelectorAll('tbody tr')].map(tr => [tr.cells[0].textContent.replace(/(primary|overflow)\$/, ''), tr.cells[i].textContent])); })()")->{value};
+ok($cells, 'a spend column that says its window');
+for my $a (@{ $acs->{accounts} }) {
+    my $n = $a->{usage}{window_usd};
+    my $want = $n == 0 ? '$0.00' : abs($n) < 0.01 ? sprintf('$%.4f', $n) : sprintf('$%.2f', $n);
+    is($cells->{$a->{id}}, $want, "$a->{id}: $want, as the API and the command say");
+}
 visit('#/accounts/a1', text_has('What the meters can and cannot tell') . " && document.querySelectorAll('main table').length === 3", 'an account');
 like(drv(eval => js => "document.querySelector('main').textContent")->{value}, qr/from the YAML file/, 'where its credential came from');
 shot('account');

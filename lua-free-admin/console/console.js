@@ -528,6 +528,20 @@ function soonestReset(a) {
     return best;
 }
 
+/* the spend window every spend figure of an account or key is over */
+function spendHours(accounts) {
+    const a = (accounts || []).find(x => x.usage && x.usage.window_hours);
+    return a ? a.usage.window_hours : 24;
+}
+
+/* an account's spend: its cap's window, in flight included (as the API,
+ * the command and the cap count it) */
+function spendCell(a) {
+    if (!a.usage) { return '—'; }
+    return h('span', { title: 'in the last ' + a.usage.window_hours + ' h, ' + fmtUsd(a.usage.in_flight_usd) + ' of it in flight; ' +
+                               fmtUsd(a.usage.cost_usd) + ' since nginx started', text: fmtUsd(a.usage.window_usd) });
+}
+
 function accountLink(id) {
     return id ? h('a', { href: '#/accounts/' + encodeURIComponent(id), text: id }) : h('span', { class: 'muted', text: '—' });
 }
@@ -593,7 +607,9 @@ function pageOverview(main) {
         }
 
         const cache = day && day.totals ? day.totals.cache_hit_rate : poolCacheRate(st);
-        const spend = day && day.totals ? day.totals.cost_usd : st.accounts.reduce((t, a) => t + (a.usage ? a.usage.cost_usd : 0), 0);
+        /* the history's last 24 h (answered requests); without a store,
+         * the accounts' cap windows (in flight included), said as such */
+        const spend = day && day.totals ? day.totals.cost_usd : st.accounts.reduce((t, a) => t + (a.usage ? a.usage.window_usd : 0), 0);
         fill(tiles, 
             tile('Ready now', hz.accounts.counted ? fmtTokens(hz.now.input_tokens) : '—',
                  hz.accounts.counted ? 'input tokens, ' + fmtInt(hz.now.requests) + ' requests'
@@ -602,7 +618,7 @@ function pageOverview(main) {
                  hz.next_reset_seconds === null ? 'no window is draining' : 'a window refills'),
             tile('Queue', fmtInt(st.queue.depth), st.queue.interactive + ' interactive · ' + st.queue.batch + ' batch'),
             tile('Cache hit', fmtPct(cache), day ? 'of prompt tokens, last 24 h' : 'of prompt tokens, since start'),
-            tile('Spend', fmtUsd(spend), day ? 'last 24 h' : 'since start'),
+            tile('Spend', fmtUsd(spend), day ? 'last 24 h, answered requests' : 'last ' + spendHours(st.accounts) + ' h, in flight included'),
             tile('Accounts', pool.ready + ' / ' + pool.total, (pool.failing ? pool.failing + ' failing · ' : '') +
                  pool.cooling + ' cooling · ' + pool.exhausted + ' exhausted · ' + pool.disabled + ' off'));
 
@@ -676,9 +692,9 @@ function accountsTable(list, manage) {
         { t: 'Headroom', f: a => meters(a) },
         { t: 'Reset', n: true, f: a => countdown(soonestReset(a)) },
         { t: 'In flight', n: true, f: a => fmtInt(a.inflight) },
-        { t: 'Errors', n: true, f: a => fmtPct(a.error_rate) },
+        { t: 'Attempt errors', n: true, f: a => h('span', { title: 'of its last 50 attempts (a request that failed over counts here, and is one answered request in Usage)', text: fmtPct(a.error_rate) }) },
         { t: 'Cache', n: true, f: a => fmtPct(a.usage ? a.usage.cache_hit_rate : null) },
-        { t: 'Spend', n: true, f: a => fmtUsd(a.usage ? a.usage.cost_usd : null) },
+        { t: 'Spend, ' + spendHours(list) + ' h', n: true, f: a => spendCell(a) },
     ];
     return tableOf(cols, list, { empty: 'No account yet.' });
 }
@@ -855,7 +871,7 @@ function manageTable(list, msg, reload) {
         { t: 'Credential', f: a => h('span', { class: 'mono', text: a.credential || '—' }) },
         { t: 'Priority', n: true, f: a => String(a.priority) },
         { t: 'Tier', n: true, f: a => String(a.cost_tier) },
-        { t: 'Spend', n: true, f: a => fmtUsd(a.usage ? a.usage.cost_usd : null) },
+        { t: 'Spend, ' + spendHours(list) + ' h', n: true, f: a => spendCell(a) },
         { t: '', cls: 'actions', f: a => {
             const id = encodeURIComponent(a.id);
             const btns = accountActions(a, act);
@@ -1012,7 +1028,9 @@ function pageAccount(main, id) {
                         h('dt', { text: 'Error rate' }), h('dd', { text: fmtPct(a.error_rate) + ' of the last 50 attempts' }),
                         h('dt', { text: 'Priority / tier' }), h('dd', { text: a.priority + ' / ' + a.cost_tier }),
                         h('dt', { text: 'In flight' }), h('dd', { text: a.inflight + ' (' + a.leases + ' leases)' }),
-                        h('dt', { text: 'Spend' }), h('dd', { text: fmtUsd(a.usage.cost_usd) + ' since start · ' + fmtUsd(a.usage.window_usd) + ' in the cap window' + (a.spend_cap_usd !== null ? ' of ' + fmtUsd(a.spend_cap_usd) : '') }),
+                        h('dt', { text: 'Spend' }), h('dd', { text: fmtUsd(a.usage.window_usd) + ' in the last ' + a.usage.window_hours + ' h (its cap\'s window' +
+                            (a.usage.in_flight_usd ? ', ' + fmtUsd(a.usage.in_flight_usd) + ' of it in flight' : '') + ')' +
+                            (a.spend_cap_usd !== null ? ' of its ' + fmtUsd(a.spend_cap_usd) + ' cap' : '') + ' · ' + fmtUsd(a.usage.cost_usd) + ' since nginx started' }),
                         h('dt', { text: 'Models refused' }), h('dd', { text: a.rejected_models.length ? a.rejected_models.join(', ') : 'none' }))),
                 h('div', { class: 'card' }, h('h2', { text: 'Limits' }),
                     tableOf([
@@ -1117,7 +1135,7 @@ function pageUsage(main) {
 
         fill(body, 
             h('div', { class: 'tiles' },
-                tile('Requests', fmtInt(T.requests), fmtInt(T.errors) + ' errors'),
+                tile('Requests', fmtInt(T.requests), fmtInt(T.errors) + ' failed (answered requests, not attempts)'),
                 tile('Tokens', fmtTokens(tokensAll), fmtTokens(T.input_tokens) + ' in · ' + fmtTokens(T.output_tokens) + ' out'),
                 tile('Cost', priced ? fmtUsd(T.cost_usd) : '—', T.unpriced_requests ? T.unpriced_requests + ' unpriced answers not in it' : 'prices of ' + (u.prices_as_of || 'the file')),
                 tile('Cache hit', fmtPct(T.cache_hit_rate), 'of prompt tokens read from a cache')),
@@ -1484,7 +1502,7 @@ function pageKeys(main) {
                 { t: 'Models', f: k => (k.models || []).join(', ') },
                 { t: 'Accounts', f: k => k.pool && k.pool.length ? k.pool.join(', ') : 'all' },
                 { t: 'RPM', n: true, f: k => (live[k.name] ? fmtInt(live[k.name].rpm_used) : '—') + ' / ' + (k.rpm === null ? '∞' : fmtInt(k.rpm)) },
-                { t: 'Spend', n: true, f: k => { const sp = live[k.name] && live[k.name].spend; return sp ? fmtUsd(sp.window_usd) + (k.spend_cap_usd !== null ? ' / ' + fmtUsd(k.spend_cap_usd) : '') : '—'; } },
+                { t: 'Spend, ' + spendHours(st.accounts) + ' h', n: true, f: k => { const sp = live[k.name] && live[k.name].spend; return sp ? fmtUsd(sp.window_usd) + (k.spend_cap_usd !== null ? ' / ' + fmtUsd(k.spend_cap_usd) : '') : '—'; } },
                 { t: 'Expires', n: true, f: k => k.expires_at ? countdown(k.expires_at - Date.now() / 1000) : 'never' },
                 { t: '', cls: 'actions', f: k => k.source === 'file' ? h('span', { class: 'muted', text: 'change the file' }) : [
                     h('button', { type: 'button', class: 'small', text: 'Rescope', on: { click: () => rescope(k, say, draw) } }),

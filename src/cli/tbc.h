@@ -87,6 +87,7 @@ const char *tbc_error_message(const cJSON *j);
 const char *tbc_c(const tbc_t *c, const char *what);   /* "green", "reset" */
 int tbc_w(int w, const char *s);                      /* printf width, w cols */
 void tbc_wrap(int indent, int width, const char *s);  /* at spaces only */
+void tbc_usd(char *buf, size_t size, double n);      /* "$0.0042" */
 void tbc_pct(char *buf, size_t size, double f);        /* "98%", "—" */
 void tbc_tokens(char *buf, size_t size, double n);     /* "702k", "1.23M" */
 void tbc_clock(char *buf, size_t size, double secs);   /* "00:41", "1h05m" */

@@ -193,8 +193,11 @@ tbc_accounts_list(tbc_t *c)
     int           rc;
     cJSON        *j;
     char          spend[32];
+    double        hours;
     const char   *cred;
     const cJSON  *a, *usage;
+
+    hours = 24;
 
     j = tbc_admin(c, "GET", "/admin/accounts", NULL, &rc);
     if (j == NULL) {
@@ -212,14 +215,17 @@ tbc_accounts_list(tbc_t *c)
             cred = tbc_str(a, "credential", "—");
 
             /* "…1234": widths in columns, not bytes */
-            snprintf(spend, sizeof(spend), "$%.2f",
-                     tbc_num(usage, "window_usd", 0));
+            tbc_usd(spend, sizeof(spend), tbc_num(usage, "window_usd", 0));
+            hours = tbc_num(usage, "window_hours", hours);
 
             printf("%-18.18s %-14.14s %-10.10s %-8.8s %-*.*s %10s\n",
                    tbc_str(a, "id", "?"), tbc_str(a, "type", "?"),
                    tbc_str(a, "state", "?"), tbc_str(a, "source", "?"),
                    tbc_w(12, cred), tbc_w(12, cred), cred, spend);
         }
+
+        printf("\nSPEND: the last %.0f h, the spend caps' window, in flight "
+               "included\n", hours);
     }
 
     cJSON_Delete(j);
@@ -938,7 +944,7 @@ tbc_usage(tbc_t *c)
 
     printf("last %s, by %s\n\n%-22s %8s %8s %8s %7s %6s %12s\n", range, by,
            by[0] == 'a' ? "ACCOUNT" : by[0] == 'm' ? "MODEL" : "KEY",
-           "REQUESTS", "INPUT", "OUTPUT", "CACHE", "ERRORS", "COST");
+           "REQUESTS", "INPUT", "OUTPUT", "CACHE", "FAILED", "COST");
 
     cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(j, "groups")) {
         tbc_usage_row(tbc_str(g, "name", "")[0] ? tbc_str(g, "name", "")
@@ -948,6 +954,9 @@ tbc_usage(tbc_t *c)
 
     printf("\n");
     tbc_usage_row("all", cJSON_GetObjectItemCaseSensitive(j, "totals"));
+    printf("\nFAILED: answered requests that ended in an error; an attempt "
+           "that failed over\nto another account and then succeeded is not "
+           "one (the console's attempt\nerrors count those)\n");
 
     cJSON_Delete(j);
 

@@ -378,6 +378,25 @@ tbc_c(const tbc_t *c, const char *what)
 }
 
 
+/* dollars as the console shows them: $0.00, $0.0042, $12.30, $1234 */
+void
+tbc_usd(char *buf, size_t size, double n)
+{
+    if (n == 0) {
+        snprintf(buf, size, "$0.00");
+
+    } else if (fabs(n) < 0.01) {
+        snprintf(buf, size, "$%.4f", n);
+
+    } else if (fabs(n) < 100) {
+        snprintf(buf, size, "$%.2f", n);
+
+    } else {
+        snprintf(buf, size, "$%.0f", n);
+    }
+}
+
+
 /*
  * Prints s in lines of at most width columns, broken at spaces, never
  * inside a word (one longer than a line is its own line), continuation

@@ -75,7 +75,7 @@ tbc_status(tbc_t *c)
     int           rc, n, nready, nfailing;
     char          a[16], b[16], d[16], e[16], f[16], g[16], why[256];
     double        ready_input, soonest, reset, read, prompt, hit, learned;
-    double        since, ago;
+    double        since, ago, hours;
     cJSON        *j;
     const cJSON  *accts, *acct, *limits, *usage, *store, *queue;
     const char   *state, *reason;
@@ -103,6 +103,7 @@ tbc_status(tbc_t *c)
     n = 0;
     nready = 0;
     nfailing = 0;
+    hours = 24;
     ready_input = 0;
     soonest = NAN;
     read = 0;
@@ -175,7 +176,8 @@ tbc_status(tbc_t *c)
 
         hit = tbc_num(usage, "cache_hit_rate", NAN);
         tbc_pct(f, sizeof(f), hit);
-        snprintf(g, sizeof(g), "$%.2f", tbc_num(usage, "window_usd", 0));
+        tbc_usd(g, sizeof(g), tbc_num(usage, "window_usd", 0));
+        hours = tbc_num(usage, "window_hours", hours);
 
         /* "—" is one column of three bytes: the widths are the bytes'  */
         printf("  %-15.15s %s●%s %-11.11s %*s %*s %*s %*s %*s %8s\n",
@@ -233,7 +235,9 @@ tbc_status(tbc_t *c)
         }
     }
 
-    printf("\n");
+    /* what SPEND is: the figure the console and the API show */
+    printf("\n  %sSPEND: the last %.0f h, the spend caps' window, in flight "
+           "included%s\n\n", tbc_c(c, "dim"), hours, tbc_c(c, "reset"));
     cJSON_Delete(j);
 
     return TBC_OK;

@@ -1039,6 +1039,20 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
                         ngx_http_tokenbiryani_kind_name(rec->attempts[i].kind));
         cJSON_AddNumberToObject(item, "latency_ms",
                                 rec->attempts[i].latency_ms);
+
+        /* what came before it, and what sent it there */
+
+        if (i) {
+            cJSON_AddNumberToObject(item, "waited_ms",
+                                    rec->attempts[i].waited_ms);
+        } else {
+            cJSON_AddNullToObject(item, "waited_ms");
+        }
+
+        cJSON_AddNumberToObject(item, "eligible", rec->attempts[i].eligible);
+        cJSON_AddNumberToObject(item, "score",
+                                (double) (int64_t) (rec->attempts[i].score
+                                                    * 10000 + 0.5) / 10000);
         cJSON_AddItemToArray(arr, item);
     }
 

@@ -662,7 +662,13 @@ typedef struct {
     int16_t                        status;        /* 0: no response */
     uint8_t                        kind;          /* tb_kind_e, or
                                                      TB_NKINDS: cancelled */
+    uint8_t                        pad;
     uint32_t                       latency_ms;
+    uint32_t                       waited_ms;     /* since the one before
+                                                     ended: backoff, the
+                                                     queue, a decision */
+    uint32_t                       eligible;      /* its decision's */
+    float                          score;         /* the chosen one's */
 } ngx_http_tokenbiryani_inspect_attempt_t;
 
 

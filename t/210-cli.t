@@ -276,7 +276,10 @@ TB::Nginx::poll_until(2, sub { admin(GET => "/admin/requests/$id") == 200 });
 like($out, qr/^\Q$id\E\s+200\s+a\d\s+2\s+\d+\s+\$\d\.\d+$/m, 'the list: two attempts, its cost') or diag($out);
 ok(widest($out) <= 80, 'within 80 columns');
 ($rc, $out) = cli(['requests', $id]);
-like($out, qr/^attempts  a\d → 529 \(\d+ ms\) → a\d → 200 \(\d+ ms\)$/m, 'the attempt chain') or diag($out);
+like($out, qr/^attempts  a\d → 529 \(\d+ ms\) → ⏱ \d+ ms → a\d → 200 \(\d+ ms\)$/m, 'the attempt chain, with the backoff between') or diag($out);
+like($out, qr/^  1\. a\d\s+chosen among 2 eligible, score \d\.\d{4}\n  2\. a\d\s+chosen among 1 eligible, score \d\.\d{4}, \d+ ms after the one before$/m,
+     'every attempt\'s decision') or diag($out);
+like($out, qr/^decision  .*\(the last attempt's\)$/m, 'the candidates are the last attempt\'s, said so');
 like($out, qr/^tokens    in \d+ · out \d+ · cache read \d+ · cache write \d+$/m, 'the tokens');
 like($out, qr/^decision  sticky_headroom, a\d chosen/m, 'the decision');
 like($out, qr/^  a\d\s+chosen\s+\d\.\d{4}/m, 'the candidates with their scores');

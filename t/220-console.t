@@ -285,9 +285,12 @@ step('by model', wait => js => text_has('Totals by model') . " && " . text_has('
 shot('usage');
 visit('#/requests', "document.querySelectorAll('main tr.link').length >= 7", 'requests');
 shot('requests');
-visit("#/requests/$failover", text_has('Routing decision') . " && document.querySelectorAll('.chain .hop').length === 4", 'the inspector');
-like(drv(eval => js => "document.querySelector('.chain').textContent")->{value}, qr/^a[12]→529 overloaded \(\d+ ms\)→a[12]→200 \(\d+ ms\)$/,
-     'the attempt chain');
+visit("#/requests/$failover", text_has('Routing decision') . " && document.querySelectorAll('.chain .hop').length === 5", 'the inspector');
+like(drv(eval => js => "document.querySelector('.chain').textContent")->{value}, qr/^a[12]→529 overloaded \(\d+ ms\)→⏱ \d+ ms→a[12]→200 \(\d+ ms\)$/,
+     'the attempt chain, with the time between the attempts');
+my $att = drv(eval => js => "[...document.querySelectorAll('main table')][0].textContent")->{value};
+like($att, qr/^AttemptAccountChosen amongScoreWaited before itAnswer1a[12]2 eligible\d\.\d{4}—529 overloaded \(\d+ ms\)2a[12]1 eligible\d\.\d{4}\d+ ms200 ok \(\d+ ms\)$/,
+     'every attempt\'s decision and the wait before it') or diag($att);
 step('the candidates with verdicts and terms', wait => js => text_has('chosen') . ' && ' . text_has('headroom'));
 shot('request');
 visit('#/efficiency', text_has('claude-sonnet-4-6') . " && " . text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 4", 'efficiency');

@@ -1255,6 +1255,10 @@ function chain(attempts, short) {
     attempts.forEach((t, i) => {
         const ok = t.status >= 200 && t.status < 300;
         if (i) { put(el, short ? ' → ' : h('span', { text: '→' })); }
+        /* the time between two attempts: its backoff (or a wait in the queue) */
+        if (i && !short && t.waited_ms) {
+            put(el, h('span', { class: 'hop wait', title: 'between the attempt before and this one: its backoff, a wait in the queue, the decision', text: '⏱ ' + fmtMs(t.waited_ms) }), h('span', { text: '→' }));
+        }
         if (short) {
             put(el, t.account + ' ', h('span', { class: ok ? 'yes' : 'no', text: String(t.status || t.kind) }));
         } else {
@@ -1314,8 +1318,17 @@ function pageRequest(main, id) {
 
         fill(body, notices,
             h('div', { class: 'card' }, h('h2', { text: 'Routing decision' }), chain(r.attempts, false),
+                (r.attempts || []).length > 1 ? tableOf([
+                    { t: 'Attempt', n: true, f: (t) => String(r.attempts.indexOf(t) + 1) },
+                    { t: 'Account', f: t => accountLink(t.account) },
+                    { t: 'Chosen among', n: true, f: t => t.eligible + ' eligible' },
+                    { t: 'Score', n: true, f: t => t.score === undefined ? '—' : t.score.toFixed(4) },
+                    { t: 'Waited before it', n: true, f: t => t.waited_ms === null || t.waited_ms === undefined ? '—' : fmtMs(t.waited_ms) },
+                    { t: 'Answer', f: t => (t.status || 'none') + ' ' + t.kind + ' (' + fmtMs(t.latency_ms) + ')' },
+                ], r.attempts) : null,
                 h('p', { class: 'muted', text: 'Decided by ' + (d.strategy || '—') + ' among ' + (d.accounts || 0) + ' accounts; chose ' + (d.chosen || 'none') +
-                    (d.soonest_available_in ? '; capacity was due back in ' + fmtClock(d.soonest_available_in) : '') + '.' }),
+                    (d.soonest_available_in ? '; capacity was due back in ' + fmtClock(d.soonest_available_in) : '') + '.' +
+                    ((r.attempts || []).length > 1 ? ' Every candidate of the last attempt\'s decision:' : '') }),
                 tableOf([
                     { t: 'Account', f: c => accountLink(c.account) },
                     { t: 'Verdict', f: c => h('span', { class: c.verdict === 'chosen' ? 'yes' : c.verdict.startsWith('filtered') ? 'muted' : null,

@@ -726,7 +726,7 @@ tbc_join(const cJSON *arr)
 static void
 tbc_request_detail(tbc_t *c, const cJSON *r)
 {
-    int           first;
+    int           first, n;
     char          ttft[32];
     const cJSON  *a, *d, *cand, *terms, *t, *u, *cost;
 
@@ -739,14 +739,43 @@ tbc_request_detail(tbc_t *c, const cJSON *r)
     printf("\nattempts  ");
     first = 1;
 
+    n = 0;
+
     cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(r, "attempts")) {
+        /* the time between two attempts: its backoff, or the queue */
+        if (!first && tbc_num(a, "waited_ms", 0) > 0) {
+            printf(" → ⏱ %.0f ms", tbc_num(a, "waited_ms", 0));
+        }
+
         printf("%s%s → %.0f (%.0f ms)", first ? "" : " → ",
                tbc_str(a, "account", "?"), tbc_num(a, "status", 0),
                tbc_num(a, "latency_ms", 0));
         first = 0;
+        n++;
     }
 
     printf("%s\n", first ? "none" : "");
+
+    /* every attempt's decision, when there was more than one */
+
+    if (n > 1) {
+        n = 0;
+
+        cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(r,
+                                                               "attempts"))
+        {
+            printf("  %d. %-16.16s chosen among %.0f eligible, score %.4f",
+                   ++n, tbc_str(a, "account", "?"),
+                   tbc_num(a, "eligible", 0), tbc_num(a, "score", 0));
+
+            if (n > 1) {
+                printf(", %.0f ms after the one before", tbc_num(a,
+                                                        "waited_ms", 0));
+            }
+
+            printf("\n");
+        }
+    }
 
     u = cJSON_GetObjectItemCaseSensitive(r, "usage");
     cost = cJSON_GetObjectItemCaseSensitive(r, "cost");
@@ -780,9 +809,10 @@ tbc_request_detail(tbc_t *c, const cJSON *r)
         return;
     }
 
-    printf("\ndecision  %s, %s chosen, affinity %s\n",
+    printf("\ndecision  %s, %s chosen, affinity %s%s\n",
            tbc_str(d, "strategy", "?"), tbc_str(d, "chosen", "none"),
-           tbc_str(d, "affinity", "—"));
+           tbc_str(d, "affinity", "—"),
+           n > 1 ? " (the last attempt's)" : "");
 
     cJSON_ArrayForEach(cand, cJSON_GetObjectItemCaseSensitive(d,
                                                               "candidates"))

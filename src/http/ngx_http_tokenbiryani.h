@@ -230,6 +230,8 @@ typedef struct {
                                                  not classified */
     int64_t                        start_ms;
     int64_t                        latency_ms;
+    ngx_uint_t                     eligible;  /* its decision's */
+    double                         score;     /* the chosen one's */
 } ngx_http_tokenbiryani_attempt_log_t;
 
 

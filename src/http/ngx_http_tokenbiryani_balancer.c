@@ -136,6 +136,11 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
         log->status = 0;
         log->kind = TB_NKINDS;
         log->latency_ms = 0;
+
+        /* the decision that sent it here, for the inspector */
+        log->eligible = ctx->decision.eligible;
+        log->score = ctx->decision.chosen >= 0
+                     ? ctx->outs[ctx->decision.chosen].score : 0;
     }
 
     /* the account's addresses in turn, per worker: a retry takes the next */

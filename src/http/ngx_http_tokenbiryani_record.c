@@ -95,7 +95,7 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 {
     size_t                               len;
     ngx_uint_t                           i, k, n, picked;
-    int64_t                              now;
+    int64_t                              now, since;
     const char                          *name;
     const tb_strategy_t                 *st;
     tb_cand_out_t                       *o;
@@ -170,6 +170,17 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
         rec->attempts[i].status = (int16_t) ctx->log[i].status;
         rec->attempts[i].kind = (uint8_t) ctx->log[i].kind;
         rec->attempts[i].latency_ms = (uint32_t) ctx->log[i].latency_ms;
+        rec->attempts[i].eligible = (uint32_t) ctx->log[i].eligible;
+        rec->attempts[i].score = (float) ctx->log[i].score;
+
+        /* the time between the one before's end and this one's start:
+         * its backoff, a wait in the queue, the decision */
+
+        if (i) {
+            since = ctx->log[i].start_ms - ctx->log[i - 1].start_ms
+                    - ctx->log[i - 1].latency_ms;
+            rec->attempts[i].waited_ms = (uint32_t) ngx_max(since, 0);
+        }
     }
 
     /*

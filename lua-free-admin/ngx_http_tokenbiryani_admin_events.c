@@ -157,7 +157,22 @@ ngx_http_tokenbiryani_event_json(ngx_http_request_t *r,
         goto failed;
     }
 
-    if (ev->type == NGX_HTTP_TB_EVENT_ADMISSION) {
+    if (ev->type == NGX_HTTP_TB_EVENT_REFUSAL) {
+
+        /* a key refused at the door: its name, if it had one */
+
+        if (cJSON_AddNumberToObject(obj, "status", ev->status) == NULL
+            || cJSON_AddStringToObject(obj, "reason",
+                   ngx_http_tokenbiryani_event_what_name(ev)) == NULL
+            || (ev->key[0]
+                ? ngx_http_tokenbiryani_add_str(obj, "key", (u_char *) ev->key,
+                      ngx_strnlen((u_char *) ev->key, TB_ID_MAX))
+                : cJSON_AddNullToObject(obj, "key")) == NULL)
+        {
+            goto failed;
+        }
+
+    } else if (ev->type == NGX_HTTP_TB_EVENT_ADMISSION) {
         (void) ngx_http_tokenbiryani_event_reason(ev, reason, sizeof(reason));
 
         if (ngx_http_tokenbiryani_windows_json(obj, "need", ev->need) == NULL

@@ -17,6 +17,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_parse.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_accounts.h"
@@ -76,6 +77,22 @@ ngx_http_tokenbiryani_keys_name(ngx_http_request_t *r)
 }
 
 
+/* "name": an instant in RFC 3339, or null for 0 */
+static ngx_int_t
+ngx_http_tokenbiryani_keys_when(cJSON *obj, const char *name, int64_t ms)
+{
+    char  at[40];
+
+    if (ms <= 0) {
+        return cJSON_AddNullToObject(obj, name) ? NGX_OK : NGX_ERROR;
+    }
+
+    tb_format_rfc3339(ms, at, sizeof(at));
+
+    return cJSON_AddStringToObject(obj, name, at) ? NGX_OK : NGX_ERROR;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
 {
@@ -85,10 +102,12 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
     ngx_uint_t                          n;
     cJSON                              *root, *arr, *rec;
     tb_keyspec_t                        ks;
+    ngx_uint_t                          nrev;
     const tb_keyspec_t                 *minted;
     const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_rkent_t      *ents;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_http_tokenbiryani_revoked_t     revoked[NGX_HTTP_TB_REVOKED];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
@@ -166,6 +185,14 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
         }
 
         cJSON_AddItemToArray(arr, rec);
+
+        if (ngx_http_tokenbiryani_keys_when(rec, "last_used_at",
+                ngx_http_tokenbiryani_key_last_used(&tmcf->zone,
+                                                    ks.conf.name_hash))
+            != NGX_OK)
+        {
+            goto failed;
+        }
     }
 
     ents = ngx_http_tokenbiryani_rkeys(tmcf, &n);
@@ -180,6 +207,49 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
         }
 
         cJSON_AddItemToArray(arr, rec);
+
+        if (ngx_http_tokenbiryani_keys_when(rec, "last_used_at",
+                ngx_http_tokenbiryani_key_last_used(&tmcf->zone,
+                                            ents[i].ks.conf.name_hash))
+            != NGX_OK)
+        {
+            goto failed;
+        }
+    }
+
+    /*
+     * The keys revoked since the zone began (the last 64): by name, when,
+     * and whether anything still presents them
+     */
+
+    arr = cJSON_AddArrayToObject(root, "revoked");
+    if (arr == NULL) {
+        goto failed;
+    }
+
+    nrev = ngx_http_tokenbiryani_revoked_copy(&tmcf->zone, revoked,
+                                              NGX_HTTP_TB_REVOKED);
+
+    for (i = 0; i < nrev; i++) {
+        rec = cJSON_CreateObject();
+        if (rec == NULL) {
+            goto failed;
+        }
+
+        cJSON_AddItemToArray(arr, rec);
+
+        if (cJSON_AddStringToObject(rec, "name", revoked[i].name) == NULL
+            || ngx_http_tokenbiryani_keys_when(rec, "revoked_at",
+                                               revoked[i].revoked_ms)
+               != NGX_OK
+            || cJSON_AddNumberToObject(rec, "refused",
+                                       (double) revoked[i].refused) == NULL
+            || ngx_http_tokenbiryani_keys_when(rec, "last_refused_at",
+                                               revoked[i].refused_ms)
+               != NGX_OK)
+        {
+            goto failed;
+        }
     }
 
     /* the backend in use: where a minted key lives */

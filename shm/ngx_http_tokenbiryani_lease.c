@@ -81,6 +81,7 @@ ngx_http_tokenbiryani_lease_take(ngx_http_tokenbiryani_zone_t *zone,
 
     if (ks) {
         ks->inflight++;
+        ks->last_used_ms = now;
     }
 
     lease->ks = ks;

@@ -601,6 +601,7 @@ ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     ks->key = key;
+    ks->last_used_ms = 0;
     ks->inflight = 0;
     ks->queued = 0;
     ks->nsessions = 0;
@@ -625,6 +626,24 @@ ngx_http_tokenbiryani_key_usage(ngx_http_tokenbiryani_zone_t *zone,
     *queued = ks ? ks->queued : 0;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+int64_t
+ngx_http_tokenbiryani_key_last_used(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key)
+{
+    int64_t                            at;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
+    at = ks ? ks->last_used_ms : 0;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return at;
 }
 
 

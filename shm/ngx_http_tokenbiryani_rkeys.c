@@ -238,6 +238,83 @@ done:
 }
 
 
+/* a key revoked: remembered by its digest, the oldest forgotten first */
+static void
+ngx_http_tokenbiryani_revoked_put_locked(ngx_http_tokenbiryani_shm_t *sh,
+    const u_char *digest, const u_char *name, size_t len)
+{
+    ngx_http_tokenbiryani_revoked_t  *rv;
+
+    rv = &sh->revoked[sh->revoked_next++ % NGX_HTTP_TB_REVOKED];
+
+    len = ngx_min(len, TB_ID_MAX);
+    ngx_memcpy(rv->digest, digest, 32);
+    ngx_memcpy(rv->name, name, len);
+    rv->name[len] = '\0';
+    rv->revoked_ms = (int64_t) ngx_time() * 1000;
+    rv->refused_ms = 0;
+    rv->refused = 0;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_revoked_seen(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char digest[32], char *name, int64_t now)
+{
+    ngx_uint_t                        i, found;
+    ngx_http_tokenbiryani_revoked_t  *rv;
+
+    found = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (i = 0; i < NGX_HTTP_TB_REVOKED; i++) {
+        rv = &zone->sh->revoked[i];
+
+        if (rv->revoked_ms && ngx_memcmp(rv->digest, digest, 32) == 0) {
+            rv->refused_ms = now;
+            rv->refused++;
+            ngx_memcpy(name, rv->name, TB_ID_MAX + 1);
+            found = 1;
+            break;
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return found;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_revoked_copy(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_revoked_t *out, ngx_uint_t max)
+{
+    ngx_uint_t                    i, n, at;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    /* newest first: back from the next place to be written */
+
+    for (i = 1; i <= NGX_HTTP_TB_REVOKED && n < max; i++) {
+        at = (sh->revoked_next + NGX_HTTP_TB_REVOKED - i)
+             % NGX_HTTP_TB_REVOKED;
+
+        if (sh->revoked[at].revoked_ms) {
+            out[n++] = sh->revoked[at];
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}
+
+
 ngx_uint_t
 ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t len)
@@ -259,6 +336,7 @@ ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
         ngx_http_tokenbiryani_grave_put_locked(sh, TB_REC_KEY, name, len,
                     ngx_http_tokenbiryani_spec_gen(k->data + k->name_len,
                                                    k->spec_len));
+        ngx_http_tokenbiryani_revoked_put_locked(sh, k->digest, name, len);
         ngx_queue_remove(&k->queue);
         ngx_slab_free_locked(zone->shpool, k);
         sh->nrkeys--;

@@ -515,6 +515,10 @@ uint64_t ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_zone_t *zone,
 void ngx_http_tokenbiryani_key_usage(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t *inflight, ngx_uint_t *queued);
 
+/* when a key was last admitted (a lease taken), 0: not since the zone began */
+int64_t ngx_http_tokenbiryani_key_last_used(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key);
+
 /* what a key ran up, as its caps and rpm count it */
 typedef struct {
     int64_t                        window_cost;   /* settled, nanodollars */
@@ -617,6 +621,8 @@ typedef struct {
     int64_t                        usage[4];      /* in, out, cache r/w */
     int64_t                        retry_after_ms;
     int64_t                        latency_ms;
+    char                           key[TB_ID_MAX + 1]; /* a refusal's
+                                                     key, by name; "" */
 } ngx_http_tokenbiryani_event_t;
 
 /* (re)sized at the zone's init; 0: no ring */
@@ -730,6 +736,30 @@ void ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_record_t *rec);
 
 
+
+#define NGX_HTTP_TB_REVOKED            64     /* revoked keys remembered */
+
+/* a key revoked here or by another instance: its digest, never the key */
+typedef struct {
+    u_char                         digest[32];
+    char                           name[TB_ID_MAX + 1];
+    int64_t                        revoked_ms;    /* 0: a free place */
+    int64_t                        refused_ms;    /* last presented, 0 */
+    uint64_t                       refused;       /* times presented */
+} ngx_http_tokenbiryani_revoked_t;
+
+/*
+ * A key presented that is not one: if it was revoked, its name into name
+ * (TB_ID_MAX + 1), counted as refused at now; 1 then, else 0
+ */
+ngx_uint_t ngx_http_tokenbiryani_revoked_seen(
+    ngx_http_tokenbiryani_zone_t *zone, const u_char digest[32], char *name,
+    int64_t now);
+
+/* the revoked keys remembered, newest first, at most max; their number */
+ngx_uint_t ngx_http_tokenbiryani_revoked_copy(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_revoked_t *out,
+    ngx_uint_t max);
 
 /* minted keys and the store's state (shm/ngx_http_tokenbiryani_rkeys.c) */
 

@@ -63,6 +63,7 @@ typedef struct {
 typedef struct {
     ngx_queue_t                    queue;         /* in sh->keys */
     uint64_t                       key;           /* hash of its name */
+    int64_t                        last_used_ms;  /* its last lease, 0 */
     ngx_uint_t                     inflight;      /* leases it holds */
     ngx_uint_t                     queued;        /* its waiters */
     ngx_uint_t                     nsessions;     /* conversations this
@@ -280,6 +281,11 @@ struct ngx_http_tokenbiryani_shm_s {
         uint64_t                   gen;
     }                              graves[NGX_HTTP_TB_GRAVES];
     ngx_uint_t                     grave_next;
+
+    /* the last keys revoked: who still uses one is seen, by its name */
+    ngx_http_tokenbiryani_revoked_t
+                                   revoked[NGX_HTTP_TB_REVOKED];
+    ngx_uint_t                     revoked_next;
 
     /* records and messages refused as not this gateway's (counted) */
     uint64_t                       refused_records;

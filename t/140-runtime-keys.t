@@ -282,3 +282,65 @@ is($open->('GET', '/admin/keys')->{status}, 401, 'open mode is over');
 is($open->('GET', '/admin/keys', '', { 'x-api-key' => $secret })->{status}, 200, 'the admin key lets its holder in');
 is($open->('DELETE', '/admin/keys/root', '', { 'x-api-key' => $secret })->{status}, 200, 'revoked');
 is($open->('GET', '/admin/keys')->{status}, 200, 'no key left: open again');
+
+
+
+=== TEST 7: refused clients are seen: a revoked key by its name (401 saying so), an unknown one, a model out of scope - in the events, the inspector and the keys' list with when each key was last used; never a secret
+--- request
+GET /healthz
+--- error_code: 200
+--- check
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'old-bot', models => ['claude-sonnet-*'] });
+is($st, 201, 'minted');
+my $secret = $j->{key};
+($st, $j) = admin(GET => '/admin/keys');
+my ($k) = grep { $_->{name} eq 'old-bot' } @{ $j->{keys} };
+is($k->{last_used_at}, undef, 'never used yet');
+is(message_with($secret)->{status}, 200, 'used once');
+($st, $j) = admin(GET => '/admin/keys');
+($k) = grep { $_->{name} eq 'old-bot' } @{ $j->{keys} };
+like($k->{last_used_at}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/, "last used $k->{last_used_at}");
+my ($t) = grep { $_->{name} eq 'tenant' } @{ $j->{keys} };
+is($t->{last_used_at}, undef, 'a file key not used since start: null');
+# a model outside its scope: refused, and seen by name
+my $r = message_with($secret, model => 'claude-opus-4-6');
+is($r->{status}, 403, 'a model outside its scope: 403');
+my $scope_id = $r->{headers}{'x-tokenbiryani-request-id'};
+is((admin(DELETE => '/admin/keys/old-bot'))[0], 200, 'revoked');
+$r = message_with($secret);
+is($r->{status}, 401, 'revoked: 401');
+is(json_decode($r->{body})->{error}{message}, 'key "old-bot" was revoked', 'saying so, by its name');
+is($r->{headers}{'x-should-retry'}, 'false', 'and that a retry cannot change it');
+my $revoked_id = $r->{headers}{'x-tokenbiryani-request-id'};
+$r = message_with('bir_not-a-key-of-this-gateway');
+is($r->{status}, 401, 'an unknown key: 401');
+is(json_decode($r->{body})->{error}{message}, 'invalid key', 'said as invalid, no more');
+my $unknown_id = $r->{headers}{'x-tokenbiryani-request-id'};
+# the events
+($st, $j) = admin(GET => '/admin/events?since=0&limit=1000');
+my %ref = map { $_->{request_id} => $_ } grep { $_->{type} eq 'refusal' } @{ $j->{events} };
+is_deeply([@{ $ref{$scope_id} }{qw(status reason key)}], [403, "model outside the key's scope", 'old-bot'], 'the scope refusal, by key name');
+is_deeply([@{ $ref{$revoked_id} }{qw(status reason key)}], [401, 'key revoked', 'old-bot'], 'the revoked key, by name');
+is_deeply([@{ $ref{$unknown_id} }{qw(status reason key)}], [401, 'invalid key', undef], 'the unknown one, nameless');
+# the inspector
+for my $c ([$scope_id, 403, 'old-bot', 'claude-opus-4-6'], [$revoked_id, 401, 'old-bot', undef], [$unknown_id, 401, '', undef]) {
+    my ($id, $status, $key, $model) = @$c;
+    my $rec;
+    ok(poll_until(3, sub { ($st, $rec) = admin(GET => "/admin/requests/$id"); $st == 200 }), "$id in the inspector");
+    is($rec->{status}, $status, "status $status");
+    is($rec->{key} // '', $key, "key '$key'");
+    is($rec->{model}, $model, 'its model') if $model;
+}
+# the keys' list: revoked, and still sent
+($st, $j) = admin(GET => '/admin/keys');
+my ($rv) = grep { $_->{name} eq 'old-bot' } @{ $j->{revoked} };
+ok($rv, 'old-bot among the revoked');
+like($rv->{revoked_at}, qr/^\d{4}-/, 'when');
+is($rv->{refused}, 1, 'presented once since');
+like($rv->{last_refused_at}, qr/^\d{4}-/, 'and when last');
+ok(!grep({ $_->{name} eq 'old-bot' } @{ $j->{keys} }), 'no longer a key');
+# no secret anywhere
+my $everything = join '', map { scalar TB::Nginx::http_request(method => 'GET', path => $_, headers => { 'x-api-key' => 'admin-key' })->{body} }
+    '/admin/events?since=0&limit=1000', '/admin/requests?limit=100', '/admin/keys', "/admin/requests/$revoked_id";
+$everything .= TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/error.log') . TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/keys.log');
+unlike($everything, qr/\Q$secret\E|not-a-key-of-this/, 'neither the secret nor the unknown key anywhere');

@@ -345,6 +345,14 @@ step('asks first', wait => js => "document.getElementById('dialog').open");
 step('revoke it', click => text => 'Revoke', within => '#dialog');
 step('revoked', wait => js => text_has('browser-bot revoked'));
 is(curl_status(base(), $secret), '401', 'refused now (curl)');
+# who still uses a dead key: seen by its name, in the live feed and on the keys page
+step('the overview', eval => js => "location.hash = '#/overview'");
+step('the refusal in the live feed, by key name', wait => js => "document.querySelector('.feed') && document.querySelector('.feed').textContent.includes('401 key revoked · key browser-bot')");
+step('keys', eval => js => "location.hash = '#/keys'");
+step('the revoked keys, still sent', wait => js => "(() => { const h = [...document.querySelectorAll('main h2')].find(x => x.textContent === 'Revoked'); return h && " . text_has('1 times') . "; })()");
+like(drv(eval => js => "[...document.querySelectorAll('main table')][1].textContent")->{value}, qr/^NameRevokedStill sentLast sentbrowser-bot.+1 times/, 'browser-bot, revoked, sent once since');
+unlike(drv(eval => js => "document.documentElement.innerHTML")->{value}, qr/\Q$secret\E/, 'its secret nowhere on the page');
+like(drv(eval => js => "document.querySelector('main table').textContent")->{value}, qr/Last used/, 'the keys say when each was last used');
 # minted and revoked at once: its secret leaves the screen with it
 step('a name', type => sel => 'main form input', text => 'short-lived');
 step('mint', click => text => 'Mint', within => 'main form');

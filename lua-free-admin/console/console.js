@@ -748,7 +748,7 @@ function liveFeed(list, account) {
         next = j.next;
         for (const ev of j.events) {
             if (account && ev.account !== account) { continue; }
-            if (ev.type === 'settlement' || (ev.type === 'admission' && ev.decision !== 'admit')) {
+            if (ev.type === 'settlement' || ev.type === 'refusal' || (ev.type === 'admission' && ev.decision !== 'admit')) {
                 rows.unshift(ev);
             }
         }
@@ -759,7 +759,11 @@ function liveFeed(list, account) {
         }
         for (const ev of rows) {
             const ok = ev.type === 'settlement' && ev.status >= 200 && ev.status < 300;
-            const what = ev.type === 'settlement'
+            /* a key refused at the door: by its name when it had one */
+            const what = ev.type === 'refusal'
+                ? [h('span', { class: 'no', text: ev.status + ' ' + ev.reason }), ' · ',
+                   ev.key ? h('span', null, 'key ', h('strong', { text: ev.key })) : h('span', { class: 'muted', text: 'no key of this gateway' })]
+                : ev.type === 'settlement'
                 ? [ev.account, ' → ', h('span', { class: ok ? 'yes' : 'no', text: (ev.status || '—') + ' ' + ev.class }),
                    ev.next && ev.next !== 'done' ? h('span', { class: 'muted', text: ' · then ' + ev.next }) : null]
                 : [h('span', { class: 'no', text: ev.decision }), ' · ', ev.reason || ''];
@@ -1517,6 +1521,7 @@ function pageKeys(main) {
                 { t: 'RPM', n: true, f: k => (live[k.name] ? fmtInt(live[k.name].rpm_used) : '—') + ' / ' + (k.rpm === null ? '∞' : fmtInt(k.rpm)) },
                 { t: 'Spend, ' + spendHours(st.accounts) + ' h', n: true, f: k => { const sp = live[k.name] && live[k.name].spend; return sp ? fmtUsd(sp.window_usd) + (k.spend_cap_usd !== null ? ' / ' + fmtUsd(k.spend_cap_usd) : '') : '—'; } },
                 { t: 'Expires', n: true, f: k => k.expires_at ? countdown(k.expires_at - Date.now() / 1000) : 'never' },
+                { t: 'Last used', n: true, f: k => k.last_used_at ? since(parseTime(k.last_used_at)) : h('span', { class: 'muted', text: 'not since start' }) },
                 { t: '', cls: 'actions', f: k => k.source === 'file' ? h('span', { class: 'muted', text: 'change the file' }) : [
                     h('button', { type: 'button', class: 'small', text: 'Rescope', on: { click: () => rescope(k, say, draw) } }),
                     h('button', { type: 'button', class: 'small danger', text: 'Revoke', on: { click: () =>
@@ -1531,7 +1536,15 @@ function pageKeys(main) {
                             draw();
                         }) } })] },
             ], j.keys, { empty: 'No key.' }),
-            h('p', { class: 'muted', text: 'Keys are stored as their SHA-256 only: a key\'s secret is shown once, when it is minted.' }));
+            h('p', { class: 'muted', text: 'Keys are stored as their SHA-256 only: a key\'s secret is shown once, when it is minted.' }),
+            (j.revoked || []).length ? [h('h2', { text: 'Revoked' }),
+                h('p', { class: 'muted', text: 'Keys revoked since the gateway started, and whether anything still sends them (each is refused with 401 and shown in the live feed).' }),
+                tableOf([
+                    { t: 'Name', f: k => h('strong', { text: k.name }) },
+                    { t: 'Revoked', n: true, f: k => since(parseTime(k.revoked_at)) },
+                    { t: 'Still sent', n: true, f: k => k.refused ? h('span', { class: 'no', text: fmtInt(k.refused) + ' times' }) : 'no' },
+                    { t: 'Last sent', n: true, f: k => k.last_refused_at ? since(parseTime(k.last_refused_at)) : '—' },
+                ], j.revoked)] : null);
     };
     draw();
 }

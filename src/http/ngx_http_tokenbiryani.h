@@ -367,6 +367,11 @@ typedef struct {
     ngx_str_t                      err_message;
     ngx_str_t                      err_json;      /* rendered once */
 
+    /* refused for its key: why (NGX_HTTP_TB_REFUSED_*), and the name of
+     * a key that is no longer one (revoked, expired), else NULL */
+    ngx_uint_t                     refused;
+    const char                    *refused_key;
+
     unsigned                       admin:1;       /* the caller is one */
     unsigned                       committed:1;
     unsigned                       inflight:1;    /* counted on account */

@@ -22,6 +22,11 @@ static const char  *ngx_http_tb_nexts[NGX_HTTP_TB_NNEXTS] = {
     "done", "not retried", "backoff", "retry", "queue", "give up"
 };
 
+static const char  *ngx_http_tb_refusals[NGX_HTTP_TB_NREFUSED] = {
+    "invalid key", "key expired", "key revoked", "model outside the key's "
+    "scope"
+};
+
 
 void
 ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
@@ -74,6 +79,7 @@ ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
     ngx_memzero(ev->usage, sizeof(ev->usage));
     ev->retry_after_ms = 0;
     ev->latency_ms = 0;
+    ev->key[0] = '\0';
 
     if (r->connection->log->log_level >= NGX_LOG_INFO) {
         p = rem;
@@ -163,6 +169,7 @@ ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
     ev->usage[3] = ctx->usage.cache_creation_input_tokens;
     ev->retry_after_ms = ctx->resp.obs.retry_after_ms;
     ev->latency_ms = now - ctx->attempt_ms;
+    ev->key[0] = '\0';
 
     if (r->connection->log->log_level >= NGX_LOG_INFO) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -186,16 +193,68 @@ ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
 }
 
 
+void
+ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status)
+{
+    size_t                              len;
+    uint64_t                            seq;
+    const char                         *name;
+    ngx_http_tokenbiryani_event_t      *ev;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    name = ctx->key ? ctx->key->name
+                    : (ctx->refused_key ? ctx->refused_key : "");
+
+    /* its name, never what was presented */
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "tokenbiryani: event=refusal request=%*s status=%ui "
+                  "key=\"%s\" reason=\"%s\"",
+                  (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
+                  status, name, ngx_http_tb_refusals[ctx->refused]);
+
+    ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, &seq);
+    if (ev == NULL) {
+        return;
+    }
+
+    ngx_memzero(ev, sizeof(ngx_http_tokenbiryani_event_t));
+
+    ev->at_ms = ngx_http_tokenbiryani_now_ms();
+    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+    ev->pid = ngx_pid;
+    ev->slot = -1;
+    ev->status = (uint16_t) status;
+    ev->type = NGX_HTTP_TB_EVENT_REFUSAL;
+    ev->what = (uint8_t) ctx->refused;
+
+    len = ngx_min(ngx_strlen(name), TB_ID_MAX);
+    ngx_memcpy(ev->key, name, len);
+    ev->key[len] = '\0';
+
+    ngx_http_tokenbiryani_events_publish(ev, seq);
+}
+
+
 const char *
 ngx_http_tokenbiryani_event_type_name(ngx_uint_t type)
 {
-    return type == NGX_HTTP_TB_EVENT_ADMISSION ? "admission" : "settlement";
+    return type == NGX_HTTP_TB_EVENT_ADMISSION ? "admission"
+           : type == NGX_HTTP_TB_EVENT_REFUSAL ? "refusal" : "settlement";
 }
 
 
 const char *
 ngx_http_tokenbiryani_event_what_name(const ngx_http_tokenbiryani_event_t *ev)
 {
+    if (ev->type == NGX_HTTP_TB_EVENT_REFUSAL) {
+        return ev->what < NGX_HTTP_TB_NREFUSED
+               ? ngx_http_tb_refusals[ev->what] : "unknown";
+    }
+
     if (ev->type == NGX_HTTP_TB_EVENT_ADMISSION) {
         return ev->what < NGX_HTTP_TB_NDECISIONS
                ? ngx_http_tb_decisions[ev->what] : "unknown";

@@ -12,6 +12,14 @@
 
 #define NGX_HTTP_TB_EVENT_ADMISSION    1
 #define NGX_HTTP_TB_EVENT_SETTLEMENT   2
+#define NGX_HTTP_TB_EVENT_REFUSAL      3      /* a key refused at the door */
+
+/* why a key was refused before anything was routed */
+#define NGX_HTTP_TB_REFUSED_INVALID    0      /* no key, or not one */
+#define NGX_HTTP_TB_REFUSED_EXPIRED    1
+#define NGX_HTTP_TB_REFUSED_REVOKED    2
+#define NGX_HTTP_TB_REFUSED_MODEL      3      /* outside its models */
+#define NGX_HTTP_TB_NREFUSED           4
 
 /* what a decision did */
 #define NGX_HTTP_TB_ADMIT              0      /* leased */
@@ -44,6 +52,10 @@ void ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
 void ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
     ngx_uint_t next);
+
+/* a request refused for its key: ctx->refused says why, and names it */
+void ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);
 
 /* the words for an event's codes */
 const char *ngx_http_tokenbiryani_event_type_name(ngx_uint_t type);

@@ -21,6 +21,7 @@
 #include "ngx_http_tokenbiryani_share.h"
 #include "ngx_http_tokenbiryani_admit.h"
 #include "ngx_http_tokenbiryani_record.h"
+#include "ngx_http_tokenbiryani_events.h"
 
 
 static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
@@ -31,6 +32,8 @@ static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_tokenbiryani_body_unmap(void *data);
 static void ngx_http_tokenbiryani_refused_early(void *data);
+static ngx_int_t ngx_http_tokenbiryani_refusal_seen(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);
 
 
 ngx_int_t
@@ -127,6 +130,16 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
 
     rc = ngx_http_tokenbiryani_authenticate(r, ctx, 0);
     if (rc != NGX_OK) {
+
+        /* a key refused: seen in the live feed and the inspector, by its
+         * name when it had one (revoked, expired), never its secret */
+
+        if (rc == NGX_HTTP_UNAUTHORIZED
+            && ngx_http_tokenbiryani_refusal_seen(r, ctx, rc) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
         return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
     }
 
@@ -254,8 +267,13 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
             && !tb_models_match(ctx->key->models.items, ctx->key->models.n,
                                 ctx->body.model, ctx->body.model_len))
         {
+            ctx->refused = NGX_HTTP_TB_REFUSED_MODEL;
+
             ngx_http_finalize_request(r,
-                ngx_http_tokenbiryani_send_error(r, NGX_HTTP_FORBIDDEN,
+                ngx_http_tokenbiryani_refusal_seen(r, ctx, NGX_HTTP_FORBIDDEN)
+                != NGX_OK
+                ? NGX_HTTP_INTERNAL_SERVER_ERROR
+                : ngx_http_tokenbiryani_send_error(r, NGX_HTTP_FORBIDDEN,
                     "permission_error", "key \"%s\" may not use model \"%s\"",
                     ctx->key->name, ctx->body.model));
             return;
@@ -418,6 +436,34 @@ ngx_http_tokenbiryani_body_unmap(void *data)
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
                       "tokenbiryani: munmap() of a request body failed");
     }
+}
+
+
+/*
+ * A request refused for its key (invalid, revoked, expired, a model out of
+ * its scope): an event now, and its record in the inspector once it ends
+ */
+static ngx_int_t
+ngx_http_tokenbiryani_refusal_seen(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    if (ctx->started_ms == 0) {
+        ctx->started_ms = ngx_http_tokenbiryani_now_ms();
+    }
+
+    ngx_http_tokenbiryani_event_refusal(r, ctx, status);
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_tokenbiryani_refused_early;
+    cln->data = ctx;
+
+    return NGX_OK;
 }
 
 

@@ -7,6 +7,7 @@
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_accounts.h"
+#include "ngx_http_tokenbiryani_events.h"
 
 #include <openssl/crypto.h>
 
@@ -255,6 +256,7 @@ ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
     const tb_keyspec_t                 *ks;
     ngx_http_tokenbiryani_rkent_t      *ents, *ent;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    u_char                             *name;
     u_char                              digest[32];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -290,6 +292,17 @@ ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
     if (ks->expires && ks->expires <= (int64_t) ngx_time()) {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
             "authentication_error", "key \"%s\" expired", ks->conf.name);
+
+        /* named where refusals are shown */
+        ctx->refused = NGX_HTTP_TB_REFUSED_EXPIRED;
+        name = ngx_pnalloc(r->pool, TB_ID_MAX + 1);
+
+        if (name) {
+            (void) ngx_cpystrn(name, (u_char *) ks->conf.name,
+                               TB_ID_MAX + 1);
+            ctx->refused_key = (const char *) name;
+        }
+
         return NGX_ABORT;
     }
 

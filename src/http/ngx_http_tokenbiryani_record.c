@@ -123,7 +123,8 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     ngx_memcpy(rec->id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
 
-    name = ctx->key ? ctx->key->name : "";
+    name = ctx->key ? ctx->key->name
+                    : (ctx->refused_key ? ctx->refused_key : "");
     len = ngx_min(ngx_strlen(name), TB_ID_MAX);
     ngx_memcpy(rec->key, name, len);
 

@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_events.h"
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_keys.h"
@@ -157,6 +158,7 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
     ngx_uint_t                          n;
     const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    u_char                             *name, digest[32];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
@@ -199,6 +201,24 @@ ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
             break;
 
         case NGX_DECLINED:
+
+            /* a key revoked is said as such, by its name: whoever still
+             * uses it is seen (and stops: it cannot come back) */
+
+            name = ngx_pnalloc(r->pool, TB_ID_MAX + 1);
+            tb_sha256(key.data, key.len, digest);
+
+            if (name
+                && ngx_http_tokenbiryani_revoked_seen(&tmcf->zone, digest,
+                       (char *) name, ngx_http_tokenbiryani_now_ms()))
+            {
+                ctx->refused = NGX_HTTP_TB_REFUSED_REVOKED;
+                ctx->refused_key = (const char *) name;
+                ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
+                    "authentication_error", "key \"%s\" was revoked", name);
+                return NGX_HTTP_UNAUTHORIZED;
+            }
+
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_UNAUTHORIZED,
                 "authentication_error", "invalid key");
             return NGX_HTTP_UNAUTHORIZED;

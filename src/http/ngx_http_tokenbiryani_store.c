@@ -1745,6 +1745,7 @@ ngx_http_tokenbiryani_store_hload_event(void *data, uint64_t seq,
     ngx_memcpy(&ev, blob, len);
 
     ev.seq = seq;
+    ev.key[TB_ID_MAX] = '\0';
     ev.slot = (int32_t) ngx_http_tokenbiryani_hload_map(hl, ev.slot);
 
     ngx_http_tokenbiryani_events_restore(&hl->tmcf->zone, &ev);

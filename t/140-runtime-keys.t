@@ -344,3 +344,11 @@ my $everything = join '', map { scalar TB::Nginx::http_request(method => 'GET', 
     '/admin/events?since=0&limit=1000', '/admin/requests?limit=100', '/admin/keys', "/admin/requests/$revoked_id";
 $everything .= TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/error.log') . TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/keys.log');
 unlike($everything, qr/\Q$secret\E|not-a-key-of-this/, 'neither the secret nor the unknown key anywhere');
+# a flood of made-up keys cannot push the history out: a few a second are kept
+my $before = (admin(GET => '/admin/events?since=0&limit=1'))[1]{last};
+my @flood = @{ http_requests_concurrent([map { message_args("bir_made-up-$_") } 1 .. 60]) };
+is(scalar(grep { $_->{status} == 401 } @flood), 60, 'every made-up key refused');
+($st, $j) = admin(GET => "/admin/events?since=$before&limit=1000");
+my $kept = grep { $_->{type} eq 'refusal' } @{ $j->{events} };
+ok($kept >= 1 && $kept <= 5 * 2 * 3, "$kept of the 60 kept (at most 5 a second per worker)");
+is((admin(GET => "/admin/requests/$revoked_id"))[0], 200, 'the earlier refusal still in the inspector');

@@ -31,6 +31,10 @@ static void ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_tokenbiryani_body_unmap(void *data);
+/* refusals kept a second, per worker */
+#define NGX_HTTP_TB_REFUSALS_KEPT  5
+
+
 static void ngx_http_tokenbiryani_refused_early(void *data);
 static ngx_int_t ngx_http_tokenbiryani_refusal_seen(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);
@@ -448,6 +452,24 @@ ngx_http_tokenbiryani_refusal_seen(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status)
 {
     ngx_pool_cleanup_t  *cln;
+
+    static time_t        second;
+    static ngx_uint_t    seen;
+
+    /*
+     * Anyone who can reach the gateway can be refused: at most a few a
+     * second per worker are kept, so that a flood of made-up keys cannot
+     * push the inspector's and the feed's history out
+     */
+
+    if (ngx_time() != second) {
+        second = ngx_time();
+        seen = 0;
+    }
+
+    if (++seen > NGX_HTTP_TB_REFUSALS_KEPT) {
+        return NGX_OK;
+    }
 
     if (ctx->started_ms == 0) {
         ctx->started_ms = ngx_http_tokenbiryani_now_ms();

@@ -1372,7 +1372,7 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
     int64_t                               now, until, last;
     cJSON                                *root, *reasons, *item, *n;
     ngx_uint_t                            i, ready, failing, total;
-    const char                           *reason, *store;
+    const char                           *reason, *store, *st_name, *st_why;
     tb_account_state_t                    s;
     ngx_http_tokenbiryani_store_state_t   st;
     tb_state_e                          state;
@@ -1441,13 +1441,16 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
          */
 
         cJSON_ArrayForEach(item, reasons) {
-            if (ngx_strcmp(cJSON_GetObjectItemCaseSensitive(item, "state")
-                           ->valuestring, tb_state_name(state)) == 0
-                && ngx_strcmp(cJSON_GetObjectItemCaseSensitive(item,
-                                                          "reason")
-                              ->valuestring, reason) == 0)
+            st_name = cJSON_GetStringValue(
+                          cJSON_GetObjectItemCaseSensitive(item, "state"));
+            st_why = cJSON_GetStringValue(
+                          cJSON_GetObjectItemCaseSensitive(item, "reason"));
+            n = cJSON_GetObjectItemCaseSensitive(item, "accounts");
+
+            if (st_name && st_why && n
+                && ngx_strcmp(st_name, tb_state_name(state)) == 0
+                && ngx_strcmp(st_why, reason) == 0)
             {
-                n = cJSON_GetObjectItemCaseSensitive(item, "accounts");
                 cJSON_SetNumberValue(n, n->valuedouble + 1);
                 break;
             }

@@ -24,6 +24,10 @@
 #include "ngx_http_tokenbiryani_events.h"
 
 
+/* key refusals kept (an event, a record) a second, per worker */
+#define NGX_HTTP_TB_REFUSALS_KEPT  5
+
+
 static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_refuse_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
@@ -31,10 +35,6 @@ static void ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_tokenbiryani_body_unmap(void *data);
-/* refusals kept a second, per worker */
-#define NGX_HTTP_TB_REFUSALS_KEPT  5
-
-
 static void ngx_http_tokenbiryani_refused_early(void *data);
 static ngx_int_t ngx_http_tokenbiryani_refusal_seen(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);

@@ -237,4 +237,4 @@ my $rc = $? >> 8;
 my $sig = $? & 127;
 is($sig, 0, 'claude -p ended by itself, not by the 30 s deadline');
 isnt($rc, 0, 'and failed') or diag($out);
-like($out, qr/401.*invalid key|invalid key/i, 'with the gateway\'s words') or diag($out);
+like($out, qr/401 key "gone" was revoked/, 'with the gateway\'s words: the key is named revoked') or diag($out);

@@ -1928,6 +1928,29 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
         return NGX_ERROR;
     }
 
+    /* the store had less history than this instance wrote: what it wrote
+     * again, and what is gone from the usage history */
+
+    if (st.rewound_ms == 0) {
+        if (cJSON_AddNullToObject(obj, "history_rewritten") == NULL) {
+            return NGX_ERROR;
+        }
+
+    } else {
+        key = cJSON_AddObjectToObject(obj, "history_rewritten");
+
+        if (key == NULL
+            || cJSON_AddNumberToObject(key, "seconds_ago",
+                   (double) (now - st.rewound_ms) / 1000) == NULL
+            || cJSON_AddNumberToObject(key, "requests",
+                                       (double) st.rewound_again) == NULL
+            || cJSON_AddNumberToObject(key, "lost_requests",
+                                       (double) st.rewound_lost) == NULL)
+        {
+            return NGX_ERROR;
+        }
+    }
+
     /* the secret key by where it came from and its id, never itself */
 
     key = cJSON_AddObjectToObject(obj, "secret_key");

@@ -586,6 +586,46 @@ ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
 
 
 void
+ngx_http_tokenbiryani_store_rewind(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t records_seq, uint64_t events_seq, int64_t now)
+{
+    uint64_t                              oldest;
+    ngx_http_tokenbiryani_shm_t          *sh;
+    ngx_http_tokenbiryani_store_state_t  *st;
+
+    sh = zone->sh;
+    st = &sh->store;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (records_seq < st->records_seq) {
+        /* the first request the ring still holds */
+        oldest = (sh->ring_seq > sh->ring_size)
+                 ? sh->ring_seq - sh->ring_size + 1 : 1;
+
+        st->rewound_lost = (oldest - 1 > records_seq)
+                           ? ngx_min(oldest - 1, st->records_seq)
+                             - records_seq
+                           : 0;
+        st->rewound_again = st->records_seq - records_seq
+                            - st->rewound_lost;
+        st->records_seq = records_seq;
+        st->rewound_ms = now;
+    }
+
+    if (events_seq < st->events_seq) {
+        st->events_seq = events_seq;
+        st->rewound_ms = now;
+    }
+
+    /* the ledgers and conversations, every one again */
+    st->spend_seq = 0;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
 ngx_http_tokenbiryani_store_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_store_state_t *copy)
 {

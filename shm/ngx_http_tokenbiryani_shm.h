@@ -923,6 +923,12 @@ typedef struct {
     u_char                         error[256];
     u_char                         epoch[33];     /* redis: the data set
                                                      the zone holds */
+
+    /* the last time the store had less history than the zone wrote: the
+     * requests written again, and those gone from the usage history */
+    int64_t                        rewound_ms;
+    uint64_t                       rewound_again;
+    uint64_t                       rewound_lost;
 } ngx_http_tokenbiryani_store_state_t;
 
 /*
@@ -936,6 +942,11 @@ void ngx_http_tokenbiryani_store_flushed(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now);
 void ngx_http_tokenbiryani_store_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_store_state_t *copy);
+
+/* the store has the history only up to records_seq and events_seq: the
+ * zone writes again what it holds after them, the ledgers whole */
+void ngx_http_tokenbiryani_store_rewind(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t records_seq, uint64_t events_seq, int64_t now);
 
 /* the redis data set the zone holds (33 bytes, "" for none): copied into
  * get, then replaced by set, either NULL */

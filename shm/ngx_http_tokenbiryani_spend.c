@@ -691,7 +691,8 @@ ngx_http_tokenbiryani_session_merge(ngx_http_tokenbiryani_session_view_t *v,
 /*
  * What the store has not written yet: the ledgers charged after seq (of
  * the keys, the accounts' slots and the sessions), at most max of each
- * kind; *upto: the sequence they are complete to.
+ * kind; *upto: the sequence they are complete to.  Of more sessions than
+ * max, the ones charged first: the next call goes on after them.
  */
 
 ngx_uint_t
@@ -700,6 +701,7 @@ ngx_http_tokenbiryani_spend_since(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t max_ledgers, ngx_http_tokenbiryani_session_view_t *sessions,
     ngx_uint_t max_sessions, ngx_uint_t *nsessions, uint64_t *upto)
 {
+    uint64_t                           last;
     ngx_uint_t                         n, i;
     ngx_queue_t                       *q;
     ngx_http_tokenbiryani_shm_t       *sh;
@@ -708,6 +710,7 @@ ngx_http_tokenbiryani_spend_since(ngx_http_tokenbiryani_zone_t *zone,
 
     sh = zone->sh;
     n = 0;
+    last = seq;
     *nsessions = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -742,10 +745,15 @@ ngx_http_tokenbiryani_spend_since(ngx_http_tokenbiryani_zone_t *zone,
         }
     }
 
-    /* most recently charged first: the ones written already follow */
+    /*
+     * The head is in the order of charges, the most recent first: the
+     * first written already (or never charged) ends those to write, and
+     * from there back towards the head they are taken in the order they
+     * were charged
+     */
 
     for (q = ngx_queue_head(&sh->sess_lru);
-         q != ngx_queue_sentinel(&sh->sess_lru) && *nsessions < max_sessions;
+         q != ngx_queue_sentinel(&sh->sess_lru);
          q = ngx_queue_next(q))
     {
         s = ngx_queue_data(q, ngx_http_tokenbiryani_session_t, lru);
@@ -753,8 +761,21 @@ ngx_http_tokenbiryani_spend_since(ngx_http_tokenbiryani_zone_t *zone,
         if (s->ledger.seq <= seq) {
             break;
         }
+    }
+
+    for (q = ngx_queue_prev(q);
+         q != ngx_queue_sentinel(&sh->sess_lru) && *nsessions < max_sessions;
+         q = ngx_queue_prev(q))
+    {
+        s = ngx_queue_data(q, ngx_http_tokenbiryani_session_t, lru);
 
         ngx_http_tokenbiryani_session_copy(&sessions[(*nsessions)++], s);
+        last = s->ledger.seq;
+    }
+
+    if (q != ngx_queue_sentinel(&sh->sess_lru)) {
+        /* more than max: complete up to the last taken */
+        *upto = last;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

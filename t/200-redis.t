@@ -673,3 +673,51 @@ ok(defined within(2, sub { my ($k) = grep { $_->{name} eq 'loaded' } @{ pool_sta
    "after both restarted, A's ledger and B's as told add up to the same \$$cost") or diag("spend $spend, usage $cost");
 --- error_log eval
 qr/the store cannot be written/
+
+
+
+=== TEST 21: Redis restarted empty under load: the usage history counts every request served, those before the loss too, and the status says what was written again
+--- user_files eval
+">>> tb.yaml\npricing: builtin\n" . $::Yaml
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+peer_start();
+my $batch = sub {
+    my ($tag) = @_;
+    my @reqs = map { message_args('tenant-key', text => "$tag $_", $_ % 2 ? (port => $B) : ()) } 1 .. 20;
+    [map { $_->{status} // 0 } @{ TB::Nginx::http_requests_concurrent(\@reqs) }];
+};
+my $served_on = sub {
+    my ($port) = @_;
+    my (undef, $u) = admin(GET => '/admin/usage?range=1h&by=key', undef, defined $port ? (port => $port) : ());
+    my %g = map { $_->{name} => $_ } @{ $u->{groups} // [] };
+    $g{tenant}{totals}{requests} // 0;
+};
+my @all = @{ $batch->('before') };
+ok(defined within(3, sub { $served_on->($B) == 20 }), 'the first 20 are in the usage history in Redis');
+my $inst_a = store_of()->{instance};
+TB::Nginx::redis_kill();
+push @all, @{ $batch->('away') };
+TB::Nginx::redis_start(fresh => 1);
+is(TB::Nginx::redis_cmd('EXISTS', "tbtest:i:$inst_a:ledgers"), 0, 'Redis came back with nothing');
+push @all, @{ $batch->('back') };
+is_deeply(\@all, [(200) x 60], 'all 60 requests served, before, while and after Redis was away');
+my ($n_a, $n_b);
+ok(defined within(5, sub { ($n_a, $n_b) = ($served_on->(), $served_on->($B));
+                           $n_a == 60 && $n_b == 60 }),
+   'once Redis is back empty, the usage history on either instance counts all 60, counted once')
+    or diag("A reads $n_a, B reads $n_b");
+is(message_with("tenant-key", port => $_)->{status}, 200, "one more on $_") for TB::Nginx::server_port(), $B;
+ok(defined within(3, sub { $served_on->($B) == 62 }), 'the flushes after count only what is new')
+    or diag('B reads ' . $served_on->($B));
+my $rw = store_of()->{history_rewritten};
+ok($rw && $rw->{requests} >= 10 && $rw->{lost_requests} == 0,
+   "A's status says what it wrote again: " . JSON::PP->new->canonical->encode($rw // {}));
+ok(defined within(3, sub { grep { /^k:/ } @{ TB::Nginx::redis_cmd('HKEYS', "tbtest:i:$inst_a:ledgers") } }),
+   'and its spend ledgers are in Redis again');
+like(TB::Nginx::log_text(), qr/had less of this instance's history than it wrote \(restarted empty, or restored\): the \d+ requests it still holds are written again/,
+     'the log says so');
+--- error_log eval
+qr/the store cannot be written/

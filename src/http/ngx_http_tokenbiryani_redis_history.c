@@ -42,15 +42,24 @@
  * sessions_t, instances.  ARGV: nslots, nrecords, nevents, nledgers,
  * nsessions, nusage, records kept, events kept, now (ms), instance,
  * namespace, layout, conversations kept, the first and last record's and
- * event's sequence; then slot, id; per record its blob; per usage bucket
+ * event's sequence, the record and event the zone knows the store has;
+ * then slot, id; per record its blob; per usage bucket
  * (a minute of one group) start (s), group, values; per event its blob;
  * per ledger field, blob; per conversation field, last seen (ms), blob.
  *
  * A batch whose first record the store has already (the answer to the
  * last flush was lost, and it is sent again with more) is not written:
  * the answer says how far the store has each, and the next flush goes on
- * from there, so usage is never counted twice.  Answers {records, events}
- * written up to.
+ * from there, so usage is never counted twice.
+ *
+ * A store that has less than the zone knows it wrote (Redis restarted
+ * empty, or was restored from an older copy) is written nothing: the
+ * answer says how far it has each, and the zone sends again what it
+ * still holds after that, its usage with it - counted once, as Redis
+ * lost it with the rest.  Another build's history (its layout) is let
+ * go: its numbers are not this zone's.
+ *
+ * Answers {records, events written up to, 1 when the store had less}.
  */
 static const char  ngx_http_tokenbiryani_lua_flush[] =
     "local i = 1 "
@@ -62,15 +71,22 @@ static const char  ngx_http_tokenbiryani_lua_flush[] =
     "local keepr, keepe, now = tonumber(arg()), tonumber(arg()), "
     "tonumber(arg()) "
     "local inst, ns = arg(), arg() "
-    "redis.call('SET', KEYS[4], arg()) "
+    "local layout = arg() "
     "local maxses = tonumber(arg()) "
     "local rfirst, rlast = tonumber(arg()), tonumber(arg()) "
     "local efirst, elast = tonumber(arg()), tonumber(arg()) "
+    "local rfrom, efrom = tonumber(arg()), tonumber(arg()) "
+    "if redis.call('GET', KEYS[4]) ~= layout then "
+    "  redis.call('DEL', KEYS[1], KEYS[2]) "
+    "  redis.call('HDEL', KEYS[5], 'r', 'e') "
+    "  redis.call('SET', KEYS[4], layout) "
+    "end "
+    "local doner = tonumber(redis.call('HGET', KEYS[5], 'r') or '0') "
+    "local donee = tonumber(redis.call('HGET', KEYS[5], 'e') or '0') "
+    "if doner < rfrom or donee < efrom then return {doner, donee, 1} end "
     "redis.call('ZADD', KEYS[9], now, inst) "
     "for n = 1, nslot do local s = arg(); "
     "redis.call('HSET', KEYS[3], s, arg()) end "
-    "local doner = tonumber(redis.call('HGET', KEYS[5], 'r') or '0') "
-    "local donee = tonumber(redis.call('HGET', KEYS[5], 'e') or '0') "
     "local freshr = nrec > 0 and rfirst > doner "
     "for n = 1, nrec do local b = arg(); "
     "if freshr then redis.call('RPUSH', KEYS[1], b) end end "
@@ -122,7 +138,7 @@ static const char  ngx_http_tokenbiryani_lua_flush[] =
     "end "
     "for _, f in ipairs(gone) do redis.call('HDEL', KEYS[7], f); "
     "redis.call('ZREM', KEYS[8], f) end "
-    "return {doner, donee}";
+    "return {doner, donee, 0}";
 
 
 ngx_int_t
@@ -257,13 +273,13 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     ngx_http_tokenbiryani_session_view_t  *sv;
     u_char                                 layout[128];
 
-    nargs = 3 + 9 + 17 + 2 * job->nslots + 4 * job->nrecords
+    nargs = 3 + 9 + 19 + 2 * job->nslots + 4 * job->nrecords
             + job->nevents + 2 * job->nledgers + 3 * job->nsessions;
 
     size = nargs * (sizeof(char *) + sizeof(size_t)) + NGX_ALIGNMENT
            + job->nrecords * sizeof(ngx_http_tokenbiryani_rusage_agg_t)
            + NGX_ALIGNMENT
-           + 17 * NGX_INT64_LEN + sizeof(layout)
+           + 19 * NGX_INT64_LEN + sizeof(layout)
            + job->nslots * (NGX_INT64_LEN + TB_ID_MAX + 1)
            + job->nrecords * (NGX_INT64_LEN + 8
                               + sizeof(ngx_http_tokenbiryani_record_t)
@@ -392,6 +408,8 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     ngx_http_tokenbiryani_rargs_num(&a, job->nevents
                                         ? (int64_t) job->events
                                               [job->nevents - 1].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->records_from);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->events_from);
 
     for (i = 0; i < job->nslots; i++) {
         ngx_http_tokenbiryani_rargs_num(&a, (int64_t) i);

@@ -906,19 +906,30 @@ ngx_http_tokenbiryani_rstore_written(ngx_http_tokenbiryani_redis_t *rd,
 /*
  * The flush's answer: how far the store has the records and the events.
  * A batch the store had begun already was not written: the zone's flush
- * goes on from where the store is.
+ * goes on from where the store is.  A store that had less than the zone
+ * knew was written nothing, and the zone goes back to where it is.
  */
 static int
 ngx_http_tokenbiryani_rstore_flushed(ngx_http_tokenbiryani_job_t *job,
     const redisReply *reply)
 {
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3
         || reply->element[0]->type != REDIS_REPLY_INTEGER
-        || reply->element[1]->type != REDIS_REPLY_INTEGER)
+        || reply->element[1]->type != REDIS_REPLY_INTEGER
+        || reply->element[2]->type != REDIS_REPLY_INTEGER
+        || reply->element[0]->integer < 0
+        || reply->element[1]->integer < 0)
     {
         ngx_cpystrn((u_char *) job->err, (u_char *) "the flush's script "
                     "answered unlike itself", sizeof(job->err));
         return TB_STORE_ERROR;
+    }
+
+    if (reply->element[2]->integer) {
+        job->rewind = 1;
+        job->records_seq = (uint64_t) reply->element[0]->integer;
+        job->events_seq = (uint64_t) reply->element[1]->integer;
+        return TB_STORE_OK;
     }
 
     if (job->nrecords) {

@@ -20,6 +20,7 @@
 #define NGX_HTTP_TB_STORE_BUSY_MS      5000
 #define NGX_HTTP_TB_FLUSH_LEDGERS      1024   /* keys' per write, at most */
 #define NGX_HTTP_TB_FLUSH_SESSIONS     1024   /* conversations' */
+#define NGX_HTTP_TB_FLUSH_PROBE_MS     10000  /* redis, with nothing new */
 
 
 #if (NGX_THREADS)
@@ -49,6 +50,9 @@ static void ngx_http_tokenbiryani_store_run(
     ngx_http_tokenbiryani_writer_t *w);
 static void ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev);
 static void ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job);
+static void ngx_http_tokenbiryani_flush_landed(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_job_t *job,
+    ngx_log_t *log);
 static void ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job);
 
 #endif
@@ -841,14 +845,49 @@ ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job)
     ngx_http_tokenbiryani_writer_t *w = job->data;
 
     if (job->rc == TB_STORE_OK) {
-        ngx_http_tokenbiryani_store_flushed(&w->tmcf->zone, job->records_seq,
-                                            job->events_seq, job->spend_seq,
-                                            ngx_http_tokenbiryani_now_ms());
+        ngx_http_tokenbiryani_flush_landed(w->tmcf, job, ngx_cycle->log);
     }
 
     w->flushing = 0;
 
     ngx_free(job);
+}
+
+
+/*
+ * A flush the store took: the zone's history is written up to where the
+ * store says, or, when the store had less than the zone knew it wrote
+ * (Redis restarted empty, or restored from an older copy), the zone goes
+ * back to there and writes again what it still holds - the usage of what
+ * it no longer holds is lost, which the log and /admin/status say.
+ */
+static void
+ngx_http_tokenbiryani_flush_landed(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_job_t *job, ngx_log_t *log)
+{
+    int64_t                               now;
+    ngx_http_tokenbiryani_store_state_t   st;
+
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (!job->rewind) {
+        ngx_http_tokenbiryani_store_flushed(&tmcf->zone, job->records_seq,
+                                            job->events_seq, job->spend_seq,
+                                            now);
+        return;
+    }
+
+    ngx_http_tokenbiryani_store_rewind(&tmcf->zone, job->records_seq,
+                                       job->events_seq, now);
+    ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
+
+    ngx_log_error(NGX_LOG_WARN, log, 0,
+                  "tokenbiryani: the store %V had less of this instance's "
+                  "history than it wrote (restarted empty, or restored): "
+                  "the %uL requests it still holds are written again, their "
+                  "usage and the spend ledgers with them; %uL older requests "
+                  "are gone from the usage history", &tmcf->store_shown,
+                  st.rewound_again, st.rewound_lost);
 }
 
 
@@ -874,9 +913,7 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
             job = ngx_http_tokenbiryani_flush_collect(tmcf);
 
             if (job && ops->flush_now(tmcf, job) == TB_STORE_OK) {
-                ngx_http_tokenbiryani_store_flushed(&tmcf->zone,
-                    job->records_seq, job->events_seq, job->spend_seq,
-                    ngx_http_tokenbiryani_now_ms());
+                ngx_http_tokenbiryani_flush_landed(tmcf, job, cycle->log);
 
             } else if (job) {
                 ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
@@ -1323,7 +1360,7 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
     int64_t                               now;
     uint64_t                              ev_last, dropped;
     ngx_uint_t                            i, nrec, nev, nslots, got, nled;
-    ngx_uint_t                            rollup;
+    ngx_uint_t                            rollup, probe;
     ngx_http_tokenbiryani_job_t          *job;
     ngx_http_tokenbiryani_zone_stats_t    zs;
     ngx_http_tokenbiryani_store_state_t   st;
@@ -1345,7 +1382,16 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
     now = ngx_http_tokenbiryani_now_ms();
     rollup = (now / 3600000 != ngx_http_tokenbiryani_rolled_up);
 
-    if (nrec == 0 && nev == 0 && st.spend_seq >= zs.spend_seq && !rollup) {
+    /*
+     * Redis is asked now and then even with nothing new, so that an idle
+     * instance finds it restarted empty and writes its history again
+     */
+    probe = (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS
+             && now - st.flushed_ms >= NGX_HTTP_TB_FLUSH_PROBE_MS);
+
+    if (nrec == 0 && nev == 0 && st.spend_seq >= zs.spend_seq && !rollup
+        && !probe)
+    {
         return NULL;
     }
 
@@ -1376,6 +1422,8 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
 
     job->records = (ngx_http_tokenbiryani_record_t *) p;
     job->records_seq = st.records_seq;
+    job->records_from = st.records_seq;
+    job->events_from = st.events_seq;
 
     while (job->nrecords < nrec) {
         got = ngx_http_tokenbiryani_inspect_since(&tmcf->zone,
@@ -1429,9 +1477,7 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
                         NGX_HTTP_TB_FLUSH_SESSIONS, &job->nsessions,
                         &job->spend_seq);
 
-    if (job->nledgers == nled
-        || job->nsessions == NGX_HTTP_TB_FLUSH_SESSIONS)
-    {
+    if (job->nledgers == nled) {
         /* more than a write holds: this again, and the rest, next time */
         job->spend_seq = st.spend_seq;
     }
@@ -1444,7 +1490,7 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
     }
 
     if (job->nrecords == 0 && job->nevents == 0 && job->nledgers == 0
-        && job->nsessions == 0 && !rollup)
+        && job->nsessions == 0 && !rollup && !probe)
     {
         ngx_free(job);
         return NULL;

@@ -73,6 +73,10 @@ struct ngx_http_tokenbiryani_job_s {
     uint64_t                           keep_events;
     uint64_t                           records_seq;  /* the newest in it */
     uint64_t                           events_seq;
+    uint64_t                           records_from; /* the store had, */
+    uint64_t                           events_from;  /* as the zone knew */
+    ngx_uint_t                         rewind;       /* it had less: the
+                                                        zone's, again */
     ngx_http_tokenbiryani_ledger_view_t  *ledgers;   /* charged since */
     ngx_uint_t                         nledgers;
     ngx_http_tokenbiryani_session_view_t *sessions;

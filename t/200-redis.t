@@ -721,3 +721,40 @@ like(TB::Nginx::log_text(), qr/had less of this instance's history than it wrote
      'the log says so');
 --- error_log eval
 qr/the store cannot be written/
+
+
+
+=== TEST 22: Redis back empty: neither instance takes more than its part until the other is back too, and both count two gateways
+--- user_files eval: pair_yaml()
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+mock_config({ defaults => { requests_limit => 20, window_seconds => 60 } });
+peer_start();
+is(message_with("pin-a$_")->{status}, 200, "a$_ read on A") for 1, 2;
+ok(defined within(3, sub { (store_of()->{share}{held} // 0) == 0.5
+                           && (admin_get_port('/admin/status', $B)->{store}{share}{held} // 0) == 0.5 }),
+   'two gateways, idle: half of the pool each');
+TB::Nginx::redis_kill();
+ok(defined within(3, sub { store_of()->{state} eq 'degraded'
+                           && admin_get_port('/admin/status', $B)->{store}{state} eq 'degraded' }),
+   'both degraded');
+# away long enough that each worker's reconnection waits grow apart
+select(undef, undef, undef, 1.5);
+TB::Nginx::redis_start(fresh => 1);
+ok(defined within(6, sub { store_of()->{state} eq 'ok' || admin_get_port('/admin/status', $B)->{store}{state} eq 'ok' }),
+   'one instance is back');
+my @res = stampede(100);
+is(scalar(grep { ($_->{status} // 0) == 200 || ($_->{status} // 0) == 429 } @res), 100, 'every request answered');
+my $served = grep { ($_->{status} // 0) == 200 } @res;
+is(mock_stats()->{refused_429}, 0, "the upstream refused nothing as Redis came back ($served served)");
+ok($served <= 38, "$served served of the 38 the windows held");
+my $said = sub { my @n = ($_[0] =~ /the pool is shared through Redis again \((\d+) gateways\)/g); $n[-1] };
+my ($na, $nb);
+ok(defined within(8, sub { ($na, $nb) = ($said->(TB::Nginx::log_text()), $said->(peer_log()));
+                           defined $na && defined $nb }),
+   'both say the pool is shared again');
+is("$na $nb", '2 2', 'and both count two gateways');
+--- error_log eval
+qr/the store cannot be written/

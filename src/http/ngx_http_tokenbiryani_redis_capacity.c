@@ -31,7 +31,9 @@
  * idle one keeps a sliver and none starves); it is granted that, or what
  * the others leave if that is less.  What it holds now stays recorded
  * until it asks again, so a share it gives back is free only once it
- * surely stopped using it.  Returns { granted, gateways, due }.
+ * surely stopped using it.  ARGV[5]: the most it takes now (a gateway
+ * back from Redis being away takes no more than it held meanwhile until
+ * the others are surely back too).  Returns { granted, gateways, due }.
  */
 static const char  ngx_http_tokenbiryani_lua_share[] =
     "local t = redis.call('TIME') "
@@ -51,7 +53,7 @@ static const char  ngx_http_tokenbiryani_lua_share[] =
     "  end "
     "end "
     "local due = math.floor(65536 * (dem + 1) / sum) "
-    "local got = math.min(due, 65536 - held) "
+    "local got = math.min(due, 65536 - held, tonumber(ARGV[5])) "
     "if got < 0 then got = 0 end "
     "local keep = math.max(got, cur) "
     "redis.call('HSET', KEYS[1], me, keep .. ' ' .. dem .. ' ' .. "
@@ -71,6 +73,10 @@ typedef struct {
     ngx_uint_t                             again;     /* granted less */
     ngx_uint_t                             degraded;
     int64_t                                degraded_ms;   /* since */
+    ngx_uint_t                             returning;
+    int64_t                                returned_ms;   /* since */
+    uint32_t                               cap;       /* held while away */
+    uint32_t                               asked_cap;
     uint64_t                               decisions; /* when last asked */
 
     ngx_http_tokenbiryani_news_t           news[NGX_HTTP_TB_RCAP_NEWS];
@@ -380,22 +386,37 @@ ngx_http_tokenbiryani_rcap_subscribed(void)
 static void
 ngx_http_tokenbiryani_rcap_ask(ngx_http_tokenbiryani_rcap_t *rc)
 {
-    size_t                                lens[8];
+    size_t                                lens[9];
     uint64_t                              demand;
     ngx_uint_t                            i;
-    const char                           *argv[8];
+    const char                           *argv[9];
     ngx_http_tokenbiryani_share_state_t   ss;
     u_char       held[NGX_INT_T_LEN + 1], dem[NGX_INT64_LEN + 1],
-                 ttl[NGX_INT_T_LEN + 1];
+                 ttl[NGX_INT_T_LEN + 1], cap[NGX_INT_T_LEN + 1];
 
     ngx_http_tokenbiryani_zone_share(&rc->tmcf->zone, &ss);
 
     demand = ss.decisions - rc->decisions + ss.waiting;
     rc->decisions = ss.decisions;
 
+    /*
+     * Back from Redis being away, the others may not be yet, and each
+     * holds its part of the pool meanwhile: this gateway takes no more
+     * than its own until they can have asked again (a share not renewed
+     * for the TTL is free, so by then every one back has said what it
+     * holds, and one still away is not counted)
+     */
+
+    if (rc->degraded) {
+        rc->cap = TB_SHARE_ONE - ss.withheld;
+    }
+
+    rc->asked_cap = (rc->degraded || rc->returning) ? rc->cap : TB_SHARE_ONE;
+
     ngx_sprintf(held, "%uD%Z", (uint32_t) (TB_SHARE_ONE - ss.withheld));
     ngx_sprintf(dem, "%uL%Z", demand);
     ngx_sprintf(ttl, "%d%Z", NGX_HTTP_TB_RCAP_TTL_MS);
+    ngx_sprintf(cap, "%uD%Z", rc->asked_cap);
 
     argv[0] = "EVAL";
     argv[1] = ngx_http_tokenbiryani_lua_share;
@@ -405,13 +426,14 @@ ngx_http_tokenbiryani_rcap_ask(ngx_http_tokenbiryani_rcap_t *rc)
     argv[5] = (char *) held;
     argv[6] = (char *) dem;
     argv[7] = (char *) ttl;
+    argv[8] = (char *) cap;
 
-    for (i = 0; i < 8; i++) {
+    for (i = 0; i < 9; i++) {
         lens[i] = ngx_strlen(argv[i]);
     }
 
     if (ngx_http_tokenbiryani_redis_send(rc->cmd,
-            ngx_http_tokenbiryani_rcap_granted, rc, 8, argv, lens, 0)
+            ngx_http_tokenbiryani_rcap_granted, rc, 9, argv, lens, 0)
         == NGX_OK)
     {
         rc->asking = 1;
@@ -425,7 +447,9 @@ ngx_http_tokenbiryani_rcap_granted(ngx_http_tokenbiryani_redis_t *rd,
 {
     ngx_http_tokenbiryani_rcap_t *rc = data;
 
-    long long  got, peers, due;
+    int64_t                               now;
+    long long                             got, peers, due;
+    ngx_http_tokenbiryani_share_state_t   ss;
 
     rc->asking = 0;
 
@@ -460,20 +484,39 @@ ngx_http_tokenbiryani_rcap_granted(ngx_http_tokenbiryani_redis_t *rd,
         return;
     }
 
+    now = ngx_http_tokenbiryani_now_ms();
+
     if (rc->degraded) {
         rc->degraded = 0;
-        ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
-                      "tokenbiryani: the pool is shared through Redis again "
-                      "(%L gateways)", peers);
+        rc->returning = 1;
+        rc->returned_ms = now;
+    }
+
+    if (rc->returning) {
+        if (now - rc->returned_ms < NGX_HTTP_TB_RCAP_TTL_MS) {
+            /* the others may not have asked yet: as many as were seen */
+            ngx_http_tokenbiryani_zone_share(&rc->tmcf->zone, &ss);
+
+            if ((ngx_uint_t) peers < ss.peers) {
+                peers = (long long) ss.peers;
+            }
+
+        } else {
+            /* every one back has asked by now: Redis counts them */
+            rc->returning = 0;
+            ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
+                          "tokenbiryani: the pool is shared through Redis "
+                          "again (%L gateways)", peers);
+        }
     }
 
     ngx_http_tokenbiryani_zone_withhold(&rc->tmcf->zone,
                                         (uint32_t) (TB_SHARE_ONE - got),
-                                        (ngx_uint_t) peers,
-                                        ngx_http_tokenbiryani_now_ms());
+                                        (ngx_uint_t) peers, now);
 
-    /* granted less than its due: asked again at the next tick */
-    rc->again = (got < due);
+    /* granted less than its due (and than it may take): asked again at
+     * the next tick */
+    rc->again = (got < due && got < (long long) rc->asked_cap);
 }
 
 

@@ -319,7 +319,9 @@ void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
  * A request's caps, and, when one is reached, which, what it holds (spent
  * in the window and reserved in flight: nanodollars, or turns), the
  * limit, and when the window frees room (ms; 0: only what is in flight
- * holds it; -1: never, the limit is 0).
+ * holds it; -1: never, the limit is 0; at the latest, with frees_within:
+ * what other instances spent holds it, and leaves their ledgers at times
+ * not told).
  */
 typedef struct {
     int64_t                        key_cap;       /* nanodollars; -1 none */
@@ -334,6 +336,7 @@ typedef struct {
     int64_t                        in_flight;
     int64_t                        limit;
     int64_t                        frees_at;
+    ngx_uint_t                     frees_within;
 } ngx_http_tokenbiryani_caps_t;
 
 /* what an answered attempt ran up */

@@ -257,26 +257,33 @@ ngx_http_tokenbiryani_caps_frees(const tb_ledger_t *l,
 
 /*
  * One ledger against its limit: reached, with what holds it and when.
- * others: what the other instances sharing the pool said of it (turns or
- * nanodollars, their reservations included).
+ * others, others_flight: what the other instances sharing the pool said
+ * of it (turns or nanodollars), settled and reserved in flight.
+ *
+ * What is in flight anywhere settles soon: a cap that only it holds is
+ * waited for, as on one instance.  What is settled leaves with the
+ * window: this instance's as its ledger says; of the others' only the
+ * sum is told, which has left within one window and a bucket at the
+ * latest.
  */
 static ngx_uint_t
 ngx_http_tokenbiryani_cap_held(const tb_ledger_t *l,
     ngx_http_tokenbiryani_caps_t *caps, ngx_uint_t which, int64_t limit,
-    int64_t others, int64_t now, int64_t bm)
+    int64_t others, int64_t others_flight, int64_t now, int64_t bm)
 {
-    int64_t  spent, turns;
+    int64_t  spent, turns, settled;
 
     if (limit < 0) {
         return 0;
     }
 
     spent = tb_ledger_spent(l, now, bm, &turns);
+    settled = ((which == NGX_HTTP_TB_CAP_TURNS) ? turns : spent) + others;
 
-    caps->in_flight = (which == NGX_HTTP_TB_CAP_TURNS) ? l->reserved_turns
-                                                        : l->reserved;
-    caps->held = ((which == NGX_HTTP_TB_CAP_TURNS) ? turns : spent)
-                 + caps->in_flight + others;
+    caps->in_flight = ((which == NGX_HTTP_TB_CAP_TURNS) ? l->reserved_turns
+                                                         : l->reserved)
+                      + others_flight;
+    caps->held = settled + caps->in_flight;
 
     if (caps->held < limit) {
         return 0;
@@ -284,35 +291,45 @@ ngx_http_tokenbiryani_cap_held(const tb_ledger_t *l,
 
     caps->reached = which;
     caps->limit = limit;
+    caps->frees_within = 0;
 
-    if (others > 0 && limit > 0 && caps->held - others < limit) {
-        /* held by what the others ran up: theirs to free, not known when */
-        caps->frees_at = now + bm;
-
-    } else {
+    if (limit <= 0 || others == 0 || settled < limit) {
         caps->frees_at = ngx_http_tokenbiryani_caps_frees(l, caps, now, bm,
                                              which == NGX_HTTP_TB_CAP_TURNS);
+
+    } else if (limit - others > 0) {
+        /* when this instance's own falls under what the others leave */
+        caps->frees_at = tb_ledger_frees_at(l, now, bm, limit - others,
+                                            which == NGX_HTTP_TB_CAP_TURNS);
+
+    } else {
+        /* the others' alone hold it: gone from their windows by then */
+        caps->frees_at = now + bm * (TB_LEDGER_BUCKETS + 1);
+        caps->frees_within = 1;
     }
 
     return 1;
 }
 
 
-/* what the other instances said of a key or a conversation, as of now */
+/* what the other instances said of a key or a conversation, as of now:
+ * settled, and in *flight reserved */
 static int64_t
 ngx_http_tokenbiryani_peers_held(const ngx_http_tokenbiryani_peer_spend_t *p,
-    size_t stride, ngx_uint_t n, ngx_uint_t turns, int64_t now, int64_t ttl)
+    size_t stride, ngx_uint_t n, ngx_uint_t turns, int64_t now, int64_t ttl,
+    int64_t *flight)
 {
     int64_t     sum;
     ngx_uint_t  i;
 
     sum = 0;
+    *flight = 0;
 
     for (i = 0; i < n; i++, p = (const void *) ((const u_char *) p + stride))
     {
         if (p->who && p->at_ms + ttl > now) {
-            sum += turns ? p->spend.window_turns + p->spend.reserved_turns
-                         : p->spend.window_cost + p->spend.reserved;
+            sum += turns ? p->spend.window_turns : p->spend.window_cost;
+            *flight += turns ? p->spend.reserved_turns : p->spend.reserved;
         }
     }
 
@@ -325,7 +342,7 @@ ngx_http_tokenbiryani_caps_reached(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_keystate_t *ks, ngx_http_tokenbiryani_session_t *s,
     ngx_http_tokenbiryani_caps_t *caps, int64_t now)
 {
-    int64_t  bm, ttl, turns, cost;
+    int64_t  bm, ttl, turns, cost, turns_flight, cost_flight;
 
     bm = zone->spend_bucket_ms;
     ttl = bm * TB_LEDGER_BUCKETS;
@@ -334,11 +351,12 @@ ngx_http_tokenbiryani_caps_reached(ngx_http_tokenbiryani_zone_t *zone,
     if (ks) {
         cost = ngx_http_tokenbiryani_peers_held(ks->peers,
                    sizeof(ngx_http_tokenbiryani_peer_spend_t),
-                   NGX_HTTP_TB_KEY_PEERS, 0, now, ttl);
+                   NGX_HTTP_TB_KEY_PEERS, 0, now, ttl, &cost_flight);
 
         (void) ngx_http_tokenbiryani_cap_held(&ks->spend, caps,
                                               NGX_HTTP_TB_CAP_KEY,
-                                              caps->key_cap, cost, now, bm);
+                                              caps->key_cap, cost,
+                                              cost_flight, now, bm);
     }
 
     if (s == NULL || caps->reached != NGX_HTTP_TB_CAP_NONE) {
@@ -347,24 +365,27 @@ ngx_http_tokenbiryani_caps_reached(ngx_http_tokenbiryani_zone_t *zone,
 
     turns = 0;
     cost = 0;
+    turns_flight = 0;
+    cost_flight = 0;
 
     if (s->peers) {
         turns = ngx_http_tokenbiryani_peers_held(&s->peers[0].spend,
                     sizeof(ngx_http_tokenbiryani_peer_session_t),
-                    NGX_HTTP_TB_SESSION_PEERS, 1, now, ttl);
+                    NGX_HTTP_TB_SESSION_PEERS, 1, now, ttl, &turns_flight);
         cost = ngx_http_tokenbiryani_peers_held(&s->peers[0].spend,
                    sizeof(ngx_http_tokenbiryani_peer_session_t),
-                   NGX_HTTP_TB_SESSION_PEERS, 0, now, ttl);
+                   NGX_HTTP_TB_SESSION_PEERS, 0, now, ttl, &cost_flight);
     }
 
     if (!ngx_http_tokenbiryani_cap_held(&s->ledger, caps,
                                         NGX_HTTP_TB_CAP_TURNS,
-                                        caps->session_turns, turns, now, bm))
+                                        caps->session_turns, turns,
+                                        turns_flight, now, bm))
     {
         (void) ngx_http_tokenbiryani_cap_held(&s->ledger, caps,
                                               NGX_HTTP_TB_CAP_SESSION,
-                                              caps->session_cap, cost, now,
-                                              bm);
+                                              caps->session_cap, cost,
+                                              cost_flight, now, bm);
     }
 
     return caps->reached;

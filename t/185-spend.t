@@ -125,6 +125,12 @@ for my $r (@ok) {
 }
 ok($spent < 0.003 + $max, sprintf('%d served spent $%.6f: over the $0.003 cap by less than one request ($%.6f)', scalar(@ok), $spent, $max));
 ok(grep({ err_of($_)->{message} =~ /spend cap/ } @no) == @no, 'each refusal names the cap');
+# those that waited for requests in flight to settle too: one answer, not two
+my @both = grep { defined $_->{headers}{'retry-after'} } @no;
+is(scalar(grep { ($_->{headers}{'x-should-retry'} // '') eq 'false' } @no), scalar(@no),
+   'each refusal says not to retry it');
+is(scalar(@both), 0, 'and none carries a retry-after with it')
+    or diag(join "\n", map { "retry-after: $_->{headers}{'retry-after'}, " . err_of($_)->{message} } @both);
 TB::Nginx::mock_config({ event_delay_ms => 0 });
 
 

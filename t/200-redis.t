@@ -758,3 +758,57 @@ ok(defined within(8, sub { ($na, $nb) = ($said->(TB::Nginx::log_text()), $said->
 is("$na $nb", '2 2', 'and both count two gateways');
 --- error_log eval
 qr/the store cannot be written/
+
+
+
+=== TEST 23: a spend cap's refusal says one thing on both instances - x-should-retry: false and no retry-after, and when room comes back as each knows it - and a cap held only by requests in flight on the other instance is waited for, not refused
+--- user_files eval
+">>> tb.yaml\npricing: builtin\n" . $::Yaml
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+peer_start();
+my $key_on = sub {
+    my ($name, $port) = @_;
+    my ($k) = grep { $_->{name} eq $name } @{ admin_get_port('/admin/status', $port)->{keys} // [] };
+    $k;
+};
+my ($st, $j) = admin(POST => '/admin/keys', { name => 'held', spend_cap_usd => 0.02 });
+my $held = $j->{key};
+ok(defined within(1, sub { $key_on->('held', $B) }), 'a key capped at $0.02, on both');
+# on A, one slow stream whose output lease (4,096 tokens at $15 a million)
+# reserves more than the cap; what it costs when it settles is far less
+my $pid = fork // die "fork: $!";
+if (!$pid) {
+    my $a = message_args($held, stream => 1, max_tokens => 4096, text => 'slow');
+    $a->{headers}{'x-mock-event-delay-ms'} = 300;
+    $a->{timeout} = 30;
+    TB::Nginx::http_request(%$a);
+    POSIX::_exit(0);
+}
+ok(defined within(5, sub { ($key_on->('held', $B)->{spend}{other_instances_usd} // 0) >= 0.02 }),
+   'B is told what A holds in flight');
+my $rb = message_with($held, port => $B);
+waitpid($pid, 0);
+is($rb->{status}, 200, "B's request waited for A's to settle, and was served, as on one instance") or diag($rb->{body});
+
+($st, $j) = admin(POST => '/admin/keys', { name => 'capped', spend_cap_usd => 0.001 });
+my $capped = $j->{key};
+ok(defined within(1, sub { $key_on->('capped', $B) }), 'a key capped at $0.001, on both');
+my @r;
+for (1 .. 8) { push @r, message_with($capped); last if $r[-1]{status} != 200 }
+is($r[-1]{status}, 429, 'A serves it until the cap: ' . join(' ', map { $_->{status} } @r));
+ok(defined within(2, sub { ($key_on->('capped', $B)->{spend}{other_instances_usd} // 0) >= 0.001 }),
+   'B knows what A spent');
+my $ra = message_with($capped);
+$rb = message_with($capped, port => $B);
+for ([A => $ra], [B => $rb]) {
+    my ($who, $r) = @$_;
+    is($r->{status}, 429, "$who refuses it");
+    is($r->{headers}{'x-should-retry'}, 'false', "$who: not to be retried");
+    ok(!defined $r->{headers}{'retry-after'}, "$who: and no retry-after with it");
+}
+like($ra->{body}, qr/room again in (?:23h \d+m|1d 0h)"/, 'A, which holds the charges, says when they leave its window');
+like($rb->{body}, qr/room again within 1d 1h, as what other instances spent leaves the window"/,
+     'B, told only their sum, says by when at the latest');

@@ -330,7 +330,10 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
 
     } else {
         (void) tb_wait_format(caps->frees_at - now, wait, sizeof(wait));
-        p = ngx_snprintf(when, sizeof(when) - 1, "room again in %s", wait);
+        p = ngx_snprintf(when, sizeof(when) - 1, caps->frees_within
+                         ? "room again within %s, as what other instances "
+                           "spent leaves the window"
+                         : "room again in %s", wait);
 
         if (caps->frees_at - now <= 60000) {
             ngx_http_tokenbiryani_set_retry_after(ctx, caps->frees_at, now);
@@ -341,6 +344,11 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
     }
 
     *p = '\0';
+
+    if (ctx->final) {
+        /* not to be retried: no retry-after (the queue may have set one) */
+        ctx->retry_after = 0;
+    }
 
     ngx_http_tokenbiryani_window_text(cf->spend_window_hours, window,
                                       sizeof(window));

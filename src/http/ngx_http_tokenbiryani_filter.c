@@ -131,10 +131,13 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
         }
     }
 
-    if (ctx->retry_after > 0 && !ctx->committed
+    if (ctx->retry_after > 0 && !ctx->final && !ctx->committed
         && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
     {
-        /* the gateway's own error, when it knows when capacity returns */
+        /*
+         * the gateway's own error, when it knows when capacity returns
+         * (never with x-should-retry: false below - one or the other)
+         */
 
         value.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
         if (value.data == NULL) {

@@ -73,6 +73,7 @@ typedef struct {
     ngx_uint_t                             again;     /* granted less */
     ngx_uint_t                             degraded;
     int64_t                                degraded_ms;   /* since */
+    ngx_uint_t                             granted;   /* once, at least */
     ngx_uint_t                             returning;
     int64_t                                returned_ms;   /* since */
     uint32_t                               cap;       /* held while away */
@@ -411,7 +412,9 @@ ngx_http_tokenbiryani_rcap_ask(ngx_http_tokenbiryani_rcap_t *rc)
         rc->cap = TB_SHARE_ONE - ss.withheld;
     }
 
-    rc->asked_cap = (rc->degraded || rc->returning) ? rc->cap : TB_SHARE_ONE;
+    /* (at the start, what the master read of the others' shares holds) */
+    rc->asked_cap = (rc->granted && (rc->degraded || rc->returning))
+                    ? rc->cap : TB_SHARE_ONE;
 
     ngx_sprintf(held, "%uD%Z", (uint32_t) (TB_SHARE_ONE - ss.withheld));
     ngx_sprintf(dem, "%uL%Z", demand);
@@ -488,9 +491,18 @@ ngx_http_tokenbiryani_rcap_granted(ngx_http_tokenbiryani_redis_t *rd,
 
     if (rc->degraded) {
         rc->degraded = 0;
-        rc->returning = 1;
+        rc->returning = rc->granted;
         rc->returned_ms = now;
+
+        if (!rc->granted) {
+            /* Redis was away since the start: shared from now on */
+            ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
+                          "tokenbiryani: the pool is shared through Redis "
+                          "again (%L gateways)", peers);
+        }
     }
+
+    rc->granted = 1;
 
     if (rc->returning) {
         if (now - rc->returned_ms < NGX_HTTP_TB_RCAP_TTL_MS) {

@@ -125,8 +125,8 @@ ngx_http_tokenbiryani_zone_news(ngx_http_tokenbiryani_zone_t *zone,
             continue;
         }
 
-        holds[0] = st->reserved[TB_WIN_REQUESTS] + st->pending[TB_WIN_REQUESTS];
-        holds[1] = st->reserved[TB_WIN_INPUT] + st->pending[TB_WIN_INPUT];
+        holds[0] = tb_account_held(st, TB_WIN_REQUESTS, now);
+        holds[1] = tb_account_held(st, TB_WIN_INPUT, now);
 
         if (!st->news && holds[0] == st->told_holds[0]
             && holds[1] == st->told_holds[1])

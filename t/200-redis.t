@@ -80,7 +80,12 @@ sub pair_yaml {
     my %o = @_;
     my $store = "server:\n  allow_private_hosts: true\nstore:\n  backend: " . ($o{redis} // 1 ? "redis\n  url: redis://127.0.0.1:\${TEST_NGINX_REDIS_PORT}/0\n  namespace: tbtest\n"
                                                        : "memory\n");
-    ">>> tb.yaml\n$store$::Pair";
+    # refill => { a1 => 'fixed_window', ... }: how the accounts' windows come back
+    my $pair = $::Pair;
+    for my $id (sort keys %{ $o{refill} // {} }) {
+        $pair =~ s/^(  - id: $id\n(?:    .*\n)*?    max_concurrency: 200\n)/$1    replenishment: $o{refill}{$id}\n/m;
+    }
+    ">>> tb.yaml\n$store$pair";
 }
 
 # the requests window of account $id as instance $port reads it
@@ -108,6 +113,63 @@ sub admin_get_port {
     my ($path, $port) = @_;
     my (undef, $j) = admin(GET => $path, undef, port => $port);
     $j;
+}
+
+# Redis away under load: $o{clients} clients, half on A and half on B,
+# each sending one streamed request after another (tagged with its
+# instance, waiting for capacity up to $o{wait} s) until $o{until}; Redis
+# killed at $o{kill} and started empty at $o{back} (epoch seconds).
+# Returns when Redis was killed, $o{settle} s after (from) and when it was
+# back, what A's /admin/status said of the accounts each second meanwhile,
+# and the clients' answers.
+sub drill {
+    my %o = @_;
+    my $dir = TB::Nginx::servroot() . '/logs';
+    my @kids;
+    for my $c (1 .. $o{clients}) {
+        my $from = $c % 2 ? 'B' : 'A';
+        my $pid = fork // die "fork: $!\n";
+        if ($pid == 0) {
+            my @done;
+            for (my $i = 1; Time::HiRes::time() < $o{until}; $i++) {
+                my $a = message_args('tenant-key', stream => 1, text => "drill $c $i",
+                                     $from eq 'B' ? (port => $::B) : ());
+                $a->{headers}{'x-tokenbiryani-max-wait'} = $o{wait};
+                $a->{headers}{'x-mock-event-delay-ms'} = 25;
+                $a->{headers}{'x-drill-from'} = $from;
+                $a->{timeout} = $o{wait} + 15;
+                my $t = Time::HiRes::time();
+                my $r = TB::Nginx::http_request(%$a);
+                push @done, { from => $from, status => $r->{status} // 0, took => Time::HiRes::time() - $t };
+            }
+            TB::Nginx::spew("$dir/drill.$c.json", TB::Nginx::json_encode(\@done));
+            POSIX::_exit(0);
+        }
+        push @kids, $pid;
+    }
+    my $sleep_until = sub { my $d = $_[0] - Time::HiRes::time(); Time::HiRes::sleep($d) if $d > 0 };
+    my %d;
+    $sleep_until->($o{kill});
+    TB::Nginx::redis_kill();
+    $d{killed} = Time::HiRes::time();
+    for (my $at = $d{killed}; $at < $o{back} - 0.5; $at += 1) {
+        $sleep_until->($at);
+        $d{from} //= Time::HiRes::time() if $at >= $d{killed} + $o{settle};
+        my $st = admin_get_port('/admin/status', undef);
+        push @{ $d{seen} }, { at => sprintf('%.1f', Time::HiRes::time() - $d{killed}),
+                              share => $st->{store}{share}{held}, queue => $st->{queue}{depth},
+                              map { $_->{id} => sprintf('remaining %s, headroom %.2f, reserved %d, pending %d',
+                                                        $_->{limits}{requests}{remaining} // '-', $_->{headroom} // 0,
+                                                        $_->{reserved}{requests} // 0, $_->{pending}{requests} // 0) }
+                              @{ $st->{accounts} // [] } };
+    }
+    $sleep_until->($o{back});
+    TB::Nginx::redis_start(fresh => 1);
+    $d{back} = Time::HiRes::time();
+    waitpid($_, 0) for @kids;
+    $d{done} = [map { @{ TB::Nginx::json_decode(TB::Nginx::slurp("$dir/drill.$_.json") || '[]') } }
+                1 .. $o{clients}];
+    \%d;
 }
 
 run_tests();
@@ -812,3 +874,60 @@ for ([A => $ra], [B => $rb]) {
 like($ra->{body}, qr/room again in (?:23h \d+m|1d 0h)"/, 'A, which holds the charges, says when they leave its window');
 like($rb->{body}, qr/room again within 1d 1h, as what other instances spent leaves the window"/,
      'B, told only their sum, says by when at the latest');
+
+
+
+=== TEST 24: Redis away through several windows: each instance's part refills with them, a fixed window at its reset and a rolling one at its rate, and the upstream refuses nothing
+--- user_files eval: pair_yaml(refill => { a1 => 'fixed_window', a2 => 'token_bucket' })
+--- timeout: 90
+--- request
+GET /healthz
+--- check
+# a1 a fixed window of 20 requests every 4 s; a2 a rolling one of 300 a
+# minute (5 a second)
+my ($P, $rate) = (4, 5);
+mock_config({ credentials => { 'sk-a1' => { requests_limit => 20, window_seconds => $P, window_mode => 'fixed' },
+                               'sk-a2' => { requests_limit => 300, window_seconds => 60 } } });
+peer_start();
+is(message_with("pin-a$_")->{status}, 200, "a$_ read on A") for 1, 2;
+ok(defined within(5, sub { my ($a, $b) = (store_of()->{share}, admin_get_port('/admin/status', $B)->{store}{share});
+                           ($a->{gateways} // 0) == 2 && ($b->{gateways} // 0) == 2 }),
+   'both hold a share of the pool, of two gateways');
+# 32 clients through 3 s of Redis, 21 s without it and 4 s after it is back
+# empty; measured from 3 s after the kill (a larger part is taken only
+# then: each holds half of the pool) until Redis is back
+my $t0 = Time::HiRes::time();
+my $d = drill(clients => 32, wait => 30, kill => $t0 + 3, settle => 3, back => $t0 + 24, until => $t0 + 28);
+my @done = @{ $d->{done} };
+is(scalar(grep { $_->{status} != 200 && $_->{status} != 429 } @done), 0,
+   scalar(@done) . ' requests, every one answered: served, or refused by its gateway');
+my ($from, $to) = ($d->{from}, $d->{back});
+is(mock_stats()->{refused_429}, 0, 'the upstream refused nothing, while Redis was away nor once it was back')
+    or diag(explain([map { sprintf('%s %s %.2f s after the kill (back after %.2f s)', $_->{headers}{'x-drill-from'} // '-',
+                                   $_->{credential}, $_->{ts} - $d->{killed}, $to - $d->{killed}) }
+                     grep { ($_->{status} // 0) == 429 } @{ mock_log() }]));
+# what the windows offered each instance meanwhile: half of a1's every
+# window that began and ended then, and half of a2's refill (what it held
+# then is in the slice of whichever instance held it)
+my $fixed_end = mock_stats()->{credentials}{'sk-a1'}{requests_reset};
+my @windows = grep { $_ >= $from && $_ + $P <= $to } map { $fixed_end - $P * $_ } 1 .. int(($fixed_end - $from) / $P) + 1;
+ok(@windows >= 3, scalar(@windows) . " of a1's fixed windows began and ended while Redis was away");
+my $offered_fixed = @windows * 20 / 2;
+my $offered_rolling = ($to - $from) * $rate / 2;
+my @log = grep { !$_->{refused} && ($_->{status} // 0) == 200 && $_->{ts} >= $from && $_->{ts} < $to } @{ mock_log() };
+for my $gw ('A', 'B') {
+    my @mine = grep { ($_->{headers}{'x-drill-from'} // '') eq $gw } @log;
+    my $fixed = grep { my $t = $_->{ts}; ($_->{credential} // '') eq 'sk-a1' && grep { $t >= $_ && $t < $_ + $P } @windows } @mine;
+    my $rolling = grep { ($_->{credential} // '') eq 'sk-a2' } @mine;
+    my $ratio = ($fixed + $rolling) / ($offered_fixed + $offered_rolling);
+    ok($ratio >= 0.8, sprintf('%s served %.2f of its half of what the windows offered while Redis was away: '
+                              . 'a1 (fixed) %d of %d, a2 (rolling) %d of %.0f', $gw, $ratio, $fixed,
+                              $offered_fixed, $rolling, $offered_rolling))
+        or diag(explain($d->{seen}));
+}
+my $longest = List::Util::max(map { $_->{took} } @done);
+ok($longest < 20, sprintf('no request waited for long: %.1f s at most', $longest));
+ok(defined within(5, sub { TB::Nginx::log_text() =~ /the pool is shared through Redis again \(2 gateways\)/ }),
+   'shared through Redis again once it is back');
+--- error_log eval
+qr/the store cannot be written/

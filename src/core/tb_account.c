@@ -14,6 +14,17 @@ static void tb_slice_refill_to(tb_account_state_t *a, int64_t now_ms,
     int begin);
 
 
+/*
+ * A fixed window whose reset has passed: what it counted before is gone,
+ * whether or not a reading since has said so
+ */
+static int
+tb_window_reset_passed(const tb_window_t *w, int64_t now)
+{
+    return w->refill == TB_REFILL_FIXED && w->reset_ms && w->reset_ms <= now;
+}
+
+
 void
 tb_account_state_init(tb_account_state_t *a, const char *id, size_t len,
     const unsigned char fingerprint[8])
@@ -247,7 +258,9 @@ tb_account_pending(tb_account_state_t *a, int64_t now)
             if (r->n[w] == 0 || r->ended < s
                 || (a->shared && tb_window_counts(win, w, r->seen[w], now))
                 || (r->ended_ms
-                    && r->ended_ms + TB_CLOCK_SKEW_MS < win->sent_ms))
+                    && r->ended_ms + TB_CLOCK_SKEW_MS < win->sent_ms)
+                || (r->ended_ms && tb_window_reset_passed(win, now)
+                    && r->ended_ms + TB_CLOCK_SKEW_MS < win->reset_ms))
             {
                 /*
                  * nothing of it there, or that window's answer counts it:
@@ -257,7 +270,8 @@ tb_account_pending(tb_account_state_t *a, int64_t now)
                  * when the pool is shared - alone, a later answer read
                  * from before may raise it, and what was dropped would be
                  * lost), or was sent after the upstream had surely
-                 * counted this one
+                 * counted this one; or it was counted before a fixed
+                 * window's reset, which has passed
                  */
                 continue;
             }
@@ -336,6 +350,44 @@ tb_account_released(tb_account_state_t *a, uint64_t ended, uint64_t own,
 }
 
 
+int64_t
+tb_account_pending_at(const tb_account_state_t *a, int win, int64_t now_ms)
+{
+    int64_t              p;
+    uint32_t             i;
+    const tb_window_t   *w;
+    const tb_release_t  *r;
+
+    w = &a->mirror.w[win];
+
+    if (win > TB_WIN_INPUT || !tb_window_reset_passed(w, now_ms)) {
+        return a->pending[win];
+    }
+
+    /*
+     * Only what ended after the reset (or may have): what ended before
+     * was counted in the window that ended.  The answer the window was
+     * read from counts its own.
+     */
+
+    p = 0;
+
+    for (i = 0; i < a->nreleased; i++) {
+        r = &a->released[i];
+
+        if (r->n[win] == 0 || r->own == w->seq
+            || (r->ended_ms && r->ended_ms + TB_CLOCK_SKEW_MS < w->reset_ms))
+        {
+            continue;
+        }
+
+        p += r->n[win];
+    }
+
+    return p < a->pending[win] ? p : a->pending[win];
+}
+
+
 void
 tb_account_share(tb_account_state_t *a, unsigned shared)
 {
@@ -357,33 +409,22 @@ tb_share_of(int64_t v, uint32_t withheld)
 
 
 /*
- * What a slice gains from since to now: its share of the window's refill,
- * at the rate its reading says (what it lacks by its reset), or its limit
- * a minute when the reading was full or said no reset (Anthropic's windows
+ * What a slice gains a millisecond: its share of the window's refill, at
+ * the rate its reading says (what it lacks by its reset), or its limit a
+ * minute when the reading was full or said no reset (Anthropic's windows
  * are a minute's); a fixed window gains only at its reset, when the slice
- * begins again.  In fractions: a slice refilled on every request gains a
- * little of one each time.
+ * begins again.
  */
 static double
-tb_slice_gain(const tb_account_state_t *a, int win, int64_t since,
-    int64_t now)
+tb_slice_rate(const tb_account_state_t *a, int win)
 {
     double              rate;
-    int64_t             dt;
     const tb_window_t  *w;
 
     w = &a->mirror.w[win];
 
-    if (since == 0 || now <= since || w->limit <= 0 || w->remaining < 0
-        || w->refill == TB_REFILL_FIXED)
-    {
+    if (w->limit <= 0 || w->remaining < 0 || w->refill == TB_REFILL_FIXED) {
         return 0;
-    }
-
-    dt = now - since;
-
-    if (dt > TB_SLICE_GAIN_MAX_MS) {
-        dt = TB_SLICE_GAIN_MAX_MS;
     }
 
     if (w->remaining < w->limit && w->reset_ms > w->observed_ms) {
@@ -394,8 +435,31 @@ tb_slice_gain(const tb_account_state_t *a, int win, int64_t since,
         rate = (double) w->limit / 60000.0;
     }
 
-    return rate * (double) dt * (double) (TB_SHARE_ONE - a->withheld)
-           / TB_SHARE_ONE;
+    return rate * (double) (TB_SHARE_ONE - a->withheld) / TB_SHARE_ONE;
+}
+
+
+/*
+ * What a slice gains from since to now, in fractions: a slice refilled on
+ * every request gains a little of one each time
+ */
+static double
+tb_slice_gain(const tb_account_state_t *a, int win, int64_t since,
+    int64_t now)
+{
+    int64_t  dt;
+
+    if (since == 0 || now <= since) {
+        return 0;
+    }
+
+    dt = now - since;
+
+    if (dt > TB_SLICE_GAIN_MAX_MS) {
+        dt = TB_SLICE_GAIN_MAX_MS;
+    }
+
+    return tb_slice_rate(a, win) * (double) dt;
 }
 
 
@@ -430,11 +494,14 @@ tb_slice_now(const tb_account_state_t *a, int win, int64_t now_ms,
             return 0;
         }
 
-        /* its share of what the window holds, less its own */
+        /*
+         * its share of what the window holds, less its own (nothing that
+         * ended before a fixed window's reset: it was counted before)
+         */
         *begun = 1;
 
-        return (double) (tb_share_of(level, a->withheld) - a->reserved[win]
-                         - a->pending[win]);
+        return (double) (tb_share_of(level, a->withheld)
+                         - tb_account_held(a, win, now_ms));
     }
 
     *begun = 1;
@@ -470,6 +537,52 @@ tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms)
      * fractions loses
      */
     return (int64_t) floor(left + 1e-6);
+}
+
+
+int64_t
+tb_slice_at(const tb_account_state_t *a, int win, int64_t n, int64_t now_ms)
+{
+    int                 begun;
+    double              left, rate, cap, dt;
+    const tb_window_t  *w;
+
+    left = tb_slice_now(a, win, now_ms, &begun);
+
+    if (!begun || left + 1e-6 >= (double) n) {
+        return now_ms;
+    }
+
+    w = &a->mirror.w[win];
+
+    cap = (double) w->limit * (double) (TB_SHARE_ONE - a->withheld)
+          / TB_SHARE_ONE;
+
+    if (w->limit <= 0 || (double) n > cap + 1e-6) {
+        /* more than the slice ever holds */
+        return 0;
+    }
+
+    if (w->refill == TB_REFILL_FIXED) {
+        /* whole again at its reset, if one is known to come */
+        return w->reset_ms > now_ms ? w->reset_ms : 0;
+    }
+
+    rate = tb_slice_rate(a, win);
+
+    if (rate <= 0) {
+        return 0;
+    }
+
+    /* the millisecond it has gained what it lacks */
+    dt = ceil(((double) n - left - 1e-6) / rate);
+
+    if (dt > (double) TB_RL_RESET_MAX_MS) {
+        /* no window takes that long: not a time to wait for */
+        return 0;
+    }
+
+    return now_ms + (int64_t) dt;
 }
 
 
@@ -586,15 +699,34 @@ int64_t
 tb_account_others(const tb_account_state_t *a, int win, int64_t now_ms)
 {
     int                     i;
-    int64_t                 sum;
+    int64_t                 sum, counted;
     const tb_peer_holds_t  *p;
+    const tb_window_t      *w;
+
+    /*
+     * What they said they held before the window's reading was sent is
+     * in its count: what was pending had been counted upstream, what was
+     * reserved was on its way, and their slices have it.  Before a fixed
+     * window's reset that has passed, it was counted in the window that
+     * ended.  (Redis away, nothing newer is said: without this, what they
+     * held when it went would be believed for TB_PEER_HOLDS_MS.)
+     */
+
+    w = &a->mirror.w[win];
+    counted = w->sent_ms;
+
+    if (tb_window_reset_passed(w, now_ms) && w->reset_ms > counted) {
+        counted = w->reset_ms;
+    }
 
     sum = 0;
 
     for (i = 0; i < TB_PEERS; i++) {
         p = &a->peers[i];
 
-        if (p->who && p->at_ms + TB_PEER_HOLDS_MS > now_ms) {
+        if (p->who && p->at_ms + TB_PEER_HOLDS_MS > now_ms
+            && p->at_ms + TB_CLOCK_SKEW_MS >= counted)
+        {
             sum += p->holds[win];
         }
     }
@@ -735,8 +867,8 @@ tb_account_news(const tb_account_state_t *a, const tb_breaker_conf_t *bc,
     int64_t  at;
 
     memcpy(n->w, a->mirror.w, sizeof(n->w));
-    n->holds[0] = a->reserved[TB_WIN_REQUESTS] + a->pending[TB_WIN_REQUESTS];
-    n->holds[1] = a->reserved[TB_WIN_INPUT] + a->pending[TB_WIN_INPUT];
+    n->holds[0] = tb_account_held(a, TB_WIN_REQUESTS, now_ms);
+    n->holds[1] = tb_account_held(a, TB_WIN_INPUT, now_ms);
     n->spend[0] = tb_ledger_spent(&a->spend, now_ms, bucket_ms, NULL);
     n->spend[1] = a->spend.reserved;
     n->retry_after_ms = a->mirror.retry_after_ms;

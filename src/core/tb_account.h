@@ -274,6 +274,23 @@ void tb_account_released(tb_account_state_t *a, uint64_t ended,
     uint64_t own, int64_t ended_ms, const int64_t *seen, int64_t requests,
     int64_t input, int64_t now_ms);
 
+/*
+ * What is pending of a window (requests or input) at now: a fixed window
+ * whose reset has passed counts nothing that ended before it, though no
+ * reading since has said so (none may come while nothing is admitted).
+ */
+int64_t tb_account_pending_at(const tb_account_state_t *a, int win,
+    int64_t now_ms);
+
+/* what this gateway holds that a window does not count: its reservations
+ * and what is pending at now */
+static inline int64_t
+tb_account_held(const tb_account_state_t *a, int win, int64_t now_ms)
+{
+    return a->reserved[win]
+           + (a->pending[win] ? tb_account_pending_at(a, win, now_ms) : 0);
+}
+
 
 /*
  * What one gateway tells the others that share the pool about an account:
@@ -322,6 +339,15 @@ void tb_account_share(tb_account_state_t *a, unsigned shared);
  * from withheld to now_withheld.  Under the lock but for the first.
  */
 int64_t tb_slice_left(const tb_account_state_t *a, int win, int64_t now_ms);
+
+/*
+ * When the slice of window win will hold n: now if it does, a fixed
+ * window's reset, or when a rolling window's refill brings it; 0 when no
+ * time is known (more than the slice can ever hold, or a fixed window
+ * whose next reset is not known yet).
+ */
+int64_t tb_slice_at(const tb_account_state_t *a, int win, int64_t n,
+    int64_t now_ms);
 void tb_slice_refill(tb_account_state_t *a, int64_t now_ms);
 void tb_slice_spend(tb_account_state_t *a, int win, int64_t n,
     int64_t now_ms);
@@ -332,7 +358,12 @@ void tb_slice_reshare(tb_account_state_t *a, uint32_t withheld,
  * own (the windows it counts against changed).  Under the lock. */
 void tb_slice_restart(tb_account_state_t *a);
 
-/* what the other gateways hold of a window (requests or input) now */
+/*
+ * What the other gateways hold of a window (requests or input) now: what
+ * they said within TB_PEER_HOLDS_MS that the window's count may not have:
+ * said after its reading was sent, and after a fixed window's reset that
+ * has passed
+ */
 int64_t tb_account_others(const tb_account_state_t *a, int win,
     int64_t now_ms);
 

@@ -50,7 +50,7 @@ tb_lease_reserve_in(tb_account_state_t *st, tb_account_state_t *cap,
         cap->reserved[w] += need->n[w];
 
         level = tb_window_level(&cap->mirror.w[w], now);
-        held = cap->reserved[w] + cap->pending[w];
+        held = tb_account_held(cap, w, now);
 
         if (level != TB_UNKNOWN && held > cap->peak_reserved[w]) {
             cap->peak_reserved[w] = held;

@@ -96,7 +96,7 @@ tb_window_available(const tb_account_state_t *st, int win, int64_t now)
          * hold is taken off too, and no more than this one's slice
          */
         level -= tb_account_others(st, win, now)
-                 + st->reserved[win] + st->pending[win];
+                 + tb_account_held(st, win, now);
 
         slice = tb_slice_left(st, win, now);
 
@@ -112,7 +112,7 @@ tb_window_available(const tb_account_state_t *st, int win, int64_t now)
         level = level * (TB_SHARE_ONE - st->withheld) / TB_SHARE_ONE;
     }
 
-    level -= st->reserved[win] + st->pending[win];
+    level -= tb_account_held(st, win, now);
 
     return level > 0 ? level : 0;
 }
@@ -215,7 +215,7 @@ int64_t
 tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
 {
     int                 w;
-    int64_t             want, all, at, latest, span, share;
+    int64_t             want, at, latest, span, share;
     const tb_window_t  *win;
 
     latest = now;
@@ -229,9 +229,26 @@ tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
             continue;
         }
 
-        want = need->n[w] + st->reserved[w] + st->pending[w];
+        want = need->n[w] + tb_account_held(st, w, now);
 
-        if (st->withheld) {
+        if (st->shared && w != TB_WIN_OUTPUT) {
+            /*
+             * Its share is its slice's: the slice must hold it, and the
+             * whole window it with what everyone holds
+             */
+            at = tb_slice_at(st, w, need->n[w], now);
+
+            if (at == 0) {
+                return 0;
+            }
+
+            if (at > latest) {
+                latest = at;
+            }
+
+            want += tb_account_others(st, w, now);
+
+        } else if (st->withheld) {
             /* what the whole window must hold for this share to fit it */
             share = TB_SHARE_ONE - (int64_t) st->withheld;
 
@@ -242,14 +259,9 @@ tb_fits_at(const tb_account_state_t *st, const tb_need_t *need, int64_t now)
             want = (want * TB_SHARE_ONE + share - 1) / share;
         }
 
-        if (st->shared && w != TB_WIN_OUTPUT) {
-            /* and with what the others hold */
-            all = need->n[w] + st->reserved[w] + st->pending[w]
-                  + tb_account_others(st, w, now);
-
-            if (all > want) {
-                want = all;
-            }
+        if (want <= tb_window_level(win, now)) {
+            /* the window holds it: only the slice lacks it */
+            continue;
         }
 
         if (win->limit <= 0 || want > win->limit) {
@@ -383,7 +395,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
             exceeds = 1;                                                      \
         }                                                                     \
                                                                               \
-        avail = tb_level(win, in->now) - ws->reserved[wi] - ws->pending[wi];  \
+        avail = tb_level(win, in->now) - tb_account_held(ws, wi, in->now);    \
                                                                               \
         if (avail < need->n[wi]) {                                            \
             fits = 0;                                                         \
@@ -401,6 +413,15 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
     tb_route_window(TB_WIN_OUTPUT, need->max_tokens)
 
 #undef tb_route_window
+
+    if (fits && (ws->shared || ws->withheld) && !tb_fits(ws, need, in->now)) {
+        /*
+         * The window has room, this gateway's part of it (its slices, what
+         * the others hold) does not: not eligible - the lease would be
+         * refused - but saturated, with the time its part comes back
+         */
+        fits = 0;
+    }
 
     o->headroom = conf->observable_limits ? (h < 1.0 ? h : 1.0)
                                           : conf->assumed_headroom;

@@ -457,6 +457,7 @@ class State:
                     "refused_429": cs.refused_429,
                     "count_tokens_requests": cs.count_tokens_requests,
                     "requests_remaining": cs.b["requests"].remaining(),
+                    "requests_reset": cs.b["requests"].full_at(now),
                     "input_remaining": cs.b["input"].remaining(),
                     "output_remaining": cs.b["output"].remaining(),
                     "cache_entries": cs.cache_entries(now),

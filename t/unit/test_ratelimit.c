@@ -1030,16 +1030,15 @@ TB_TEST(slices_hold_however_the_upstream_orders)
 
     /*
      * the window's reset: each slice is its share of it again, less what
-     * that gateway held then (x's one pending, which the reading after
-     * the reset counts)
+     * that gateway holds that the new window counts (not x's one pending:
+     * it ended long before the reset, and was counted in the window that
+     * ended)
      */
-    i = (int) x.pending[TB_WIN_REQUESTS];
     read_requests(&x, 40, 59, T0 + 120000, TB_REFILL_FIXED, T0 + 60010,
                   T0 + 60020);
     TB_CHECK_INT(x.pending[TB_WIN_REQUESTS], 0);
-    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 60020), 15 - i);
-    TB_CHECK_INT(tb_window_available(&x, TB_WIN_REQUESTS, T0 + 60020),
-                 15 - i);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 60020), 15);
+    TB_CHECK_INT(tb_window_available(&x, TB_WIN_REQUESTS, T0 + 60020), 15);
 }
 
 
@@ -1146,6 +1145,163 @@ TB_TEST(slices_begin_again_after_the_reading)
 }
 
 
+/*
+ * Redis away, a gateway that spent its slice of a fixed window admits
+ * nothing more, so no reading comes to say the window reset, nor that
+ * what ended before it was counted.  Its slice says when it comes back:
+ * at the reset, whole again, and the window holds it - whatever was
+ * pending then (counted in the window that ended), but what ended too
+ * close to the reset to be sure.
+ */
+TB_TEST(slices_begin_again_at_a_fixed_reset_without_a_reading)
+{
+    int                  i, probed;
+    tb_need_t            one;
+    tb_answer_t          ans;
+    tb_account_conf_t    conf;
+    tb_breaker_conf_t    bc;
+    tb_account_state_t   x;
+    unsigned char        fp[8] = { 0 };
+
+    memset(&conf, 0, sizeof(conf));
+    conf.max_concurrency = 1000;
+    memset(&bc, 0, sizeof(bc));
+    memset(&one, 0, sizeof(one));
+    one.n[TB_WIN_REQUESTS] = 1;
+
+    tb_account_state_init(&x, "a", sizeof("a") - 1, fp);
+    tb_account_share(&x, 1);
+    tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);
+
+    /* 60 a window, until T0 + 4 s: 30 for this gateway */
+    read_requests(&x, 1, 60, T0 + 4000, TB_REFILL_FIXED, T0 - 10, T0);
+
+    for (i = 0; i < 30; i++) {
+        TB_CHECK(tb_lease_reserve(&x, &conf, &bc, &one, T0, &probed));
+    }
+
+    TB_CHECK(!tb_lease_reserve(&x, &conf, &bc, &one, T0, &probed));
+
+    /* ended, their answers saying nothing of the window: all pending,
+     * the last one just before the reset */
+    memset(&ans, 0, sizeof(ans));
+    ans.remaining[TB_WIN_REQUESTS] = -1;
+    ans.remaining[TB_WIN_INPUT] = -1;
+
+    for (i = 0; i < 30; i++) {
+        ans.headers_ms = (i < 29) ? T0 + 100 : T0 + 3900;
+        tb_lease_release(&x, &one, &ans, 100, 2 + i, 0, ans.headers_ms);
+    }
+
+    TB_CHECK_INT(x.pending[TB_WIN_REQUESTS], 30);
+    TB_CHECK_INT(tb_window_available(&x, TB_WIN_REQUESTS, T0 + 3900), 0);
+    TB_CHECK_INT(tb_slice_at(&x, TB_WIN_REQUESTS, 1, T0 + 3900), T0 + 4000);
+    TB_CHECK_INT(tb_fits_at(&x, &one, T0 + 3900), T0 + 4000);
+
+    /* the reset, no reading since: 29 were counted before it */
+    TB_CHECK_INT(tb_account_pending_at(&x, TB_WIN_REQUESTS, T0 + 4000), 1);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 4000), 29);
+    TB_CHECK_INT(tb_window_available(&x, TB_WIN_REQUESTS, T0 + 4000), 29);
+
+    for (i = 0; i < 29; i++) {
+        TB_CHECK(tb_lease_reserve(&x, &conf, &bc, &one, T0 + 4000, &probed));
+    }
+
+    TB_CHECK(!tb_lease_reserve(&x, &conf, &bc, &one, T0 + 4000, &probed));
+
+    /* its next reset is not known until an answer says it */
+    TB_CHECK_INT(tb_slice_at(&x, TB_WIN_REQUESTS, 1, T0 + 4000), 0);
+}
+
+
+/*
+ * A bucket's slice says when it holds what is asked: at its share of the
+ * rate its reading says, never when the slice cannot hold it.
+ */
+TB_TEST(slices_say_when_they_refill)
+{
+    tb_account_state_t   x;
+    unsigned char        fp[8] = { 0 };
+
+    tb_account_state_init(&x, "a", sizeof("a") - 1, fp);
+    tb_account_share(&x, 1);
+    tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);
+
+    /* 30 of 60 left, full again in 30 s: half a request a second here */
+    read_requests(&x, 1, 30, T0 + 30000, TB_REFILL_BUCKET, T0 - 10, T0);
+    tb_slice_spend(&x, TB_WIN_REQUESTS, 15, T0);
+
+    TB_CHECK_INT(tb_slice_at(&x, TB_WIN_REQUESTS, 1, T0), T0 + 2000);
+    TB_CHECK_INT(tb_slice_at(&x, TB_WIN_REQUESTS, 3, T0), T0 + 6000);
+    TB_CHECK_INT(tb_slice_left(&x, TB_WIN_REQUESTS, T0 + 6000), 3);
+    TB_CHECK_INT(tb_slice_at(&x, TB_WIN_REQUESTS, 3, T0 + 6000), T0 + 6000);
+    TB_CHECK_INT(tb_slice_at(&x, TB_WIN_REQUESTS, 31, T0), 0);
+}
+
+
+/*
+ * What another gateway said it holds is in the window's count once the
+ * window is read from a request sent after it was said, or once a fixed
+ * window's reset has passed since.  Redis away, nothing newer is said:
+ * what it held when Redis went is not taken off for a minute.
+ */
+TB_TEST(holds_told_are_counted_by_a_later_reading)
+{
+    int                  i, probed;
+    tb_need_t            one;
+    tb_account_conf_t    conf;
+    tb_breaker_conf_t    bc;
+    tb_account_news_t    news;
+    tb_account_state_t   x, y, z;
+    unsigned char        fp[8] = { 0 };
+
+    memset(&conf, 0, sizeof(conf));
+    conf.max_concurrency = 1000;
+    memset(&bc, 0, sizeof(bc));
+    memset(&one, 0, sizeof(one));
+    one.n[TB_WIN_REQUESTS] = 1;
+
+    tb_account_state_init(&x, "a", sizeof("a") - 1, fp);
+    tb_account_state_init(&y, "a", sizeof("a") - 1, fp);
+    tb_account_state_init(&z, "a", sizeof("a") - 1, fp);
+    tb_account_share(&x, 1);
+    tb_account_share(&y, 1);
+    tb_account_share(&z, 1);
+    tb_slice_reshare(&x, TB_SHARE_ONE / 2, T0);
+    tb_slice_reshare(&y, TB_SHARE_ONE / 2, T0);
+    tb_slice_reshare(&z, TB_SHARE_ONE / 2, T0);
+
+    /* y holds 8 in flight, and says so */
+    read_requests(&y, 1, 40, T0 + 60000, TB_REFILL_BUCKET, T0 - 10, T0);
+
+    for (i = 0; i < 8; i++) {
+        TB_CHECK(tb_lease_reserve(&y, &conf, &bc, &one, T0, &probed));
+    }
+
+    tb_account_news(&y, &bc, 3600000, T0 + 10, &news);
+    TB_CHECK_INT(news.holds[0], 8);
+
+    /* x reads the window from y's reading: y's 8 are not in its count */
+    tb_account_adopt(&x, &news, 7, T0 + 20);
+    TB_CHECK_INT(tb_account_others(&x, TB_WIN_REQUESTS, T0 + 30), 8);
+    TB_CHECK_INT(tb_window_available(&x, TB_WIN_REQUESTS, T0 + 30), 20);
+
+    /* read again from a request sent after: they are, and still until
+     * TB_PEER_HOLDS_MS has passed, nothing newer being said */
+    read_requests(&x, 1, 30, T0 + 60000, TB_REFILL_BUCKET, T0 + 500,
+                  T0 + 510);
+    TB_CHECK_INT(tb_account_others(&x, TB_WIN_REQUESTS, T0 + 520), 0);
+    TB_CHECK_INT(tb_window_available(&x, TB_WIN_REQUESTS, T0 + 520), 15);
+
+    /* z has read a fixed window itself; y's 8 count until its reset */
+    read_requests(&z, 1, 40, T0 + 4000, TB_REFILL_FIXED, T0, T0 + 5);
+    tb_account_adopt(&z, &news, 7, T0 + 20);
+    TB_CHECK_INT(tb_account_others(&z, TB_WIN_REQUESTS, T0 + 30), 8);
+    TB_CHECK_INT(tb_account_others(&z, TB_WIN_REQUESTS, T0 + 4000), 0);
+    TB_CHECK_INT(tb_window_available(&z, TB_WIN_REQUESTS, T0 + 4000), 30);
+}
+
+
 int
 main(void)
 {
@@ -1172,6 +1328,9 @@ main(void)
     TB_RUN(slices_hold_however_the_upstream_orders);
     TB_RUN(slices_refill_by_the_bucket);
     TB_RUN(slices_begin_again_after_the_reading);
+    TB_RUN(slices_begin_again_at_a_fixed_reset_without_a_reading);
+    TB_RUN(slices_say_when_they_refill);
+    TB_RUN(holds_told_are_counted_by_a_later_reading);
     TB_RUN(replenishment_learned);
 
     return tb_test_done();

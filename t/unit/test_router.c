@@ -778,6 +778,79 @@ TB_TEST(servable_and_soonest)
 }
 
 
+/*
+ * Gateways sharing the pool: an account whose window has room but whose
+ * slice this gateway has spent is not eligible - its lease would be
+ * refused - but saturated, with when its slice comes back (a fixed
+ * window's reset, a rolling one's refill), so that a waiter is woken then
+ * whatever else happens: with Redis away nothing else does.
+ */
+TB_TEST(a_spent_slice_waits_for_its_refill)
+{
+    tb_decision_t  d;
+    tb_route_in_t  in;
+
+    setup();
+    in = input("sticky_headroom", -1, 1);
+    cand[1].in_pool = 0;
+    cand[2].in_pool = 0;
+    cand[3].in_pool = 0;
+
+    /* 20 a window until T0 + 4 s, half of it here, spent */
+    tb_account_share(&st[0], 1);
+    tb_slice_reshare(&st[0], TB_SHARE_ONE / 2, T0);
+    observe(&st[0], TB_WIN_REQUESTS, 20, 20, T0 + 4000, T0);
+    st[0].mirror.w[TB_WIN_REQUESTS].refill = TB_REFILL_FIXED;
+    tb_slice_spend(&st[0], TB_WIN_REQUESTS, 10, T0);
+    TB_CHECK_INT(tb_slice_left(&st[0], TB_WIN_REQUESTS, T0), 0);
+
+    decide(&in, &d);
+    TB_CHECK_INT(d.chosen, -1);
+    TB_CHECK(d.servable);
+    TB_CHECK_INT(out[0].verdict, TB_V_HEADROOM);
+    TB_CHECK_INT(out[0].available_at, T0 + 4000);
+    TB_CHECK_INT(d.soonest, T0 + 4000);
+
+    in.now = T0 + 4000;
+    TB_CHECK_INT(decide(&in, &d), 0);
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &in.need, T0 + 4000,
+                              &probed));
+
+    /* a rolling window: 10 of 20 left, full in 2 s - 5 a second, 2.5
+     * here - and the slice spent: one more in 400 ms */
+    setup();
+    in = input("sticky_headroom", -1, 1);
+    cand[1].in_pool = 0;
+    cand[2].in_pool = 0;
+    cand[3].in_pool = 0;
+
+    tb_account_share(&st[0], 1);
+    tb_slice_reshare(&st[0], TB_SHARE_ONE / 2, T0);
+    observe(&st[0], TB_WIN_REQUESTS, 20, 10, T0 + 2000, T0);
+    st[0].mirror.w[TB_WIN_REQUESTS].refill = TB_REFILL_BUCKET;
+    tb_slice_spend(&st[0], TB_WIN_REQUESTS, 5, T0);
+    TB_CHECK_INT(tb_slice_left(&st[0], TB_WIN_REQUESTS, T0), 0);
+
+    decide(&in, &d);
+    TB_CHECK_INT(out[0].verdict, TB_V_HEADROOM);
+    TB_CHECK_INT(out[0].available_at, T0 + 400);
+
+    in.now = T0 + 400;
+    TB_CHECK_INT(decide(&in, &d), 0);
+    TB_CHECK(tb_lease_reserve(&st[0], &conf[0], &bc, &in.need, T0 + 400,
+                              &probed));
+
+    /* alone, the same window serves at once */
+    setup();
+    in = input("sticky_headroom", -1, 1);
+    observe(&st[0], TB_WIN_REQUESTS, 20, 10, T0 + 2000, T0);
+    cand[1].in_pool = 0;
+    cand[2].in_pool = 0;
+    cand[3].in_pool = 0;
+    TB_CHECK_INT(decide(&in, &d), 0);
+}
+
+
 TB_TEST(leases_are_all_or_nothing)
 {
     int        i;
@@ -1326,6 +1399,7 @@ main(void)
     TB_RUN(cost_tiered_drains_the_cheap_tier_first);
     TB_RUN(least_loaded_and_error_rate);
     TB_RUN(servable_and_soonest);
+    TB_RUN(a_spent_slice_waits_for_its_refill);
     TB_RUN(leases_are_all_or_nothing);
     TB_RUN(concurrency_only_leases_skip_the_probe);
     TB_RUN(unseen_limits_admit_one_probe_at_a_time);

@@ -47,12 +47,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
 
-    tb_account_state_init(a, "a", fp);
+    tb_account_state_init(a, "a", sizeof("a") - 1, fp);
     (void) tb_account_adopt(a, &news, 7, NOW);
     (void) tb_window_available(a, TB_WIN_INPUT, NOW);
 
     /* shared, half of it, a reading of its own, a lease, the news again */
-    tb_account_state_init(a, "a", fp);
+    tb_account_state_init(a, "a", sizeof("a") - 1, fp);
     tb_account_share(a, 1);
     tb_slice_reshare(a, TB_SHARE_ONE / 2, NOW - 2000);
 

@@ -1923,7 +1923,10 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
                                       (double) (now - st.flushed_ms) / 1000)
             : cJSON_AddNullToObject(obj, "flushed_seconds_ago")) == NULL
         || cJSON_AddNumberToObject(obj, "write_failures",
-                                   (double) st.failures) == NULL)
+                                   (double) st.failures) == NULL
+        || (st.flusher
+            ? cJSON_AddNumberToObject(obj, "writer_pid", (double) st.flusher)
+            : cJSON_AddNullToObject(obj, "writer_pid")) == NULL)
     {
         return NGX_ERROR;
     }

@@ -644,6 +644,9 @@ static void
 ngx_http_tokenbiryani_session_copy(ngx_http_tokenbiryani_session_view_t *v,
     const ngx_http_tokenbiryani_session_t *s)
 {
+    /* written to the store as its bytes: none left from an earlier use */
+    ngx_memzero(v, sizeof(ngx_http_tokenbiryani_session_view_t));
+
     v->session = (uint64_t) s->node.key;
     v->ledger = s->ledger;
     v->first_ms = s->first_ms;
@@ -656,9 +659,6 @@ ngx_http_tokenbiryani_session_copy(ngx_http_tokenbiryani_session_view_t *v,
     v->key_len = s->key_len;
     ngx_memcpy(v->key, s->key, s->key_len);
     v->key[s->key_len] = '\0';
-    v->account[0] = '\0';
-    v->others[0] = 0;
-    v->others[1] = 0;
 }
 
 

@@ -14,6 +14,7 @@
 
 #if (NGX_THREADS)
 #include <ngx_thread_pool.h>
+#include <malloc.h>
 #endif
 
 
@@ -58,6 +59,21 @@ static void ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job);
 #endif
 
 
+/*
+ * The flush's job, kept by the process and grown, never shrunk: a few MB
+ * asked of malloc and given back every second left the flusher's heap to
+ * grow with what other allocations pinned between them (issue 30), and
+ * touching fresh pages each time cost the event loop page faults.  A
+ * flush that comes while it is out (the last one, at exit, with a Redis
+ * write in flight) gets its own.
+ */
+static ngx_http_tokenbiryani_job_t  *ngx_http_tokenbiryani_flush_buf;
+static size_t                        ngx_http_tokenbiryani_flush_size;
+static ngx_uint_t                    ngx_http_tokenbiryani_flush_out;
+
+
+static ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_job(
+    size_t size);
 static int ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
     ngx_http_tokenbiryani_job_t *job);
 static int ngx_http_tokenbiryani_flush_spend(tb_store_t *db,
@@ -777,6 +793,16 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     }
 
     /*
+     * SQLite runs in whichever of the pool's threads takes the task, and
+     * glibc gives each thread that allocates an arena of its own (up to
+     * eight per core): what SQLite freed in one was kept there, out of
+     * reach of the others, and the writing worker grew by some MB a minute
+     * for minutes (issue 30: 44 MB against 7 for the other worker; 14 MB
+     * with one arena).  One task runs at a time: one arena serves them all.
+     */
+    (void) mallopt(M_ARENA_MAX, 1);
+
+    /*
      * The worker's connection, opened now and kept: a store that cannot
      * be opened is said at once, and while a worker holds the file open,
      * another process closing it (an operator's sqlite3, a backup) is
@@ -850,7 +876,7 @@ ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job)
 
     w->flushing = 0;
 
-    ngx_free(job);
+    ngx_http_tokenbiryani_flush_release(job);
 }
 
 
@@ -921,7 +947,7 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
                               "worker is not written: %s", job->err);
             }
 
-            ngx_free(job);
+            ngx_http_tokenbiryani_flush_release(job);
         }
 
         ops->exit_worker(cycle, tmcf);
@@ -960,7 +986,7 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
             tb_store_close(db);
         }
 
-        ngx_free(job);
+        ngx_http_tokenbiryani_flush_release(job);
     }
 
     /* another worker (of the next generation) writes from now on */
@@ -1406,8 +1432,7 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
            + NGX_HTTP_TB_FLUSH_SESSIONS
              * sizeof(ngx_http_tokenbiryani_session_view_t);
 
-    /* zeroed whole: what is written is the views' bytes, padding too */
-    job = ngx_calloc(size, ngx_cycle->log);
+    job = ngx_http_tokenbiryani_flush_job(size);
     if (job == NULL) {
         return NULL;
     }
@@ -1492,11 +1517,64 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
     if (job->nrecords == 0 && job->nevents == 0 && job->nledgers == 0
         && job->nsessions == 0 && !rollup && !probe)
     {
-        ngx_free(job);
+        ngx_http_tokenbiryani_flush_release(job);
         return NULL;
     }
 
     return job;
+}
+
+
+/*
+ * What is copied into it is copied whole (records, events, ledgers) or
+ * zeroed first (a conversation's view): no byte of an earlier flush is
+ * written again
+ */
+static ngx_http_tokenbiryani_job_t *
+ngx_http_tokenbiryani_flush_job(size_t size)
+{
+    ngx_http_tokenbiryani_job_t  *job;
+
+    if (ngx_http_tokenbiryani_flush_out) {
+        return ngx_calloc(size, ngx_cycle->log);
+    }
+
+    if (size > ngx_http_tokenbiryani_flush_size) {
+        ngx_free(ngx_http_tokenbiryani_flush_buf);
+        ngx_http_tokenbiryani_flush_size = 0;
+
+        /* with room for the ring to fill a little more */
+        size += size / 4;
+
+        ngx_http_tokenbiryani_flush_buf = ngx_alloc(size, ngx_cycle->log);
+        if (ngx_http_tokenbiryani_flush_buf == NULL) {
+            return NULL;
+        }
+
+        ngx_http_tokenbiryani_flush_size = size;
+    }
+
+    job = ngx_http_tokenbiryani_flush_buf;
+    ngx_memzero(job, sizeof(ngx_http_tokenbiryani_job_t));
+    ngx_http_tokenbiryani_flush_out = 1;
+
+    return job;
+}
+
+
+void
+ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job)
+{
+    if (job == NULL) {
+        return;
+    }
+
+    if (job == ngx_http_tokenbiryani_flush_buf) {
+        ngx_http_tokenbiryani_flush_out = 0;
+        return;
+    }
+
+    ngx_free(job);
 }
 
 

@@ -187,10 +187,11 @@ int ngx_http_tokenbiryani_store_sload_session(void *data, uint64_t seq,
 void ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
     ngx_log_t *log);
 
-/* what the store does not have yet, from the zone (ngx_alloc'd, freed by
- * the caller); NULL: nothing new */
+/* what the store does not have yet, from the zone (given back with
+ * ngx_http_tokenbiryani_flush_release once written); NULL: nothing new */
 ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
     ngx_http_tokenbiryani_main_conf_t *tmcf);
+void ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job);
 
 /* a flushed record's counts in the usage history; its account's id */
 const char *ngx_http_tokenbiryani_record_usage(

@@ -36,7 +36,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
 
 .PHONY: all deps build install-cli unit analyze sdk claude-deps console-deps console-shots test test-asan test-valgrind fuzz bench-core \
         bench-cache \
-        bench-overhead bench-stampede run stop clean
+        bench-overhead bench-stampede bench-soak run stop clean
 
 all: build
 
@@ -234,6 +234,14 @@ bench-overhead: build
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	    || $(MAKE) deps DEB_PKGS="nodejs npm"
 	@/usr/bin/python3 t/bench/overhead.py --module $(MODULE) $(BENCH_ARGS)
+
+# a few minutes of wrk (JSON and streams) and churn (malformed requests,
+# unknown keys, oversized bodies, keys minted and revoked) against the
+# gateway with each store: every worker's RssAnon slope after warm-up
+# (exit 1 when one is over 200 KB/min); BENCH_ARGS="--minutes 9" for longer
+bench-soak: build
+	@command -v wrk >/dev/null || $(MAKE) deps DEB_PKGS=wrk
+	@/usr/bin/python3 t/bench/soak.py --module $(MODULE) $(BENCH_ARGS)
 
 # libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
 # the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/

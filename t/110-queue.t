@@ -155,8 +155,12 @@ my $r = http_request(msg('x-mock-script' => '429:1,ok', 'x-mock-script-id' => 'c
 my $dt = time - $t0;
 is($r->{status}, 200, 'served after the cooldown');
 ok($dt >= 0.9 && $dt < 3, sprintf('in %.2fs: the cooldown, not the 10 s budget', $dt));
-is(scalar @{ mock_log() }, 2, 'two attempts: the 429 and the answer');
-is(record($r)->{queue}{waits}, 1, 'it waited in the queue');
+my ($log, $rec) = (mock_log(), record($r));
+is(scalar @$log, 2, 'two attempts: the 429 and the answer')
+    or diag(join("\n", map { sprintf "upstream: %.3f %s %s", $_->{ts},
+                                     $_->{status} // '-', $_->{step} // '' } @$log),
+            explain $rec);
+is($rec->{queue}{waits}, 1, 'it waited in the queue') or diag(explain $rec);
 
 # two requests a second, refilling: the third waits for the window
 mock_config({ credentials => { 'sk-solo' => { requests_limit => 2, window_seconds => 2 } } });

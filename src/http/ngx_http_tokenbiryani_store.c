@@ -68,6 +68,7 @@ static void ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job);
  * write in flight) gets its own.
  */
 static ngx_http_tokenbiryani_job_t  *ngx_http_tokenbiryani_flush_buf;
+static int64_t                       ngx_http_tokenbiryani_flushed_whole;
 static size_t                        ngx_http_tokenbiryani_flush_size;
 static ngx_uint_t                    ngx_http_tokenbiryani_flush_out;
 
@@ -785,7 +786,7 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     w->flush.log = cycle->log;
     w->flush.cancelable = 1;
 
-    ngx_add_timer(&w->flush, NGX_HTTP_TB_FLUSH_MS);
+    ngx_add_timer(&w->flush, NGX_HTTP_TB_FLUSH_TICK_MS);
 
     if (tmcf->store_ops) {
         return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)
@@ -850,7 +851,7 @@ ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev)
     if (!w->flushing
         && ngx_http_tokenbiryani_store_flusher(&w->tmcf->zone, ngx_pid))
     {
-        job = ngx_http_tokenbiryani_flush_collect(w->tmcf);
+        job = ngx_http_tokenbiryani_flush_collect(w->tmcf, 1);
 
         if (job) {
             job->done = ngx_http_tokenbiryani_flushed;
@@ -861,7 +862,7 @@ ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev)
         }
     }
 
-    ngx_add_timer(ev, NGX_HTTP_TB_FLUSH_MS);
+    ngx_add_timer(ev, NGX_HTTP_TB_FLUSH_TICK_MS);
 }
 
 
@@ -936,7 +937,7 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
         ops = tmcf->store_ops;
 
         if (ngx_http_tokenbiryani_store_flusher(&tmcf->zone, ngx_pid)) {
-            job = ngx_http_tokenbiryani_flush_collect(tmcf);
+            job = ngx_http_tokenbiryani_flush_collect(tmcf, 0);
 
             if (job && ops->flush_now(tmcf, job) == TB_STORE_OK) {
                 ngx_http_tokenbiryani_flush_landed(tmcf, job, cycle->log);
@@ -960,7 +961,7 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
         return;
     }
 
-    job = ngx_http_tokenbiryani_flush_collect(tmcf);
+    job = ngx_http_tokenbiryani_flush_collect(tmcf, 0);
 
     if (job) {
         db = tb_store_open((char *) tmcf->store_path.data,
@@ -1377,16 +1378,28 @@ ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size)
 }
 
 
-/* what the store does not have yet, from the zone; NULL: nothing new */
+/*
+ * What the store does not have yet, from the zone; NULL: nothing new (or,
+ * on a tick, not enough to be worth a write yet).
+ *
+ * A tick (every 100 ms) writes at most a tenth of each ring: a whole
+ * ring of records (2.3 KB each) copied, formatted and sent at once held
+ * the flusher's event loop for milliseconds, its requests' p99 with it
+ * (issue 30).  It writes when a tenth waits, or a second has passed since
+ * the last whole write; the spend ledgers, the conversations, the hourly
+ * roll-up and Redis's probe go with the write once a second.  At the last
+ * flush (a worker's exit) everything goes.
+ */
 ngx_http_tokenbiryani_job_t *
-ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
+ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_uint_t tick)
 {
     u_char                               *p, *id;
     size_t                                size;
     int64_t                               now;
     uint64_t                              ev_last, dropped;
     ngx_uint_t                            i, nrec, nev, nslots, got, nled;
-    ngx_uint_t                            rollup, probe;
+    ngx_uint_t                            rollup, probe, whole, rcap, ecap;
     ngx_http_tokenbiryani_job_t          *job;
     ngx_http_tokenbiryani_zone_stats_t    zs;
     ngx_http_tokenbiryani_store_state_t   st;
@@ -1406,30 +1419,50 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
           : 0;
 
     now = ngx_http_tokenbiryani_now_ms();
-    rollup = (now / 3600000 != ngx_http_tokenbiryani_rolled_up);
+    whole = 1;
+
+    if (tick) {
+        rcap = ngx_max(zs.ring_size / 10, 1);
+        ecap = ngx_max(zs.events_size / 10, 1);
+        whole = (now - ngx_http_tokenbiryani_flushed_whole
+                 >= NGX_HTTP_TB_FLUSH_MS);
+
+        if (!whole && nrec < rcap && nev < ecap) {
+            return NULL;
+        }
+
+        nrec = ngx_min(nrec, rcap);
+        nev = ngx_min(nev, ecap);
+    }
+
+    rollup = whole && (now / 3600000 != ngx_http_tokenbiryani_rolled_up);
 
     /*
      * Redis is asked now and then even with nothing new, so that an idle
      * instance finds it restarted empty and writes its history again
      */
-    probe = (tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS
+    probe = (whole && tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS
              && now - st.flushed_ms >= NGX_HTTP_TB_FLUSH_PROBE_MS);
 
-    if (nrec == 0 && nev == 0 && st.spend_seq >= zs.spend_seq && !rollup
-        && !probe)
+    if (whole) {
+        ngx_http_tokenbiryani_flushed_whole = now;
+    }
+
+    if (nrec == 0 && nev == 0 && (!whole || st.spend_seq >= zs.spend_seq)
+        && !rollup && !probe)
     {
         return NULL;
     }
 
     nslots = ngx_http_tokenbiryani_zone_nslots(&tmcf->zone);
-    nled = nslots + NGX_HTTP_TB_FLUSH_LEDGERS;
+    nled = whole ? nslots + NGX_HTTP_TB_FLUSH_LEDGERS : 0;
 
     size = sizeof(ngx_http_tokenbiryani_job_t)
            + nrec * sizeof(ngx_http_tokenbiryani_record_t)
            + nev * sizeof(ngx_http_tokenbiryani_event_t)
            + nslots * (sizeof(u_char *) + TB_ID_MAX + 1) + NGX_ALIGNMENT
            + nled * sizeof(ngx_http_tokenbiryani_ledger_view_t)
-           + NGX_HTTP_TB_FLUSH_SESSIONS
+           + (whole ? NGX_HTTP_TB_FLUSH_SESSIONS : 0)
              * sizeof(ngx_http_tokenbiryani_session_view_t);
 
     job = ngx_http_tokenbiryani_flush_job(size);
@@ -1497,12 +1530,16 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf)
     p += nled * sizeof(ngx_http_tokenbiryani_ledger_view_t);
     job->sessions = (ngx_http_tokenbiryani_session_view_t *) p;
 
-    job->nledgers = ngx_http_tokenbiryani_spend_since(&tmcf->zone,
-                        st.spend_seq, job->ledgers, nled, job->sessions,
-                        NGX_HTTP_TB_FLUSH_SESSIONS, &job->nsessions,
-                        &job->spend_seq);
+    job->spend_seq = st.spend_seq;
 
-    if (job->nledgers == nled) {
+    if (whole) {
+        job->nledgers = ngx_http_tokenbiryani_spend_since(&tmcf->zone,
+                            st.spend_seq, job->ledgers, nled, job->sessions,
+                            NGX_HTTP_TB_FLUSH_SESSIONS, &job->nsessions,
+                            &job->spend_seq);
+    }
+
+    if (whole && job->nledgers == nled) {
         /* more than a write holds: this again, and the rest, next time */
         job->spend_seq = st.spend_seq;
     }

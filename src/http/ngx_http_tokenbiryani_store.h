@@ -39,6 +39,7 @@ typedef struct {
 } ngx_http_tokenbiryani_usage_point_t;
 
 #define NGX_HTTP_TB_FLUSH_MS           1000   /* history, at least this often */
+#define NGX_HTTP_TB_FLUSH_TICK_MS      100    /* a tenth of a ring, this often */
 
 
 typedef struct ngx_http_tokenbiryani_job_s  ngx_http_tokenbiryani_job_t;
@@ -190,7 +191,7 @@ void ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
 /* what the store does not have yet, from the zone (given back with
  * ngx_http_tokenbiryani_flush_release once written); NULL: nothing new */
 ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t tick);
 void ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job);
 
 /* a flushed record's counts in the usage history; its account's id */

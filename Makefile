@@ -160,6 +160,7 @@ analyze: deps
 	    src/core src/http shm lua-free-admin src/cli ngx_http_tokenbiryani_module.c
 	@echo "cppcheck: no report"
 	@/usr/bin/python3 t/lint/include_cycles.py
+	@/usr/bin/python3 t/lint/call_cycles.py $(BUILD)
 
 # The same suites against an AddressSanitizer + UBSan build of the module,
 # loaded into Debian's nginx with the sanitizer runtimes preloaded.

@@ -39,11 +39,26 @@ ngx_int_t ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r);
 /* /admin/accounts (..._admin_accounts.c); NGX_DECLINED: not its own */
 ngx_int_t ngx_http_tokenbiryani_admin_accounts(ngx_http_request_t *r);
 
+/* the documents (..._admin_json.c) */
+
 /* an account for an admin answer: its state, limits and configuration */
 cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
 cJSON *ngx_http_tokenbiryani_admin_account_record(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
+
+/* a request's inspector record; full: with its candidates and phases */
+cJSON *ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_record_t *rec, ngx_uint_t full);
+cJSON *ngx_http_tokenbiryani_strategy_json(const tb_strategy_t *st,
+    ngx_uint_t plugin, ngx_uint_t current);
+cJSON *ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now);
+ngx_int_t ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r,
+    cJSON *root);
+ngx_int_t ngx_http_tokenbiryani_store_json(ngx_http_request_t *r,
+    cJSON *root, int64_t now);
+
+/* sending (..._admin_io.c) */
 
 /* a string of len bytes, at most 511, added to obj as name */
 cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,

@@ -176,35 +176,6 @@ ngx_http_tokenbiryani_affinity_adopt(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-ngx_rbtree_node_t *
-ngx_http_tokenbiryani_rbtree_find(ngx_rbtree_t *tree, uint64_t k)
-{
-    ngx_rbtree_key_t    key;
-    ngx_rbtree_node_t  *node, *sentinel;
-
-    key = (ngx_rbtree_key_t) k;
-    node = tree->root;
-    sentinel = tree->sentinel;
-
-    while (node != sentinel) {
-
-        if (key < node->key) {
-            node = node->left;
-            continue;
-        }
-
-        if (key > node->key) {
-            node = node->right;
-            continue;
-        }
-
-        return node;
-    }
-
-    return NULL;
-}
-
-
 static ngx_http_tokenbiryani_affinity_t *
 ngx_http_tokenbiryani_affinity_find(ngx_http_tokenbiryani_shm_t *sh,
     uint64_t session)
@@ -222,6 +193,28 @@ ngx_http_tokenbiryani_affinity_delete(ngx_http_tokenbiryani_shm_t *sh,
     ngx_rbtree_delete(&sh->aff_tree, &e->node);
     ngx_slab_free_locked(shpool, e);
     sh->aff_entries--;
+}
+
+
+/* the zone is full: the least recently used session goes */
+ngx_uint_t
+ngx_http_tokenbiryani_affinity_evict(ngx_http_tokenbiryani_zone_t *zone)
+{
+    ngx_queue_t                  *q;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    if (ngx_queue_empty(&sh->aff_lru)) {
+        return 0;
+    }
+
+    q = ngx_queue_last(&sh->aff_lru);
+    ngx_http_tokenbiryani_affinity_delete(sh, zone->shpool,
+        ngx_queue_data(q, ngx_http_tokenbiryani_affinity_t, lru));
+    sh->aff_evicted++;
+
+    return 1;
 }
 
 
@@ -254,44 +247,3 @@ ngx_http_tokenbiryani_affinity_drop_locked(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-/*
- * Sessions are the zone's expendable memory: when an allocation fails, the
- * least recently used ones make room (leases, which are not expendable,
- * included), and when there are none, the least recently charged
- * conversations that no lease holds.  Under the lock.
- */
-
-void *
-ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
-    size_t size)
-{
-    void                          *p;
-    ngx_uint_t                     i;
-    ngx_queue_t                   *q;
-    ngx_http_tokenbiryani_shm_t   *sh;
-
-    sh = zone->sh;
-
-    for (i = 0; i < 64; i++) {
-        p = ngx_slab_alloc_locked(zone->shpool, size);
-        if (p) {
-            return p;
-        }
-
-        if (ngx_queue_empty(&sh->aff_lru)) {
-            /* then the conversations' ledgers that nothing holds */
-            if (!ngx_http_tokenbiryani_session_evict(zone)) {
-                return NULL;
-            }
-
-            continue;
-        }
-
-        q = ngx_queue_last(&sh->aff_lru);
-        ngx_http_tokenbiryani_affinity_delete(sh, zone->shpool,
-            ngx_queue_data(q, ngx_http_tokenbiryani_affinity_t, lru));
-        sh->aff_evicted++;
-    }
-
-    return NULL;
-}

@@ -33,6 +33,12 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 
     zone->shpool = shpool;
 
+    /* what is expendable, in the order it goes */
+    ngx_http_tokenbiryani_evictor_add(zone,
+                                      ngx_http_tokenbiryani_affinity_evict);
+    ngx_http_tokenbiryani_evictor_add(zone,
+                                      ngx_http_tokenbiryani_session_evict);
+
     if (ozone && ozone->sh) {
         /* a reload that kept the zone: the pool's state lives on */
         sh = ozone->sh;
@@ -356,74 +362,6 @@ ngx_http_tokenbiryani_zone_capacity(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-tb_account_state_t *
-ngx_http_tokenbiryani_zone_slot_locked(ngx_http_tokenbiryani_shm_t *sh,
-    ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_zone_account_t *za,
-    ngx_uint_t *index)
-{
-    ngx_uint_t           i, n;
-    tb_account_state_t  *slot, **slots;
-
-    /*
-     * A slot belongs to an id *and* a credential + host fingerprint: when a
-     * reload gives an id another credential, that is another account with
-     * its own limits, so it gets a fresh slot while workers of the
-     * previous configuration finish on the old one.
-     */
-
-    for (i = 0; i < sh->nslots; i++) {
-        slot = sh->slots[i];
-
-        if (ngx_strlen(slot->id) == za->id_len
-            && ngx_strncmp(slot->id, za->id, za->id_len) == 0
-            && ngx_memcmp(slot->fingerprint, za->fingerprint, 8) == 0)
-        {
-            *index = i;
-            return slot;
-        }
-    }
-
-    if (sh->nslots == sh->slots_size) {
-        n = sh->slots_size ? sh->slots_size * 2 : 16;
-
-        slots = ngx_slab_calloc_locked(shpool,
-                                       n * sizeof(tb_account_state_t *));
-        if (slots == NULL) {
-            return NULL;
-        }
-
-        /*
-         * The old table is not freed: workers of the previous
-         * configuration still index it without the lock.  Doubling keeps
-         * what is left behind smaller than the table in use.
-         */
-
-        if (sh->nslots) {
-            ngx_memcpy(slots, sh->slots,
-                       sh->nslots * sizeof(tb_account_state_t *));
-        }
-
-        __atomic_store_n(&sh->slots, slots, __ATOMIC_RELEASE);
-        sh->slots_size = n;
-    }
-
-    slot = ngx_slab_calloc_locked(shpool, sizeof(tb_account_state_t));
-    if (slot == NULL) {
-        return NULL;
-    }
-
-    tb_account_state_init(slot, (char *) za->id, za->id_len, za->fingerprint);
-    slot->withheld = sh->withheld;
-    tb_account_share(slot, sh->shared);
-
-    *index = sh->nslots;
-    sh->slots[sh->nslots] = slot;
-    __atomic_store_n(&sh->nslots, sh->nslots + 1, __ATOMIC_RELEASE);
-
-    return slot;
-}
-
-
 /*
  * The inspector's ring, sized by observability.event_buffer.  A reload
  * that changes the size starts a new ring (the old history goes).
@@ -727,108 +665,6 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->nslots = sh->nslots;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
-}
-
-
-ngx_uint_t
-ngx_http_tokenbiryani_owner_gone(ngx_http_tokenbiryani_owners_t *owners,
-    ngx_pid_t pid)
-{
-    ngx_uint_t  i, gone;
-
-    if (pid == ngx_pid) {
-        return 0;
-    }
-
-    for (i = 0; i < owners->n; i++) {
-        if (owners->pid[i] == pid) {
-            return owners->gone[i];
-        }
-    }
-
-    gone = (kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH);
-
-    if (owners->n < 8) {
-        owners->pid[owners->n] = pid;
-        owners->gone[owners->n] = (u_char) gone;
-        owners->n++;
-    }
-
-    return gone;
-}
-
-
-ngx_int_t
-ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *id, size_t len)
-{
-    ngx_uint_t                            i;
-    ngx_http_tokenbiryani_shm_t          *sh;
-    tb_account_state_t                   *slot;
-    ngx_http_tokenbiryani_zone_account_t  za;
-
-    sh = zone->sh;
-
-    if (len == 0 || len > TB_ID_MAX) {
-        return -1;
-    }
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    for (i = 0; i < sh->nslots; i++) {
-        if (ngx_strlen(sh->slots[i]->id) == len
-            && ngx_strncmp(sh->slots[i]->id, id, len) == 0)
-        {
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-            return (ngx_int_t) i;
-        }
-    }
-
-    ngx_memzero(&za, sizeof(za));
-    za.id = (u_char *) id;
-    za.id_len = len;
-
-    slot = ngx_http_tokenbiryani_zone_slot_locked(sh, zone->shpool, &za, &i);
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return slot ? (ngx_int_t) i : -1;
-}
-
-
-ngx_int_t
-ngx_http_tokenbiryani_zone_slot_find(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *id, size_t len)
-{
-    ngx_int_t                     found;
-    ngx_uint_t                    i;
-    tb_account_state_t           *st;
-    ngx_http_tokenbiryani_shm_t  *sh;
-
-    sh = zone->sh;
-
-    if (len == 0 || len > TB_ID_MAX) {
-        return -1;
-    }
-
-    found = -1;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    for (i = 0; i < sh->nslots; i++) {
-        st = sh->slots[i];
-
-        if (st->live && ngx_strlen(st->id) == len
-            && ngx_strncmp(st->id, id, len) == 0)
-        {
-            found = (ngx_int_t) i;
-            break;
-        }
-    }
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return found;
 }
 
 

@@ -63,8 +63,17 @@ typedef struct {
 } ngx_http_tokenbiryani_zone_account_t;
 
 
+typedef struct ngx_http_tokenbiryani_zone_s  ngx_http_tokenbiryani_zone_t;
+
+/* frees one expendable thing, under the lock: 0 when it has none */
+typedef ngx_uint_t (*ngx_http_tokenbiryani_evict_pt)(
+    ngx_http_tokenbiryani_zone_t *zone);
+
+#define NGX_HTTP_TB_EVICTORS           4
+
+
 /* the handle: the zone and what the store needs of the configuration */
-typedef struct {
+struct ngx_http_tokenbiryani_zone_s {
     ngx_shm_zone_t                *shm_zone;
     ngx_slab_pool_t               *shpool;
     ngx_http_tokenbiryani_shm_t   *sh;
@@ -75,7 +84,11 @@ typedef struct {
     int64_t                        spend_bucket_ms;   /* spend.window_hours */
 
     ngx_array_t                    accounts;  /* zone_account_t, pool order */
-} ngx_http_tokenbiryani_zone_t;
+
+    /* what makes room when the zone is full, in this order (..._zone.c) */
+    ngx_http_tokenbiryani_evict_pt evictors[NGX_HTTP_TB_EVICTORS];
+    ngx_uint_t                     nevictors;
+};
 
 
 static ngx_inline int64_t

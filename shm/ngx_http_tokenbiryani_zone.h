@@ -334,11 +334,17 @@ ngx_http_tokenbiryani_session_dirty(ngx_http_tokenbiryani_shm_t *sh,
 
 
 /*
- * Sessions are the zone's expendable memory: when an allocation fails, the
- * least recently used ones make room.  Under the lock.
+ * The zone's memory (..._zone.c): when an allocation fails, the evictors
+ * make room, in the order they were added (sessions, then conversations
+ * no lease holds).  Under the lock.
  */
 void *ngx_http_tokenbiryani_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
     size_t size);
+void ngx_http_tokenbiryani_evictor_add(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_evict_pt evict);
+/* the least recently used session, deleted (..._affinity.c) */
+ngx_uint_t ngx_http_tokenbiryani_affinity_evict(
+    ngx_http_tokenbiryani_zone_t *zone);
 
 /*
  * Whether the worker that owns something in the zone is gone, asked of

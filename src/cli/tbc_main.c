@@ -3,7 +3,6 @@
  * admin key are found.
  */
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -162,64 +161,6 @@ tbc_usage_all(FILE *f)
 
     fprintf(f, "\n%s\n`tokenbiryani COMMAND --help` says more.\n",
             tbc_global_help);
-}
-
-
-void
-tbc_err(const char *fmt, ...)
-{
-    va_list  ap;
-
-    fputs("tokenbiryani: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-
-const char *
-tbc_opt(const tbc_t *c, const char *name)
-{
-    int  i;
-
-    for (i = 0; i < c->nopts; i++) {
-        if (strcmp(c->opt_name[i], name) == 0) {
-            return c->opt_value[i];
-        }
-    }
-
-    return NULL;
-}
-
-
-const char *
-tbc_secret(const tbc_t *c, const char *name, char *buf, size_t size)
-{
-    const char  *v;
-
-    v = tbc_opt(c, name);
-
-    if (v == NULL) {
-        return NULL;
-    }
-
-    if (strcmp(v, "-") == 0) {
-        if (fgets(buf, (int) size, stdin) == NULL) {
-            buf[0] = '\0';
-
-        } else {
-            buf[strcspn(buf, "\r\n")] = '\0';
-        }
-
-        return buf;
-    }
-
-    tbc_err("warning: --%s on the command line can be read by other users of "
-            "this machine while the command runs: give --%s - (stdin) or the "
-            "environment instead", name, name);
-
-    return v;
 }
 
 

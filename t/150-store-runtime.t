@@ -138,6 +138,10 @@ push @kids, $aw;
 # some writes acknowledged, then everything killed at once
 poll_until(20, sub { my $n = 0; $n += () = TB::Nginx::slurp("$dir/acked.$_") =~ /\n/g for 1 .. 4; $n >= 40 })
     or die "the writers did not get going\n";
+# and ten accounts removed (what is asserted below): the flushes come
+# every 100 ms under this load, and the kill could come before them
+poll_until(20, sub { (() = TB::Nginx::slurp("$dir/accounts.acked") =~ /^-/mg) >= 10 })
+    or die "the account writer did not remove ten accounts\n";
 # a request the inspector has, then two flushes after it (the status says
 # when the last one ended; the first may have gathered its records just
 # before this one was seen, the second began after the first ended), then

@@ -2,8 +2,10 @@
  * tokenbiryani for NGINX: a pooling gateway for Claude API credentials.
  *
  * This file holds the directives, the configuration structures and the
- * wiring; the request path lives in src/http, the shared zone in shm, the
- * decisions in src/core, the admin API in lua-free-admin.
+ * wiring; the request path lives in src/http, a worker's copy of state in
+ * src/state, the durable store in src/store (Redis in src/store/redis),
+ * the shared zone in shm, the decisions in src/core, the admin API in
+ * lua-free-admin.
  */
 
 

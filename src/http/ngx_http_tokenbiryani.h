@@ -21,7 +21,10 @@
  *   error     Anthropic-shaped errors
  *   events    the admission and settlement lines
  *   record    the request's record in the inspector
- *   config    the YAML file's accounts, keys and strategy, at load
+ *
+ * What they read of a worker's state (the YAML file's accounts, keys and
+ * strategy; minted keys, accounts added at runtime, settings, platform
+ * tokens) is in src/state; the durable store in src/store.
  */
 
 #ifndef _NGX_HTTP_TOKENBIRYANI_H_INCLUDED_

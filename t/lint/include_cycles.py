@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """
 The stages of a request call each other in one direction only: the
-include graph of src/http, shm/, lua-free-admin/ and the module file (a
-file includes the header of every file it calls) must have no cycle.  The
-upstream and balancer callbacks nginx calls back are not includes, so they
-do not count.  shm/ must include nothing from src/http.
+include graph of src/http, src/store, src/state, shm/, lua-free-admin/ and
+the module file (a file includes the header of every file it calls) must
+have no cycle.  The upstream and balancer callbacks nginx calls back are
+not includes, so they do not count.  shm/ must include nothing from src/.
 
     t/lint/include_cycles.py        exit 0 when clean, 1 with each cycle
 """
@@ -25,12 +25,14 @@ SHARED = {"ngx_http_tokenbiryani", "ngx_http_tokenbiryani_shm",
 def main():
     graph = {}
     bad = 0
-    files = (glob.glob(os.path.join(TOP, "src/http/*.c"))
+    # the request's stages, the store, a worker's copy of state
+    mod = ("src/http", "src/store", "src/store/redis", "src/state")
+    files = (sum((glob.glob(os.path.join(TOP, d, "*.c")) for d in mod), [])
              + glob.glob(os.path.join(TOP, "shm/*.[ch]"))
              + glob.glob(os.path.join(TOP, "lua-free-admin/*.c"))
              + [os.path.join(TOP, "ngx_http_tokenbiryani_module.c")])
     http = {os.path.basename(h)
-            for h in glob.glob(os.path.join(TOP, "src/http/*.h"))}
+            for d in mod for h in glob.glob(os.path.join(TOP, d, "*.h"))}
     for f in files:
         text = open(f).read()
         stem = os.path.splitext(os.path.basename(f))[0]
@@ -38,7 +40,7 @@ def main():
         if "/shm/" in f:
             for i in incs:
                 if i + ".h" in http:
-                    print("%s includes %s.h from src/http: the store "
+                    print("%s includes %s.h from src/: the zone "
                           "knows no request" % (os.path.relpath(f, TOP), i))
                     bad = 1
         graph.setdefault(stem, set()).update(

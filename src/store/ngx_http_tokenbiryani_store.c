@@ -34,7 +34,7 @@ typedef struct {
     ngx_http_tokenbiryani_job_t        *running;    /* the thread's */
     ngx_http_tokenbiryani_job_t        *pending;
     ngx_http_tokenbiryani_job_t       **last;
-    ngx_event_t                         flush;      /* every second */
+    ngx_event_t                         flush;      /* every 100 ms */
     ngx_uint_t                          flushing;   /* a flush is posted */
 } ngx_http_tokenbiryani_writer_t;
 

@@ -142,6 +142,11 @@ typedef struct {
 } ngx_http_tokenbiryani_account_t;
 
 
+/* a store backend's operations (src/store/ngx_http_tokenbiryani_store.h) */
+typedef struct ngx_http_tokenbiryani_store_ops_s
+    ngx_http_tokenbiryani_store_ops_t;
+
+
 typedef struct {
     ngx_http_tokenbiryani_zone_t   zone;
     ngx_uint_t                     has_zone;  /* tokenbiryani_zone seen */
@@ -158,7 +163,7 @@ typedef struct {
     void                          *thread_pool;  /* ngx_thread_pool_t */
 
     /* store.backend: redis - where, and this instance's name in it */
-    const void                    *store_ops;  /* ..._store_ops_t */
+    const ngx_http_tokenbiryani_store_ops_t  *store_ops;  /* NULL: sqlite */
     void                          *redis;  /* ..._redis_conf_t */
     ngx_str_t                      store_ns;
     ngx_str_t                      store_instance;

@@ -175,8 +175,7 @@ ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     if (tmcf->store_ops) {
-        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)->load(
-                   shm_zone, tmcf);
+        return tmcf->store_ops->load(shm_zone, tmcf);
     }
 
     return ngx_http_tokenbiryani_store_load(shm_zone, tmcf);
@@ -789,8 +788,7 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     ngx_add_timer(&w->flush, NGX_HTTP_TB_FLUSH_TICK_MS);
 
     if (tmcf->store_ops) {
-        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)
-                   ->init_worker(cycle, tmcf);
+        return tmcf->store_ops->init_worker(cycle, tmcf);
     }
 
     /*
@@ -1090,8 +1088,7 @@ ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_writer_t  *w;
 
     if (tmcf->store_ops && job->op != NGX_HTTP_TB_JOB_RESOLVE) {
-        return ((ngx_http_tokenbiryani_store_ops_t *) tmcf->store_ops)->post(
-                   tmcf, job);
+        return tmcf->store_ops->post(tmcf, job);
     }
 
     w = &ngx_http_tokenbiryani_writer;

@@ -218,7 +218,7 @@ void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
  * A backend other than sqlite (redis): what the store does, done its way.
  * Set at configuration; the sqlite backend is this file's own.
  */
-typedef struct {
+struct ngx_http_tokenbiryani_store_ops_s {
     /* the master, a new zone */
     ngx_int_t (*load)(ngx_shm_zone_t *shm_zone,
         ngx_http_tokenbiryani_main_conf_t *tmcf);
@@ -232,7 +232,7 @@ typedef struct {
     /* the exiting worker's last flush, written before it returns */
     int (*flush_now)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_job_t *job);
-} ngx_http_tokenbiryani_store_ops_t;
+};
 
 /*
  * A runtime record (TB_REC_KEY, _ACCOUNT, _SETTING) as it is written to

@@ -161,7 +161,7 @@ analyze: deps
 	    src/core src/http src/store src/state shm lua-free-admin src/cli ngx_http_tokenbiryani_module.c
 	@echo "cppcheck: no report"
 	@/usr/bin/python3 t/lint/include_cycles.py
-	@/usr/bin/python3 t/lint/call_cycles.py $(BUILD)
+	@/usr/bin/python3 t/lint/call_cycles.py $(BUILD)/analyze
 
 # The same suites against an AddressSanitizer + UBSan build of the module,
 # loaded into Debian's nginx with the sanitizer runtimes preloaded.

@@ -8,6 +8,8 @@ declares many files' functions.
 
     t/lint/call_cycles.py [BUILD_DIR]   exit 0 when clean, 1 with each loop
 
+(make analyze gives it the scan-build tree it has just compiled afresh.)
+
 The whole module is one graph (src/core, src/http, shm, lua-free-admin,
 the module file; the example strategy is a module of its own).  KNOWN
 would list loops being taken apart, printed as known; any other fails.

@@ -1,0 +1,322 @@
+/*
+ * What a flush writes: the zone's history the store does not have yet,
+ * gathered into a job both backends write (SQLite in the thread pool,
+ * Redis as one script), and each record's part in the usage history.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_store.h"
+
+
+#define NGX_HTTP_TB_FLUSH_LEDGERS      1024   /* keys' per write, at most */
+#define NGX_HTTP_TB_FLUSH_SESSIONS     1024   /* conversations' */
+#define NGX_HTTP_TB_FLUSH_PROBE_MS     10000  /* redis, with nothing new */
+
+
+/*
+ * The flush's job, kept by the process and grown, never shrunk: a few MB
+ * asked of malloc and given back every second left the flusher's heap to
+ * grow with what other allocations pinned between them (issue 30), and
+ * touching fresh pages each time cost the event loop page faults.  A
+ * flush that comes while it is out (the last one, at exit, with a Redis
+ * write in flight) gets its own.
+ */
+static ngx_http_tokenbiryani_job_t  *ngx_http_tokenbiryani_flush_buf;
+static int64_t                       ngx_http_tokenbiryani_flushed_whole;
+static size_t                        ngx_http_tokenbiryani_flush_size;
+static ngx_uint_t                    ngx_http_tokenbiryani_flush_out;
+
+/* the hour the usage history was last rolled up in, by this process */
+static int64_t  ngx_http_tokenbiryani_rolled_up = -1;
+
+
+static ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_job(
+    size_t size);
+
+
+/*
+ * History is written as the zone holds it (a record up to its last
+ * candidate, an event whole), so it is read back only by a build whose
+ * layout is the same; another build's is left in the file, unread, with
+ * one log line.
+ */
+
+void
+ngx_http_tokenbiryani_history_layout(u_char *buf, size_t size)
+{
+    u_char  *p;
+
+    p = ngx_snprintf(buf, size - 1, "record %uz, %d candidates, %d attempts;"
+                     " event %uz",
+                     sizeof(ngx_http_tokenbiryani_record_t),
+                     NGX_HTTP_TB_INSPECT_CANDS, NGX_HTTP_TB_INSPECT_ATTEMPTS,
+                     sizeof(ngx_http_tokenbiryani_event_t));
+    *p = '\0';
+}
+
+
+/*
+ * What the store does not have yet, from the zone; NULL: nothing new (or,
+ * on a tick, not enough to be worth a write yet).
+ *
+ * A tick (every 100 ms) writes at most a tenth of each ring: a whole
+ * ring of records (2.3 KB each) copied, formatted and sent at once held
+ * the flusher's event loop for milliseconds, its requests' p99 with it
+ * (issue 30).  It writes when a tenth waits, or a second has passed since
+ * the last whole write; the spend ledgers, the conversations, the hourly
+ * roll-up and Redis's probe go with the write once a second.  At the last
+ * flush (a worker's exit) everything goes.
+ */
+ngx_http_tokenbiryani_job_t *
+ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_uint_t tick)
+{
+    u_char                               *p, *id;
+    size_t                                size;
+    int64_t                               now;
+    uint64_t                              ev_last, dropped;
+    ngx_uint_t                            i, nrec, nev, nslots, got, nled;
+    ngx_uint_t                            rollup, probe, whole, rcap, ecap;
+    ngx_http_tokenbiryani_job_t          *job;
+    ngx_http_tokenbiryani_zone_stats_t    zs;
+    ngx_http_tokenbiryani_store_state_t   st;
+
+    ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
+    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
+
+    ev_last = ngx_http_tokenbiryani_events_last(&tmcf->zone);
+
+    nrec = (zs.ring_seq > st.records_seq)
+           ? (ngx_uint_t) ngx_min(zs.ring_seq - st.records_seq,
+                                  (uint64_t) zs.ring_size)
+           : 0;
+    nev = (ev_last > st.events_seq)
+          ? (ngx_uint_t) ngx_min(ev_last - st.events_seq,
+                                 (uint64_t) zs.events_size)
+          : 0;
+
+    now = ngx_http_tokenbiryani_now_ms();
+    whole = 1;
+
+    if (tick) {
+        rcap = ngx_max(zs.ring_size / 10, 1);
+        ecap = ngx_max(zs.events_size / 10, 1);
+        whole = (now - ngx_http_tokenbiryani_flushed_whole
+                 >= NGX_HTTP_TB_FLUSH_MS);
+
+        if (!whole && nrec < rcap && nev < ecap) {
+            return NULL;
+        }
+
+        nrec = ngx_min(nrec, rcap);
+        nev = ngx_min(nev, ecap);
+    }
+
+    rollup = whole && (now / 3600000 != ngx_http_tokenbiryani_rolled_up);
+
+    /*
+     * Redis is asked now and then even with nothing new, so that an idle
+     * instance finds it restarted empty and writes its history again
+     */
+    probe = (whole && tmcf->store_backend == NGX_HTTP_TB_STORE_REDIS
+             && now - st.flushed_ms >= NGX_HTTP_TB_FLUSH_PROBE_MS);
+
+    if (whole) {
+        ngx_http_tokenbiryani_flushed_whole = now;
+    }
+
+    if (nrec == 0 && nev == 0 && (!whole || st.spend_seq >= zs.spend_seq)
+        && !rollup && !probe)
+    {
+        return NULL;
+    }
+
+    nslots = ngx_http_tokenbiryani_zone_nslots(&tmcf->zone);
+    nled = whole ? nslots + NGX_HTTP_TB_FLUSH_LEDGERS : 0;
+
+    size = sizeof(ngx_http_tokenbiryani_job_t)
+           + nrec * sizeof(ngx_http_tokenbiryani_record_t)
+           + nev * sizeof(ngx_http_tokenbiryani_event_t)
+           + nslots * (sizeof(u_char *) + TB_ID_MAX + 1) + NGX_ALIGNMENT
+           + nled * sizeof(ngx_http_tokenbiryani_ledger_view_t)
+           + (whole ? NGX_HTTP_TB_FLUSH_SESSIONS : 0)
+             * sizeof(ngx_http_tokenbiryani_session_view_t);
+
+    job = ngx_http_tokenbiryani_flush_job(size);
+    if (job == NULL) {
+        return NULL;
+    }
+
+    job->op = NGX_HTTP_TB_JOB_FLUSH;
+    job->keep_records = zs.ring_size;
+    job->keep_events = zs.events_size;
+
+    p = (u_char *) (job + 1);
+
+    /* records in chunks: the lock is held for a few at a time */
+
+    job->records = (ngx_http_tokenbiryani_record_t *) p;
+    job->records_seq = st.records_seq;
+    job->records_from = st.records_seq;
+    job->events_from = st.events_seq;
+
+    while (job->nrecords < nrec) {
+        got = ngx_http_tokenbiryani_inspect_since(&tmcf->zone,
+                  job->records_seq, job->records + job->nrecords,
+                  ngx_min(nrec - job->nrecords, 32));
+        if (got == 0) {
+            break;
+        }
+
+        job->nrecords += got;
+        job->records_seq = job->records[job->nrecords - 1].seq;
+    }
+
+    p += nrec * sizeof(ngx_http_tokenbiryani_record_t);
+
+    job->events = (ngx_http_tokenbiryani_event_t *) p;
+    job->nevents = nev ? ngx_http_tokenbiryani_events_read(&tmcf->zone,
+                                                           st.events_seq,
+                                                           job->events, nev,
+                                                           &dropped)
+                       : 0;
+    job->events_seq = job->nevents ? job->events[job->nevents - 1].seq
+                                   : st.events_seq;
+
+    p += nev * sizeof(ngx_http_tokenbiryani_event_t);
+
+    /* the accounts the slots stand for, so that history outlives them */
+
+    job->slot_ids = (u_char **) p;
+    p += nslots * sizeof(u_char *);
+
+    for (i = 0; i < nslots; i++) {
+        id = (u_char *) ngx_http_tokenbiryani_zone_slot_id(&tmcf->zone,
+                                                           (int64_t) i);
+        job->slot_ids[i] = p;
+        p = ngx_cpystrn(p, id ? id : (u_char *) "", TB_ID_MAX + 1) + 1;
+    }
+
+    job->nslots = nslots;
+
+    /* the ledgers and conversations charged since the last write */
+
+    /* after the ids' bytes: aligned again */
+    p = ngx_align_ptr(p, NGX_ALIGNMENT);
+    job->ledgers = (ngx_http_tokenbiryani_ledger_view_t *) p;
+    p += nled * sizeof(ngx_http_tokenbiryani_ledger_view_t);
+    job->sessions = (ngx_http_tokenbiryani_session_view_t *) p;
+
+    job->spend_seq = st.spend_seq;
+
+    if (whole) {
+        job->nledgers = ngx_http_tokenbiryani_spend_since(&tmcf->zone,
+                            st.spend_seq, job->ledgers, nled, job->sessions,
+                            NGX_HTTP_TB_FLUSH_SESSIONS, &job->nsessions,
+                            &job->spend_seq);
+    }
+
+    if (whole && job->nledgers == nled) {
+        /* more than a write holds: this again, and the rest, next time */
+        job->spend_seq = st.spend_seq;
+    }
+
+    job->now_ms = now;
+    job->rollup = rollup;
+
+    if (rollup) {
+        ngx_http_tokenbiryani_rolled_up = now / 3600000;
+    }
+
+    if (job->nrecords == 0 && job->nevents == 0 && job->nledgers == 0
+        && job->nsessions == 0 && !rollup && !probe)
+    {
+        ngx_http_tokenbiryani_flush_release(job);
+        return NULL;
+    }
+
+    return job;
+}
+
+
+/*
+ * What is copied into it is copied whole (records, events, ledgers) or
+ * zeroed first (a conversation's view): no byte of an earlier flush is
+ * written again
+ */
+static ngx_http_tokenbiryani_job_t *
+ngx_http_tokenbiryani_flush_job(size_t size)
+{
+    ngx_http_tokenbiryani_job_t  *job;
+
+    if (ngx_http_tokenbiryani_flush_out) {
+        return ngx_calloc(size, ngx_cycle->log);
+    }
+
+    if (size > ngx_http_tokenbiryani_flush_size) {
+        ngx_free(ngx_http_tokenbiryani_flush_buf);
+        ngx_http_tokenbiryani_flush_size = 0;
+
+        /* with room for the ring to fill a little more */
+        size += size / 4;
+
+        ngx_http_tokenbiryani_flush_buf = ngx_alloc(size, ngx_cycle->log);
+        if (ngx_http_tokenbiryani_flush_buf == NULL) {
+            return NULL;
+        }
+
+        ngx_http_tokenbiryani_flush_size = size;
+    }
+
+    job = ngx_http_tokenbiryani_flush_buf;
+    ngx_memzero(job, sizeof(ngx_http_tokenbiryani_job_t));
+    ngx_http_tokenbiryani_flush_out = 1;
+
+    return job;
+}
+
+
+void
+ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job)
+{
+    if (job == NULL) {
+        return;
+    }
+
+    if (job == ngx_http_tokenbiryani_flush_buf) {
+        ngx_http_tokenbiryani_flush_out = 0;
+        return;
+    }
+
+    ngx_free(job);
+}
+
+
+const char *
+ngx_http_tokenbiryani_record_usage(ngx_http_tokenbiryani_job_t *job,
+    const ngx_http_tokenbiryani_record_t *rec, tb_usage_row_t *u)
+{
+    ngx_memzero(u, sizeof(tb_usage_row_t));
+
+    u->requests = 1;
+    u->errors = (rec->status >= 400 || rec->status == 0);
+
+    if (rec->usage.input_tokens >= 0) {
+        u->input = rec->usage.input_tokens;
+        u->output = ngx_max(rec->usage.output_tokens, 0);
+        u->cache_read = ngx_max(rec->usage.cache_read_input_tokens, 0);
+        u->cache_write = ngx_max(rec->usage.cache_creation_input_tokens, 0);
+        u->cache_hits = (u->cache_read > 0);
+
+        if (rec->cost >= 0) {
+            u->cost = rec->cost;
+
+        } else {
+            u->unpriced = 1;
+        }
+    }
+
+    return (rec->chosen >= 0 && (ngx_uint_t) rec->chosen < job->nslots)
+           ? (char *) job->slot_ids[rec->chosen] : "";
+}

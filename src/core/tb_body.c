@@ -122,13 +122,29 @@ int
 tb_usage_object(tb_usage_t *u, const unsigned char *v,
     const unsigned char *vend)
 {
+    return tb_usage_members(u, v, vend) == vend ? 0 : -1;
+}
+
+
+/*
+ * The members of a usage object from its '{' within [v, end): the four
+ * counters merged into u, and past its '}' returned; NULL (u untouched)
+ * when it is not one.
+ */
+
+const unsigned char *
+tb_usage_members(tb_usage_t *u, const unsigned char *v,
+    const unsigned char *vend)
+{
+    int                   plain;
     size_t                klen;
-    int64_t               n, *field;
+    int64_t               n, num, *field;
+    unsigned              d;
     tb_usage_t            got;
     const unsigned char  *k, *kend, *end, *val, *vale;
 
     if (vend - v < 2 || *v != '{') {
-        return -1;
+        return NULL;
     }
 
     /*
@@ -148,7 +164,7 @@ tb_usage_object(tb_usage_t *u, const unsigned char *v,
     while (v < end) {
 
         if (*v != '"') {
-            return -1;
+            return NULL;
         }
 
         k = v + 1;
@@ -162,31 +178,38 @@ tb_usage_object(tb_usage_t *u, const unsigned char *v,
         }
 
         if (kend == NULL || kend < k || kend >= end - 1 || *kend != '"') {
-            return -1;
+            return NULL;
         }
 
         v = tb_json_ws(kend + 1, end);
 
         if (v == end || *v != ':') {
-            return -1;
+            return NULL;
         }
 
         val = tb_json_ws(v + 1, end);
 
-        /* the counters are plain integers: their digits end them */
+        /* the counters are plain integers: their digits end them, and
+         * up to 18 of them are read on the way (no overflow) */
 
-        for (vale = val; vale < end && *vale >= '0' && *vale <= '9'; vale++) {
-            /* void */
+        for (vale = val, num = 0;
+             vale < end && (d = (unsigned) (*vale - '0')) <= 9;
+             vale++)
+        {
+            num = num * 10 + d;
         }
+
+        plain = (vale - val <= 18 && (*val != '0' || vale - val == 1));
 
         if (vale == val || vale == end
             || *vale == '.' || *vale == 'e' || *vale == 'E')
         {
             vale = tb_json_skip(val, end);
+            plain = 0;
         }
 
         if (vale == val || vale >= end) {
-            return -1;
+            return NULL;
         }
 
         /* the four counters, by length first: keys are never escaped */
@@ -244,10 +267,13 @@ tb_usage_object(tb_usage_t *u, const unsigned char *v,
                     ? &got.cache_creation_input_tokens : NULL;
         }
 
-        if (field && *val >= '0' && *val <= '9'
-            && tb_json_parse_int(val, vale, &n) == 0)
-        {
-            *field = n;
+        if (field && *val >= '0' && *val <= '9') {
+            if (plain) {
+                *field = num;
+
+            } else if (tb_json_parse_int(val, vale, &n) == 0) {
+                *field = n;
+            }
         }
 
         v = tb_json_ws(vale, end);
@@ -257,24 +283,20 @@ tb_usage_object(tb_usage_t *u, const unsigned char *v,
         }
 
         if (v == end || *v != ',') {
-            return -1;
+            return NULL;
         }
 
         v = tb_json_ws(v + 1, end);
     }
 
     /* no closing brace */
-    return -1;
+    return NULL;
 
 done:
 
-    if (v + 1 != vend) {
-        return -1;
-    }
-
     *u = got;
 
-    return 0;
+    return v + 1;
 }
 
 

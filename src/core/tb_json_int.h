@@ -77,5 +77,10 @@ int tb_json_find(const unsigned char *p, size_t len, const char *path,
 int tb_usage_object(tb_usage_t *u, const unsigned char *v,
     const unsigned char *vend);
 
+/* the usage object at v, wherever it ends before end: past its '}', or
+ * NULL with u untouched */
+const unsigned char *tb_usage_members(tb_usage_t *u, const unsigned char *v,
+    const unsigned char *end);
+
 
 #endif /* TB_JSON_INT_H */

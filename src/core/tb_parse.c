@@ -359,7 +359,8 @@ tb_parse_retry_after(const unsigned char *p, size_t len, int64_t now_ms,
 int
 tb_parse_int64(const unsigned char *p, size_t len, int64_t *value)
 {
-    int                   neg, big;
+    int                   neg;
+    unsigned              d;
     int64_t               v;
     const unsigned char  *last;
 
@@ -386,18 +387,29 @@ tb_parse_int64(const unsigned char *p, size_t len, int64_t *value)
 
     /* 18 digits never overflow: only longer numbers are checked */
 
-    big = (last - p > 18);
+    v = 0;
 
-    for (v = 0; p < last; p++) {
-        if (*p < '0' || *p > '9') {
-            return -1;
+    if (last - p <= 18) {
+        for ( /* void */ ; p < last; p++) {
+            d = (unsigned) (*p - '0');
+
+            if (d > 9) {
+                return -1;
+            }
+
+            v = v * 10 + d;
         }
 
-        if (big && v > (INT64_MAX - (*p - '0')) / 10) {
-            return -1;
-        }
+    } else {
+        for ( /* void */ ; p < last; p++) {
+            d = (unsigned) (*p - '0');
 
-        v = v * 10 + (*p - '0');
+            if (d > 9 || v > (INT64_MAX - (int64_t) d) / 10) {
+                return -1;
+            }
+
+            v = v * 10 + d;
+        }
     }
 
     *value = neg ? -v : v;
@@ -477,5 +489,37 @@ tb_format_hex(const unsigned char *p, size_t n, char *out)
     for (i = 0; i < n; i++) {
         out[2 * i] = hex[p[i] >> 4];
         out[2 * i + 1] = hex[p[i] & 0xf];
+    }
+}
+
+
+void
+tb_ascii_lower(unsigned char *dst, const unsigned char *src, size_t n)
+{
+    uint64_t  x, low7, ge_a, gt_z, upper;
+
+    /*
+     * Per byte, in one 64-bit word: of the ASCII bytes (high bit clear),
+     * those at or above 'A' and not above 'Z' get 0x20 added; the seven
+     * low bits plus a bias carry into the high bit without crossing into
+     * the next byte.
+     */
+
+    for ( /* void */ ; n >= 8; n -= 8, src += 8, dst += 8) {
+        memcpy(&x, src, 8);
+
+        low7 = x & 0x7f7f7f7f7f7f7f7fULL;
+        ge_a = low7 + 0x3f3f3f3f3f3f3f3fULL;     /* 0x80 - 'A' */
+        gt_z = low7 + 0x2525252525252525ULL;     /* 0x7f - 'Z' */
+        upper = ge_a & ~gt_z & ~x & 0x8080808080808080ULL;
+
+        x |= upper >> 2;
+        memcpy(dst, &x, 8);
+    }
+
+    for ( /* void */ ; n; n--) {
+        *dst++ = (*src >= 'A' && *src <= 'Z') ? (unsigned char) (*src | 0x20)
+                                              : *src;
+        src++;
     }
 }

@@ -33,6 +33,10 @@ int tb_parse_int64(const unsigned char *p, size_t len, int64_t *value);
 /* epoch ms → "2026-11-29T20:40:59Z" (21 bytes + NUL) */
 void tb_format_rfc3339(int64_t ms, char *buf, size_t size);
 
+/* n bytes with A-Z lowered into dst (may be src), 8 at a time; header
+ * names longer than the 32 bytes nginx's parser lowers on the way */
+void tb_ascii_lower(unsigned char *dst, const unsigned char *src, size_t n);
+
 /* n bytes → 2n lowercase hex digits in out (no NUL) */
 void tb_format_hex(const unsigned char *p, size_t n, char *out);
 

@@ -50,6 +50,37 @@ tb_rl_is_ratelimit_header(const unsigned char *name, size_t len)
 }
 
 
+/*
+ * A reset time: the windows of one response mostly share it, and the
+ * next response's is often the same second, so the last one parsed is
+ * remembered (a pure function's memo; a worker is one thread).
+ */
+
+static int
+tb_rl_reset_parse(const unsigned char *p, size_t len, int64_t *ms)
+{
+    static size_t         last_len;
+    static int64_t        last_ms;
+    static unsigned char  last[40];
+
+    if (len == last_len && memcmp(p, last, len) == 0) {
+        *ms = last_ms;
+        return 0;
+    }
+
+    if (tb_parse_rfc3339(p, len, ms) != 0) {
+        return -1;
+    }
+
+    if (len <= sizeof(last)) {
+        memcpy(last, p, len);
+        last_len = len;
+        last_ms = *ms;
+    }
+
+    return 0;
+}
+
 int
 tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
     const unsigned char *value, size_t value_len, int64_t now_ms)
@@ -152,7 +183,7 @@ tb_rl_obs_header(tb_rl_obs_t *obs, const unsigned char *name, size_t name_len,
     }
 
     if (f == TB_RL_RESET) {
-        if (tb_parse_rfc3339(value, value_len, &v) != 0
+        if (tb_rl_reset_parse(value, value_len, &v) != 0
             || v > now_ms + TB_RL_RESET_MAX_MS)
         {
             /* beyond any window: the arithmetic of levels stays bounded */

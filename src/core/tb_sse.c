@@ -4,6 +4,10 @@
  * first content_block_delta), error events and the usage counters.
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE                     /* memrchr() */
+#endif
+
 #include <string.h>
 #include <stdio.h>
 
@@ -74,26 +78,31 @@ static int
 tb_usage_merge_event(tb_usage_t *u, const unsigned char *p, size_t len,
     const char *path)
 {
-    const unsigned char  *q, *end, *v, *vend;
+    const unsigned char  *q, *lim, *end, *v;
 
     end = p + len;
+    q = NULL;
 
-    /* it is the last member: looked for from the end */
+    /* it is the last member: looked for from the end, quote by quote */
 
-    for (q = end - 7; q >= p; q--) {
-        if (*q == '"' && memcmp(q, "\"usage\"", 7) == 0) {
-            break;
+    if (len >= 7) {
+        for (lim = end - 6; lim > p; lim = q) {
+            q = memrchr(p, '"', (size_t) (lim - p));
+
+            if (q == NULL || memcmp(q, "\"usage\"", 7) == 0) {
+                break;
+            }
         }
     }
 
-    if (q >= p) {
+    if (q != NULL && q < end - 6) {
         v = tb_json_ws(q + 7, end);
 
         if (v < end && *v == ':') {
             v = tb_json_ws(v + 1, end);
-            vend = tb_json_skip(v, end);
 
-            if (tb_usage_object(u, v, vend) == 0) {
+            /* the object read where it is, its end where it ends */
+            if (tb_usage_members(u, v, end) != NULL) {
                 return 0;
             }
         }

@@ -230,16 +230,17 @@ typedef struct {
 } ngx_http_tokenbiryani_loc_conf_t;
 
 
-/* what one attempt did, for the inspector */
+/* what one attempt did, for the inspector: packed (32 bytes), it is
+ * eight of them in every request's context */
 typedef struct {
-    ngx_uint_t                     account;   /* index in the pool */
-    ngx_int_t                      status;    /* 0: no response */
-    ngx_uint_t                     kind;      /* tb_kind_e; TB_NKINDS:
-                                                 not classified */
     int64_t                        start_ms;
-    int64_t                        latency_ms;
-    ngx_uint_t                     eligible;  /* its decision's */
-    double                         score;     /* the chosen one's */
+    int32_t                        latency_ms;
+    uint32_t                       account;   /* index in the pool */
+    uint32_t                       eligible;  /* its decision's */
+    float                          score;     /* the chosen one's */
+    int16_t                        status;    /* 0: no response */
+    uint8_t                        kind;      /* tb_kind_e; TB_NKINDS:
+                                                 not classified */
 } ngx_http_tokenbiryani_attempt_log_t;
 
 
@@ -276,10 +277,73 @@ typedef struct {
 } ngx_http_tokenbiryani_response_t;
 
 
+/* routing: what the request needs, the decisions made */
+typedef struct {
+    ngx_str_t                      body;      /* the body, one buffer */
+    uint64_t                       session;
+    uint64_t                       model_hash;
+    tb_session_source_e            session_source;
+    tb_affinity_e                  affinity;  /* what it did to the cache */
+    int                            owner_index;  /* the owner in the pool,
+                                                    -1 */
+    ngx_int_t                      owner;     /* ... its zone slot, -1 */
+    tb_need_t                      need;
+    tb_cand_t                     *cands;     /* one per account */
+    tb_cand_out_t                 *outs;
+    tb_decision_t                  decision;  /* the last one made */
+    int64_t                        decided_ms;
+    ngx_uint_t                     decisions;
+    ngx_http_tokenbiryani_account_t  *next;   /* routed, leased, unsent */
+    ngx_http_tokenbiryani_ticket_t lease;     /* the current attempt's */
+} ngx_http_tokenbiryani_routing_t;
+
+
+/* waiting: a backoff, the queue */
+typedef struct {
+    ngx_event_t                    event;
+    ngx_uint_t                     action;        /* NGX_HTTP_TB_WAIT_* */
+    ngx_queue_t                    link;          /* the worker's waiters */
+    ngx_http_tokenbiryani_ticket_t ticket;        /* its place in the zone */
+    ngx_uint_t                     priority;      /* 0 interactive, 1 batch */
+    ngx_uint_t                     queued;        /* times it waited */
+    int64_t                        deadline_ms;
+    int64_t                        budget_ms;
+    int64_t                        waited_ms;     /* in the queue, in all */
+    int64_t                        start_ms;
+    int64_t                        until_ms;      /* the budget's end */
+    int64_t                        woken_ms;      /* capacity to grant */
+    int64_t                        retry_at;      /* its soonest, waiting */
+    ngx_int_t                      retry_after;   /* ours, seconds; 0 */
+} ngx_http_tokenbiryani_wait_t;
+
+
+/* the gateway's own error, sent by the filter in place of nginx's */
+typedef struct {
+    ngx_int_t                      status;
+    const char                    *type;
+    ngx_str_t                      message;
+    ngx_str_t                      json;          /* rendered once */
+
+    /* refused for its key: why (NGX_HTTP_TB_REFUSED_*), and the name of
+     * a key that is no longer one (revoked, expired), else NULL */
+    ngx_uint_t                     refused;
+    const char                    *refused_key;
+} ngx_http_tokenbiryani_error_t;
+
+
+/*
+ * A request's context, in groups the way ngx_http_upstream_t keeps its
+ * own: routing, the attempts, this attempt's response, the response the
+ * client gets, waiting, money, the gateway's own error; a platform's
+ * state hangs off plat.  Allocated zeroed for every request: kept under
+ * 2 KiB (see ngx_http_tokenbiryani_create_ctx()).
+ */
+
 typedef struct {
     ngx_http_request_t            *request;
 
     u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
+    int32_t                        prices_as_of;  /* tb_price_date, -1 */
     ngx_uint_t                     kind;      /* NGX_HTTP_TB_MESSAGES, ... */
     const tb_key_conf_t           *key;       /* NULL in open mode */
     u_char                        *pool;      /* the key's accounts, 1 per
@@ -294,23 +358,7 @@ typedef struct {
     ngx_queue_t                    held;
     uint64_t                       held_epoch;
 
-    /* routing: what the request needs, the decisions made */
-    ngx_str_t                      rbody;     /* the body, one buffer */
-    uint64_t                       session;
-    tb_session_source_e            session_source;
-    int                            owner_index;  /* the owner in the pool,
-                                                    -1 */
-    ngx_int_t                      owner;     /* ... its zone slot, -1 */
-    uint64_t                       model_hash;
-    tb_need_t                      need;
-    tb_cand_t                     *cands;     /* one per account */
-    tb_cand_out_t                 *outs;
-    tb_decision_t                  decision;  /* the last one made */
-    int64_t                        decided_ms;
-    ngx_uint_t                     decisions;
-    tb_affinity_e                  affinity;  /* what it did to the cache */
-    ngx_http_tokenbiryani_account_t  *next;   /* routed, leased, unsent */
-    ngx_http_tokenbiryani_ticket_t lease;     /* the current attempt's */
+    ngx_http_tokenbiryani_routing_t  route;
 
     /* attempts */
     ngx_uint_t                     attempts;
@@ -343,21 +391,9 @@ typedef struct {
     int64_t                        started_ms;
     int64_t                        ttft_ms;
 
-    /* waiting: a backoff, the queue */
-    ngx_event_t                    wait;
-    ngx_uint_t                     action;        /* NGX_HTTP_TB_WAIT_* */
-    ngx_queue_t                    wq;            /* the worker's waiters */
-    ngx_http_tokenbiryani_ticket_t waiter;
-    ngx_uint_t                     priority;      /* 0 interactive, 1 batch */
-    ngx_uint_t                     queued;        /* times it waited */
-    int64_t                        deadline_ms;
-    int64_t                        wait_budget_ms;
-    int64_t                        waited_ms;     /* in the queue, in all */
-    int64_t                        wait_start_ms;
-    int64_t                        wait_until_ms; /* the budget's end */
-    int64_t                        woken_ms;      /* capacity to grant */
-    int64_t                        retry_at;      /* its soonest, waiting */
-    ngx_int_t                      retry_after;   /* ours, seconds; 0 */
+    ngx_http_tokenbiryani_wait_t   wait;
+
+    /* its key's share: the rpm slot taken, the prompt sampled */
     uint64_t                       key_hash;      /* of its name; 0: none */
     int64_t                        text_bytes;    /* an input sample, 0 */
     int64_t                        owner_cached;  /* prompt in its cache */
@@ -367,18 +403,8 @@ typedef struct {
     /* money: its caps (what reached one), its cost once settled */
     ngx_http_tokenbiryani_caps_t   caps;
     int64_t                        cost;          /* nd; -1 unknown */
-    int32_t                        prices_as_of;  /* tb_price_date, -1 */
 
-    /* the gateway's own error, sent by the filter in place of nginx's */
-    ngx_int_t                      err_status;
-    const char                    *err_type;
-    ngx_str_t                      err_message;
-    ngx_str_t                      err_json;      /* rendered once */
-
-    /* refused for its key: why (NGX_HTTP_TB_REFUSED_*), and the name of
-     * a key that is no longer one (revoked, expired), else NULL */
-    ngx_uint_t                     refused;
-    const char                    *refused_key;
+    ngx_http_tokenbiryani_error_t  err;
 
     unsigned                       admin:1;       /* the caller is one */
     unsigned                       committed:1;

@@ -101,7 +101,7 @@ ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "key \"%s\" is over its limit of %L requests a minute; "
-                "retry in %is", kc->name, kc->rpm, ctx->retry_after);
+                "retry in %is", kc->name, kc->rpm, ctx->wait.retry_after);
             return NGX_HTTP_TB_FAIL;
         }
     }
@@ -182,7 +182,7 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
 
     /* the key's priority; a client may lower its own, never raise it */
 
-    ctx->priority = (kc && kc->priority == TB_PRIORITY_BATCH) ? 1 : 0;
+    ctx->wait.priority = (kc && kc->priority == TB_PRIORITY_BATCH) ? 1 : 0;
 
     h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-priority",
                                  sizeof("x-tokenbiryani-priority") - 1);
@@ -190,7 +190,7 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
         if (h->value.len == 5
             && ngx_strncasecmp(h->value.data, (u_char *) "batch", 5) == 0)
         {
-            ctx->priority = 1;
+            ctx->wait.priority = 1;
 
         } else if (!(h->value.len == 11
                      && ngx_strncasecmp(h->value.data,
@@ -218,9 +218,9 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
         return NGX_HTTP_TB_FAIL;
     }
 
-    ctx->wait_budget_ms = budget;
+    ctx->wait.budget_ms = budget;
 
-    ctx->deadline_ms = cf->retry_deadline_seconds > 0
+    ctx->wait.deadline_ms = cf->retry_deadline_seconds > 0
                        ? ctx->started_ms
                          + (int64_t) (cf->retry_deadline_seconds * 1000)
                        : 0;
@@ -241,7 +241,7 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "key \"%s\" is over its limit of %L requests a minute; "
-                "retry in %is", kc->name, kc->rpm, ctx->retry_after);
+                "retry in %is", kc->name, kc->rpm, ctx->wait.retry_after);
             return NGX_HTTP_TB_FAIL;
         }
 
@@ -347,7 +347,7 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
 
     if (ctx->final) {
         /* not to be retried: no retry-after (the queue may have set one) */
-        ctx->retry_after = 0;
+        ctx->wait.retry_after = 0;
     }
 
     ngx_http_tokenbiryani_window_text(cf->spend_window_hours, window,
@@ -406,15 +406,15 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
     /* read before the decision: capacity returning after it is not lost */
     *gen = ngx_http_tokenbiryani_capacity_gen(&tmcf->zone, NULL);
 
-    if (ctx->attempts == 0 && ctx->queued == 0
+    if (ctx->attempts == 0 && ctx->wait.queued == 0
         && !ngx_http_tokenbiryani_queue_clear_ahead(&tmcf->zone,
-                                                     ctx->priority, now))
+                                                     ctx->wait.priority, now))
     {
         /* waiters that could use what is there go first */
 
         (void) ngx_http_tokenbiryani_route(r, ctx, 0);
 
-        if (!ctx->decision.servable) {
+        if (!ctx->route.decision.servable) {
             return ngx_http_tokenbiryani_refuse_unservable(r, ctx);
         }
 
@@ -459,8 +459,8 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
         tried = 0;
 
         for (i = 0; i < n; i++) {
-            if (ctx->outs[i].verdict == TB_V_TRIED
-                && (!ctx->decision.servable
+            if (ctx->route.outs[i].verdict == TB_V_TRIED
+                && (!ctx->route.decision.servable
                     || (ctx->marks[i] & NGX_HTTP_TB_MARK_AGAIN)))
             {
                 ctx->marks[i] &= ~(NGX_HTTP_TB_MARK_TRIED
@@ -475,11 +475,11 @@ ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
     }
 
     if (a) {
-        ctx->next = a;
+        ctx->route.next = a;
         return NGX_HTTP_TB_GO;
     }
 
-    if (!ctx->decision.servable) {
+    if (!ctx->route.decision.servable) {
         ngx_http_tokenbiryani_event_admission(r, ctx, NULL, NULL,
                                               NGX_HTTP_TB_REFUSE, 0);
 
@@ -504,8 +504,8 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    soonest = ctx->decision.soonest;
-    *left = ctx->wait_budget_ms - ctx->waited_ms;
+    soonest = ctx->route.decision.soonest;
+    *left = ctx->wait.budget_ms - ctx->wait.waited_ms;
 
     /* capacity held by requests in flight comes back at no known time */
     ngx_http_tokenbiryani_set_retry_after(ctx, soonest ? soonest : now + 1000,
@@ -518,19 +518,19 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
                 "rate_limit_error",
                 "key \"%s\" holds its max_inflight of %L requests%s",
                 ctx->key->name, ctx->key->max_inflight,
-                ctx->queued ? ", and did for the whole wait" : "");
+                ctx->wait.queued ? ", and did for the whole wait" : "");
 
-        } else if (ctx->queued) {
+        } else if (ctx->wait.queued) {
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "waited %Ls for pool capacity without any becoming "
-                "available", (ctx->waited_ms + 500) / 1000);
+                "available", (ctx->wait.waited_ms + 500) / 1000);
 
         } else {
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "every account that can serve this request is at capacity%s",
-                ctx->retry_after ? "; see retry-after" : "");
+                ctx->wait.retry_after ? "; see retry-after" : "");
         }
 
         return NGX_HTTP_TB_FAIL;
@@ -538,14 +538,14 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
 
     /* the key's own requests end at no known time */
 
-    if (!ctx->key_full && !ctx->decision.by_event && soonest
+    if (!ctx->key_full && !ctx->route.decision.by_event && soonest
         && soonest - now > *left)
     {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
             "rate_limit_error",
             "every account that can serve this request is at capacity for "
             "%is, longer than this request may wait (%Ls)",
-            ctx->retry_after, (*left + 999) / 1000);
+            ctx->wait.retry_after, (*left + 999) / 1000);
         return NGX_HTTP_TB_FAIL;
     }
 
@@ -600,14 +600,14 @@ ngx_http_tokenbiryani_refuse_waited(ngx_http_request_t *r,
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
             "rate_limit_error",
             "waited %Ls while key \"%s\" held its max_inflight of %L "
-            "requests", (ctx->waited_ms + 500) / 1000, ctx->key->name,
+            "requests", (ctx->wait.waited_ms + 500) / 1000, ctx->key->name,
             ctx->key->max_inflight);
 
     } else {
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
             "rate_limit_error",
             "waited %Ls for pool capacity without any becoming available",
-            (ctx->waited_ms + 500) / 1000);
+            (ctx->wait.waited_ms + 500) / 1000);
     }
 
     return NGX_HTTP_TB_FAIL;
@@ -626,7 +626,7 @@ ngx_http_tokenbiryani_budget_spent(ngx_http_request_t *r,
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     cf = tmcf->tbcf;
 
-    if (ctx->deadline_ms && now >= ctx->deadline_ms) {
+    if (ctx->wait.deadline_ms && now >= ctx->wait.deadline_ms) {
         ngx_http_tokenbiryani_set_retry_after(ctx,
                              ngx_http_tokenbiryani_soonest(r, ctx, now), now);
 
@@ -722,7 +722,7 @@ ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
     refused = 0;
 
     for (i = 0; i < n; i++) {
-        switch (ctx->outs[i].verdict) {
+        switch (ctx->route.outs[i].verdict) {
         case TB_V_EXCEEDS:
             exceeds++;
             break;
@@ -744,7 +744,7 @@ ngx_http_tokenbiryani_refuse_unservable(ngx_http_request_t *r,
             "invalid_request_error",
             "no account in this pool can serve this request: it exceeds "
             "every account's rate limit (about %L input tokens, max_tokens "
-            "%L)", ctx->need.n[TB_WIN_INPUT], ctx->need.max_tokens);
+            "%L)", ctx->route.need.n[TB_WIN_INPUT], ctx->route.need.max_tokens);
 
     } else if (refused) {
 
@@ -799,13 +799,13 @@ ngx_http_tokenbiryani_set_retry_after(ngx_http_tokenbiryani_ctx_t *ctx,
     int64_t  s;
 
     if (at <= 0) {
-        ctx->retry_after = 0;
+        ctx->wait.retry_after = 0;
         return;
     }
 
     s = (at - now + 999) / 1000;
 
-    ctx->retry_after = (ngx_int_t) ngx_max(s, 1);
+    ctx->wait.retry_after = (ngx_int_t) ngx_max(s, 1);
 }
 
 
@@ -828,7 +828,7 @@ ngx_http_tokenbiryani_soonest(ngx_http_request_t *r,
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     n = ctx->naccounts;
 
-    if (ctx->cands == NULL || n == 0) {
+    if (ctx->route.cands == NULL || n == 0) {
         return 0;
     }
 
@@ -838,7 +838,7 @@ ngx_http_tokenbiryani_soonest(ngx_http_request_t *r,
         return 0;
     }
 
-    ngx_memcpy(c, ctx->cands, n * sizeof(tb_cand_t));
+    ngx_memcpy(c, ctx->route.cands, n * sizeof(tb_cand_t));
 
     for (i = 0; i < n; i++) {
         c[i].tried = 0;

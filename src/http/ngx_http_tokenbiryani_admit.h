@@ -12,7 +12,7 @@
 
 
 /* what an admission came to */
-#define NGX_HTTP_TB_GO                 0     /* ctx->next routed, leased */
+#define NGX_HTTP_TB_GO                 0     /* route.next routed, leased */
 #define NGX_HTTP_TB_WAIT               1     /* queued, or backing off */
 #define NGX_HTTP_TB_FAIL               2     /* the error is prepared */
 #define NGX_HTTP_TB_QUEUE              3     /* to wait in the queue */
@@ -36,7 +36,7 @@ ngx_int_t ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 
 /*
- * The next attempt: GO with ctx->next routed and leased, QUEUE with *gen
+ * The next attempt: GO with ctx->route.next routed and leased, QUEUE with *gen
  * the capacity generation it failed at (0: it has not tried yet), or
  * FAIL with the error prepared.
  */

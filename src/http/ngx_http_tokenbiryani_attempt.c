@@ -10,7 +10,7 @@
  * ngx_http_upstream_t up: peer.get declines the next connect with the
  * upstream's cleanup detached, so nginx lets go of it without finalizing
  * the request (ngx_http_tokenbiryani_attempt_pause).  The request then
- * waits on its own event (ctx->wait) - a backoff, the queue's budget, an
+ * waits on its own event (ctx->wait.event) - a backoff, the queue's budget, an
  * error to send - and resumes on a fresh ngx_http_upstream_t.  Nothing
  * ever blocks a worker.
  */
@@ -125,7 +125,7 @@ ngx_http_tokenbiryani_attempt_begin(ngx_http_request_t *r,
 }
 
 
-/* GO with ctx->next leased, WAIT in the queue, or FAIL */
+/* GO with ctx->route.next leased, WAIT in the queue, or FAIL */
 
 static ngx_int_t
 ngx_http_tokenbiryani_attempt_next(ngx_http_request_t *r,
@@ -285,8 +285,8 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
                               (double) ngx_random()
                               / ((double) 0x7fffffff + 1.0));
 
-        if (ctx->deadline_ms && now + delay > ctx->deadline_ms) {
-            delay = ctx->deadline_ms - now;
+        if (ctx->wait.deadline_ms && now + delay > ctx->wait.deadline_ms) {
+            delay = ctx->wait.deadline_ms - now;
         }
 
         ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_BACKOFF);
@@ -333,7 +333,7 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
                       "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
                       "giving up: %V", (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
                       ctx->request_id, &a->id, &ctx->last_error,
-                      ctx->attempts, &ctx->err_message);
+                      ctx->attempts, &ctx->err.message);
 
         ngx_http_tokenbiryani_arm(r, ctx, NGX_HTTP_TB_WAIT_FAIL, 0);
         ctx->pausing = 1;
@@ -362,10 +362,10 @@ ngx_http_tokenbiryani_enqueue(ngx_http_request_t *r,
         return NGX_HTTP_TB_FAIL;
     }
 
-    rc = ngx_http_tokenbiryani_queue_add(&tmcf->zone, ctx->priority,
+    rc = ngx_http_tokenbiryani_queue_add(&tmcf->zone, ctx->wait.priority,
                                          ctx->request_id, ctx->key_hash,
                                          ctx->key ? ctx->key->max_queued : -1,
-                                         now, &depth, &ctx->waiter);
+                                         now, &depth, &ctx->wait.ticket);
 
     if (rc != NGX_HTTP_TB_QUEUE_OK) {
         return ngx_http_tokenbiryani_refuse_queue(r, ctx, rc, depth);
@@ -373,25 +373,25 @@ ngx_http_tokenbiryani_enqueue(ngx_http_request_t *r,
 
     if (gen) {
         /* it just failed to find capacity at this generation */
-        ctx->retry_at = ctx->decision.soonest;
-        ngx_http_tokenbiryani_queue_blocked(&tmcf->zone, &ctx->waiter, gen,
-                                            ctx->retry_at);
+        ctx->wait.retry_at = ctx->route.decision.soonest;
+        ngx_http_tokenbiryani_queue_blocked(&tmcf->zone, &ctx->wait.ticket, gen,
+                                            ctx->wait.retry_at);
     }
 
-    ctx->queued++;
-    ctx->wait_start_ms = now;
+    ctx->wait.queued++;
+    ctx->wait.start_ms = now;
 
-    ngx_queue_insert_tail(&ngx_http_tokenbiryani_waiters, &ctx->wq);
+    ngx_queue_insert_tail(&ngx_http_tokenbiryani_waiters, &ctx->wait.link);
     ctx->waiting = 1;
 
     until = now + left;
 
-    if (ctx->deadline_ms && ctx->deadline_ms < until) {
-        until = ctx->deadline_ms;
+    if (ctx->wait.deadline_ms && ctx->wait.deadline_ms < until) {
+        until = ctx->wait.deadline_ms;
     }
 
     /* which bound the timer is for: timers and the clock may differ by 1ms */
-    ctx->wait_until_ms = until;
+    ctx->wait.until_ms = until;
 
     ngx_http_tokenbiryani_arm(r, ctx, NGX_HTTP_TB_WAIT_EXPIRE, until - now);
 
@@ -418,17 +418,17 @@ ngx_http_tokenbiryani_unqueue(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    ngx_http_tokenbiryani_queue_remove(&tmcf->zone, &ctx->waiter, why);
-    ctx->waited_ms += now - ctx->wait_start_ms;
+    ngx_http_tokenbiryani_queue_remove(&tmcf->zone, &ctx->wait.ticket, why);
+    ctx->wait.waited_ms += now - ctx->wait.start_ms;
 
-    ngx_queue_remove(&ctx->wq);
+    ngx_queue_remove(&ctx->wait.link);
     ctx->waiting = 0;
 
-    if (ctx->action == NGX_HTTP_TB_WAIT_EXPIRE) {
-        ctx->action = NGX_HTTP_TB_WAIT_NONE;
+    if (ctx->wait.action == NGX_HTTP_TB_WAIT_EXPIRE) {
+        ctx->wait.action = NGX_HTTP_TB_WAIT_NONE;
 
-        if (ctx->wait.timer_set) {
-            ngx_del_timer(&ctx->wait);
+        if (ctx->wait.event.timer_set) {
+            ngx_del_timer(&ctx->wait.event);
         }
     }
 }
@@ -478,9 +478,9 @@ ngx_http_tokenbiryani_tick_handler(ngx_event_t *ev)
              q != ngx_queue_sentinel(&ngx_http_tokenbiryani_waiters);
              q = ngx_queue_next(q))
         {
-            ctx = ngx_queue_data(q, ngx_http_tokenbiryani_ctx_t, wq);
+            ctx = ngx_queue_data(q, ngx_http_tokenbiryani_ctx_t, wait.link);
 
-            if (ctx->waiter.id != ids[i]) {
+            if (ctx->wait.ticket.id != ids[i]) {
                 continue;
             }
 
@@ -515,12 +515,14 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
 
     gen = ngx_http_tokenbiryani_capacity_gen(&tmcf->zone, &since);
 
-    if (ctx->retry_at && ctx->retry_at <= now && ctx->retry_at > since) {
+    if (ctx->wait.retry_at && ctx->wait.retry_at <= now
+        && ctx->wait.retry_at > since)
+    {
         /* woken by time: a cooldown ended, a window refilled */
-        since = ctx->retry_at;
+        since = ctx->wait.retry_at;
     }
 
-    if (ctx->deadline_ms && now >= ctx->deadline_ms) {
+    if (ctx->wait.deadline_ms && now >= ctx->wait.deadline_ms) {
         ngx_http_tokenbiryani_unqueue(r, ctx, NGX_HTTP_TB_QUEUE_TIMEOUT, now);
         (void) ngx_http_tokenbiryani_budget_spent(r, ctx, now);
         ngx_http_tokenbiryani_send_fail(r, ctx);
@@ -531,7 +533,7 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
 
     if (a) {
         /* from the capacity event that woke it to the grant */
-        ctx->woken_ms = since && now >= since ? now - since : 0;
+        ctx->wait.woken_ms = since && now >= since ? now - since : 0;
 
         ngx_http_tokenbiryani_unqueue(r, ctx, NGX_HTTP_TB_QUEUE_SERVED, now);
 
@@ -539,12 +541,12 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
                       "tokenbiryani: %*s: capacity after %Lms in the queue, "
                       "%Lms after it came back",
                       (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                      ctx->waited_ms, ctx->woken_ms);
+                      ctx->wait.waited_ms, ctx->wait.woken_ms);
 
-        ctx->next = a;
+        ctx->route.next = a;
 
-        if (ctx->wait.timer_set) {
-            ngx_del_timer(&ctx->wait);
+        if (ctx->wait.event.timer_set) {
+            ngx_del_timer(&ctx->wait.event);
         }
 
         ngx_http_tokenbiryani_resume(r, ctx);
@@ -559,7 +561,7 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
         return;
     }
 
-    if (!ctx->decision.servable) {
+    if (!ctx->route.decision.servable) {
         /* what it waited for went away: disabled, say */
         ngx_http_tokenbiryani_unqueue(r, ctx, NGX_HTTP_TB_QUEUE_TIMEOUT, now);
 
@@ -574,10 +576,10 @@ ngx_http_tokenbiryani_try_waiter(ngx_http_request_t *r,
         return;
     }
 
-    ctx->retry_at = ctx->decision.soonest;
+    ctx->wait.retry_at = ctx->route.decision.soonest;
 
-    ngx_http_tokenbiryani_queue_blocked(&tmcf->zone, &ctx->waiter, gen,
-                                        ctx->retry_at);
+    ngx_http_tokenbiryani_queue_blocked(&tmcf->zone, &ctx->wait.ticket, gen,
+                                        ctx->wait.retry_at);
 }
 
 
@@ -587,7 +589,7 @@ ngx_http_tokenbiryani_arm(ngx_http_request_t *r,
 {
     ngx_event_t  *ev;
 
-    ev = &ctx->wait;
+    ev = &ctx->wait.event;
 
     if (ev->handler == NULL) {
         ev->handler = ngx_http_tokenbiryani_wait_handler;
@@ -595,7 +597,7 @@ ngx_http_tokenbiryani_arm(ngx_http_request_t *r,
         ev->log = r->connection->log;
     }
 
-    ctx->action = action;
+    ctx->wait.action = action;
 
     if (ev->posted) {
         ngx_delete_posted_event(ev);
@@ -629,8 +631,8 @@ ngx_http_tokenbiryani_wait_handler(ngx_event_t *ev)
     c = r->connection;
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
 
-    action = ctx->action;
-    ctx->action = NGX_HTTP_TB_WAIT_NONE;
+    action = ctx->wait.action;
+    ctx->wait.action = NGX_HTTP_TB_WAIT_NONE;
 
     switch (action) {
 
@@ -650,7 +652,7 @@ ngx_http_tokenbiryani_wait_handler(ngx_event_t *ev)
         break;
 
     case NGX_HTTP_TB_WAIT_EXPIRE:
-        now = ngx_max(ngx_http_tokenbiryani_now_ms(), ctx->wait_until_ms);
+        now = ngx_max(ngx_http_tokenbiryani_now_ms(), ctx->wait.until_ms);
 
         ngx_http_tokenbiryani_unqueue(r, ctx, NGX_HTTP_TB_QUEUE_TIMEOUT, now);
 
@@ -659,7 +661,7 @@ ngx_http_tokenbiryani_wait_handler(ngx_event_t *ev)
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
                       "tokenbiryani: %*s: waited %Lms in the queue, %V",
                       (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                      ctx->waited_ms, &ctx->err_message);
+                      ctx->wait.waited_ms, &ctx->err.message);
 
         ngx_http_tokenbiryani_send_fail(r, ctx);
         break;
@@ -676,7 +678,7 @@ ngx_http_tokenbiryani_wait_handler(ngx_event_t *ev)
 }
 
 
-/* a fresh upstream for the attempt leased in ctx->next */
+/* a fresh upstream for the attempt leased in ctx->route.next */
 
 static void
 ngx_http_tokenbiryani_resume(ngx_http_request_t *r,
@@ -698,7 +700,7 @@ ngx_http_tokenbiryani_send_fail(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     ngx_http_finalize_request(r,
-        ngx_http_tokenbiryani_send_error(r, ctx->err_status, NULL, NULL));
+        ngx_http_tokenbiryani_send_error(r, ctx->err.status, NULL, NULL));
 }
 
 
@@ -799,15 +801,15 @@ ngx_http_tokenbiryani_abandon(ngx_http_request_t *r,
         ngx_http_tokenbiryani_unqueue(r, ctx, NGX_HTTP_TB_QUEUE_GONE, now);
     }
 
-    if (ctx->wait.timer_set) {
-        ngx_del_timer(&ctx->wait);
+    if (ctx->wait.event.timer_set) {
+        ngx_del_timer(&ctx->wait.event);
     }
 
-    if (ctx->wait.posted) {
-        ngx_delete_posted_event(&ctx->wait);
+    if (ctx->wait.event.posted) {
+        ngx_delete_posted_event(&ctx->wait.event);
     }
 
-    ctx->action = NGX_HTTP_TB_WAIT_NONE;
+    ctx->wait.action = NGX_HTTP_TB_WAIT_NONE;
 
     if (ctx->attempts == 0 && ctx->rpm_slot >= 0 && ctx->key) {
         ngx_http_tokenbiryani_rpm_give_back(&tmcf->zone, ctx->key_hash,
@@ -832,7 +834,7 @@ ngx_http_tokenbiryani_request_done(void *data)
 
     ngx_http_tokenbiryani_abandon(r, ctx);
 
-    if (ctx->lease.id) {
+    if (ctx->route.lease.id) {
         ngx_http_tokenbiryani_route_settle(r, ctx, 0);
         ngx_http_tokenbiryani_attempt_wake();
     }

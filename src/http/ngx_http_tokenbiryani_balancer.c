@@ -102,13 +102,13 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     u = r->upstream;
 
-    if (ctx->pausing || ctx->next == NULL) {
+    if (ctx->pausing || ctx->route.next == NULL) {
         /* the next attempt does not follow at once */
         return ngx_http_tokenbiryani_attempt_pause(r, ctx, pc);
     }
 
-    a = ctx->next;
-    ctx->next = NULL;
+    a = ctx->route.next;
+    ctx->route.next = NULL;
 
     ctx->account = a;
     ctx->marks[a->index] |= NGX_HTTP_TB_MARK_TRIED;
@@ -120,7 +120,7 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
     now = ngx_http_tokenbiryani_now_ms();
 
     ngx_http_tokenbiryani_zone_attempt_start(&tmcf->zone, a->slot,
-                                             ctx->lease.id != 0, now);
+                                             ctx->route.lease.id != 0, now);
     ctx->inflight = 1;
     ctx->attempt_ms = now;
 
@@ -131,16 +131,16 @@ ngx_http_tokenbiryani_get_peer(ngx_peer_connection_t *pc, void *data)
 
     if (ctx->attempts <= NGX_HTTP_TB_INSPECT_ATTEMPTS) {
         log = &ctx->log[ctx->attempts - 1];
-        log->account = a->index;
+        log->account = (uint32_t) a->index;
         log->start_ms = now;
         log->status = 0;
-        log->kind = TB_NKINDS;
+        log->kind = (uint8_t) TB_NKINDS;
         log->latency_ms = 0;
 
         /* the decision that sent it here, for the inspector */
-        log->eligible = ctx->decision.eligible;
-        log->score = ctx->decision.chosen >= 0
-                     ? ctx->outs[ctx->decision.chosen].score : 0;
+        log->eligible = (uint32_t) ctx->route.decision.eligible;
+        log->score = (float) (ctx->route.decision.chosen >= 0
+                     ? ctx->route.outs[ctx->route.decision.chosen].score : 0);
     }
 
     /* the account's addresses in turn, per worker: a retry takes the next */
@@ -194,9 +194,10 @@ ngx_http_tokenbiryani_free_peer(ngx_peer_connection_t *pc, void *data,
 
     if (ctx->attempts && ctx->attempts <= NGX_HTTP_TB_INSPECT_ATTEMPTS) {
         log = &ctx->log[ctx->attempts - 1];
-        log->kind = TB_NKINDS;
-        log->status = ctx->resp.status.code;
-        log->latency_ms = ngx_http_tokenbiryani_now_ms() - log->start_ms;
+        log->kind = (uint8_t) TB_NKINDS;
+        log->status = (int16_t) ctx->resp.status.code;
+        log->latency_ms = (int32_t) ngx_min(ngx_http_tokenbiryani_now_ms()
+                                            - log->start_ms, INT32_MAX);
     }
 
     if (failed && pc->cached && ctx->resp.status.code == 0
@@ -265,10 +266,14 @@ ngx_http_tokenbiryani_end_attempt(ngx_http_request_t *r,
     o = NULL;
 
     if (ctx->resp.classified) {
-        ngx_http_tokenbiryani_describe_outcome(r, ctx);
+
+        /* a failure in words, for the logs and the client's error */
+        if (ctx->outcome.kind != TB_KIND_OK) {
+            ngx_http_tokenbiryani_describe_outcome(r, ctx);
+        }
 
         if (ctx->attempts && ctx->attempts <= NGX_HTTP_TB_INSPECT_ATTEMPTS) {
-            ctx->log[ctx->attempts - 1].kind = ctx->outcome.kind;
+            ctx->log[ctx->attempts - 1].kind = (uint8_t) ctx->outcome.kind;
         }
 
         /*
@@ -284,7 +289,8 @@ ngx_http_tokenbiryani_end_attempt(ngx_http_request_t *r,
     }
 
     if (ngx_http_tokenbiryani_zone_attempt_end(&tmcf->zone, a->slot,
-                                  ctx->lease.id != 0, o, ctx->model_hash,
+                                  ctx->route.lease.id != 0, o,
+                                  ctx->route.model_hash,
                                   ctx->body.model, ctx->body.model_len,
                                   ctx->probed,
                                   a->conf->observable_limits

@@ -23,28 +23,28 @@ ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
     u_char  *p;
     size_t   len, n;
 
-    if (ctx->err_type == NULL
-        || ctx->err_status != (ngx_int_t) r->headers_out.status)
+    if (ctx->err.type == NULL
+        || ctx->err.status != (ngx_int_t) r->headers_out.status)
     {
         ngx_http_tokenbiryani_default_error(r, ctx,
                                             r->headers_out.status);
     }
 
-    if (ctx->err_type == NULL) {
-        ctx->err_type = ngx_http_tokenbiryani_error_type(ctx->err_status);
+    if (ctx->err.type == NULL) {
+        ctx->err.type = ngx_http_tokenbiryani_error_type(ctx->err.status);
     }
 
-    if (ctx->err_json.len) {
-        *json = ctx->err_json;
+    if (ctx->err.json.len) {
+        *json = ctx->err.json;
         return NGX_OK;
     }
 
-    n = tb_json_escape(NULL, 0, (char *) ctx->err_message.data,
-                       ctx->err_message.len);
+    n = tb_json_escape(NULL, 0, (char *) ctx->err.message.data,
+                       ctx->err.message.len);
 
     len = sizeof("{\"type\":\"error\",\"error\":{\"type\":\"\",\"message\":\"\"},"
                  "\"request_id\":\"\"}") - 1
-          + ngx_strlen(ctx->err_type) + n + NGX_HTTP_TB_REQUEST_ID_LEN;
+          + ngx_strlen(ctx->err.type) + n + NGX_HTTP_TB_REQUEST_ID_LEN;
 
     json->data = ngx_pnalloc(r->pool, len + 1);
     if (json->data == NULL) {
@@ -52,10 +52,10 @@ ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
     }
 
     p = ngx_sprintf(json->data, "{\"type\":\"error\",\"error\":{\"type\":\"%s\","
-                    "\"message\":\"", ctx->err_type);
+                    "\"message\":\"", ctx->err.type);
 
-    tb_json_escape((char *) p, n + 1, (char *) ctx->err_message.data,
-                   ctx->err_message.len);
+    tb_json_escape((char *) p, n + 1, (char *) ctx->err.message.data,
+                   ctx->err.message.len);
     p += n;
 
     p = ngx_sprintf(p, "\"},\"request_id\":\"%*s\"}",
@@ -63,7 +63,7 @@ ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
 
     json->len = p - json->data;
 
-    ctx->err_json = *json;
+    ctx->err.json = *json;
 
     return NGX_OK;
 }
@@ -181,15 +181,15 @@ ngx_http_tokenbiryani_set_error(ngx_http_request_t *r, ngx_int_t status,
     p = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args);
     va_end(args);
 
-    ctx->err_status = status;
-    ctx->err_type = type;
-    ctx->err_json.len = 0;
+    ctx->err.status = status;
+    ctx->err.type = type;
+    ctx->err.json.len = 0;
 
-    ctx->err_message.len = p - buf;
-    ctx->err_message.data = ngx_pstrdup(r->pool,
+    ctx->err.message.len = p - buf;
+    ctx->err.message.data = ngx_pstrdup(r->pool,
                                         &(ngx_str_t) { p - buf, buf });
-    if (ctx->err_message.data == NULL) {
-        ctx->err_message.len = 0;
+    if (ctx->err.message.data == NULL) {
+        ctx->err.message.len = 0;
     }
 }
 
@@ -217,11 +217,11 @@ ngx_http_tokenbiryani_send_error(ngx_http_request_t *r, ngx_int_t status,
         ngx_http_tokenbiryani_set_error(r, status, type, "%*s",
                                         (size_t) (p - buf), buf);
 
-    } else if (ctx->err_type == NULL) {
+    } else if (ctx->err.type == NULL) {
         ngx_http_tokenbiryani_default_error(r, ctx, status);
     }
 
-    status = ctx->err_status ? ctx->err_status : status;
+    status = ctx->err.status ? ctx->err.status : status;
     r->headers_out.status = status;
 
     if (ngx_http_tokenbiryani_error_json(r, ctx, &json) != NGX_OK) {

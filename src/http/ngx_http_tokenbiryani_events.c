@@ -64,18 +64,19 @@ ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
     ev->what = (uint8_t) what;
     ev->kind = 0;
     ev->attempt = (uint8_t) ngx_min(ctx->attempts + 1, 255);
-    ev->affinity = (uint8_t) ctx->decision.affinity;
+    ev->affinity = (uint8_t) ctx->route.decision.affinity;
     ev->probe = (uint8_t) probe;
-    ev->eligible = (uint16_t) ctx->decision.eligible;
-    ev->score = (a && ctx->decision.chosen >= 0)
-                ? (float) ctx->outs[ctx->decision.chosen].score : 0;
+    ev->eligible = (uint16_t) ctx->route.decision.eligible;
+    ev->score = (a && ctx->route.decision.chosen >= 0)
+                ? (float) ctx->route.outs[ctx->route.decision.chosen].score : 0;
 
     for (w = 0; w < TB_NWINDOWS; w++) {
-        ev->need[w] = ctx->need.n[w];
+        ev->need[w] = ctx->route.need.n[w];
         ev->remaining[w] = remaining ? remaining[w] : TB_UNKNOWN;
     }
 
-    ev->soonest_ms = ctx->decision.soonest ? ctx->decision.soonest - now : 0;
+    ev->soonest_ms = ctx->route.decision.soonest
+                     ? ctx->route.decision.soonest - now : 0;
     ngx_memzero(ev->usage, sizeof(ev->usage));
     ev->retry_after_ms = 0;
     ev->latency_ms = 0;
@@ -206,7 +207,7 @@ ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     name = ctx->key ? ctx->key->name
-                    : (ctx->refused_key ? ctx->refused_key : "");
+                    : (ctx->err.refused_key ? ctx->err.refused_key : "");
 
     /* its name, never what was presented */
 
@@ -214,7 +215,7 @@ ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
                   "tokenbiryani: event=refusal request=%*s status=%ui "
                   "key=\"%s\" reason=\"%s\"",
                   (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                  status, name, ngx_http_tb_refusals[ctx->refused]);
+                  status, name, ngx_http_tb_refusals[ctx->err.refused]);
 
     ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, &seq);
     if (ev == NULL) {
@@ -229,7 +230,7 @@ ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
     ev->slot = -1;
     ev->status = (uint16_t) status;
     ev->type = NGX_HTTP_TB_EVENT_REFUSAL;
-    ev->what = (uint8_t) ctx->refused;
+    ev->what = (uint8_t) ctx->err.refused;
 
     len = ngx_min(ngx_strlen(name), TB_ID_MAX);
     ngx_memcpy(ev->key, name, len);

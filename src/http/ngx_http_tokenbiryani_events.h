@@ -53,7 +53,7 @@ void ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
     ngx_uint_t next);
 
-/* a request refused for its key: ctx->refused says why, and names it */
+/* a request refused for its key: ctx->err.refused says why, and names it */
 void ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);
 

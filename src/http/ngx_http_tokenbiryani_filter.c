@@ -131,7 +131,7 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
         }
     }
 
-    if (ctx->retry_after > 0 && !ctx->final && !ctx->committed
+    if (ctx->wait.retry_after > 0 && !ctx->final && !ctx->committed
         && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
     {
         /*
@@ -144,7 +144,7 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
             return NGX_ERROR;
         }
 
-        value.len = ngx_sprintf(value.data, "%i", ctx->retry_after)
+        value.len = ngx_sprintf(value.data, "%i", ctx->wait.retry_after)
                     - value.data;
 
         if (ngx_http_tokenbiryani_add_header(r, &ngx_http_tb_retry_after,

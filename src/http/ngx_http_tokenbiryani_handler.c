@@ -165,7 +165,7 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
             cln->data = ctx;
         }
 
-        return ngx_http_tokenbiryani_send_error(r, ctx->err_status, NULL,
+        return ngx_http_tokenbiryani_send_error(r, ctx->err.status, NULL,
                                                 NULL);
     }
 
@@ -271,7 +271,7 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
             && !tb_models_match(ctx->key->models.items, ctx->key->models.n,
                                 ctx->body.model, ctx->body.model_len))
         {
-            ctx->refused = NGX_HTTP_TB_REFUSED_MODEL;
+            ctx->err.refused = NGX_HTTP_TB_REFUSED_MODEL;
 
             ngx_http_finalize_request(r,
                 ngx_http_tokenbiryani_refusal_seen(r, ctx, NGX_HTTP_FORBIDDEN)
@@ -284,7 +284,7 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
         }
     }
 
-    ctx->rbody = body;
+    ctx->route.body = body;
 
     ngx_http_tokenbiryani_route_session(r, ctx, &body);
 
@@ -307,7 +307,9 @@ ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
 
-    if (ngx_http_tokenbiryani_route_prepare(r, ctx, &ctx->rbody) != NGX_OK) {
+    if (ngx_http_tokenbiryani_route_prepare(r, ctx, &ctx->route.body)
+        != NGX_OK)
+    {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }

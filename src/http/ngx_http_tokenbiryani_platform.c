@@ -276,14 +276,15 @@ ngx_http_tokenbiryani_platform_body(ngx_http_request_t *r,
         return NULL;
     }
 
-    max = tb_provider_body_max(ctx->rbody.len, betas.len);
+    max = tb_provider_body_max(ctx->route.body.len, betas.len);
 
     b = ngx_create_temp_buf(r->pool, max);
     if (b == NULL) {
         return NULL;
     }
 
-    n = tb_provider_body(type, version, ctx->rbody.data, ctx->rbody.len,
+    n = tb_provider_body(type, version, ctx->route.body.data,
+                         ctx->route.body.len,
                          (char *) betas.data, betas.len, b->pos, max);
 
     if (n == (size_t) -1 || n > max) {

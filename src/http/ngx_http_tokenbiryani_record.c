@@ -38,13 +38,13 @@ ngx_http_tokenbiryani_price(ngx_http_tokenbiryani_main_conf_t *tmcf,
         owner = tmcf;
     }
 
-    e = &cache[ctx->model_hash % 64];
+    e = &cache[ctx->route.model_hash % 64];
 
-    if (!e->used || e->hash != ctx->model_hash) {
+    if (!e->used || e->hash != ctx->route.model_hash) {
         e->price = tb_price_find(&tmcf->prices, tmcf->builtin,
                                  (char *) ctx->body.model,
                                  ctx->body.model_len);
-        e->hash = ctx->model_hash;
+        e->hash = ctx->route.model_hash;
         e->used = 1;
     }
 
@@ -124,7 +124,7 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_memcpy(rec->id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
 
     name = ctx->key ? ctx->key->name
-                    : (ctx->refused_key ? ctx->refused_key : "");
+                    : (ctx->err.refused_key ? ctx->err.refused_key : "");
     len = ngx_min(ngx_strlen(name), TB_ID_MAX);
     ngx_memcpy(rec->key, name, len);
 
@@ -133,10 +133,10 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     len = ngx_min(ngx_strlen(st->name), sizeof(rec->strategy) - 1);
     ngx_memcpy(rec->strategy, st->name, len);
 
-    rec->session = ctx->session;
-    rec->session_source = (uint8_t) ctx->session_source;
+    rec->session = ctx->route.session;
+    rec->session_source = (uint8_t) ctx->route.session_source;
     rec->started_ms = ctx->started_ms;
-    rec->decided_ms = ctx->decided_ms;
+    rec->decided_ms = ctx->route.decided_ms;
     rec->latency_ms = now - ctx->started_ms;
     rec->ttft_ms = ctx->ttft_ms;
     rec->usage = ctx->usage;
@@ -146,17 +146,17 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     rec->cost = ngx_http_tokenbiryani_settle_cost(tmcf, ctx);
     rec->prices_as_of = ctx->prices_as_of;
 
-    rec->need = ctx->need;
+    rec->need = ctx->route.need;
     rec->status = (int16_t) r->headers_out.status;
     rec->kind = (uint8_t) ctx->kind;
     rec->streamed = ctx->body.stream;
-    rec->affinity = (uint8_t) ctx->affinity;
-    rec->soonest = ctx->decision.soonest;
+    rec->affinity = (uint8_t) ctx->route.affinity;
+    rec->soonest = ctx->route.decision.soonest;
     rec->chosen = -1;
-    rec->queued_ms = ctx->waited_ms;
-    rec->queued = (uint32_t) ctx->queued;
-    rec->woken_ms = ctx->queued ? ctx->woken_ms : -1;
-    rec->priority = (uint8_t) ctx->priority;
+    rec->queued_ms = ctx->wait.waited_ms;
+    rec->queued = (uint32_t) ctx->wait.queued;
+    rec->woken_ms = ctx->wait.queued ? ctx->wait.woken_ms : -1;
+    rec->priority = (uint8_t) ctx->wait.priority;
     rec->pid = ngx_pid;
 
     if (ctx->answered) {
@@ -192,12 +192,12 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     rec->candidates = (uint32_t) n;
 
-    if (ctx->decisions == 0) {
+    if (ctx->route.decisions == 0) {
         goto done;
     }
 
     for (i = 0; i < n; i++) {
-        rec->verdicts[ctx->outs[i].verdict]++;
+        rec->verdicts[ctx->route.outs[i].verdict]++;
     }
 
     k = 0;
@@ -205,7 +205,7 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     for (picked = 0; picked < 3 && k < NGX_HTTP_TB_INSPECT_CANDS; picked++) {
 
         for (i = 0; i < n && k < NGX_HTTP_TB_INSPECT_CANDS; i++) {
-            o = &ctx->outs[i];
+            o = &ctx->route.outs[i];
 
             if ((picked == 0 && o->verdict != TB_V_CHOSEN)
                 || (picked == 1 && o->verdict != TB_V_ELIGIBLE)

@@ -58,11 +58,11 @@ ngx_http_tokenbiryani_route_session(ngx_http_request_t *r,
                                           sizeof("x-tokenbiryani-session")
                                           - 1);
 
-    ctx->session = tb_session_key(body->data, body->len, &ctx->body,
+    ctx->route.session = tb_session_key(body->data, body->len, &ctx->body,
                                   h ? (char *) h->value.data : NULL,
                                   h ? h->value.len : 0,
                                   scope, ngx_strlen(scope),
-                                  &ctx->session_source);
+                                  &ctx->route.session_source);
 }
 
 
@@ -83,9 +83,11 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     a = tmcf->accounts.elts;
     n = ctx->naccounts;
     ctx->marks = ngx_pcalloc(r->pool, n + 1);
-    ctx->cands = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_t));
-    ctx->outs = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_out_t));
-    if (ctx->marks == NULL || ctx->cands == NULL || ctx->outs == NULL) {
+    ctx->route.cands = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_t));
+    ctx->route.outs = ngx_palloc(r->pool, (n + 1) * sizeof(tb_cand_out_t));
+    if (ctx->marks == NULL || ctx->route.cands == NULL
+        || ctx->route.outs == NULL)
+    {
         return NGX_ERROR;
     }
 
@@ -94,7 +96,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     pool = ctx->pool;
 
     for (i = 0; i < n; i++) {
-        c = &ctx->cands[i];
+        c = &ctx->route.cands[i];
 
         c->conf = a[i].conf;
         c->st = a[i].sh;
@@ -114,26 +116,27 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
     if (ctx->kind != NGX_HTTP_TB_MESSAGES) {
         /* one concurrency slot and no tokens: their limits are their own */
-        ngx_memzero(&ctx->need, sizeof(tb_need_t));
+        ngx_memzero(&ctx->route.need, sizeof(tb_need_t));
         return NGX_OK;
     }
 
     /* the conversation (ngx_http_tokenbiryani_route_session), its owner */
 
-    ctx->owner = ngx_http_tokenbiryani_affinity_get(&tmcf->zone, ctx->session,
+    ctx->route.owner = ngx_http_tokenbiryani_affinity_get(&tmcf->zone,
+                                             ctx->route.session,
                                              ngx_http_tokenbiryani_now_ms(),
                                              &ctx->owner_cached);
 
-    if (ctx->owner >= 0) {
+    if (ctx->route.owner >= 0) {
         for (i = 0; i < n; i++) {
-            if (a[i].slot == (ngx_uint_t) ctx->owner && !a[i].retired) {
-                ctx->owner_index = (int) i;
+            if (a[i].slot == (ngx_uint_t) ctx->route.owner && !a[i].retired) {
+                ctx->route.owner_index = (int) i;
                 break;
             }
         }
     }
 
-    ctx->model_hash = tb_hash64(0, ctx->body.model, ctx->body.model_len);
+    ctx->route.model_hash = tb_hash64(0, ctx->body.model, ctx->body.model_len);
 
     /* the need vector */
 
@@ -148,10 +151,10 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     /* a sample of the model's tokens per byte, when it answers */
     ctx->text_bytes = fixed ? 0 : text;
 
-    ctx->need.n[TB_WIN_REQUESTS] = 1;
-    ctx->need.n[TB_WIN_INPUT] = input;
-    ctx->need.n[TB_WIN_OUTPUT] = output;
-    ctx->need.max_tokens = max_tokens;
+    ctx->route.need.n[TB_WIN_REQUESTS] = 1;
+    ctx->route.need.n[TB_WIN_INPUT] = input;
+    ctx->route.need.n[TB_WIN_OUTPUT] = output;
+    ctx->route.need.max_tokens = max_tokens;
 
     ngx_http_tokenbiryani_route_caps(tmcf, ctx);
 
@@ -174,13 +177,13 @@ ngx_http_tokenbiryani_unpriced(ngx_http_tokenbiryani_ctx_t *ctx)
     static uint64_t    said[64];
 
     for (i = 0; i < n; i++) {
-        if (said[i] == ctx->model_hash) {
+        if (said[i] == ctx->route.model_hash) {
             return;
         }
     }
 
     if (n < 64) {
-        said[n++] = ctx->model_hash;
+        said[n++] = ctx->route.model_hash;
     }
 
     ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
@@ -212,8 +215,8 @@ ngx_http_tokenbiryani_route_caps(ngx_http_tokenbiryani_main_conf_t *tmcf,
     price = ngx_http_tokenbiryani_price(tmcf, ctx);
 
     if (price) {
-        ctx->need.cost = ctx->need.n[TB_WIN_INPUT] * price->input
-                         + ctx->need.n[TB_WIN_OUTPUT] * price->output;
+        ctx->route.need.cost = ctx->route.need.n[TB_WIN_INPUT] * price->input
+                         + ctx->route.need.n[TB_WIN_OUTPUT] * price->output;
 
     } else if (kc && (kc->spend_cap_usd >= 0 || kc->session_cap_usd >= 0)) {
         ngx_http_tokenbiryani_unpriced(ctx);
@@ -229,11 +232,11 @@ ngx_http_tokenbiryani_route_caps(ngx_http_tokenbiryani_main_conf_t *tmcf,
         caps->key_name_len = ngx_strlen(kc->name);
     }
 
-    if (!cf->sessions_track || ctx->session == 0) {
+    if (!cf->sessions_track || ctx->route.session == 0) {
         return;
     }
 
-    caps->session = ctx->session;
+    caps->session = ctx->route.session;
 
     if (kc) {
         caps->session_cap = tb_usd_to_nd(kc->session_cap_usd);
@@ -253,11 +256,11 @@ ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_memcpy(in->weights, tmcf->weights, sizeof(in->weights));
     in->model = ctx->body.has_model ? ctx->body.model : NULL;
     in->model_len = ctx->body.model_len;
-    in->model_hash = ctx->model_hash;
+    in->model_hash = ctx->route.model_hash;
     in->breaker = tmcf->zone.breaker;
-    in->need = ctx->need;
-    in->session = ctx->session;
-    in->owner = ctx->owner_index;
+    in->need = ctx->route.need;
+    in->session = ctx->route.session;
+    in->owner = ctx->route.owner_index;
     in->spend_bucket_ms = tmcf->zone.spend_bucket_ms;
 
     /*
@@ -266,12 +269,12 @@ ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
      * what its cache holds for the conversation, and is leased that.
      */
 
-    if (ctx->owner_index >= 0 && ctx->owner_cached > 0
-        && !ctx->cands[ctx->owner_index].conf->cache_reads_count)
+    if (ctx->route.owner_index >= 0 && ctx->owner_cached > 0
+        && !ctx->route.cands[ctx->route.owner_index].conf->cache_reads_count)
     {
-        in->owner_need = ctx->need;
+        in->owner_need = ctx->route.need;
         in->owner_need.n[TB_WIN_INPUT] = ngx_max(1,
-                               ctx->need.n[TB_WIN_INPUT] - ctx->owner_cached);
+                      ctx->route.need.n[TB_WIN_INPUT] - ctx->owner_cached);
         in->owner_discount = 1;
     }
 }
@@ -301,23 +304,23 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
     now = ngx_http_tokenbiryani_now_ms();
 
     for (i = 0; i < n; i++) {
-        ctx->cands[i].tried = (ctx->marks[i] & NGX_HTTP_TB_MARK_TRIED) ? 1
+        ctx->route.cands[i].tried = (ctx->marks[i] & NGX_HTTP_TB_MARK_TRIED) ? 1
                                                                        : 0;
 
         /* an account removed since the request began, or changed: what
          * it is now */
-        ctx->cands[i].removed = a[i].retired;
-        ctx->cands[i].conf = a[i].conf;
+        ctx->route.cands[i].removed = a[i].retired;
+        ctx->route.cands[i].conf = a[i].conf;
 
         /* the windows it counts against: its capacity domain's */
-        ctx->cands[i].cap = ngx_http_tokenbiryani_zone_capacity(&tmcf->zone,
-                                                    a[i].slot,
-                                                    &ctx->cands[i].domain);
+        ctx->route.cands[i].cap = ngx_http_tokenbiryani_zone_capacity(
+                                      &tmcf->zone, a[i].slot,
+                                      &ctx->route.cands[i].domain);
 
         /* a Vertex token may have come, or gone, since */
-        ctx->cands[i].token_wait = a[i].gauth != NULL
+        ctx->route.cands[i].token_wait = a[i].gauth != NULL
                                    && a[i].token_until <= now;
-        ctx->cands[i].token_at = a[i].token_next;
+        ctx->route.cands[i].token_at = a[i].token_next;
     }
 
     ctx->key_full = 0;
@@ -326,14 +329,15 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
 
         in.now = ngx_http_tokenbiryani_now_ms();
 
-        tb_route(&in, ctx->cands, n, ctx->outs, &ctx->decision);
-        ctx->decided_ms = in.now;
+        tb_route(&in, ctx->route.cands, n, ctx->route.outs,
+                 &ctx->route.decision);
+        ctx->route.decided_ms = in.now;
 
-        if (ctx->decision.chosen < 0 || !lease) {
+        if (ctx->route.decision.chosen < 0 || !lease) {
             break;
         }
 
-        i = (ngx_uint_t) ctx->decision.chosen;
+        i = (ngx_uint_t) ctx->route.decision.chosen;
 
         for (j = 0; j < TB_NWINDOWS; j++) {
             rem[j] = tb_window_available(a[i].sh, (int) j, in.now);
@@ -344,10 +348,11 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         rc = ngx_http_tokenbiryani_lease_take(&tmcf->zone, a[i].slot,
                                  a[i].conf,
                                  ((int) i == in.owner && in.owner_discount)
-                                 ? &in.owner_need : &ctx->need,
+                                 ? &in.owner_need : &ctx->route.need,
                                  ctx->key_hash,
                                  ctx->key ? ctx->key->max_inflight : -1,
-                                 &ctx->caps, in.now, &ctx->lease, &probed);
+                                 &ctx->caps, in.now, &ctx->route.lease,
+                                 &probed);
 
         if (rc == NGX_HTTP_TB_LEASE_CAP && ctx->caps.frees_at == 0) {
             /* only what its key's requests in flight reserved holds it:
@@ -370,11 +375,12 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         }
 
         ngx_http_tokenbiryani_event_admission(r, ctx, &a[i], rem,
-                                              ctx->lease.id ? NGX_HTTP_TB_ADMIT
-                                                            : NGX_HTTP_TB_LOST,
+                                              ctx->route.lease.id
+                                              ? NGX_HTTP_TB_ADMIT
+                                              : NGX_HTTP_TB_LOST,
                                               probed);
 
-        if (ctx->lease.id) {
+        if (ctx->route.lease.id) {
             ctx->probed = probed;
             break;
         }
@@ -382,16 +388,16 @@ ngx_http_tokenbiryani_route(ngx_http_request_t *r,
         /* another worker took that capacity first: decide again */
     }
 
-    if (ctx->decisions++ == 0) {
+    if (ctx->route.decisions++ == 0) {
         /* the owner's fate is decided by the first choice (see settle) */
-        ctx->affinity = ctx->decision.affinity;
+        ctx->route.affinity = ctx->route.decision.affinity;
     }
 
-    if (ctx->decision.chosen < 0 || (lease && ctx->lease.id == 0)) {
+    if (ctx->route.decision.chosen < 0 || (lease && ctx->route.lease.id == 0)) {
         return NULL;
     }
 
-    return &a[ctx->decision.chosen];
+    return &a[ctx->route.decision.chosen];
 }
 
 
@@ -404,7 +410,7 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
     ngx_http_tokenbiryani_charge_t      ch, *chp;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
-    if (ctx->lease.id == 0) {
+    if (ctx->route.lease.id == 0) {
         return;
     }
 
@@ -433,7 +439,7 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
             ? ctx->resp.obs.v[w][TB_RL_REMAINING] : -1;
     }
 
-    ngx_http_tokenbiryani_lease_give_back(&tmcf->zone, &ctx->lease, &ans,
+    ngx_http_tokenbiryani_lease_give_back(&tmcf->zone, &ctx->route.lease, &ans,
                                           ctx->probed, chp);
     ctx->probed = 0;
 
@@ -445,7 +451,7 @@ ngx_http_tokenbiryani_route_settle(ngx_http_request_t *r,
 
     ngx_http_tokenbiryani_estimator_observe(&tmcf->zone, ctx->body.model,
                                             ctx->body.model_len,
-                                            ctx->need.n[TB_WIN_OUTPUT],
+                                            ctx->route.need.n[TB_WIN_OUTPUT],
                                             ctx->usage.output_tokens,
                                             ctx->text_bytes,
                                             tb_usage_prompt(&ctx->usage));
@@ -471,8 +477,8 @@ ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     a = tmcf->accounts.elts;
 
-    if (ctx->owner_index < 0) {
-        ctx->affinity = TB_AFF_NONE;
+    if (ctx->route.owner_index < 0) {
+        ctx->route.affinity = TB_AFF_NONE;
 
         ngx_http_tokenbiryani_zone_count_affinity(&tmcf->zone, -1,
                                                   ctx->account->slot,
@@ -480,23 +486,23 @@ ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
         return;
     }
 
-    if (ctx->account == &a[ctx->owner_index]
-        || (ctx->cands[ctx->owner_index].domain != 0
-            && ctx->cands[ctx->owner_index].domain
-               == ctx->cands[ctx->account->index].domain))
+    if (ctx->account == &a[ctx->route.owner_index]
+        || (ctx->route.cands[ctx->route.owner_index].domain != 0
+            && ctx->route.cands[ctx->route.owner_index].domain
+               == ctx->route.cands[ctx->account->index].domain))
     {
         /* the owner, or a key of its organisation: the same cache */
-        ctx->affinity = TB_AFF_HONORED;
+        ctx->route.affinity = TB_AFF_HONORED;
 
-    } else if (ctx->affinity == TB_AFF_HONORED) {
+    } else if (ctx->route.affinity == TB_AFF_HONORED) {
         /* the owner was chosen and failed */
-        ctx->affinity = TB_AFF_FORCED;
+        ctx->route.affinity = TB_AFF_FORCED;
     }
 
     ngx_http_tokenbiryani_zone_count_affinity(&tmcf->zone,
-                                              a[ctx->owner_index].slot,
+                                              a[ctx->route.owner_index].slot,
                                               ctx->account->slot,
-                                              ctx->affinity);
+                                              ctx->route.affinity);
 }
 
 

@@ -16,7 +16,7 @@
  * conversation, the conversation's owner and the need vector (count_tokens
  * and models need one concurrency slot and no tokens).
  */
-/* ctx->session: the conversation the request continues, or 0 */
+/* ctx->route.session: the conversation the request continues, or 0 */
 void ngx_http_tokenbiryani_route_session(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
 
@@ -28,8 +28,8 @@ void ngx_http_tokenbiryani_route_input(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_ctx_t *ctx, tb_route_in_t *in);
 
 /*
- * One decision, and with lease the lease on its choice (ctx->lease).
- * NULL when no account can take the request now; ctx->decision says
+ * One decision, and with lease the lease on its choice (ctx->route.lease).
+ * NULL when no account can take the request now; ctx->route.decision says
  * whether one ever could.
  */
 ngx_http_tokenbiryani_account_t *ngx_http_tokenbiryani_route(

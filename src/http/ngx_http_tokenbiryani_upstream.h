@@ -11,7 +11,7 @@
 #include "ngx_http_tokenbiryani.h"
 
 
-/* a fresh ngx_http_upstream_t for the attempt routed in ctx->next */
+/* a fresh ngx_http_upstream_t for the attempt routed in ctx->route.next */
 ngx_int_t ngx_http_tokenbiryani_upstream_start(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 

@@ -153,8 +153,8 @@ ngx_http_tokenbiryani_variable(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_TB_VAR_SESSION:
-        if (ctx->session) {
-            p = ngx_sprintf((u_char *) buf, "%016uxL", ctx->session);
+        if (ctx->route.session) {
+            p = ngx_sprintf((u_char *) buf, "%016uxL", ctx->route.session);
             s = buf;
             len = p - (u_char *) buf;
         }
@@ -195,7 +195,7 @@ ngx_http_tokenbiryani_variable(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_TB_VAR_QUEUED_MS:
-        n = ctx->waited_ms;
+        n = ctx->wait.waited_ms;
         break;
 
     default: /* NGX_HTTP_TB_VAR_TTFT_MS */

@@ -294,13 +294,13 @@ ngx_http_tokenbiryani_rkey_auth(ngx_http_request_t *r,
             "authentication_error", "key \"%s\" expired", ks->conf.name);
 
         /* named where refusals are shown */
-        ctx->refused = NGX_HTTP_TB_REFUSED_EXPIRED;
+        ctx->err.refused = NGX_HTTP_TB_REFUSED_EXPIRED;
         name = ngx_pnalloc(r->pool, TB_ID_MAX + 1);
 
         if (name) {
             (void) ngx_cpystrn(name, (u_char *) ks->conf.name,
                                TB_ID_MAX + 1);
-            ctx->refused_key = (const char *) name;
+            ctx->err.refused_key = (const char *) name;
         }
 
         return NGX_ABORT;

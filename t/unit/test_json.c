@@ -560,10 +560,12 @@ TB_TEST(invalid_depth)
 
 TB_TEST(string_scan_positions)
 {
-    char    doc[128];
+    char    doc[512];
     size_t  len, pos, i, n;
 
-    for (len = 1; len < 40; len++) {
+    /* past two 32-byte runs and their tails: every scanner's edges */
+
+    for (len = 1; len < 140; len++) {
         for (pos = 0; pos < len; pos++) {
 
             /* a control byte: the error points at it */

@@ -35,6 +35,43 @@ answer(const tb_usage_t *usage, int64_t headers_ms)
 }
 
 
+TB_TEST(ascii_lower)
+{
+    size_t         n, i, off;
+    unsigned char  src[80], dst[80], want;
+
+    /* every byte value at every position of a word, against the byte rule */
+
+    for (i = 0; i < 256; i++) {
+        for (off = 0; off < 24; off++) {
+            for (n = 0; n < sizeof(src); n++) {
+                src[n] = (unsigned char) ((n * 37 + i) & 0xff);
+            }
+
+            src[off] = (unsigned char) i;
+            tb_ascii_lower(dst, src, 24 + off);
+
+            for (n = 0; n < 24 + off; n++) {
+                want = (src[n] >= 'A' && src[n] <= 'Z')
+                       ? (unsigned char) (src[n] + 32) : src[n];
+
+                if (dst[n] != want) {
+                    TB_FAIL_AT("byte %zu of %zu (0x%02x): got 0x%02x",
+                               n, 24 + off, src[n], dst[n]);
+                    return;
+                }
+            }
+        }
+    }
+
+    /* in place */
+    memcpy(src, "Anthropic-RateLimit-Output-Tokens-Remaining", 44);
+    tb_ascii_lower(src, src, 43);
+    TB_CHECK(memcmp(src, "anthropic-ratelimit-output-tokens-remaining", 44)
+             == 0);
+}
+
+
 TB_TEST(rfc3339_utc)
 {
     int64_t  ms;
@@ -1305,6 +1342,7 @@ TB_TEST(holds_told_are_counted_by_a_later_reading)
 int
 main(void)
 {
+    TB_RUN(ascii_lower);
     TB_RUN(rfc3339_utc);
     TB_RUN(rfc3339_fraction_and_offset);
     TB_RUN(rfc3339_leap_years);

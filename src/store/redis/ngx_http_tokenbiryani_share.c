@@ -97,7 +97,7 @@ ngx_http_tokenbiryani_share_owner(ngx_http_request_t *r,
     ngx_http_tokenbiryani_share_wait_t  *w;
     u_char                               key[128];
 
-    if (ctx->kind != NGX_HTTP_TB_MESSAGES || ctx->session == 0) {
+    if (ctx->kind != NGX_HTTP_TB_MESSAGES || ctx->route.session == 0) {
         return NGX_OK;
     }
 
@@ -109,7 +109,7 @@ ngx_http_tokenbiryani_share_owner(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    if (ngx_http_tokenbiryani_affinity_get(&tmcf->zone, ctx->session,
+    if (ngx_http_tokenbiryani_affinity_get(&tmcf->zone, ctx->route.session,
                                            ngx_http_tokenbiryani_now_ms(),
                                            &cached)
         >= 0)
@@ -133,13 +133,13 @@ ngx_http_tokenbiryani_share_owner(ngx_http_request_t *r,
     w->cln = cln;
     w->resume = resume;
     w->tmcf = tmcf;
-    w->session = ctx->session;
+    w->session = ctx->route.session;
 
     argv[0] = "GET";
     lens[0] = 3;
     argv[1] = (char *) key;
     lens[1] = ngx_snprintf(key, sizeof(key), "%s:aff:%016uxL", n->ns,
-                           ctx->session)
+                           ctx->route.session)
               - key;
 
     if (ngx_http_tokenbiryani_redis_send(rd, ngx_http_tokenbiryani_share_owned,

@@ -20,7 +20,7 @@
 typedef void (*ngx_http_tokenbiryani_share_resume_pt)(ngx_http_request_t *r);
 
 /*
- * Before routing: ctx->session's owner from Redis into the zone when the
+ * Before routing: ctx->route.session's owner from Redis into the zone when the
  * zone has none.  NGX_OK: go on now; NGX_AGAIN: resume(r) is called from
  * the event loop once it is answered (or has failed).
  */

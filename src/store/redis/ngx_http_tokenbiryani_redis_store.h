@@ -45,5 +45,14 @@ ngx_http_tokenbiryani_redis_t *ngx_http_tokenbiryani_redis_worker(
 ngx_int_t ngx_http_tokenbiryani_redis_post(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_job_t *job);
 
+/* between its two files: the backend's operations (set at
+ * configuration), the read of every account (at load and on a pull) and
+ * the name the strategy setting is kept under */
+extern const ngx_http_tokenbiryani_store_ops_t
+    ngx_http_tokenbiryani_redis_ops;
+extern const char  ngx_http_tokenbiryani_redis_lua_accounts[];
+
+#define NGX_HTTP_TB_SETTING_STRATEGY   "setting.routing.strategy"
+
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_REDIS_STORE_H_INCLUDED_ */

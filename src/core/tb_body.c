@@ -196,10 +196,12 @@ tb_usage_members(tb_usage_t *u, const unsigned char *v,
              vale < end && (d = (unsigned) (*vale - '0')) <= 9;
              vale++)
         {
-            num = num * 10 + d;
+            if (vale - val < 18) {
+                num = num * 10 + d;
+            }
         }
 
-        plain = (vale - val <= 18 && (*val != '0' || vale - val == 1));
+        plain = 1;
 
         if (vale == val || vale == end
             || *vale == '.' || *vale == 'e' || *vale == 'E')
@@ -211,6 +213,9 @@ tb_usage_members(tb_usage_t *u, const unsigned char *v,
         if (vale == val || vale >= end) {
             return NULL;
         }
+
+        /* read as scanned: up to 18 digits, no leading zero */
+        plain = plain && vale - val <= 18 && (*val != '0' || vale - val == 1);
 
         /* the four counters, by length first: keys are never escaped */
 

@@ -992,6 +992,20 @@ TB_TEST(usage_merge)
     TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":2e1}}"),
                                 "usage"), 0);
     TB_CHECK_INT(u.output_tokens, 10);
+
+    /* 18 digits read as they are scanned, more checked for overflow: a
+     * value past int64 is no counter, the object still is one */
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":"
+        "123456789012345678}}"), "usage"), 0);
+    TB_CHECK(u.output_tokens == 123456789012345678LL);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":"
+        "9444444444444444444444444444}}"), "usage"), 0);
+    TB_CHECK(u.output_tokens == 123456789012345678LL);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":"
+        "1234567890123456789}}"), "usage"), 0);
+    TB_CHECK(u.output_tokens == 1234567890123456789LL);
+    TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":10}}"),
+                                "usage"), 0);
     TB_CHECK_INT(tb_usage_merge(&u, S("{\"usage\":{\"output_tokens\":15,"
         "\"input_tokens\":25}}"), "usage"), 0);
 

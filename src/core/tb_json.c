@@ -307,8 +307,6 @@ tb_json_special(uint64_t x)
 }
 
 
-/* p is at the opening quote; returns the byte after the closing one */
-
 #if defined(TB_JSON_AVX2)
 
 /*
@@ -365,10 +363,10 @@ tb_json_avx2(void)
 
 
 /*
- * A string from its opening quote, past its closing one: most are keys
- * and short values that end within 16 plain bytes, told here without a
- * call; the rest, and every escape, control or non-ASCII byte, go to
- * tb_json_scan_long().
+ * A string from its opening quote (p) to the byte after its closing one:
+ * most are keys and short values that end within 16 plain bytes, told
+ * here without a call; the rest, and every escape, control or non-ASCII
+ * byte, go to tb_json_scan_long().
  */
 
 static TB_JSON_INLINE const unsigned char *

@@ -86,7 +86,7 @@ tb_usage_merge_event(tb_usage_t *u, const unsigned char *p, size_t len,
     /* it is the last member: looked for from the end, quote by quote */
 
     if (len >= 7) {
-        for (lim = end - 6; lim > p; lim = q) {
+        for (lim = end - 6; lim > p; lim = q, q = NULL) {
             q = memrchr(p, '"', (size_t) (lim - p));
 
             if (q == NULL || memcmp(q, "\"usage\"", 7) == 0) {
@@ -95,7 +95,7 @@ tb_usage_merge_event(tb_usage_t *u, const unsigned char *p, size_t len,
         }
     }
 
-    if (q != NULL && q < end - 6) {
+    if (q != NULL) {
         v = tb_json_ws(q + 7, end);
 
         if (v < end && *v == ':') {

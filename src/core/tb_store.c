@@ -374,15 +374,20 @@ tb_store_failed(tb_store_t *s, int rc, const char *what)
 
 
 /* one statement, its ? bound by the format: t text, b 32-byte blob,
- * i int64, z blob with its length (two arguments) */
+ * i int64, z blob with its length (two arguments); a format that begins
+ * with "!" wants a row changed (TB_STORE_NONE if none was) */
 static int
 tb_store_run(tb_store_t *s, const char *what, const char *sql,
     const char *fmt, ...)
 {
-    int            rc, i;
+    int            rc, i, must;
     va_list        ap;
     const void    *p;
     sqlite3_stmt  *st;
+
+    /* "!" first: a row must change, else TB_STORE_NONE */
+    must = (*fmt == '!');
+    fmt += must;
 
     rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc != SQLITE_OK) {
@@ -430,7 +435,8 @@ tb_store_run(tb_store_t *s, const char *what, const char *sql,
     sqlite3_finalize(st);
 
     if (rc == SQLITE_DONE) {
-        return TB_STORE_OK;
+        return (must && sqlite3_changes(s->db) == 0) ? TB_STORE_NONE
+                                                     : TB_STORE_OK;
     }
 
     if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE) {
@@ -439,6 +445,41 @@ tb_store_run(tb_store_t *s, const char *what, const char *sql,
 
     return tb_store_failed(s, rc, what);
 }
+
+
+/*
+ * The rows of sql (no parameters), each to row() with the caller's
+ * callback (a pointer to it) until one returns non-zero.
+ */
+typedef int (*tb_store_row_pt)(sqlite3_stmt *st, const void *cb,
+    void *data);
+
+static int
+tb_store_rows(tb_store_t *s, const char *what, const char *sql,
+    tb_store_row_pt row, const void *cb, void *data)
+{
+    int            rc;
+    sqlite3_stmt  *st;
+
+    rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return tb_store_failed(s, rc, what);
+    }
+
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (row(st, cb, data) != 0) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+
+    sqlite3_finalize(st);
+
+    return rc == SQLITE_DONE ? TB_STORE_OK : tb_store_failed(s, rc, what);
+}
+
+
+#define tb_store_col(st, i)  ((const char *) sqlite3_column_text(st, i))
 
 
 int
@@ -454,70 +495,41 @@ tb_store_key_insert(tb_store_t *s, const char *name,
 int
 tb_store_key_update(tb_store_t *s, const char *name, const char *spec)
 {
-    int  rc;
-
-    rc = tb_store_run(s, "update a key",
-                      "UPDATE tb_keys SET spec = ? WHERE name = ?", "tt",
-                      spec, name);
-
-    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
-        return TB_STORE_NONE;
-    }
-
-    return rc;
+    return tb_store_run(s, "update a key",
+                        "UPDATE tb_keys SET spec = ? WHERE name = ?", "!tt",
+                        spec, name);
 }
 
 
 int
 tb_store_key_delete(tb_store_t *s, const char *name)
 {
-    int  rc;
+    return tb_store_run(s, "delete a key",
+                        "DELETE FROM tb_keys WHERE name = ?", "!t", name);
+}
 
-    rc = tb_store_run(s, "delete a key", "DELETE FROM tb_keys WHERE name = ?",
-                      "t", name);
 
-    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
-        return TB_STORE_NONE;
+static int
+tb_store_key_row(sqlite3_stmt *st, const void *cb, void *data)
+{
+    if (sqlite3_column_bytes(st, 1) != 32 || tb_store_col(st, 0) == NULL
+        || tb_store_col(st, 2) == NULL)
+    {
+        return 0;
     }
 
-    return rc;
+    return (*(const tb_store_key_pt *) cb)(data, tb_store_col(st, 0),
+                                           sqlite3_column_blob(st, 1),
+                                           tb_store_col(st, 2));
 }
 
 
 int
 tb_store_keys(tb_store_t *s, tb_store_key_pt cb, void *data)
 {
-    int            rc;
-    sqlite3_stmt  *st;
-
-    rc = sqlite3_prepare_v2(s->db, "SELECT name, digest, spec FROM tb_keys "
-                            "ORDER BY name", -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        return tb_store_failed(s, rc, "read the keys");
-    }
-
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (sqlite3_column_bytes(st, 1) != 32
-            || sqlite3_column_text(st, 0) == NULL
-            || sqlite3_column_text(st, 2) == NULL)
-        {
-            continue;
-        }
-
-        if (cb(data, (const char *) sqlite3_column_text(st, 0),
-               sqlite3_column_blob(st, 1),
-               (const char *) sqlite3_column_text(st, 2))
-            != 0)
-        {
-            rc = SQLITE_DONE;
-            break;
-        }
-    }
-
-    sqlite3_finalize(st);
-
-    return rc == SQLITE_DONE ? TB_STORE_OK
-                             : tb_store_failed(s, rc, "read the keys");
+    return tb_store_rows(s, "read the keys", "SELECT name, digest, spec "
+                         "FROM tb_keys ORDER BY name", tb_store_key_row,
+                         &cb, data);
 }
 
 
@@ -525,76 +537,47 @@ int
 tb_store_account_put(tb_store_t *s, const char *id, const char *spec,
     const char *sealed, int create)
 {
-    int  rc;
-
     if (create) {
         return tb_store_run(s, "insert an account",
                             "INSERT INTO tb_accounts (id, spec, sealed) "
                             "VALUES (?, ?, ?)", "ttt", id, spec, sealed);
     }
 
-    rc = tb_store_run(s, "update an account",
-                      "UPDATE tb_accounts SET spec = ?, sealed = ? "
-                      "WHERE id = ?", "ttt", spec, sealed, id);
-
-    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
-        return TB_STORE_NONE;
-    }
-
-    return rc;
+    return tb_store_run(s, "update an account",
+                        "UPDATE tb_accounts SET spec = ?, sealed = ? "
+                        "WHERE id = ?", "!ttt", spec, sealed, id);
 }
 
 
 int
 tb_store_account_delete(tb_store_t *s, const char *id)
 {
-    int  rc;
+    return tb_store_run(s, "delete an account",
+                        "DELETE FROM tb_accounts WHERE id = ?", "!t", id);
+}
 
-    rc = tb_store_run(s, "delete an account",
-                      "DELETE FROM tb_accounts WHERE id = ?", "t", id);
 
-    if (rc == TB_STORE_OK && sqlite3_changes(s->db) == 0) {
-        return TB_STORE_NONE;
+static int
+tb_store_account_row(sqlite3_stmt *st, const void *cb, void *data)
+{
+    if (tb_store_col(st, 0) == NULL || tb_store_col(st, 1) == NULL
+        || tb_store_col(st, 2) == NULL)
+    {
+        return 0;
     }
 
-    return rc;
+    return (*(const tb_store_account_pt *) cb)(data, tb_store_col(st, 0),
+                                               tb_store_col(st, 1),
+                                               tb_store_col(st, 2));
 }
 
 
 int
 tb_store_accounts(tb_store_t *s, tb_store_account_pt cb, void *data)
 {
-    int            rc;
-    sqlite3_stmt  *st;
-
-    rc = sqlite3_prepare_v2(s->db, "SELECT id, spec, sealed FROM tb_accounts "
-                            "ORDER BY rowid", -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        return tb_store_failed(s, rc, "read the accounts");
-    }
-
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (sqlite3_column_text(st, 0) == NULL
-            || sqlite3_column_text(st, 1) == NULL
-            || sqlite3_column_text(st, 2) == NULL)
-        {
-            continue;
-        }
-
-        if (cb(data, (const char *) sqlite3_column_text(st, 0),
-               (const char *) sqlite3_column_text(st, 1),
-               (const char *) sqlite3_column_text(st, 2))
-            != 0)
-        {
-            rc = SQLITE_DONE;
-            break;
-        }
-    }
-
-    sqlite3_finalize(st);
-
-    return rc == SQLITE_DONE ? TB_STORE_OK
-                             : tb_store_failed(s, rc, "read the accounts");
+    return tb_store_rows(s, "read the accounts", "SELECT id, spec, sealed "
+                         "FROM tb_accounts ORDER BY rowid",
+                         tb_store_account_row, &cb, data);
 }
 
 
@@ -763,36 +746,25 @@ tb_store_slot_put(tb_store_t *s, uint64_t slot, const char *id)
 }
 
 
+static int
+tb_store_slot_row(sqlite3_stmt *st, const void *cb, void *data)
+{
+    if (tb_store_col(st, 1) == NULL) {
+        return 0;
+    }
+
+    return (*(const tb_store_slot_pt *) cb)(data,
+                                            (uint64_t) sqlite3_column_int64(st,
+                                                                            0),
+                                            tb_store_col(st, 1));
+}
+
+
 int
 tb_store_slots(tb_store_t *s, tb_store_slot_pt cb, void *data)
 {
-    int            rc;
-    sqlite3_stmt  *st;
-
-    rc = sqlite3_prepare_v2(s->db, "SELECT slot, id FROM tb_slots", -1, &st,
-                            NULL);
-    if (rc != SQLITE_OK) {
-        return tb_store_failed(s, rc, "read the slots");
-    }
-
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (sqlite3_column_text(st, 1) == NULL) {
-            continue;
-        }
-
-        if (cb(data, (uint64_t) sqlite3_column_int64(st, 0),
-               (const char *) sqlite3_column_text(st, 1))
-            != 0)
-        {
-            rc = SQLITE_DONE;
-            break;
-        }
-    }
-
-    sqlite3_finalize(st);
-
-    return rc == SQLITE_DONE ? TB_STORE_OK
-                             : tb_store_failed(s, rc, "read the slots");
+    return tb_store_rows(s, "read the slots", "SELECT slot, id FROM tb_slots",
+                         tb_store_slot_row, &cb, data);
 }
 
 
@@ -807,38 +779,26 @@ tb_store_ledger_put(tb_store_t *s, int scope, const char *id,
 }
 
 
+static int
+tb_store_ledger_row(sqlite3_stmt *st, const void *cb, void *data)
+{
+    if (tb_store_col(st, 1) == NULL) {
+        return 0;
+    }
+
+    return (*(const tb_store_ledger_pt *) cb)(data,
+               (int) sqlite3_column_int64(st, 0), tb_store_col(st, 1),
+               sqlite3_column_blob(st, 2),
+               (size_t) sqlite3_column_bytes(st, 2));
+}
+
+
 int
 tb_store_ledgers(tb_store_t *s, tb_store_ledger_pt cb, void *data)
 {
-    int            rc;
-    sqlite3_stmt  *st;
-
-    rc = sqlite3_prepare_v2(s->db, "SELECT scope, id, data FROM tb_ledgers",
-                            -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        return tb_store_failed(s, rc, "read the ledgers");
-    }
-
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (sqlite3_column_text(st, 1) == NULL) {
-            continue;
-        }
-
-        if (cb(data, (int) sqlite3_column_int64(st, 0),
-               (const char *) sqlite3_column_text(st, 1),
-               sqlite3_column_blob(st, 2),
-               (size_t) sqlite3_column_bytes(st, 2))
-            != 0)
-        {
-            rc = SQLITE_DONE;
-            break;
-        }
-    }
-
-    sqlite3_finalize(st);
-
-    return rc == SQLITE_DONE ? TB_STORE_OK
-                             : tb_store_failed(s, rc, "read the ledgers");
+    return tb_store_rows(s, "read the ledgers",
+                         "SELECT scope, id, data FROM tb_ledgers",
+                         tb_store_ledger_row, &cb, data);
 }
 
 

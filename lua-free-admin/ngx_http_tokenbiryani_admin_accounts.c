@@ -916,10 +916,7 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
     if (aw->op == NGX_HTTP_TB_ACCT_ADD) {
         n = ngx_strlen(item->valuestring);
 
-        if (!ngx_http_tokenbiryani_account_valid_id(
-                                   (u_char *) item->valuestring, n)
-            || ngx_strcmp(item->valuestring, "test") == 0)
-        {
+        if (!tb_racct_valid_id(item->valuestring, n)) {
             return ngx_http_tokenbiryani_acct_400(r, "id must be 1 to 64 "
                        "letters, digits, '_' or '-', starting with a letter "
                        "or digit (and not \"test\")");

@@ -367,9 +367,9 @@ ngx_http_tokenbiryani_capacity_gen(ngx_http_tokenbiryani_zone_t *zone,
  * A key's rpm: the last `rpm` admissions' times.  A slot older than a
  * minute is free; with other instances sharing the pool, what they said
  * they admitted in the last minute takes slots too.  Returns the slot
- * taken, or -1 with *retry_ms until one frees, or NGX_ERROR when the zone
- * has no room (the request is let through: a full zone must not lock a
- * key out).
+ * taken, or -1 with *retry_ms until one frees, or -2 when the zone has no
+ * room (the request is let through: a full zone must not lock a key out;
+ * NGX_ERROR, which is -1, refused it for a minute).
  */
 
 ngx_int_t
@@ -414,7 +414,7 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
                   + (rpm - 1) * sizeof(int64_t));
         if (w == NULL) {
             ngx_shmtx_unlock(&zone->shpool->mutex);
-            return NGX_ERROR;
+            return -2;
         }
 
         w->key = key;

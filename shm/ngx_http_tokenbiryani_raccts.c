@@ -210,6 +210,37 @@ ngx_http_tokenbiryani_raccts_live_locked(ngx_http_tokenbiryani_shm_t *sh)
 }
 
 
+ngx_uint_t
+ngx_http_tokenbiryani_racct_known(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_racct_view_t *v)
+{
+    u_char                         *spec;
+    ngx_uint_t                      known;
+    ngx_http_tokenbiryani_racct_t  *ra;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ra = ngx_http_tokenbiryani_racct_find_locked(zone->sh, v->id.data,
+                                                 v->id.len);
+    known = 0;
+
+    if (ra) {
+        spec = ra->data + ra->id_len + 1;
+
+        known = (ra->spec_len == v->spec.len
+                 && ra->sealed_len == v->sealed.len
+                 && ngx_memcmp(spec, v->spec.data, v->spec.len) == 0
+                 && ngx_memcmp(spec + ra->spec_len + 1, v->sealed.data,
+                               v->sealed.len) == 0)
+                ? 2 : 1;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return known;
+}
+
+
 uint64_t
 ngx_http_tokenbiryani_raccts_gen(ngx_http_tokenbiryani_zone_t *zone)
 {

@@ -874,6 +874,12 @@ ngx_uint_t ngx_http_tokenbiryani_racct_delete(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
     ngx_uint_t *slot);
 
+/* whether the zone has v's account: 0 not, 1 with another content, 2 with
+ * v's spec and sealed credential */
+ngx_uint_t ngx_http_tokenbiryani_racct_known(
+    ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_racct_view_t *v);
+
 /* changes with every put and delete; read without the lock */
 uint64_t ngx_http_tokenbiryani_raccts_gen(ngx_http_tokenbiryani_zone_t *zone);
 

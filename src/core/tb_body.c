@@ -334,12 +334,7 @@ tb_usage_message(tb_usage_t *u, const unsigned char *p, size_t len)
 
     got = *u;
 
-    memset(&w, 0, sizeof(tb_json_walk_t));
-    w.start = p;
-    w.end = p + len;
-    w.key = tb_usage_key;
-    w.value = tb_usage_value;
-    w.data = &got;
+    tb_json_walk_init(&w, p, len, tb_usage_key, tb_usage_value, &got);
 
     if (tb_json_walk(&w) != 0) {
         return -1;
@@ -560,12 +555,7 @@ tb_scan_body(const unsigned char *p, size_t len, tb_body_t *body,
         len = 0;
     }
 
-    memset(&w, 0, sizeof(tb_json_walk_t));
-    w.start = p;
-    w.end = p + len;
-    w.key = tb_body_key;
-    w.value = tb_body_value;
-    w.data = &ctx;
+    tb_json_walk_init(&w, p, len, tb_body_key, tb_body_value, &ctx);
 
     if (tb_json_walk(&w) != 0) {
         if (errlen > 0) {

@@ -374,16 +374,10 @@ tb_json_scan_string(tb_json_walk_t *w, const unsigned char *p, unsigned *esc)
 {
 #if defined(__SSE2__)
     int                   mask;
-    __m128i               x;
     const unsigned char  *q;
 
     if (w->end - p > 16) {
-        x = _mm_loadu_si128((const __m128i *) (const void *) (p + 1));
-        mask = _mm_movemask_epi8(
-                   _mm_or_si128(
-                       _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
-                                    _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
-                       _mm_cmplt_epi8(x, _mm_set1_epi8(0x20))));
+        mask = tb_simd_mask16(p + 1, '"', '\\', 0x20);
 
         if (mask) {
             q = p + 1 + __builtin_ctz((unsigned) mask);
@@ -432,16 +426,9 @@ tb_json_scan_long(tb_json_walk_t *w, const unsigned char *p, unsigned *esc)
          * non-ASCII byte (negative as a signed char) stops the run */
 
         while (end - p >= 16) {
-            __m128i  x16;
-            int      mask;
+            int  mask;
 
-            x16 = _mm_loadu_si128((const __m128i *) (const void *) p);
-            mask = _mm_movemask_epi8(
-                       _mm_or_si128(
-                           _mm_or_si128(_mm_cmpeq_epi8(x16, _mm_set1_epi8('"')),
-                                        _mm_cmpeq_epi8(x16,
-                                                       _mm_set1_epi8('\\'))),
-                           _mm_cmplt_epi8(x16, _mm_set1_epi8(0x20))));
+            mask = tb_simd_mask16(p, '"', '\\', 0x20);
 
             if (mask) {
                 p += __builtin_ctz((unsigned) mask);
@@ -1183,9 +1170,7 @@ tb_json_validate(const unsigned char *p, size_t len)
         return -1;
     }
 
-    memset(&w, 0, sizeof(tb_json_walk_t));
-    w.start = p;
-    w.end = p + len;
+    tb_json_walk_init(&w, p, len, NULL, NULL, NULL);
 
     return tb_json_walk(&w);
 }

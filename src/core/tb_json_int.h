@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tb_json.h"
 #include "tb_body.h"
@@ -40,6 +41,41 @@ struct tb_json_walk_s {
 
 /* 0 when the document is valid; the handlers saw the root's members */
 int tb_json_walk(tb_json_walk_t *w);
+
+/* a walk over len bytes at p, with its handlers (or none) */
+static inline void
+tb_json_walk_init(tb_json_walk_t *w, const void *p, size_t len,
+    tb_json_key_pt key, tb_json_value_pt value, void *data)
+{
+    memset(w, 0, sizeof(tb_json_walk_t));
+    w->start = p;
+    w->end = (const unsigned char *) p + len;
+    w->key = key;
+    w->value = value;
+    w->data = data;
+}
+
+#if defined(__SSE2__)
+
+#include <emmintrin.h>
+
+/* the 16 bytes at p, as a mask of those equal to a or b, or below lt
+ * (as signed chars: 0 for none) */
+static inline int
+tb_simd_mask16(const unsigned char *p, char a, char b, char lt)
+{
+    __m128i  x;
+
+    x = _mm_loadu_si128((const __m128i *) (const void *) p);
+
+    return _mm_movemask_epi8(
+               _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8(a)),
+                                         _mm_cmpeq_epi8(x, _mm_set1_epi8(b))),
+                            _mm_cmplt_epi8(x, _mm_set1_epi8(lt))));
+}
+
+#endif
+
 
 /* past the whitespace of RFC 8259: inline, the walk's innermost step */
 static inline const unsigned char *

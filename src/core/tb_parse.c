@@ -13,6 +13,28 @@
 #define tb_space(c)  ((c) == ' ' || (c) == '\t' || (c) == '\r' || (c) == '\n')
 
 
+/* *p to last without the whitespace around: *p moved, the new last */
+static inline const unsigned char *
+tb_trim(const unsigned char **p, const unsigned char *last)
+{
+    const unsigned char  *q;
+
+    q = *p;
+
+    while (q < last && tb_space(*q)) {
+        q++;
+    }
+
+    while (last > q && tb_space(last[-1])) {
+        last--;
+    }
+
+    *p = q;
+
+    return last;
+}
+
+
 /* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant) */
 
 static int64_t
@@ -103,15 +125,7 @@ tb_parse_rfc3339(const unsigned char *p, size_t len, int64_t *ms)
     unsigned              y, mo, d, h, mi, s, oh, om, digits;
     const unsigned char  *last;
 
-    last = p + len;
-
-    while (p < last && tb_space(*p)) {
-        p++;
-    }
-
-    while (last > p && tb_space(last[-1])) {
-        last--;
-    }
+    last = tb_trim(&p, p + len);
 
     if (tb_digits(p, last, 4, &y) || last - p < 19 || p[4] != '-'
         || tb_digits(p + 5, last, 2, &mo) || p[7] != '-'
@@ -196,15 +210,7 @@ tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec)
     unsigned              y, d, h, mi, s;
     const unsigned char  *last, *c;
 
-    last = p + len;
-
-    while (p < last && tb_space(*p)) {
-        p++;
-    }
-
-    while (last > p && tb_space(last[-1])) {
-        last--;
-    }
+    last = tb_trim(&p, p + len);
 
     c = memchr(p, ',', last - p);
 
@@ -283,15 +289,7 @@ tb_parse_seconds(const unsigned char *p, size_t len, int64_t *ms)
     int64_t               secs, frac, scale;
     const unsigned char  *last;
 
-    last = p + len;
-
-    while (p < last && tb_space(*p)) {
-        p++;
-    }
-
-    while (last > p && tb_space(last[-1])) {
-        last--;
-    }
+    last = tb_trim(&p, p + len);
 
     if (p == last || *p < '0' || *p > '9') {
         return -1;
@@ -364,15 +362,7 @@ tb_parse_int64(const unsigned char *p, size_t len, int64_t *value)
     int64_t               v;
     const unsigned char  *last;
 
-    last = p + len;
-
-    while (p < last && tb_space(*p)) {
-        p++;
-    }
-
-    while (last > p && tb_space(last[-1])) {
-        last--;
-    }
+    last = tb_trim(&p, p + len);
 
     neg = 0;
 

@@ -185,12 +185,7 @@ tb_provider_body(tb_account_type_e type, const char *version,
     tb_pb_put(&b, version, strlen(version));
     tb_pb_put(&b, "\"", 1);
 
-    memset(&w, 0, sizeof(tb_json_walk_t));
-    w.start = body;
-    w.end = body + len;
-    w.key = tb_pb_key;
-    w.value = tb_pb_value;
-    w.data = &b;
+    tb_json_walk_init(&w, body, len, tb_pb_key, tb_pb_value, &b);
 
     if (tb_json_walk(&w) != 0) {
         return (size_t) -1;

@@ -749,9 +749,12 @@ size_t
 tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
     int64_t now, char *buf, size_t size)
 {
-    char         held[32], capped[32], wait[32];
+    int          timed;
+    char         held[32], capped[32], wait[32], what[TB_REASON_MAX + 16];
     int64_t      left, cap;
     const char  *why;
+
+    timed = 0;
 
     switch (v) {
 
@@ -799,13 +802,9 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
         break;
 
     case TB_V_COOLING:
-        left = o->available_at > now ? o->available_at - now : 0;
-
-        /* whole seconds, rounded as the reference does ("%.0f") */
-        return (size_t) snprintf(buf, size,
-                                 "filtered \xe2\x80\x94 cooling, %llds "
-                                 "remaining",
-                                 (long long) ((left + 500) / 1000));
+        why = "cooling";
+        timed = 1;
+        break;
 
     case TB_V_MODEL:
         /* an inspector record may outlive its account: no conf then */
@@ -874,26 +873,30 @@ tb_verdict_str(tb_verdict_e v, const tb_cand_out_t *o, const tb_cand_t *c,
             break;
         }
 
-        left = o->available_at > now ? o->available_at - now : 0;
-
-        return (size_t) snprintf(buf, size,
-                                 "filtered \xe2\x80\x94 circuit open, %llds "
-                                 "remaining",
-                                 (long long) ((left + 500) / 1000));
+        why = "circuit open";
+        timed = 1;
+        break;
 
     case TB_V_EXHAUSTED:
-        left = o->available_at > now ? o->available_at - now : 0;
-
-        return (size_t) snprintf(buf, size,
-                                 "filtered \xe2\x80\x94 exhausted (%s), "
-                                 "%llds remaining",
-                                 c->st->exhausted_reason[0]
-                                 ? c->st->exhausted_reason : "spend",
-                                 (long long) ((left + 500) / 1000));
+        (void) snprintf(what, sizeof(what), "exhausted (%s)",
+                        c->st->exhausted_reason[0] ? c->st->exhausted_reason
+                                                   : "spend");
+        why = what;
+        timed = 1;
+        break;
 
     default: /* TB_V_HEADROOM */
         why = "insufficient headroom";
         break;
+    }
+
+    if (timed) {
+        left = o->available_at > now ? o->available_at - now : 0;
+
+        /* whole seconds, rounded as the reference does ("%.0f") */
+        return (size_t) snprintf(buf, size,
+                                 "filtered \xe2\x80\x94 %s, %llds remaining",
+                                 why, (long long) ((left + 500) / 1000));
     }
 
     return (size_t) snprintf(buf, size, "filtered \xe2\x80\x94 %s", why);

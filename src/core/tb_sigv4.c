@@ -10,6 +10,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "tb_parse.h"
 #include "tb_sigv4.h"
 
 
@@ -487,21 +488,6 @@ tb_sigv4_date(int64_t unix_sec, char *out)
 }
 
 
-static void
-tb_sv_hex_lower(const unsigned char *p, size_t n, char *out)
-{
-    size_t               i;
-    static const char    hex[] = "0123456789abcdef";
-
-    for (i = 0; i < n; i++) {
-        out[2 * i] = hex[p[i] >> 4];
-        out[2 * i + 1] = hex[p[i] & 0x0f];
-    }
-
-    out[2 * n] = '\0';
-}
-
-
 void
 tb_sigv4_sha256_hex(const void *p, size_t n, char *out)
 {
@@ -514,7 +500,8 @@ tb_sigv4_sha256_hex(const void *p, size_t n, char *out)
         memset(md, 0, 32);
     }
 
-    tb_sv_hex_lower(md, 32, out);
+    tb_format_hex(md, 32, out);
+    out[64] = '\0';
 }
 
 
@@ -597,7 +584,8 @@ tb_sigv4_signature(const tb_sigv4_key_t *k, const char *amz_date,
          || tb_sv_hmac(ks, 32, sts, n, kd);
 
     if (rc == 0) {
-        tb_sv_hex_lower(kd, 32, out);
+        tb_format_hex(kd, 32, out);
+        out[64] = '\0';
     }
 
     OPENSSL_cleanse(kd, sizeof(kd));

@@ -161,13 +161,10 @@ tb_sse_eol(const unsigned char *p, const unsigned char *end)
 #if defined(__SSE2__)
 
     while (end - p >= 16) {
-        __m128i  x16;
-        int      mask;
+        int  mask;
 
-        x16 = _mm_loadu_si128((const __m128i *) (const void *) p);
-        mask = _mm_movemask_epi8(
-                   _mm_or_si128(_mm_cmpeq_epi8(x16, _mm_set1_epi8('\n')),
-                                _mm_cmpeq_epi8(x16, _mm_set1_epi8('\r'))));
+        /* below a signed 0x80 is nothing */
+        mask = tb_simd_mask16(p, '\n', '\r', (char) 0x80);
 
         if (mask) {
             return p + __builtin_ctz((unsigned) mask);
@@ -548,12 +545,8 @@ tb_sse_dispatch(tb_sse_t *s)
         pk.size = sizeof(type);
         type[0] = '\0';
 
-        memset(&w, 0, sizeof(tb_json_walk_t));
-        w.start = s->data;
-        w.end = s->data + s->data_len;
-        w.key = tb_json_peek_key;
-        w.value = tb_json_peek_value;
-        w.data = &pk;
+        tb_json_walk_init(&w, s->data, s->data_len,
+                          tb_json_peek_key, tb_json_peek_value, &pk);
 
         if (s->data_len == 0
             || (tb_json_walk(&w) != 0 && !s->overflow)

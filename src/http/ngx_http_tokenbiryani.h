@@ -423,4 +423,34 @@ typedef struct {
 extern ngx_module_t  ngx_http_tokenbiryani_module;
 
 
+/* the headers of a list, one by one: begin, then next until NULL */
+typedef struct {
+    ngx_list_part_t               *part;
+    ngx_uint_t                     i;
+} ngx_http_tokenbiryani_hiter_t;
+
+static ngx_inline void
+ngx_http_tokenbiryani_headers_begin(ngx_http_tokenbiryani_hiter_t *it,
+    ngx_list_t *headers)
+{
+    it->part = &headers->part;
+    it->i = 0;
+}
+
+static ngx_inline ngx_table_elt_t *
+ngx_http_tokenbiryani_header_next(ngx_http_tokenbiryani_hiter_t *it)
+{
+    while (it->i >= it->part->nelts) {
+        if (it->part->next == NULL) {
+            return NULL;
+        }
+
+        it->part = it->part->next;
+        it->i = 0;
+    }
+
+    return (ngx_table_elt_t *) it->part->elts + it->i++;
+}
+
+
 #endif /* _NGX_HTTP_TOKENBIRYANI_H_INCLUDED_ */

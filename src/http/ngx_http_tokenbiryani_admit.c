@@ -62,11 +62,46 @@ ngx_http_tokenbiryani_wait_budget(ngx_http_request_t *r,
 }
 
 
+/*
+ * A place in the key's rpm (kc->rpm >= 0): its slot, -2 when the zone has
+ * no room to count it (let through), or -1 with the refusal prepared.
+ */
+static ngx_int_t
+ngx_http_tokenbiryani_admit_rpm(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_main_conf_t *tmcf,
+    int64_t now)
+{
+    int64_t               retry;
+    ngx_int_t             slot;
+    const tb_key_conf_t  *kc;
+
+    kc = ctx->key;
+    slot = -1;
+    retry = 60000;
+
+    if (kc->rpm > 0) {
+        slot = ngx_http_tokenbiryani_rpm_take(&tmcf->zone, ctx->key_hash,
+                                              (ngx_uint_t) kc->rpm, now,
+                                              &retry);
+    }
+
+    if (slot == -1) {
+        ngx_http_tokenbiryani_set_retry_after(ctx, now + retry, now);
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "key \"%s\" is over its limit of %L requests a minute; "
+            "retry in %is", kc->name, kc->rpm, ctx->wait.retry_after);
+    }
+
+    return slot;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    int64_t                             now, retry;
+    int64_t                             now;
     ngx_int_t                           slot;
     ngx_uint_t                          inflight, queued, rc, depth;
     const tb_key_conf_t                *kc;
@@ -84,24 +119,13 @@ ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
     /* its rpm: a place is looked for, and given back (admission takes it) */
 
     if (kc->rpm >= 0) {
-        slot = -1;
-        retry = 60000;
-
-        if (kc->rpm > 0) {
-            slot = ngx_http_tokenbiryani_rpm_take(&tmcf->zone, ctx->key_hash,
-                                (ngx_uint_t) kc->rpm, now, &retry);
-        }
+        slot = ngx_http_tokenbiryani_admit_rpm(r, ctx, tmcf, now);
 
         if (slot >= 0) {
             ngx_http_tokenbiryani_rpm_give_back(&tmcf->zone, ctx->key_hash,
                                                 slot, now);
 
         } else if (slot == -1) {
-            ngx_http_tokenbiryani_set_retry_after(ctx, now + retry, now);
-            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                "key \"%s\" is over its limit of %L requests a minute; "
-                "retry in %is", kc->name, kc->rpm, ctx->wait.retry_after);
             return NGX_HTTP_TB_FAIL;
         }
     }
@@ -168,7 +192,7 @@ ngx_int_t
 ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    int64_t                             now, budget, retry;
+    int64_t                             now, budget;
     ngx_int_t                           slot;
     ngx_table_elt_t                    *h;
     const tb_config_t                  *cf;
@@ -228,20 +252,9 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     /* the key's rpm counts the requests it admits, and only those */
 
     if (kc && kc->rpm >= 0) {
-        slot = -1;
-        retry = 60000;
-
-        if (kc->rpm > 0) {
-            slot = ngx_http_tokenbiryani_rpm_take(&tmcf->zone, ctx->key_hash,
-                                (ngx_uint_t) kc->rpm, now, &retry);
-        }
+        slot = ngx_http_tokenbiryani_admit_rpm(r, ctx, tmcf, now);
 
         if (slot == -1) {
-            ngx_http_tokenbiryani_set_retry_after(ctx, now + retry, now);
-            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                "key \"%s\" is over its limit of %L requests a minute; "
-                "retry in %is", kc->name, kc->rpm, ctx->wait.retry_after);
             return NGX_HTTP_TB_FAIL;
         }
 

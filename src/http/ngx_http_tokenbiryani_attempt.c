@@ -218,6 +218,30 @@ ngx_http_tokenbiryani_attempt_again(ngx_http_request_t *r,
 }
 
 
+/* a failed attempt settled: the event, and the log line saying what next */
+static void
+ngx_http_tokenbiryani_settled(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
+    ngx_uint_t next, const char *fmt, ...)
+{
+    u_char   *p;
+    va_list   args;
+    u_char    then[NGX_MAX_ERROR_STR];
+
+    ngx_http_tokenbiryani_event_settlement(r, ctx, a, next);
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(then, then + sizeof(then), fmt, args);
+    va_end(args);
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, %*s",
+                  (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
+                  &a->id, &ctx->last_error, ctx->attempts,
+                  (size_t) (p - then), then);
+}
+
+
 /*
  * A failed attempt: what comes next.  GO keeps the ngx_http_upstream_t
  * for the next attempt; anything else gives it up (attempt_pause).
@@ -289,13 +313,8 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
             delay = ctx->wait.deadline_ms - now;
         }
 
-        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_BACKOFF);
-
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
-                      "retrying in %Lms", (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
-                      ctx->request_id, &a->id, &ctx->last_error,
-                      ctx->attempts, delay);
+        ngx_http_tokenbiryani_settled(r, ctx, a, NGX_HTTP_TB_NEXT_BACKOFF,
+                                      "retrying in %Lms", delay);
 
         ngx_http_tokenbiryani_arm(r, ctx, NGX_HTTP_TB_WAIT_ADMIT, delay);
         ctx->pausing = 1;
@@ -305,35 +324,20 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
     switch (rc) {
 
     case NGX_HTTP_TB_GO:
-        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_RETRY);
-
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
-                      "retrying on another account",
-                      (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                      &a->id, &ctx->last_error, ctx->attempts);
+        ngx_http_tokenbiryani_settled(r, ctx, a, NGX_HTTP_TB_NEXT_RETRY,
+                                      "retrying on another account");
         return;
 
     case NGX_HTTP_TB_WAIT:
-        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_QUEUE);
-
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
-                      "waiting for capacity",
-                      (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                      &a->id, &ctx->last_error, ctx->attempts);
+        ngx_http_tokenbiryani_settled(r, ctx, a, NGX_HTTP_TB_NEXT_QUEUE,
+                                      "waiting for capacity");
 
         ctx->pausing = 1;
         return;
 
     default:
-        ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_GIVE_UP);
-
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "tokenbiryani: %*s: account \"%V\" %V on attempt %ui, "
-                      "giving up: %V", (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
-                      ctx->request_id, &a->id, &ctx->last_error,
-                      ctx->attempts, &ctx->err.message);
+        ngx_http_tokenbiryani_settled(r, ctx, a, NGX_HTTP_TB_NEXT_GIVE_UP,
+                                      "giving up: %V", &ctx->err.message);
 
         ngx_http_tokenbiryani_arm(r, ctx, NGX_HTTP_TB_WAIT_FAIL, 0);
         ctx->pausing = 1;

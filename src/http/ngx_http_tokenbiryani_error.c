@@ -275,3 +275,14 @@ ngx_http_tokenbiryani_send_json(ngx_http_request_t *r, ngx_int_t status,
 
     return ngx_http_output_filter(r, &out);
 }
+
+
+ngx_int_t
+ngx_http_tokenbiryani_upstream_invalid(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const char *what, ngx_int_t rc)
+{
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "tokenbiryani: account \"%V\" %s", &ctx->account->id, what);
+
+    return rc;
+}

@@ -32,6 +32,11 @@ ngx_int_t ngx_http_tokenbiryani_send_json(ngx_http_request_t *r,
 ngx_int_t ngx_http_tokenbiryani_error_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *json);
 
+/* an account's answer that breaks the protocol ("sent an invalid
+ * header"): said in the log with the account's id; returns rc */
+ngx_int_t ngx_http_tokenbiryani_upstream_invalid(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const char *what, ngx_int_t rc);
+
 /* the Anthropic error type of an HTTP status */
 const char *ngx_http_tokenbiryani_error_type(ngx_int_t status);
 

@@ -28,41 +28,64 @@ static const char  *ngx_http_tb_refusals[NGX_HTTP_TB_NREFUSED] = {
 };
 
 
+/*
+ * An event of type begun: in the ring (*seq set: published once filled),
+ * or, with no room there and local given, in local while the log wants
+ * its fields (*seq 0); NULL: neither.
+ */
+static ngx_http_tokenbiryani_event_t *
+ngx_http_tokenbiryani_event_begin(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t type, int64_t now,
+    ngx_http_tokenbiryani_event_t *local, uint64_t *seq)
+{
+    ngx_http_tokenbiryani_event_t      *ev;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, seq);
+    if (ev == NULL) {
+        if (local == NULL || r->connection->log->log_level < NGX_LOG_INFO) {
+            return NULL;
+        }
+
+        ev = local;
+        *seq = 0;
+    }
+
+    ngx_memzero(ev, sizeof(ngx_http_tokenbiryani_event_t));
+
+    ev->at_ms = now;
+    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+    ev->pid = ngx_pid;
+    ev->type = (uint8_t) type;
+
+    return ev;
+}
+
+
 void
 ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
     const int64_t *remaining, ngx_uint_t what, ngx_uint_t probe)
 {
-    u_char                             *p;
-    int64_t                             now;
-    uint64_t                            seq;
-    ngx_uint_t                          w;
-    ngx_http_tokenbiryani_event_t      *ev, local;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    u_char                              rem[96], reason[128];
+    u_char                         *p;
+    int64_t                         now;
+    uint64_t                        seq;
+    ngx_uint_t                      w;
+    ngx_http_tokenbiryani_event_t  *ev, local;
+    u_char                          rem[96], reason[128];
 
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     now = ngx_http_tokenbiryani_now_ms();
 
-    ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, &seq);
+    ev = ngx_http_tokenbiryani_event_begin(r, ctx, NGX_HTTP_TB_EVENT_ADMISSION,
+                                           now, &local, &seq);
     if (ev == NULL) {
-        if (r->connection->log->log_level < NGX_LOG_INFO) {
-            return;
-        }
-
-        /* no ring: the log line still wants the fields */
-        ev = &local;
-        seq = 0;
+        return;
     }
 
-    ev->at_ms = now;
-    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
-    ev->pid = ngx_pid;
     ev->slot = a ? (int32_t) a->slot : -1;
-    ev->status = 0;
-    ev->type = NGX_HTTP_TB_EVENT_ADMISSION;
     ev->what = (uint8_t) what;
-    ev->kind = 0;
     ev->attempt = (uint8_t) ngx_min(ctx->attempts + 1, 255);
     ev->affinity = (uint8_t) ctx->route.decision.affinity;
     ev->probe = (uint8_t) probe;
@@ -77,10 +100,6 @@ ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
 
     ev->soonest_ms = ctx->route.decision.soonest
                      ? ctx->route.decision.soonest - now : 0;
-    ngx_memzero(ev->usage, sizeof(ev->usage));
-    ev->retry_after_ms = 0;
-    ev->latency_ms = 0;
-    ev->key[0] = '\0';
 
     if (r->connection->log->log_level >= NGX_LOG_INFO) {
         p = rem;
@@ -123,54 +142,36 @@ ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
     ngx_uint_t next)
 {
-    int64_t                             now;
-    uint64_t                            seq;
-    const tb_rule_t                    *rule;
-    ngx_http_tokenbiryani_event_t      *ev, local;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    int64_t                         now;
+    uint64_t                        seq;
+    const tb_rule_t                *rule;
+    ngx_http_tokenbiryani_event_t  *ev, local;
 
     if (a == NULL) {
         return;
     }
 
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     now = ngx_http_tokenbiryani_now_ms();
 
-    ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, &seq);
+    ev = ngx_http_tokenbiryani_event_begin(r, ctx, NGX_HTTP_TB_EVENT_SETTLEMENT,
+                                           now, &local, &seq);
     if (ev == NULL) {
-        if (r->connection->log->log_level < NGX_LOG_INFO) {
-            return;
-        }
-
-        ev = &local;
-        seq = 0;
+        return;
     }
 
     rule = ctx->resp.classified ? ctx->outcome.rule : NULL;
 
-    ev->at_ms = now;
-    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
-    ev->pid = ngx_pid;
     ev->slot = (int32_t) a->slot;
     ev->status = (uint16_t) ctx->resp.status.code;
-    ev->type = NGX_HTTP_TB_EVENT_SETTLEMENT;
     ev->what = (uint8_t) next;
     ev->kind = (uint8_t) (rule ? ctx->outcome.kind : TB_NKINDS);
     ev->attempt = (uint8_t) ngx_min(ctx->attempts, 255);
-    ev->affinity = 0;
-    ev->probe = 0;
-    ev->eligible = 0;
-    ev->score = 0;
-    ngx_memzero(ev->need, sizeof(ev->need));
-    ngx_memzero(ev->remaining, sizeof(ev->remaining));
-    ev->soonest_ms = 0;
     ev->usage[0] = ctx->usage.input_tokens;
     ev->usage[1] = ctx->usage.output_tokens;
     ev->usage[2] = ctx->usage.cache_read_input_tokens;
     ev->usage[3] = ctx->usage.cache_creation_input_tokens;
     ev->retry_after_ms = ctx->resp.obs.retry_after_ms;
     ev->latency_ms = now - ctx->attempt_ms;
-    ev->key[0] = '\0';
 
     if (r->connection->log->log_level >= NGX_LOG_INFO) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -198,13 +199,10 @@ void
 ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status)
 {
-    size_t                              len;
-    uint64_t                            seq;
-    const char                         *name;
-    ngx_http_tokenbiryani_event_t      *ev;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    size_t                          len;
+    uint64_t                        seq;
+    const char                     *name;
+    ngx_http_tokenbiryani_event_t  *ev;
 
     name = ctx->key ? ctx->key->name
                     : (ctx->err.refused_key ? ctx->err.refused_key : "");
@@ -217,19 +215,15 @@ ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
                   (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
                   status, name, ngx_http_tb_refusals[ctx->err.refused]);
 
-    ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, &seq);
+    ev = ngx_http_tokenbiryani_event_begin(r, ctx, NGX_HTTP_TB_EVENT_REFUSAL,
+                                           ngx_http_tokenbiryani_now_ms(),
+                                           NULL, &seq);
     if (ev == NULL) {
         return;
     }
 
-    ngx_memzero(ev, sizeof(ngx_http_tokenbiryani_event_t));
-
-    ev->at_ms = ngx_http_tokenbiryani_now_ms();
-    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
-    ev->pid = ngx_pid;
     ev->slot = -1;
     ev->status = (uint16_t) status;
-    ev->type = NGX_HTTP_TB_EVENT_REFUSAL;
     ev->what = (uint8_t) ctx->err.refused;
 
     len = ngx_min(ngx_strlen(name), TB_ID_MAX);

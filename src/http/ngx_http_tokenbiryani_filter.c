@@ -297,31 +297,18 @@ static ngx_int_t
 ngx_http_tokenbiryani_add_header(ngx_http_request_t *r, ngx_str_t *name,
     ngx_str_t *value)
 {
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
+    ngx_table_elt_t                *h;
+    ngx_http_tokenbiryani_hiter_t   it;
 
     /* once per response, even when nginx sends an error after a failure */
 
-    part = &r->headers_out.headers.part;
-    h = part->elts;
+    ngx_http_tokenbiryani_headers_begin(&it, &r->headers_out.headers);
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash && h[i].key.len == name->len
-            && ngx_strncasecmp(h[i].key.data, name->data, name->len) == 0)
+    while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+        if (h->hash && h->key.len == name->len
+            && ngx_strncasecmp(h->key.data, name->data, name->len) == 0)
         {
-            h[i].value = *value;
+            h->value = *value;
             return NGX_OK;
         }
     }

@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_platform.h"
 #include "tb_provider.h"
 #include "tb_sigv4.h"
@@ -161,12 +162,12 @@ ngx_http_tokenbiryani_platform_fill(ngx_pool_t *pool,
 static ngx_int_t
 ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
 {
-    u_char                       *p;
-    size_t                        len;
-    ngx_uint_t                    i, pass;
-    ngx_list_part_t              *part;
-    ngx_table_elt_t              *h;
-    ngx_http_tokenbiryani_ctx_t  *ctx;
+    u_char                         *p;
+    size_t                          len;
+    ngx_uint_t                      pass;
+    ngx_table_elt_t                *h;
+    ngx_http_tokenbiryani_ctx_t    *ctx;
+    ngx_http_tokenbiryani_hiter_t   it;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
 
@@ -182,29 +183,18 @@ ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
 
     for (pass = 0; pass < 2; pass++) {
 
-        part = &r->headers_in.headers.part;
-        h = part->elts;
+        ngx_http_tokenbiryani_headers_begin(&it, &r->headers_in.headers);
 
-        for (i = 0; /* void */; i++) {
-            if (i >= part->nelts) {
-                if (part->next == NULL) {
-                    break;
-                }
-
-                part = part->next;
-                h = part->elts;
-                i = 0;
-            }
-
-            if (h[i].key.len != sizeof("anthropic-beta") - 1
-                || ngx_strncmp(h[i].lowcase_key, "anthropic-beta",
-                               h[i].key.len) != 0)
+        while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+            if (h->key.len != sizeof("anthropic-beta") - 1
+                || ngx_strncmp(h->lowcase_key, "anthropic-beta",
+                               h->key.len) != 0)
             {
                 continue;
             }
 
             if (pass == 0) {
-                len += h[i].value.len + 1;
+                len += h->value.len + 1;
                 continue;
             }
 
@@ -212,7 +202,7 @@ ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
                 *p++ = ',';
             }
 
-            p = ngx_cpymem(p, h[i].value.data, h[i].value.len);
+            p = ngx_cpymem(p, h->value.data, h->value.len);
         }
 
         if (pass == 0) {
@@ -1001,11 +991,8 @@ ngx_http_tokenbiryani_evs_raw(ngx_http_tokenbiryani_evs_sink_t *s,
             break;
         }
 
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "tokenbiryani: account \"%V\" sent an invalid chunked "
-                      "stream", &ctx->account->id);
-
-        return NGX_ERROR;
+        return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                   "sent an invalid chunked stream", NGX_ERROR);
     }
 
     return NGX_OK;
@@ -1061,10 +1048,9 @@ ngx_http_tokenbiryani_platform_peek(ngx_http_request_t *r,
     ctx->resp.peek_pos = ctx->resp.body_start;
 
     if (ctx->resp.peek_eof && !tb_evs_idle(PL(ctx)->evs)) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "tokenbiryani: account \"%V\" ended its event-stream "
-                      "within a frame", &ctx->account->id);
-        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                   "ended its event-stream within a frame",
+                   NGX_HTTP_UPSTREAM_INVALID_HEADER);
     }
 
     return NGX_OK;
@@ -1194,10 +1180,8 @@ ngx_http_tokenbiryani_platform_filter(ngx_http_request_t *r,
         /* the last chunk, or the length the headers gave */
 
         if (!tb_evs_idle(PL(ctx)->evs)) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "tokenbiryani: account \"%V\" ended its "
-                          "event-stream within a frame", &ctx->account->id);
-            return NGX_ERROR;
+            return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                       "ended its event-stream within a frame", NGX_ERROR);
         }
 
         ctx->resp.done = 1;

@@ -90,31 +90,20 @@ ngx_table_elt_t *
 ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
     const char *lowcase_name, size_t len)
 {
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
+    ngx_table_elt_t                *h;
+    ngx_http_tokenbiryani_hiter_t   it;
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
+    ngx_http_tokenbiryani_headers_begin(&it, &r->headers_in.headers);
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return NULL;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len == len
-            && ngx_strncmp(h[i].lowcase_key, lowcase_name, len) == 0)
+    while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+        if (h->key.len == len
+            && ngx_strncmp(h->lowcase_key, lowcase_name, len) == 0)
         {
-            return &h[i];
+            return h;
         }
     }
+
+    return NULL;
 }
 
 

@@ -14,6 +14,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_upstream.h"
 #include "ngx_http_tokenbiryani_outcome.h"
 #include "ngx_http_tokenbiryani_share.h"
@@ -240,10 +241,10 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
     size_t                            len;
     ngx_buf_t                        *b;
     ngx_str_t                        *s;
-    ngx_uint_t                        i, j, version;
-    ngx_list_part_t                  *part;
+    ngx_uint_t                        j, version;
     ngx_table_elt_t                  *h;
     tb_account_conf_t                *ac;
+    ngx_http_tokenbiryani_hiter_t     it;
     ngx_http_tokenbiryani_account_t  *a;
 
     a = ctx->account;
@@ -266,22 +267,10 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
           + sizeof("anthropic-version: 2023-06-01" CRLF) - 1
           + sizeof(CRLF) - 1;
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
+    ngx_http_tokenbiryani_headers_begin(&it, &r->headers_in.headers);
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        len += h[i].key.len + sizeof(": " CRLF) - 1 + h[i].value.len;
+    while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+        len += h->key.len + sizeof(": " CRLF) - 1 + h->value.len;
     }
 
     b = ngx_create_temp_buf(r->pool, len);
@@ -318,31 +307,19 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 
     version = 0;
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
+    ngx_http_tokenbiryani_headers_begin(&it, &r->headers_in.headers);
 
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len > sizeof("x-tokenbiryani-") - 1
-            && ngx_strncmp(h[i].lowcase_key, "x-tokenbiryani-",
+    while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+        if (h->key.len > sizeof("x-tokenbiryani-") - 1
+            && ngx_strncmp(h->lowcase_key, "x-tokenbiryani-",
                            sizeof("x-tokenbiryani-") - 1) == 0)
         {
             continue;
         }
 
         for (s = ngx_http_tokenbiryani_skip_headers; s->len; s++) {
-            if (h[i].key.len == s->len
-                && ngx_strncmp(h[i].lowcase_key, s->data, s->len) == 0)
+            if (h->key.len == s->len
+                && ngx_strncmp(h->lowcase_key, s->data, s->len) == 0)
             {
                 break;
             }
@@ -355,9 +332,9 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
         /* the account's own headers win over the client's */
 
         for (j = 0; j < ac->headers.n; j++) {
-            if (ngx_strlen(ac->headers.items[j].key) == h[i].key.len
+            if (ngx_strlen(ac->headers.items[j].key) == h->key.len
                 && ngx_strncasecmp((u_char *) ac->headers.items[j].key,
-                                   h[i].key.data, h[i].key.len) == 0)
+                                   h->key.data, h->key.len) == 0)
             {
                 break;
             }
@@ -367,16 +344,16 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
             continue;
         }
 
-        if (h[i].key.len == sizeof("anthropic-version") - 1
-            && ngx_strncmp(h[i].lowcase_key, "anthropic-version",
-                           h[i].key.len) == 0)
+        if (h->key.len == sizeof("anthropic-version") - 1
+            && ngx_strncmp(h->lowcase_key, "anthropic-version",
+                           h->key.len) == 0)
         {
             version = 1;
         }
 
-        b->last = ngx_copy(b->last, h[i].key.data, h[i].key.len);
+        b->last = ngx_copy(b->last, h->key.data, h->key.len);
         *b->last++ = ':'; *b->last++ = ' ';
-        b->last = ngx_copy(b->last, h[i].value.data, h[i].value.len);
+        b->last = ngx_copy(b->last, h->value.data, h->value.len);
         *b->last++ = CR; *b->last++ = LF;
     }
 
@@ -610,11 +587,8 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
 
         /* rc == NGX_HTTP_PARSE_INVALID_HEADER */
 
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "tokenbiryani: account \"%V\" sent an invalid header",
-                      &ctx->account->id);
-
-        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                   "sent an invalid header", NGX_HTTP_UPSTREAM_INVALID_HEADER);
     }
 
     /*
@@ -848,11 +822,9 @@ ngx_http_tokenbiryani_peek_stream(ngx_http_request_t *r,
             break;
         }
 
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "tokenbiryani: account \"%V\" sent an invalid chunked "
-                      "stream", &ctx->account->id);
-
-        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                   "sent an invalid chunked stream",
+                   NGX_HTTP_UPSTREAM_INVALID_HEADER);
     }
 
     ctx->resp.peek_pos = tmp.pos;
@@ -1053,10 +1025,9 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
         }
 
         if (rc == NGX_ERROR) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "tokenbiryani: account \"%V\" sent an invalid "
-                          "chunked response", &ctx->account->id);
-            return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+            return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                       "sent an invalid chunked response",
+                       NGX_HTTP_UPSTREAM_INVALID_HEADER);
         }
 
         if (rc == NGX_DONE) {
@@ -1100,10 +1071,9 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     if (ctx->kind == NGX_HTTP_TB_MESSAGES
         && tb_usage_message(&ctx->usage, ctx->hold, resp->held) != 0)
     {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "tokenbiryani: account \"%V\" answered 2xx with a "
-                      "body that is not JSON", &ctx->account->id);
-        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                   "answered 2xx with a body that is not JSON",
+                   NGX_HTTP_UPSTREAM_INVALID_HEADER);
     }
 
     return NGX_OK;
@@ -1426,11 +1396,8 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
             break;
         }
 
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "tokenbiryani: account \"%V\" sent an invalid chunked "
-                      "response", &ctx->account->id);
-
-        return NGX_ERROR;
+        return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                   "sent an invalid chunked response", NGX_ERROR);
     }
 
     return NGX_OK;

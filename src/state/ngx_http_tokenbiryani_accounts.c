@@ -347,32 +347,6 @@ ngx_http_tokenbiryani_literal_addr(const char *host, in_port_t port,
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_account_valid_id(const u_char *id, size_t len)
-{
-    size_t  i;
-
-    /* safe in a path, a log line and a header: [A-Za-z0-9][A-Za-z0-9_-]* */
-
-    if (len == 0 || len > 64) {
-        return 0;
-    }
-
-    for (i = 0; i < len; i++) {
-        if ((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z')
-            || (id[i] >= '0' && id[i] <= '9')
-            || (i > 0 && (id[i] == '_' || id[i] == '-')))
-        {
-            continue;
-        }
-
-        return 0;
-    }
-
-    return 1;
-}
-
-
-ngx_uint_t
 ngx_http_tokenbiryani_racct_private(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const ngx_http_tokenbiryani_raddr_t *addrs, ngx_uint_t n)
 {

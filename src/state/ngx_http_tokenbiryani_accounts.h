@@ -88,9 +88,5 @@ ngx_uint_t ngx_http_tokenbiryani_resolve_host(const char *host,
 ngx_uint_t ngx_http_tokenbiryani_literal_addr(const char *host,
     in_port_t port, ngx_http_tokenbiryani_raddr_t *out);
 
-/* whether an id can be an account's added at runtime */
-ngx_uint_t ngx_http_tokenbiryani_account_valid_id(const u_char *id,
-    size_t len);
-
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ACCOUNTS_H_INCLUDED_ */

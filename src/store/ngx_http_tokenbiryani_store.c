@@ -504,9 +504,18 @@ ngx_http_tokenbiryani_store_adopt(ngx_http_tokenbiryani_store_load_t *ld,
 
 
 void
-ngx_http_tokenbiryani_store_adopted_free(ngx_http_tokenbiryani_store_load_t *ld)
+ngx_http_tokenbiryani_store_adopted_free(
+    ngx_http_tokenbiryani_store_load_t *ld, ngx_uint_t written)
 {
     ngx_http_tokenbiryani_adopted_t  *ad, *next;
+
+    if (written) {
+        ngx_log_error(NGX_LOG_NOTICE, ld->log, 0,
+                      "tokenbiryani: %ui records written without "
+                      "authentication were adopted and written back "
+                      "authenticated: store.adopt_unauthenticated can be "
+                      "removed", written);
+    }
 
     for (ad = ld->adopted; ad; ad = next) {
         next = ad->next;
@@ -653,15 +662,7 @@ ngx_http_tokenbiryani_store_adopted_back(tb_store_t *db,
         n++;
     }
 
-    if (n) {
-        ngx_log_error(NGX_LOG_NOTICE, ld->log, 0,
-                      "tokenbiryani: %ui records written without "
-                      "authentication were adopted and written back "
-                      "authenticated: store.adopt_unauthenticated can be "
-                      "removed", n);
-    }
-
-    ngx_http_tokenbiryani_store_adopted_free(ld);
+    ngx_http_tokenbiryani_store_adopted_free(ld, n);
 }
 
 
@@ -690,7 +691,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "tokenbiryani: %s", tb_store_error(db));
-        ngx_http_tokenbiryani_store_adopted_free(&ld);
+        ngx_http_tokenbiryani_store_adopted_free(&ld, 0);
         tb_store_close(db);
         return NGX_ERROR;
     }
@@ -700,7 +701,7 @@ ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "tokenbiryani: %s", tb_store_error(db));
-        ngx_http_tokenbiryani_store_adopted_free(&ld);
+        ngx_http_tokenbiryani_store_adopted_free(&ld, 0);
         tb_store_close(db);
         return NGX_ERROR;
     }

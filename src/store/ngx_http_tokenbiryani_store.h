@@ -129,9 +129,9 @@ typedef struct {
     ngx_http_tokenbiryani_adopted_t    *adopted;     /* ngx_alloc'd */
 } ngx_http_tokenbiryani_store_load_t;
 
-/* what was adopted, freed */
+/* what was adopted, freed; written: how many were written back (said) */
 void ngx_http_tokenbiryani_store_adopted_free(
-    ngx_http_tokenbiryani_store_load_t *ld);
+    ngx_http_tokenbiryani_store_load_t *ld, ngx_uint_t written);
 
 /* one stored key or account into the zone (data: ..._store_load_t): 0, or
  * -1 when the zone is full (said) */

@@ -351,15 +351,7 @@ ngx_http_tokenbiryani_redis_adopted_back(redisContext *c,
         }
     }
 
-    if (done) {
-        ngx_log_error(NGX_LOG_NOTICE, ld->log, 0,
-                      "tokenbiryani: %ui records written without "
-                      "authentication were adopted and written back "
-                      "authenticated: store.adopt_unauthenticated can be "
-                      "removed", done);
-    }
-
-    ngx_http_tokenbiryani_store_adopted_free(ld);
+    ngx_http_tokenbiryani_store_adopted_free(ld, done);
 }
 
 
@@ -611,7 +603,7 @@ ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
     if (ngx_http_tokenbiryani_redis_read(c, tmcf, &n, &ld, err, sizeof(err))
         != NGX_OK)
     {
-        ngx_http_tokenbiryani_store_adopted_free(&ld);
+        ngx_http_tokenbiryani_store_adopted_free(&ld, 0);
 
         if (ngx_strcmp(err, "the zone is full") == 0) {
             /* said already, and not Redis's failure */

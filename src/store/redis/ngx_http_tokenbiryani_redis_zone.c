@@ -180,36 +180,11 @@ typedef struct {
 static void
 ngx_http_tokenbiryani_rzone_put(ngx_http_tokenbiryani_rzone_t *ra)
 {
-    ngx_uint_t                          rc, slot, i, exists;
-    ngx_pool_t                         *pool;
-    ngx_array_t                         views;
-    ngx_http_tokenbiryani_racct_view_t *v;
+    ngx_uint_t                          rc, slot, exists;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ra->tmcf;
-    exists = 0;
-
-    pool = ngx_create_pool(4096, ngx_cycle->log);
-    if (pool == NULL) {
-        return;
-    }
-
-    if (ngx_http_tokenbiryani_raccts_copy(&tmcf->zone, pool, &views, NULL)
-        == NGX_OK)
-    {
-        v = views.elts;
-
-        for (i = 0; i < views.nelts; i++) {
-            if (v[i].id.len == ra->v.id.len
-                && ngx_memcmp(v[i].id.data, ra->v.id.data, ra->v.id.len) == 0)
-            {
-                exists = 1;
-                break;
-            }
-        }
-    }
-
-    ngx_destroy_pool(pool);
+    exists = (ngx_http_tokenbiryani_racct_known(&tmcf->zone, &ra->v) != 0);
 
     rc = ngx_http_tokenbiryani_racct_put(&tmcf->zone, &ra->v, ra->fingerprint,
                                          ra->replenishment, !exists,
@@ -291,13 +266,12 @@ ngx_http_tokenbiryani_rzone_account(
     u_char                              *p;
     in_port_t                            port;
     ngx_int_t                            rc;
-    ngx_uint_t                           i, slot;
+    ngx_uint_t                           slot;
     ngx_pool_t                          *pool;
-    ngx_array_t                          views;
     tb_config_t                         *cf;
     ngx_http_tokenbiryani_account_t      a;
-    ngx_http_tokenbiryani_rzone_t      *ra;
-    ngx_http_tokenbiryani_racct_view_t  *v;
+    ngx_http_tokenbiryani_rzone_t       *ra;
+    ngx_http_tokenbiryani_racct_view_t   known;
     char                                 err[512];
 
     if (len == 0 || len > TB_ID_MAX
@@ -337,30 +311,23 @@ ngx_http_tokenbiryani_rzone_account(
         return;
     }
 
-    pool = ngx_create_pool(4096, ngx_cycle->log);
-    if (pool == NULL) {
+    /* as the zone has it already: nothing to do */
+
+    ngx_memzero(&known, sizeof(ngx_http_tokenbiryani_racct_view_t));
+    known.id.data = (u_char *) id;
+    known.id.len = len;
+    known.spec.data = (u_char *) spec->str;
+    known.spec.len = spec->len;
+    known.sealed.data = (u_char *) sealed->str;
+    known.sealed.len = sealed->len;
+
+    if (ngx_http_tokenbiryani_racct_known(&tmcf->zone, &known) == 2) {
         return;
     }
 
-    /* as the zone has it already: nothing to do */
-
-    if (ngx_http_tokenbiryani_raccts_copy(&tmcf->zone, pool, &views, NULL)
-        == NGX_OK)
-    {
-        v = views.elts;
-
-        for (i = 0; i < views.nelts; i++) {
-            if (v[i].id.len == len && ngx_memcmp(v[i].id.data, id, len) == 0
-                && v[i].spec.len == spec->len
-                && ngx_memcmp(v[i].spec.data, spec->str, spec->len) == 0
-                && v[i].sealed.len == sealed->len
-                && ngx_memcmp(v[i].sealed.data, sealed->str, sealed->len)
-                   == 0)
-            {
-                ngx_destroy_pool(pool);
-                return;
-            }
-        }
+    pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pool == NULL) {
+        return;
     }
 
     ra = ngx_calloc(sizeof(ngx_http_tokenbiryani_rzone_t) + len + spec->len

@@ -50,7 +50,7 @@
 
 typedef struct {
     ngx_http_tokenbiryani_job_t        job;       /* the store's write */
-    ngx_http_tokenbiryani_job_t        resolve;   /* the host's lookup */
+    ngx_http_tokenbiryani_lookup_t     lookup;    /* the host's */
     ngx_http_request_t                *request;
     ngx_uint_t                         op;
     ngx_uint_t                         probe;     /* before it is stored */
@@ -86,7 +86,7 @@ static ngx_int_t ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
 static ngx_int_t ngx_http_tokenbiryani_accounts_resolve(
     ngx_http_request_t *r, ngx_http_tokenbiryani_acct_write_t *aw);
 static void ngx_http_tokenbiryani_accounts_resolved(
-    ngx_http_tokenbiryani_job_t *job);
+    ngx_http_tokenbiryani_lookup_t *lk);
 static ngx_int_t ngx_http_tokenbiryani_accounts_resolved_now(
     ngx_http_request_t *r, ngx_http_tokenbiryani_acct_write_t *aw);
 static ngx_int_t ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
@@ -1116,14 +1116,12 @@ ngx_http_tokenbiryani_accounts_resolve(ngx_http_request_t *r,
 
     if (!aw->acct.by_name) {
         /* an address already: nothing to wait for */
-        aw->resolve.rc = TB_STORE_OK;
-        aw->resolve.naddrs = ngx_http_tokenbiryani_literal_addr(aw->host,
+        aw->lookup.naddrs = ngx_http_tokenbiryani_literal_addr(aw->host,
                                  aw->acct.port ? aw->acct.port
                                  : (in_port_t) aw->cf->accounts[0].port,
                                  aw->addrs);
-        aw->resolve.data = aw;
 
-        if (aw->resolve.naddrs == 0) {
+        if (aw->lookup.naddrs == 0) {
             return ngx_http_tokenbiryani_acct_400(r, "base_url: \"%s\" is "
                        "not an address", aw->host);
         }
@@ -1131,16 +1129,15 @@ ngx_http_tokenbiryani_accounts_resolve(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_accounts_resolved_now(r, aw);
     }
 
-    aw->resolve.op = NGX_HTTP_TB_JOB_RESOLVE;
-    aw->resolve.name = aw->host;
-    aw->resolve.port = aw->acct.port ? aw->acct.port
-                                     : (in_port_t) aw->cf->accounts[0].port;
-    aw->resolve.addrs = aw->addrs;
-    aw->resolve.naddrs = NGX_HTTP_TB_RACCT_ADDRS;
-    aw->resolve.done = ngx_http_tokenbiryani_accounts_resolved;
-    aw->resolve.data = aw;
+    aw->lookup.host = aw->host;
+    aw->lookup.port = aw->acct.port ? aw->acct.port
+                                    : (in_port_t) aw->cf->accounts[0].port;
+    aw->lookup.addrs = aw->addrs;
+    aw->lookup.naddrs = NGX_HTTP_TB_RACCT_ADDRS;
+    aw->lookup.done = ngx_http_tokenbiryani_accounts_resolved;
+    aw->lookup.data = aw;
 
-    if (ngx_http_tokenbiryani_store_post(tmcf, &aw->resolve) != NGX_OK) {
+    if (ngx_http_tokenbiryani_lookup_post(tmcf, &aw->lookup) != NGX_OK) {
         return ngx_http_tokenbiryani_send_error(r,
                    NGX_HTTP_SERVICE_UNAVAILABLE, "api_error", "the host "
                    "cannot be looked up: this gateway has no thread pool "
@@ -1153,19 +1150,19 @@ ngx_http_tokenbiryani_accounts_resolve(ngx_http_request_t *r,
 
 
 static void
-ngx_http_tokenbiryani_accounts_resolved(ngx_http_tokenbiryani_job_t *job)
+ngx_http_tokenbiryani_accounts_resolved(ngx_http_tokenbiryani_lookup_t *lk)
 {
-    ngx_http_tokenbiryani_acct_write_t *aw = job->data;
+    ngx_http_tokenbiryani_acct_write_t *aw = lk->data;
 
     ngx_int_t            rc;
     ngx_http_request_t  *r;
 
     r = aw->request;
 
-    if (job->rc != TB_STORE_OK) {
+    if (lk->naddrs == 0) {
         ngx_http_tokenbiryani_accounts_finish(r,
             ngx_http_tokenbiryani_acct_400(r, "base_url: %s; nothing was "
-                                           "stored", job->err));
+                                           "stored", lk->err));
         return;
     }
 
@@ -1187,7 +1184,7 @@ ngx_http_tokenbiryani_accounts_resolved_now(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    aw->naddrs = aw->resolve.naddrs;
+    aw->naddrs = aw->lookup.naddrs;
 
     /* a name is checked by what it resolves to, as a literal is */
 
@@ -1457,10 +1454,10 @@ ngx_http_tokenbiryani_accounts_store(ngx_http_request_t *r,
 
     aw->job.op = (aw->op == NGX_HTTP_TB_ACCT_REMOVE)
                  ? NGX_HTTP_TB_JOB_ACCOUNT_DELETE : NGX_HTTP_TB_JOB_ACCOUNT_PUT;
-    aw->job.create = (aw->op == NGX_HTTP_TB_ACCT_ADD);
-    aw->job.name = (char *) aw->id.data;
-    aw->job.spec = aw->spec;
-    aw->job.sealed = aw->sealed;
+    aw->job.u.record.create = (aw->op == NGX_HTTP_TB_ACCT_ADD);
+    aw->job.u.record.name = (char *) aw->id.data;
+    aw->job.u.record.spec = aw->spec;
+    aw->job.u.record.sealed = aw->sealed;
     aw->job.done = ngx_http_tokenbiryani_accounts_written;
     aw->job.data = aw;
 
@@ -1535,7 +1532,7 @@ ngx_http_tokenbiryani_accounts_unstored(ngx_http_tokenbiryani_job_t *job)
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: account \"%s\" stays in the store "
                       "though it was not added (%s): it is loaded at the "
-                      "next start", job->name, job->err);
+                      "next start", job->u.record.name, job->err);
     }
 
     ngx_free(job->data);
@@ -1560,7 +1557,7 @@ ngx_http_tokenbiryani_accounts_unstore(ngx_http_request_t *r,
     ngx_memcpy(u->id, aw->id.data, aw->id.len);
 
     u->job.op = NGX_HTTP_TB_JOB_ACCOUNT_DELETE;
-    u->job.name = (char *) u->id;
+    u->job.u.record.name = (char *) u->id;
     u->job.done = ngx_http_tokenbiryani_accounts_unstored;
     u->job.data = u;
 

@@ -553,9 +553,9 @@ write:
     }
 
     kw->job.op = kw->op;
-    kw->job.name = kw->name;
-    kw->job.digest = kw->digest;
-    kw->job.spec = kw->spec;
+    kw->job.u.record.name = kw->name;
+    kw->job.u.record.digest = kw->digest;
+    kw->job.u.record.spec = kw->spec;
     kw->job.done = ngx_http_tokenbiryani_keys_written;
     kw->job.data = kw;
 

@@ -462,8 +462,8 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
     (void) tb_rec_payload((char *) rec.data, rec.len, &plen, &sw->rgen);
 
     sw->job.op = NGX_HTTP_TB_JOB_SETTING;
-    sw->job.name = "setting.routing.strategy";
-    sw->job.spec = (char *) rec.data;
+    sw->job.u.record.name = "setting.routing.strategy";
+    sw->job.u.record.spec = (char *) rec.data;
 
     if (ngx_http_tokenbiryani_store_post(tmcf, &sw->job) != NGX_OK) {
         rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,

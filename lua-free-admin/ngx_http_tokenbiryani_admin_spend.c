@@ -72,7 +72,7 @@ ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r)
     }
 
     ur->request = r;
-    ur->job.usage_by = TB_STORE_BY_NONE;
+    ur->job.u.usage.by = TB_STORE_BY_NONE;
     ur->by = NULL;
     i = 0;
 
@@ -98,16 +98,17 @@ ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r)
     }
 
     ur->range = ngx_http_tokenbiryani_ranges[i].name;
-    ur->job.usage_step = ngx_http_tokenbiryani_ranges[i].step;
-    ur->job.usage_from = (ngx_time() - ngx_http_tokenbiryani_ranges[i].seconds)
-                         / ur->job.usage_step * ur->job.usage_step;
+    ur->job.u.usage.step = ngx_http_tokenbiryani_ranges[i].step;
+    ur->job.u.usage.from = (ngx_time()
+                            - ngx_http_tokenbiryani_ranges[i].seconds)
+                           / ur->job.u.usage.step * ur->job.u.usage.step;
 
     if (ngx_http_arg(r, (u_char *) "by", 2, &value) == NGX_OK) {
         for (i = 1; i < 4; i++) {
             if (value.len == ngx_strlen(bys[i])
                 && ngx_strncmp(value.data, bys[i], value.len) == 0)
             {
-                ur->job.usage_by = (int) i;
+                ur->job.u.usage.by = (int) i;
                 ur->by = bys[i];
                 break;
             }
@@ -164,8 +165,8 @@ ngx_http_tokenbiryani_usage_read(ngx_http_tokenbiryani_job_t *job)
                  "the store cannot be read (%s)", job->err);
     }
 
-    free(job->points);
-    job->points = NULL;
+    free(job->u.usage.points);
+    job->u.usage.points = NULL;
 
     ngx_http_finalize_request(r, rc);
     ngx_http_run_posted_requests(c);
@@ -176,17 +177,19 @@ static ngx_int_t
 ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
     ngx_http_tokenbiryani_usage_read_t *ur)
 {
-    ngx_uint_t                            i, j, ngroups;
-    cJSON                                *root, *groups, *g, *series, *pt;
-    tb_usage_row_t                        total, *gt;
-    ngx_http_tokenbiryani_job_t          *job;
-    ngx_http_tokenbiryani_usage_point_t  *p;
-    ngx_http_tokenbiryani_main_conf_t    *tmcf;
-    ngx_http_tokenbiryani_store_state_t   st;
-    char                                  buf[64];
+    ngx_uint_t                           i, j, ngroups;
+    cJSON                               *root, *groups, *g, *series, *pt;
+    tb_usage_row_t                       total, *gt;
+    ngx_http_tokenbiryani_job_t         *job;
+    ngx_http_tokenbiryani_job_usage_t   *us;
+    ngx_http_tokenbiryani_usage_point_t *p;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
+    ngx_http_tokenbiryani_store_state_t  st;
+    char                                 buf[64];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     job = &ur->job;
+    us = &job->u.usage;
 
     root = cJSON_CreateObject();
     if (root == NULL) {
@@ -202,8 +205,8 @@ ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
         cJSON_AddNullToObject(root, "by");
     }
 
-    cJSON_AddNumberToObject(root, "step_seconds", (double) job->usage_step);
-    tb_format_rfc3339(job->usage_from * 1000, buf, sizeof(buf));
+    cJSON_AddNumberToObject(root, "step_seconds", (double) us->step);
+    tb_format_rfc3339(us->from * 1000, buf, sizeof(buf));
     cJSON_AddStringToObject(root, "from", buf);
 
     if (tmcf->builtin) {
@@ -231,7 +234,7 @@ ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
         goto failed;
     }
 
-    gt = ngx_pcalloc(r->pool, (job->npoints + 1) * sizeof(tb_usage_row_t));
+    gt = ngx_pcalloc(r->pool, (us->npoints + 1) * sizeof(tb_usage_row_t));
     if (gt == NULL) {
         goto failed;
     }
@@ -239,8 +242,8 @@ ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
     ngx_memzero(&total, sizeof(tb_usage_row_t));
     ngroups = 0;
 
-    for (i = 0; i < job->npoints; i++) {
-        p = &job->points[i];
+    for (i = 0; i < us->npoints; i++) {
+        p = &us->points[i];
 
         for (j = 0; j < ngroups; j++) {
             g = cJSON_GetArrayItem(groups, (int) j);

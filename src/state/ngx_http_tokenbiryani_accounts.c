@@ -302,6 +302,55 @@ ngx_http_tokenbiryani_resolve_host(const char *host, in_port_t port,
 }
 
 
+#if (NGX_THREADS)
+
+static void
+ngx_http_tokenbiryani_lookup_thread(void *data, ngx_log_t *log)
+{
+    ngx_http_tokenbiryani_lookup_t *lk = data;
+
+    lk->naddrs = ngx_http_tokenbiryani_resolve_host(lk->host, lk->port,
+                                                    lk->addrs, lk->naddrs,
+                                                    lk->err, sizeof(lk->err));
+}
+
+
+static void
+ngx_http_tokenbiryani_lookup_done(ngx_event_t *ev)
+{
+    ngx_http_tokenbiryani_lookup_t *lk = ev->data;
+
+    lk->done(lk);
+}
+
+#endif
+
+
+ngx_int_t
+ngx_http_tokenbiryani_lookup_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_lookup_t *lk)
+{
+#if (NGX_THREADS)
+    if (tmcf->thread_pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    lk->err[0] = '\0';
+
+    ngx_memzero(&lk->task, sizeof(ngx_thread_task_t));
+    lk->task.ctx = lk;
+    lk->task.handler = ngx_http_tokenbiryani_lookup_thread;
+    lk->task.event.handler = ngx_http_tokenbiryani_lookup_done;
+    lk->task.event.data = lk;
+    lk->task.event.log = ngx_cycle->log;
+
+    return ngx_thread_task_post(tmcf->thread_pool, &lk->task);
+#else
+    return NGX_ERROR;
+#endif
+}
+
+
 ngx_uint_t
 ngx_http_tokenbiryani_literal_addr(const char *host, in_port_t port,
     ngx_http_tokenbiryani_raddr_t *out)

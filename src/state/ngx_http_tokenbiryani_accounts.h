@@ -16,6 +16,10 @@
 
 #include "ngx_http_tokenbiryani.h"
 
+#if (NGX_THREADS)
+#include <ngx_thread_pool.h>
+#endif
+
 
 /*
  * What the proxy needs of an account, from its configuration: the URL
@@ -83,6 +87,34 @@ ngx_http_tokenbiryani_account_t *ngx_http_tokenbiryani_yaml_account(
 ngx_uint_t ngx_http_tokenbiryani_resolve_host(const char *host,
     in_port_t port, ngx_http_tokenbiryani_raddr_t *out, ngx_uint_t max,
     char *err, size_t errlen);
+
+/*
+ * A host looked up in nginx's thread pool as a task of its own, so a slow
+ * name server holds up neither the store's writes nor other lookups:
+ * done is called from the event loop with naddrs (0: err says why).  The
+ * struct lives until then.  NGX_ERROR: no thread pool.
+ */
+typedef struct ngx_http_tokenbiryani_lookup_s  ngx_http_tokenbiryani_lookup_t;
+
+typedef void (*ngx_http_tokenbiryani_lookup_done_pt)(
+    ngx_http_tokenbiryani_lookup_t *lk);
+
+struct ngx_http_tokenbiryani_lookup_s {
+    const char                            *host;
+    in_port_t                              port;
+    ngx_http_tokenbiryani_raddr_t         *addrs;    /* room for naddrs */
+    ngx_uint_t                             naddrs;
+    char                                   err[256];
+    ngx_http_tokenbiryani_lookup_done_pt   done;
+    void                                  *data;
+#if (NGX_THREADS)
+    ngx_thread_task_t                      task;
+#endif
+};
+
+ngx_int_t ngx_http_tokenbiryani_lookup_post(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_lookup_t *lk);
 
 /* an IP literal's address with port into out[0]: 1, or 0 if not one */
 ngx_uint_t ngx_http_tokenbiryani_literal_addr(const char *host,

@@ -15,6 +15,7 @@
 #include "tb_store.h"
 #include "tb_seal.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_sqlite.h"
 #include "ngx_http_tokenbiryani_redis_store.h"
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_accounts.h"
@@ -237,7 +238,7 @@ ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    return ngx_http_tokenbiryani_store_conf(cf, tmcf, path);
+    return ngx_http_tokenbiryani_sqlite_conf(cf, tmcf, path);
 }
 
 

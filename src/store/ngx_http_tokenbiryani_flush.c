@@ -72,15 +72,16 @@ ngx_http_tokenbiryani_job_t *
 ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_uint_t tick)
 {
-    u_char                               *p, *id;
-    size_t                                size;
-    int64_t                               now;
-    uint64_t                              ev_last, dropped;
-    ngx_uint_t                            i, nrec, nev, nslots, got, nled;
-    ngx_uint_t                            rollup, probe, whole, rcap, ecap;
-    ngx_http_tokenbiryani_job_t          *job;
-    ngx_http_tokenbiryani_zone_stats_t    zs;
-    ngx_http_tokenbiryani_store_state_t   st;
+    u_char                              *p, *id;
+    size_t                               size;
+    int64_t                              now;
+    uint64_t                             ev_last, dropped;
+    ngx_uint_t                           i, nrec, nev, nslots, got, nled;
+    ngx_uint_t                           rollup, probe, whole, rcap, ecap;
+    ngx_http_tokenbiryani_job_t         *job;
+    ngx_http_tokenbiryani_zone_stats_t   zs;
+    ngx_http_tokenbiryani_store_state_t  st;
+    ngx_http_tokenbiryani_job_flush_t   *fl;
 
     ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
     ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
@@ -149,88 +150,90 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
     }
 
     job->op = NGX_HTTP_TB_JOB_FLUSH;
-    job->keep_records = zs.ring_size;
-    job->keep_events = zs.events_size;
+
+    fl = &job->u.flush;
+    fl->keep_records = zs.ring_size;
+    fl->keep_events = zs.events_size;
 
     p = (u_char *) (job + 1);
 
     /* records in chunks: the lock is held for a few at a time */
 
-    job->records = (ngx_http_tokenbiryani_record_t *) p;
-    job->records_seq = st.records_seq;
-    job->records_from = st.records_seq;
-    job->events_from = st.events_seq;
+    fl->records = (ngx_http_tokenbiryani_record_t *) p;
+    fl->records_seq = st.records_seq;
+    fl->records_from = st.records_seq;
+    fl->events_from = st.events_seq;
 
-    while (job->nrecords < nrec) {
+    while (fl->nrecords < nrec) {
         got = ngx_http_tokenbiryani_inspect_since(&tmcf->zone,
-                  job->records_seq, job->records + job->nrecords,
-                  ngx_min(nrec - job->nrecords, 32));
+                  fl->records_seq, fl->records + fl->nrecords,
+                  ngx_min(nrec - fl->nrecords, 32));
         if (got == 0) {
             break;
         }
 
-        job->nrecords += got;
-        job->records_seq = job->records[job->nrecords - 1].seq;
+        fl->nrecords += got;
+        fl->records_seq = fl->records[fl->nrecords - 1].seq;
     }
 
     p += nrec * sizeof(ngx_http_tokenbiryani_record_t);
 
-    job->events = (ngx_http_tokenbiryani_event_t *) p;
-    job->nevents = nev ? ngx_http_tokenbiryani_events_read(&tmcf->zone,
+    fl->events = (ngx_http_tokenbiryani_event_t *) p;
+    fl->nevents = nev ? ngx_http_tokenbiryani_events_read(&tmcf->zone,
                                                            st.events_seq,
-                                                           job->events, nev,
+                                                           fl->events, nev,
                                                            &dropped)
                        : 0;
-    job->events_seq = job->nevents ? job->events[job->nevents - 1].seq
+    fl->events_seq = fl->nevents ? fl->events[fl->nevents - 1].seq
                                    : st.events_seq;
 
     p += nev * sizeof(ngx_http_tokenbiryani_event_t);
 
     /* the accounts the slots stand for, so that history outlives them */
 
-    job->slot_ids = (u_char **) p;
+    fl->slot_ids = (u_char **) p;
     p += nslots * sizeof(u_char *);
 
     for (i = 0; i < nslots; i++) {
         id = (u_char *) ngx_http_tokenbiryani_zone_slot_id(&tmcf->zone,
                                                            (int64_t) i);
-        job->slot_ids[i] = p;
+        fl->slot_ids[i] = p;
         p = ngx_cpystrn(p, id ? id : (u_char *) "", TB_ID_MAX + 1) + 1;
     }
 
-    job->nslots = nslots;
+    fl->nslots = nslots;
 
     /* the ledgers and conversations charged since the last write */
 
     /* after the ids' bytes: aligned again */
     p = ngx_align_ptr(p, NGX_ALIGNMENT);
-    job->ledgers = (ngx_http_tokenbiryani_ledger_view_t *) p;
+    fl->ledgers = (ngx_http_tokenbiryani_ledger_view_t *) p;
     p += nled * sizeof(ngx_http_tokenbiryani_ledger_view_t);
-    job->sessions = (ngx_http_tokenbiryani_session_view_t *) p;
+    fl->sessions = (ngx_http_tokenbiryani_session_view_t *) p;
 
-    job->spend_seq = st.spend_seq;
+    fl->spend_seq = st.spend_seq;
 
     if (whole) {
-        job->nledgers = ngx_http_tokenbiryani_spend_since(&tmcf->zone,
-                            st.spend_seq, job->ledgers, nled, job->sessions,
-                            NGX_HTTP_TB_FLUSH_SESSIONS, &job->nsessions,
-                            &job->spend_seq);
+        fl->nledgers = ngx_http_tokenbiryani_spend_since(&tmcf->zone,
+                            st.spend_seq, fl->ledgers, nled, fl->sessions,
+                            NGX_HTTP_TB_FLUSH_SESSIONS, &fl->nsessions,
+                            &fl->spend_seq);
     }
 
-    if (whole && job->nledgers == nled) {
+    if (whole && fl->nledgers == nled) {
         /* more than a write holds: this again, and the rest, next time */
-        job->spend_seq = st.spend_seq;
+        fl->spend_seq = st.spend_seq;
     }
 
-    job->now_ms = now;
-    job->rollup = rollup;
+    fl->now_ms = now;
+    fl->rollup = rollup;
 
     if (rollup) {
         ngx_http_tokenbiryani_rolled_up = now / 3600000;
     }
 
-    if (job->nrecords == 0 && job->nevents == 0 && job->nledgers == 0
-        && job->nsessions == 0 && !rollup && !probe)
+    if (fl->nrecords == 0 && fl->nevents == 0 && fl->nledgers == 0
+        && fl->nsessions == 0 && !rollup && !probe)
     {
         ngx_http_tokenbiryani_flush_release(job);
         return NULL;
@@ -317,6 +320,6 @@ ngx_http_tokenbiryani_record_usage(ngx_http_tokenbiryani_job_t *job,
         }
     }
 
-    return (rec->chosen >= 0 && (ngx_uint_t) rec->chosen < job->nslots)
-           ? (char *) job->slot_ids[rec->chosen] : "";
+    return (rec->chosen >= 0 && (ngx_uint_t) rec->chosen < job->u.flush.nslots)
+           ? (char *) job->u.flush.slot_ids[rec->chosen] : "";
 }

@@ -1,6 +1,8 @@
 /*
- * The durable store behind the zone: loaded by the master, written in the
- * thread pool (see ngx_http_tokenbiryani_store.h).
+ * The durable store behind the zone, whichever its backend (see
+ * ngx_http_tokenbiryani_store.h): what is read back checked and put into
+ * the zone, the history's flushes, the one path by which a job reaches
+ * the backend.
  */
 
 
@@ -12,106 +14,28 @@
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "tb_keyspec.h"
 
-#if (NGX_THREADS)
-#include <ngx_thread_pool.h>
-#include <malloc.h>
-#endif
-
-
-#define NGX_HTTP_TB_STORE_BUSY_MS      5000
-
-
-#if (NGX_THREADS)
-
-/* this worker's writer: one task, the jobs it runs and the ones waiting */
+/* the history: written by one worker, elected, a tenth of a ring at a time */
 typedef struct {
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
-    ngx_thread_task_t                  *task;
-    tb_store_t                         *db;         /* the thread's only */
-    ngx_http_tokenbiryani_job_t        *running;    /* the thread's */
-    ngx_http_tokenbiryani_job_t        *pending;
-    ngx_http_tokenbiryani_job_t       **last;
-    ngx_event_t                         flush;      /* every 100 ms */
+    ngx_event_t                         timer;      /* every 100 ms */
     ngx_uint_t                          flushing;   /* a flush is posted */
-} ngx_http_tokenbiryani_writer_t;
+} ngx_http_tokenbiryani_flusher_t;
 
 
-static ngx_http_tokenbiryani_writer_t  ngx_http_tokenbiryani_writer;
+static ngx_http_tokenbiryani_flusher_t  ngx_http_tokenbiryani_flusher;
 
 
-static void ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log);
-static void ngx_http_tokenbiryani_store_done(ngx_event_t *ev);
-static void ngx_http_tokenbiryani_store_run(
-    ngx_http_tokenbiryani_writer_t *w);
 static void ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev);
 static void ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job);
 static void ngx_http_tokenbiryani_flush_landed(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_http_tokenbiryani_job_t *job,
     ngx_log_t *log);
-static void ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job);
-
-#endif
 
 
-static int ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
-    ngx_http_tokenbiryani_job_t *job);
-static int ngx_http_tokenbiryani_flush_spend(tb_store_t *db,
-    ngx_http_tokenbiryani_job_t *job);
-
-static void ngx_http_tokenbiryani_load_history(tb_store_t *db,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
-static void ngx_http_tokenbiryani_load_spend(tb_store_t *db,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
-static void ngx_http_tokenbiryani_load_settings(tb_store_t *db,
-    ngx_http_tokenbiryani_store_load_t *ld);
-static void ngx_http_tokenbiryani_store_adopted_back(tb_store_t *db,
-    ngx_http_tokenbiryani_store_load_t *ld);
 static const char *ngx_http_tokenbiryani_store_adopt(
     ngx_http_tokenbiryani_store_load_t *ld, int kind, const char *name,
     const u_char *digest, const char *sealed, const char *payload,
     size_t plen);
-
-
-static ngx_int_t ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
-static void ngx_http_tokenbiryani_store_own(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log);
-
-
-ngx_int_t
-ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path)
-{
-    size_t  len;
-
-#if (NGX_THREADS)
-    /* "default": made with 32 threads unless thread_pool says otherwise */
-    tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
-    if (tmcf->thread_pool == NULL) {
-        return NGX_ERROR;
-    }
-#else
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "tokenbiryani: %s: store.backend: sqlite writes in "
-                       "nginx's thread pool, and this nginx is built without "
-                       "threads (--with-threads)", tmcf->config_file.data);
-    return NGX_ERROR;
-#endif
-
-    len = ngx_strlen(path);
-
-    tmcf->store_path.data = ngx_pnalloc(cf->pool, len + 1);
-    if (tmcf->store_path.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(tmcf->store_path.data, path, len + 1);
-    tmcf->store_path.len = len;
-    tmcf->store_shown = tmcf->store_path;
-    tmcf->store_backend = NGX_HTTP_TB_STORE_SQLITE;
-
-    return NGX_OK;
-}
 
 
 ngx_int_t
@@ -143,98 +67,11 @@ ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    if (tmcf->store_backend == NGX_HTTP_TB_STORE_SQLITE) {
-        ngx_http_tokenbiryani_store_own(tmcf, shm_zone->shm.log);
-    }
+    /* fresh: a new zone, read from the store; a reload: the zone lived on,
+     * and it is the truth */
 
-    if (!fresh) {
-        /* a reload: the zone lived on, and it is the truth */
-        return NGX_OK;
-    }
-
-    if (tmcf->store_ops) {
-        return tmcf->store_ops->load(shm_zone, tmcf);
-    }
-
-    return ngx_http_tokenbiryani_store_load(shm_zone, tmcf);
+    return tmcf->store_ops->load(shm_zone, tmcf, fresh);
 }
-
-
-/*
- * The store file and its -wal and -shm files are made 0600 and, when the
- * master runs as root, given to the workers' user; the -wal and -shm files
- * stay beside it (SQLITE_FCNTL_PERSIST_WAL), so no worker needs to create
- * a file in a directory it may not write.
- */
-
-static void
-ngx_http_tokenbiryani_store_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_log_t *log)
-{
-    int               fd;
-    ngx_uint_t        i;
-    struct stat       st;
-    ngx_core_conf_t  *ccf;
-    u_char            path[NGX_MAX_PATH + 8];
-
-    static const char  *suffix[] = { "", "-wal", "-shm" };
-
-    if (tmcf->cycle == NULL || tmcf->store_path.len + 5 > NGX_MAX_PATH) {
-        return;
-    }
-
-    ccf = (ngx_core_conf_t *) ngx_get_conf(tmcf->cycle->conf_ctx,
-                                           ngx_core_module);
-
-    for (i = 0; i < 3; i++) {
-        ngx_sprintf(path, "%V%s%Z", &tmcf->store_path, suffix[i]);
-
-        /* the file itself, never what a link there points at */
-
-        fd = open((char *) path, O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC);
-
-        if (fd == -1) {
-            if (ngx_errno != NGX_ENOENT) {
-                ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
-                              "tokenbiryani: \"%s\" is left as it is: it "
-                              "cannot be opened as a file of its own (a "
-                              "link is not followed)", path);
-            }
-
-            continue;
-        }
-
-        if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
-            ngx_log_error(NGX_LOG_WARN, log, 0,
-                          "tokenbiryani: \"%s\" is not a regular file: it is "
-                          "left as it is", path);
-            (void) close(fd);
-            continue;
-        }
-
-        /* the history and what is sealed are nobody else's to read */
-
-        if (fchmod(fd, 0600) == -1) {
-            ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
-                          "tokenbiryani: chmod(\"%s\", 0600) failed", path);
-        }
-
-        if (geteuid() == 0 && ccf != NULL
-            && ccf->user != (ngx_uid_t) NGX_CONF_UNSET_UINT && ccf->user != 0
-            && fchown(fd, ccf->user, ccf->group) == -1)
-        {
-            ngx_log_error(NGX_LOG_WARN, log, ngx_errno,
-                          "tokenbiryani: chown(\"%s\") for the workers' "
-                          "user failed: the store may not be writable by "
-                          "them", path);
-        }
-
-        (void) close(fd);
-    }
-}
-
-
-/* the master, before workers start: every minted key into the zone */
 
 
 /*
@@ -526,6 +363,7 @@ ngx_http_tokenbiryani_store_adopted_free(
 }
 
 
+/* the master, before workers start: a minted key into the zone */
 int
 ngx_http_tokenbiryani_store_load_key(void *data, const char *name,
     const unsigned char *digest, const char *spec)
@@ -622,220 +460,52 @@ unreadable:
     return 0;
 }
 
-
-/* the records adopted at load, written back in their envelopes */
-static void
-ngx_http_tokenbiryani_store_adopted_back(tb_store_t *db,
-    ngx_http_tokenbiryani_store_load_t *ld)
-{
-    int                               rc;
-    ngx_uint_t                        n;
-    ngx_http_tokenbiryani_adopted_t  *ad;
-
-    n = 0;
-
-    for (ad = ld->adopted; ad; ad = ad->next) {
-        switch (ad->kind) {
-
-        case TB_REC_KEY:
-            rc = tb_store_key_update(db, ad->name, ad->value);
-            break;
-
-        case TB_REC_ACCOUNT:
-            rc = tb_store_account_put(db, ad->name, ad->value, ad->sealed, 0);
-            break;
-
-        default:
-            rc = tb_store_meta_put(db, ad->name, ad->value);
-            break;
-        }
-
-        if (rc != TB_STORE_OK) {
-            ngx_log_error(NGX_LOG_WARN, ld->log, 0,
-                          "tokenbiryani: \"%s\", adopted, could not be "
-                          "written back (%s): it is adopted again at the "
-                          "next start while store.adopt_unauthenticated is "
-                          "set", ad->name, tb_store_error(db));
-            continue;
-        }
-
-        n++;
-    }
-
-    ngx_http_tokenbiryani_store_adopted_free(ld, n);
-}
-
-
-static ngx_int_t
-ngx_http_tokenbiryani_store_load(ngx_shm_zone_t *shm_zone,
-    ngx_http_tokenbiryani_main_conf_t *tmcf)
-{
-    tb_store_t                          *db;
-    ngx_http_tokenbiryani_store_load_t   ld;
-    char                           err[NGX_MAX_ERROR_STR];
-
-    db = tb_store_open((char *) tmcf->store_path.data,
-                       NGX_HTTP_TB_STORE_BUSY_MS, err, sizeof(err));
-    if (db == NULL) {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "tokenbiryani: %s", err);
-        return NGX_ERROR;
-    }
-
-    ngx_memzero(&ld, sizeof(ld));
-    ld.tmcf = tmcf;
-    ld.log = shm_zone->shm.log;
-
-    if (tb_store_keys(db, ngx_http_tokenbiryani_store_load_key, &ld)
-        != TB_STORE_OK)
-    {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "tokenbiryani: %s", tb_store_error(db));
-        ngx_http_tokenbiryani_store_adopted_free(&ld, 0);
-        tb_store_close(db);
-        return NGX_ERROR;
-    }
-
-    if (tb_store_accounts(db, ngx_http_tokenbiryani_store_load_account, &ld)
-        != TB_STORE_OK)
-    {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "tokenbiryani: %s", tb_store_error(db));
-        ngx_http_tokenbiryani_store_adopted_free(&ld, 0);
-        tb_store_close(db);
-        return NGX_ERROR;
-    }
-
-    ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                  "tokenbiryani: the store \"%V\" loaded: %ui minted keys, "
-                  "%ui accounts%s", &tmcf->store_path, ld.keys, ld.accounts,
-                  ld.skipped ? " (some left out, see above)" : "");
-
-    ngx_http_tokenbiryani_load_settings(db, &ld);
-    ngx_http_tokenbiryani_store_adopted_back(db, &ld);
-    ngx_http_tokenbiryani_load_history(db, tmcf, shm_zone->shm.log);
-    ngx_http_tokenbiryani_load_spend(db, tmcf, shm_zone->shm.log);
-
-    tb_store_close(db);
-
-    return NGX_OK;
-}
-
-
-#if (NGX_THREADS)
-
 ngx_int_t
 ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    ngx_thread_task_t               *task;
-    ngx_http_tokenbiryani_job_t     *job;
-    ngx_http_tokenbiryani_writer_t  *w;
-
-    if (tmcf->thread_pool == NULL) {
-        return NGX_OK;
-    }
-
-    w = &ngx_http_tokenbiryani_writer;
-
-    task = ngx_thread_task_alloc(cycle->pool, 0);
-    if (task == NULL) {
-        return NGX_ERROR;
-    }
-
-    task->handler = ngx_http_tokenbiryani_store_thread;
-    task->ctx = w;
-    task->event.handler = ngx_http_tokenbiryani_store_done;
-    task->event.data = w;
-    task->event.log = cycle->log;
-
-    w->tmcf = tmcf;
-    w->task = task;
-    w->last = &w->pending;
+    ngx_http_tokenbiryani_flusher_t  *f;
 
     if (!ngx_http_tokenbiryani_store_on(tmcf)) {
         return NGX_OK;
     }
 
-    /* the history: written by one worker, elected, every second */
+    f = &ngx_http_tokenbiryani_flusher;
 
-    w->flush.handler = ngx_http_tokenbiryani_flush_timer;
-    w->flush.data = tmcf;      /* nginx's debug log reads it as a connection */
-    w->flush.log = cycle->log;
-    w->flush.cancelable = 1;
+    f->tmcf = tmcf;
+    f->timer.handler = ngx_http_tokenbiryani_flush_timer;
+    f->timer.data = tmcf;    /* nginx's debug log reads it as a connection */
+    f->timer.log = cycle->log;
+    f->timer.cancelable = 1;
 
-    ngx_add_timer(&w->flush, NGX_HTTP_TB_FLUSH_TICK_MS);
+    ngx_add_timer(&f->timer, NGX_HTTP_TB_FLUSH_TICK_MS);
 
-    if (tmcf->store_ops) {
-        return tmcf->store_ops->init_worker(cycle, tmcf);
-    }
-
-    /*
-     * SQLite runs in whichever of the pool's threads takes the task, and
-     * glibc gives each thread that allocates an arena of its own (up to
-     * eight per core): what SQLite freed in one was kept there, out of
-     * reach of the others, and the writing worker grew by some MB a minute
-     * for minutes (issue 30: 44 MB against 7 for the other worker; 14 MB
-     * with one arena).  One task runs at a time: one arena serves them all.
-     */
-    (void) mallopt(M_ARENA_MAX, 1);
-
-    /*
-     * The worker's connection, opened now and kept: a store that cannot
-     * be opened is said at once, and while a worker holds the file open,
-     * another process closing it (an operator's sqlite3, a backup) is
-     * never its last connection, which would remove the -wal and -shm
-     * files a worker may not be allowed to make again.
-     */
-
-    job = ngx_calloc(sizeof(ngx_http_tokenbiryani_job_t), cycle->log);
-    if (job == NULL) {
-        return NGX_ERROR;
-    }
-
-    job->op = NGX_HTTP_TB_JOB_OPEN;
-    job->done = ngx_http_tokenbiryani_opened;
-    job->data = w;
-
-    (void) ngx_http_tokenbiryani_store_post(tmcf, job);
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_tokenbiryani_opened(ngx_http_tokenbiryani_job_t *job)
-{
-    if (job->rc != TB_STORE_OK) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "tokenbiryani: the store is not open in this worker "
-                      "yet (it is tried again with each write): %s",
-                      job->err);
-    }
-
-    ngx_free(job);
+    return tmcf->store_ops->init_worker(cycle, tmcf);
 }
 
 
 static void
 ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev)
 {
-    ngx_http_tokenbiryani_job_t     *job;
-    ngx_http_tokenbiryani_writer_t  *w;
+    ngx_http_tokenbiryani_job_t      *job;
+    ngx_http_tokenbiryani_flusher_t  *f;
 
-    w = &ngx_http_tokenbiryani_writer;
+    f = &ngx_http_tokenbiryani_flusher;
 
-    if (!w->flushing
-        && ngx_http_tokenbiryani_store_flusher(&w->tmcf->zone, ngx_pid))
+    if (!f->flushing
+        && ngx_http_tokenbiryani_store_flusher(&f->tmcf->zone, ngx_pid))
     {
-        job = ngx_http_tokenbiryani_flush_collect(w->tmcf, 1);
+        job = ngx_http_tokenbiryani_flush_collect(f->tmcf, 1);
 
         if (job) {
             job->done = ngx_http_tokenbiryani_flushed;
-            job->data = w;
-            w->flushing = 1;
+            job->data = f;
+            f->flushing = 1;
 
-            (void) ngx_http_tokenbiryani_store_post(w->tmcf, job);
+            if (ngx_http_tokenbiryani_store_post(f->tmcf, job) != NGX_OK) {
+                f->flushing = 0;
+                ngx_http_tokenbiryani_flush_release(job);
+            }
         }
     }
 
@@ -846,13 +516,13 @@ ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev)
 static void
 ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job)
 {
-    ngx_http_tokenbiryani_writer_t *w = job->data;
+    ngx_http_tokenbiryani_flusher_t *f = job->data;
 
     if (job->rc == TB_STORE_OK) {
-        ngx_http_tokenbiryani_flush_landed(w->tmcf, job, ngx_cycle->log);
+        ngx_http_tokenbiryani_flush_landed(f->tmcf, job, ngx_cycle->log);
     }
 
-    w->flushing = 0;
+    f->flushing = 0;
 
     ngx_http_tokenbiryani_flush_release(job);
 }
@@ -869,20 +539,23 @@ static void
 ngx_http_tokenbiryani_flush_landed(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_job_t *job, ngx_log_t *log)
 {
-    int64_t                               now;
-    ngx_http_tokenbiryani_store_state_t   st;
+    int64_t                              now;
+    ngx_http_tokenbiryani_store_state_t  st;
+    ngx_http_tokenbiryani_job_flush_t   *fl;
+
+    fl = &job->u.flush;
 
     now = ngx_http_tokenbiryani_now_ms();
 
-    if (!job->rewind) {
-        ngx_http_tokenbiryani_store_flushed(&tmcf->zone, job->records_seq,
-                                            job->events_seq, job->spend_seq,
+    if (!fl->rewind) {
+        ngx_http_tokenbiryani_store_flushed(&tmcf->zone, fl->records_seq,
+                                            fl->events_seq, fl->spend_seq,
                                             now);
         return;
     }
 
-    ngx_http_tokenbiryani_store_rewind(&tmcf->zone, job->records_seq,
-                                       job->events_seq, now);
+    ngx_http_tokenbiryani_store_rewind(&tmcf->zone, fl->records_seq,
+                                       fl->events_seq, now);
     ngx_http_tokenbiryani_store_snapshot(&tmcf->zone, &st);
 
     ngx_log_error(NGX_LOG_WARN, log, 0,
@@ -899,61 +572,26 @@ void
 ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {
-    tb_store_t                               *db;
-    ngx_http_tokenbiryani_job_t              *job;
-    const ngx_http_tokenbiryani_store_ops_t  *ops;
-    char                                      err[NGX_MAX_ERROR_STR];
+    ngx_http_tokenbiryani_job_t  *job;
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf)) {
+        return;
+    }
 
     /*
-     * nginx's thread pool has finished its tasks by now (its module exits
-     * first); what the last flush left is written here, the worker's last
-     * act, so a graceful stop loses no history
+     * What the last flush left is written here, the worker's last act, so
+     * a graceful stop loses no history; then the backend lets go of the
+     * election and its connections.
      */
 
-    if (tmcf->store_ops) {
-        ops = tmcf->store_ops;
+    if (ngx_http_tokenbiryani_store_flusher(&tmcf->zone, ngx_pid)) {
+        job = ngx_http_tokenbiryani_flush_collect(tmcf, 0);
 
-        if (ngx_http_tokenbiryani_store_flusher(&tmcf->zone, ngx_pid)) {
-            job = ngx_http_tokenbiryani_flush_collect(tmcf, 0);
+        if (job) {
+            job->err[0] = '\0';
 
-            if (job && ops->flush_now(tmcf, job) == TB_STORE_OK) {
+            if (tmcf->store_ops->flush_now(tmcf, job) == TB_STORE_OK) {
                 ngx_http_tokenbiryani_flush_landed(tmcf, job, cycle->log);
-
-            } else if (job) {
-                ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
-                              "tokenbiryani: the last history of this "
-                              "worker is not written: %s", job->err);
-            }
-
-            ngx_http_tokenbiryani_flush_release(job);
-        }
-
-        ops->exit_worker(cycle, tmcf);
-        return;
-    }
-
-    if (!ngx_http_tokenbiryani_store_on(tmcf)
-        || !ngx_http_tokenbiryani_store_flusher(&tmcf->zone, ngx_pid))
-    {
-        return;
-    }
-
-    job = ngx_http_tokenbiryani_flush_collect(tmcf, 0);
-
-    if (job) {
-        db = tb_store_open((char *) tmcf->store_path.data,
-                           NGX_HTTP_TB_STORE_BUSY_MS, err, sizeof(err));
-
-        if (db == NULL) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
-                          "tokenbiryani: the last history of this worker is "
-                          "not written: %s", err);
-
-        } else {
-            if (ngx_http_tokenbiryani_flush_exec(db, job) == TB_STORE_OK) {
-                ngx_http_tokenbiryani_store_flushed(&tmcf->zone,
-                    job->records_seq, job->events_seq, job->spend_seq,
-                    ngx_http_tokenbiryani_now_ms());
 
             } else {
                 ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
@@ -961,14 +599,11 @@ ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
                               "worker is not written: %s", job->err);
             }
 
-            tb_store_close(db);
+            ngx_http_tokenbiryani_flush_release(job);
         }
-
-        ngx_http_tokenbiryani_flush_release(job);
     }
 
-    /* another worker (of the next generation) writes from now on */
-    ngx_http_tokenbiryani_store_unelect(&tmcf->zone, ngx_pid);
+    tmcf->store_ops->exit_worker(cycle, tmcf);
 }
 
 
@@ -1059,455 +694,19 @@ ngx_http_tokenbiryani_record_check(ngx_http_tokenbiryani_main_conf_t *tmcf,
     return NGX_DECLINED;
 }
 
-
 ngx_int_t
 ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_job_t *job)
 {
-    ngx_http_tokenbiryani_writer_t  *w;
-
-    if (tmcf->store_ops && job->op != NGX_HTTP_TB_JOB_RESOLVE) {
-        return tmcf->store_ops->post(tmcf, job);
-    }
-
-    w = &ngx_http_tokenbiryani_writer;
-
-    if (w->task == NULL) {
+    if (tmcf->store_ops == NULL) {
         return NGX_ERROR;
     }
 
-    job->next = NULL;
     job->rc = TB_STORE_ERROR;
     job->err[0] = '\0';
     job->posted = ngx_current_msec;
 
-    *w->last = job;
-    w->last = &job->next;
-
-    if (w->running == NULL) {
-        ngx_http_tokenbiryani_store_run(w);
-    }
-
-    return NGX_OK;
-}
-
-
-/* every job waiting goes to the thread as one task */
-static void
-ngx_http_tokenbiryani_store_run(ngx_http_tokenbiryani_writer_t *w)
-{
-    ngx_http_tokenbiryani_job_t  *job;
-
-    if (w->pending == NULL) {
-        return;
-    }
-
-    w->running = w->pending;
-    w->pending = NULL;
-    w->last = &w->pending;
-
-    if (ngx_thread_task_post(w->tmcf->thread_pool, w->task) == NGX_OK) {
-        return;
-    }
-
-    /* the pool's queue is full: these fail now, from the event loop */
-
-    for (job = w->running; job; job = job->next) {
-        ngx_cpystrn((u_char *) job->err,
-                    (u_char *) "the thread pool's queue is full", 
-                    sizeof(job->err));
-    }
-
-    ngx_post_event(&w->task->event, &ngx_posted_events);
-}
-
-
-/* in the store's thread: a bucket read, kept (malloc: no pool here) */
-static int
-ngx_http_tokenbiryani_usage_point(void *data, int64_t t, const char *group,
-    const tb_usage_row_t *u)
-{
-    ngx_http_tokenbiryani_job_t *job = data;
-
-    size_t                                n;
-    ngx_http_tokenbiryani_usage_point_t  *p;
-
-    if (job->npoints == job->points_size) {
-        n = job->points_size ? job->points_size * 2 : 256;
-
-        if (n > 200000) {
-            /* more than any range asks for: the rest is left out */
-            return 1;
-        }
-
-        p = realloc(job->points, n * sizeof(*p));
-        if (p == NULL) {
-            return 1;
-        }
-
-        job->points = p;
-        job->points_size = n;
-    }
-
-    p = &job->points[job->npoints++];
-    p->t = t;
-    ngx_cpystrn((u_char *) p->group, (u_char *) (group ? group : ""),
-                sizeof(p->group));
-    p->u = *u;
-
-    return 0;
-}
-
-
-static void
-ngx_http_tokenbiryani_store_thread(void *data, ngx_log_t *log)
-{
-    ngx_http_tokenbiryani_writer_t *w = data;
-
-    int                           rc;
-    ngx_http_tokenbiryani_job_t  *job;
-    char                          err[512];
-
-    err[0] = '\0';
-
-    for (job = w->running; job; job = job->next) {
-        if (job->op == NGX_HTTP_TB_JOB_RESOLVE) {
-            job->naddrs = ngx_http_tokenbiryani_resolve_host(job->name,
-                              job->port, job->addrs, job->naddrs, job->err,
-                              sizeof(job->err));
-            /* not the store's failure: TB_STORE_NONE, with err */
-            job->rc = job->naddrs ? TB_STORE_OK : TB_STORE_NONE;
-            continue;
-        }
-
-        if (w->db == NULL && err[0] == '\0') {
-            w->db = tb_store_open((char *) w->tmcf->store_path.data,
-                                  NGX_HTTP_TB_STORE_BUSY_MS, err,
-                                  sizeof(err));
-        }
-
-        if (w->db == NULL) {
-            job->rc = TB_STORE_ERROR;
-            ngx_cpystrn((u_char *) job->err, (u_char *) err,
-                        sizeof(job->err));
-            continue;
-        }
-
-        switch (job->op) {
-
-        case NGX_HTTP_TB_JOB_KEY_INSERT:
-            rc = tb_store_key_insert(w->db, job->name, job->digest,
-                                     job->spec);
-            break;
-
-        case NGX_HTTP_TB_JOB_KEY_UPDATE:
-            rc = tb_store_key_update(w->db, job->name, job->spec);
-            break;
-
-        case NGX_HTTP_TB_JOB_KEY_DELETE:
-            rc = tb_store_key_delete(w->db, job->name);
-            break;
-
-        case NGX_HTTP_TB_JOB_SETTING:
-            rc = tb_store_meta_put(w->db, job->name, job->spec);
-            break;
-
-        case NGX_HTTP_TB_JOB_ACCOUNT_PUT:
-            rc = tb_store_account_put(w->db, job->name, job->spec,
-                                      job->sealed, (int) job->create);
-            break;
-
-        case NGX_HTTP_TB_JOB_ACCOUNT_DELETE:
-            rc = tb_store_account_delete(w->db, job->name);
-            break;
-
-        case NGX_HTTP_TB_JOB_OPEN:
-            rc = TB_STORE_OK;
-            break;
-
-        case NGX_HTTP_TB_JOB_USAGE:
-            rc = tb_store_usage(w->db, job->usage_from, job->usage_step,
-                                job->usage_by, ngx_http_tokenbiryani_usage_point,
-                                job);
-            break;
-
-        default: /* NGX_HTTP_TB_JOB_FLUSH */
-            rc = ngx_http_tokenbiryani_flush_exec(w->db, job);
-            break;
-        }
-
-        job->rc = rc;
-
-        if (rc == TB_STORE_ERROR) {
-            ngx_cpystrn((u_char *) job->err,
-                        (u_char *) tb_store_error(w->db), sizeof(job->err));
-        }
-    }
-
-    /*
-     * A store that failed is opened afresh next time: it may be another
-     * file by then (restored from a backup, the disk remounted).  Not one
-     * another process holds locked: closing it could leave that process
-     * the file's last connection, which removes the -wal and -shm files
-     * this one needs and may not be allowed to make again.
-     */
-
-    for (job = w->running; job; job = job->next) {
-        if (job->rc == TB_STORE_ERROR && w->db && !tb_store_busy(w->db)) {
-            tb_store_close(w->db);
-            w->db = NULL;
-            break;
-        }
-    }
-}
-
-
-static void
-ngx_http_tokenbiryani_store_done(ngx_event_t *ev)
-{
-    ngx_http_tokenbiryani_writer_t *w = ev->data;
-
-    const char                   *err;
-    ngx_uint_t                    wrote;
-    ngx_http_tokenbiryani_job_t  *job, *next;
-
-    err = NULL;
-    wrote = 0;
-
-    for (job = w->running; job; job = job->next) {
-        if (job->op == NGX_HTTP_TB_JOB_RESOLVE
-            || job->op == NGX_HTTP_TB_JOB_USAGE
-            || job->op == NGX_HTTP_TB_JOB_OPEN)
-        {
-            /* not a write */
-            continue;
-        }
-
-        wrote = 1;
-
-        if (job->rc == TB_STORE_ERROR) {
-            err = job->err;
-            break;
-        }
-    }
-
-    if (wrote) {
-        ngx_http_tokenbiryani_store_wrote(w->tmcf, err, ev->log);
-    }
-
-    job = w->running;
-    w->running = NULL;
-
-    for ( /* void */ ; job; job = next) {
-        next = job->next;
-        job->done(job);
-    }
-
-    ngx_http_tokenbiryani_store_run(w);
-}
-
-#else
-
-ngx_int_t
-ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
-    ngx_http_tokenbiryani_main_conf_t *tmcf)
-{
-    return NGX_OK;
-}
-
-
-void
-ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
-    ngx_http_tokenbiryani_main_conf_t *tmcf)
-{
-}
-
-
-ngx_int_t
-ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_job_t *job)
-{
-    return NGX_ERROR;
-}
-
-#endif
-
-
-
-
-/*
- * In the flush's transaction: each record's usage into its minute of the
- * usage history, the ledgers and conversations charged since the last
- * write, and once an hour the history rolled up and the oldest pruned.
- */
-
-static int
-ngx_http_tokenbiryani_flush_spend(tb_store_t *db,
-    ngx_http_tokenbiryani_job_t *job)
-{
-    ngx_uint_t                             i;
-    const char                            *acct;
-    tb_usage_row_t                         u;
-    ngx_http_tokenbiryani_record_t        *rec;
-    ngx_http_tokenbiryani_ledger_view_t   *lv;
-    ngx_http_tokenbiryani_session_view_t  *sv;
-    u_char                                 id[32], *p;
-
-    for (i = 0; i < job->nrecords; i++) {
-        rec = &job->records[i];
-
-        acct = ngx_http_tokenbiryani_record_usage(job, rec, &u);
-
-        if (tb_store_usage_add(db, 60,
-                               (rec->started_ms + rec->latency_ms) / 60000
-                               * 60, acct, rec->model, rec->key, &u)
-            != TB_STORE_OK)
-        {
-            return TB_STORE_ERROR;
-        }
-    }
-
-    for (i = 0; i < job->nledgers; i++) {
-        lv = &job->ledgers[i];
-
-        if (lv->kind == NGX_HTTP_TB_LEDGER_ACCOUNT) {
-            if (lv->id >= job->nslots || job->slot_ids[lv->id][0] == '\0') {
-                continue;
-            }
-
-            if (tb_store_ledger_put(db, NGX_HTTP_TB_LEDGER_ACCOUNT,
-                                    (char *) job->slot_ids[lv->id],
-                                    &lv->ledger, sizeof(tb_ledger_t))
-                != TB_STORE_OK)
-            {
-                return TB_STORE_ERROR;
-            }
-
-            continue;
-        }
-
-        p = ngx_sprintf(id, "%016uxL", lv->id);
-        *p = '\0';
-
-        if (tb_store_ledger_put(db, NGX_HTTP_TB_LEDGER_KEY, (char *) id,
-                                &lv->ledger, sizeof(tb_ledger_t))
-            != TB_STORE_OK)
-        {
-            return TB_STORE_ERROR;
-        }
-    }
-
-    for (i = 0; i < job->nsessions; i++) {
-        sv = &job->sessions[i];
-
-        p = ngx_sprintf(id, "%016uxL", sv->session);
-        *p = '\0';
-
-        /* its account by id: slots are this zone's */
-        if (sv->slot >= 0 && (ngx_uint_t) sv->slot < job->nslots) {
-            ngx_cpystrn(sv->account, job->slot_ids[sv->slot], TB_ID_MAX + 1);
-        }
-
-        if (tb_store_session_put(db, (char *) id, (char *) sv->key,
-                                 sv->last_ms, sv, sizeof(*sv))
-            != TB_STORE_OK)
-        {
-            return TB_STORE_ERROR;
-        }
-    }
-
-    if (!job->rollup) {
-        return TB_STORE_OK;
-    }
-
-    /* conversations silent for 90 days go, and all but the newest kept */
-
-    if (tb_store_sessions_prune(db, job->now_ms - 90LL * 86400000,
-                                NGX_HTTP_TB_SESSIONS)
-        != TB_STORE_OK)
-    {
-        return TB_STORE_ERROR;
-    }
-
-    return tb_store_usage_rollup(db, job->now_ms / 1000);
-}
-
-
-/* one transaction: the slots' ids, the history, the oldest pruned */
-static int
-ngx_http_tokenbiryani_flush_exec(tb_store_t *db,
-    ngx_http_tokenbiryani_job_t *job)
-{
-    ngx_uint_t                       i;
-    ngx_http_tokenbiryani_record_t  *rec;
-    u_char                           layout[128];
-
-    ngx_http_tokenbiryani_history_layout(layout, sizeof(layout));
-
-    if (tb_store_begin(db) != TB_STORE_OK) {
-        goto failed;
-    }
-
-    if (tb_store_meta_put(db, "history_layout", (char *) layout)
-        != TB_STORE_OK)
-    {
-        goto failed;
-    }
-
-    for (i = 0; i < job->nslots; i++) {
-        if (job->slot_ids[i][0]
-            && tb_store_slot_put(db, i, (char *) job->slot_ids[i])
-               != TB_STORE_OK)
-        {
-            goto failed;
-        }
-    }
-
-    for (i = 0; i < job->nrecords; i++) {
-        rec = &job->records[i];
-
-        if (tb_store_history_put(db, TB_STORE_RECORDS, rec->seq, rec,
-                offsetof(ngx_http_tokenbiryani_record_t, cands)
-                + ngx_min(rec->ncands, NGX_HTTP_TB_INSPECT_CANDS)
-                  * sizeof(ngx_http_tokenbiryani_inspect_cand_t))
-            != TB_STORE_OK)
-        {
-            goto failed;
-        }
-    }
-
-    for (i = 0; i < job->nevents; i++) {
-        if (tb_store_history_put(db, TB_STORE_EVENTS, job->events[i].seq,
-                                 &job->events[i],
-                                 sizeof(ngx_http_tokenbiryani_event_t))
-            != TB_STORE_OK)
-        {
-            goto failed;
-        }
-    }
-
-    if (ngx_http_tokenbiryani_flush_spend(db, job) != TB_STORE_OK) {
-        goto failed;
-    }
-
-    if (tb_store_history_prune(db, TB_STORE_RECORDS, job->keep_records)
-        != TB_STORE_OK
-        || tb_store_history_prune(db, TB_STORE_EVENTS, job->keep_events)
-           != TB_STORE_OK
-        || tb_store_commit(db) != TB_STORE_OK)
-    {
-        goto failed;
-    }
-
-    return TB_STORE_OK;
-
-failed:
-
-    ngx_cpystrn((u_char *) job->err, (u_char *) tb_store_error(db),
-                sizeof(job->err));
-    tb_store_rollback(db);
-
-    return TB_STORE_ERROR;
+    return tmcf->store_ops->post(tmcf, job);
 }
 
 
@@ -1664,48 +863,6 @@ ngx_http_tokenbiryani_store_hload_end(ngx_http_tokenbiryani_hload_t *hl,
 }
 
 
-static void
-ngx_http_tokenbiryani_load_history(tb_store_t *db,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)
-{
-    ngx_http_tokenbiryani_hload_t        hl;
-    ngx_http_tokenbiryani_zone_stats_t   zs;
-    char                                 stored[128];
-
-    if (tb_store_meta_get(db, "history_layout", stored, sizeof(stored))
-        != TB_STORE_OK)
-    {
-        /* none written yet */
-        return;
-    }
-
-    if (ngx_http_tokenbiryani_store_hload_begin(&hl, tmcf, stored, log)
-        != NGX_OK)
-    {
-        return;
-    }
-
-    ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
-
-    if (tb_store_slots(db, ngx_http_tokenbiryani_store_hload_slot, &hl)
-        != TB_STORE_OK
-        || tb_store_history(db, TB_STORE_RECORDS, zs.ring_size,
-                            ngx_http_tokenbiryani_store_hload_record, &hl)
-           != TB_STORE_OK
-        || tb_store_history(db, TB_STORE_EVENTS, zs.events_size,
-                            ngx_http_tokenbiryani_store_hload_event, &hl)
-           != TB_STORE_OK)
-    {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "tokenbiryani: the store's request history is not read "
-                      "back: %s", tb_store_error(db));
-    }
-
-    ngx_http_tokenbiryani_store_hload_end(&hl, log);
-}
-
-
-/* the settings an operator made at runtime, over the file's */
 /* the master: the spend ledgers and the conversations read back */
 
 int
@@ -1795,31 +952,6 @@ ngx_http_tokenbiryani_store_sload_session(void *data, uint64_t seq,
 }
 
 
-static void
-ngx_http_tokenbiryani_load_spend(tb_store_t *db,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log)
-{
-    ngx_http_tokenbiryani_sload_t  sl;
-
-    ngx_memzero(&sl, sizeof(sl));
-    sl.tmcf = tmcf;
-
-    if (tb_store_ledgers(db, ngx_http_tokenbiryani_store_sload_ledger, &sl)
-        != TB_STORE_OK
-        || tb_store_sessions(db, NGX_HTTP_TB_SESSIONS,
-                             ngx_http_tokenbiryani_store_sload_session, &sl)
-           != TB_STORE_OK)
-    {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "tokenbiryani: the store's spend ledgers are not read "
-                      "back: %s; caps count from nothing", tb_store_error(db));
-        return;
-    }
-
-    ngx_http_tokenbiryani_store_sload_end(&sl, log);
-}
-
-
 void
 ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
     ngx_log_t *log)
@@ -1838,23 +970,7 @@ ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
 }
 
 
-static void
-ngx_http_tokenbiryani_load_settings(tb_store_t *db,
-    ngx_http_tokenbiryani_store_load_t *ld)
-{
-    char  value[TB_REC_ENVELOPE_LEN(64) + 1];
-
-    if (tb_store_meta_get(db, "setting.routing.strategy", value,
-                          sizeof(value))
-        != TB_STORE_OK || value[0] == '\0')
-    {
-        return;
-    }
-
-    ngx_http_tokenbiryani_store_load_strategy(ld, value, ngx_strlen(value));
-}
-
-
+/* the settings an operator made at runtime, over the file's */
 void
 ngx_http_tokenbiryani_store_load_strategy(
     ngx_http_tokenbiryani_store_load_t *ld, const char *value, size_t len)

@@ -26,7 +26,6 @@
 #define NGX_HTTP_TB_JOB_SETTING        5      /* tb_meta: name = spec */
 #define NGX_HTTP_TB_JOB_ACCOUNT_PUT    6      /* create: insert */
 #define NGX_HTTP_TB_JOB_ACCOUNT_DELETE 7
-#define NGX_HTTP_TB_JOB_RESOLVE        8      /* name:port, no store */
 #define NGX_HTTP_TB_JOB_USAGE          9      /* a read of the history */
 #define NGX_HTTP_TB_JOB_OPEN           10     /* the connection, no more */
 
@@ -47,23 +46,17 @@ typedef struct ngx_http_tokenbiryani_job_s  ngx_http_tokenbiryani_job_t;
 typedef void (*ngx_http_tokenbiryani_job_done_pt)(
     ngx_http_tokenbiryani_job_t *job);
 
-struct ngx_http_tokenbiryani_job_s {
-    ngx_http_tokenbiryani_job_t       *next;
-    ngx_uint_t                         op;
-
-    /* what it writes: memory that lives until done is called */
+/* NGX_HTTP_TB_JOB_KEY_*, _SETTING, _ACCOUNT_*: one runtime record */
+typedef struct {
     const char                        *name;
-    const u_char                      *digest;
-    const char                        *spec;
-    const char                        *sealed;
-    ngx_uint_t                         create;
+    const u_char                      *digest;     /* a key's */
+    const char                        *spec;       /* NULL: a delete */
+    const char                        *sealed;     /* an account's */
+    ngx_uint_t                         create;     /* an account's insert */
+} ngx_http_tokenbiryani_job_record_t;
 
-    /* NGX_HTTP_TB_JOB_RESOLVE: the host's addresses, up to naddrs */
-    in_port_t                          port;
-    ngx_http_tokenbiryani_raddr_t     *addrs;
-    ngx_uint_t                         naddrs;
-
-    /* NGX_HTTP_TB_JOB_FLUSH: history after what the store has */
+/* NGX_HTTP_TB_JOB_FLUSH: the history after what the store has */
+typedef struct {
     ngx_http_tokenbiryani_record_t    *records;
     ngx_uint_t                         nrecords;
     ngx_http_tokenbiryani_event_t     *events;
@@ -85,15 +78,31 @@ struct ngx_http_tokenbiryani_job_s {
     uint64_t                           spend_seq;    /* complete up to */
     int64_t                            now_ms;
     ngx_uint_t                         rollup;       /* usage rolled up */
+} ngx_http_tokenbiryani_job_flush_t;
 
-    /* NGX_HTTP_TB_JOB_USAGE: from, step (s), by (TB_STORE_BY_*); the
-     * points read, malloc'd (the done handler frees them) */
-    int64_t                            usage_from;
-    int64_t                            usage_step;
-    int                                usage_by;
+/* NGX_HTTP_TB_JOB_USAGE: from, step (s), by (TB_STORE_BY_*); the points
+ * read, malloc'd (the done handler frees them) */
+typedef struct {
+    int64_t                            from;
+    int64_t                            step;
+    int                                by;
     ngx_http_tokenbiryani_usage_point_t  *points;
     ngx_uint_t                         npoints;
     ngx_uint_t                         points_size;
+} ngx_http_tokenbiryani_job_usage_t;
+
+/* a job for the store's backend: its operation, what that operation
+ * carries (u, by op; NGX_HTTP_TB_JOB_OPEN carries nothing), its outcome */
+struct ngx_http_tokenbiryani_job_s {
+    ngx_http_tokenbiryani_job_t       *next;
+    ngx_uint_t                         op;
+
+    /* memory that lives until done is called */
+    union {
+        ngx_http_tokenbiryani_job_record_t  record;
+        ngx_http_tokenbiryani_job_flush_t   flush;
+        ngx_http_tokenbiryani_job_usage_t   usage;
+    } u;
 
     /* what happened: TB_STORE_*, and why when TB_STORE_ERROR */
     int                                rc;
@@ -199,10 +208,6 @@ const char *ngx_http_tokenbiryani_record_usage(
     ngx_http_tokenbiryani_job_t *job, const ngx_http_tokenbiryani_record_t *rec,
     tb_usage_row_t *u);
 
-/* at configuration: the store file's path, and nginx's thread pool */
-ngx_int_t ngx_http_tokenbiryani_store_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const char *path);
-
 /* the zone's init: the shm init, then (a new zone) the store read into it */
 ngx_int_t ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone,
     void *data);
@@ -210,26 +215,32 @@ ngx_int_t ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone,
 ngx_int_t ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
-/* a worker that exits: the history it is the writer of, flushed now */
+/* a worker that exits: the history it is the writer of, flushed now, in
+ * one path whichever the backend */
 void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
 /*
- * A backend other than sqlite (redis): what the store does, done its way.
- * Set at configuration; the sqlite backend is this file's own.
+ * A backend of the store: what the store does, done its way.  Each is in
+ * its own file (ngx_http_tokenbiryani_sqlite.c, redis/), sets
+ * tmcf->store_ops when its configuration is read, and is reached only
+ * through this table.
  */
 struct ngx_http_tokenbiryani_store_ops_s {
-    /* the master, a new zone */
+    /* the master, at each configuration; fresh: a new zone, to be read
+     * from the store (otherwise the zone lived on and is the truth) */
     ngx_int_t (*load)(ngx_shm_zone_t *shm_zone,
-        ngx_http_tokenbiryani_main_conf_t *tmcf);
+        ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t fresh);
     ngx_int_t (*init_worker)(ngx_cycle_t *cycle,
         ngx_http_tokenbiryani_main_conf_t *tmcf);
+    /* after the last flush: the election let go, connections closed */
     void (*exit_worker)(ngx_cycle_t *cycle,
         ngx_http_tokenbiryani_main_conf_t *tmcf);
-    /* every job but RESOLVE, which runs in the thread pool */
+    /* a job queued (rc, err and posted already set); done later */
     ngx_int_t (*post)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_job_t *job);
-    /* the exiting worker's last flush, written before it returns */
+    /* the exiting worker's last flush, written before it returns:
+     * TB_STORE_OK, or TB_STORE_ERROR with job->err */
     int (*flush_now)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_job_t *job);
 };

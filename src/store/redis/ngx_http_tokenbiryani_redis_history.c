@@ -279,24 +279,27 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     ngx_http_tokenbiryani_record_t        *rec;
     ngx_http_tokenbiryani_ledger_view_t   *lv;
     ngx_http_tokenbiryani_session_view_t  *sv;
+    ngx_http_tokenbiryani_job_flush_t     *fl;
     u_char                                 layout[128];
 
-    nargs = 3 + 9 + 19 + 2 * job->nslots + 4 * job->nrecords
-            + job->nevents + 2 * job->nledgers + 3 * job->nsessions;
+    fl = &job->u.flush;
+
+    nargs = 3 + 9 + 19 + 2 * fl->nslots + 4 * fl->nrecords
+            + fl->nevents + 2 * fl->nledgers + 3 * fl->nsessions;
 
     size = nargs * (sizeof(char *) + sizeof(size_t)) + NGX_ALIGNMENT
-           + job->nrecords * sizeof(ngx_http_tokenbiryani_rusage_agg_t)
+           + fl->nrecords * sizeof(ngx_http_tokenbiryani_rusage_agg_t)
            + NGX_ALIGNMENT
            + 19 * NGX_INT64_LEN + sizeof(layout)
-           + job->nslots * (NGX_INT64_LEN + TB_ID_MAX + 1)
-           + job->nrecords * (NGX_INT64_LEN + 8
+           + fl->nslots * (NGX_INT64_LEN + TB_ID_MAX + 1)
+           + fl->nrecords * (NGX_INT64_LEN + 8
                               + sizeof(ngx_http_tokenbiryani_record_t)
                               + TB_ID_MAX + TB_MODEL_MAX + TB_ID_MAX + 3
                               + NGX_HTTP_TB_RUSAGE_VALUES
                                 * (NGX_INT64_LEN + 1))
-           + job->nevents * (8 + sizeof(ngx_http_tokenbiryani_event_t))
-           + job->nledgers * (TB_ID_MAX + 3 + sizeof(tb_ledger_t))
-           + job->nsessions * (16 + NGX_INT64_LEN
+           + fl->nevents * (8 + sizeof(ngx_http_tokenbiryani_event_t))
+           + fl->nledgers * (TB_ID_MAX + 3 + sizeof(tb_ledger_t))
+           + fl->nsessions * (16 + NGX_INT64_LEN
                                + sizeof(ngx_http_tokenbiryani_session_view_t));
 
     block = ngx_alloc(size, ngx_cycle->log);
@@ -310,15 +313,15 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
                                       NGX_ALIGNMENT);
     agg = (ngx_http_tokenbiryani_rusage_agg_t *)
               ngx_align_ptr((u_char *) (a.lens + nargs), NGX_ALIGNMENT);
-    a.p = (u_char *) (agg + job->nrecords);
+    a.p = (u_char *) (agg + fl->nrecords);
 
     /* the records' usage, a bucket per minute and group: the script adds
      * each to its four resolutions */
 
     nagg = 0;
 
-    for (i = 0; i < job->nrecords; i++) {
-        rec = &job->records[i];
+    for (i = 0; i < fl->nrecords; i++) {
+        rec = &fl->records[i];
         acct = ngx_http_tokenbiryani_record_usage(job, rec, &u);
         t = (rec->started_ms + rec->latency_ms) / 60000 * 60;
 
@@ -375,27 +378,27 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 
     nled = 0;
 
-    for (i = 0; i < job->nledgers; i++) {
-        lv = &job->ledgers[i];
+    for (i = 0; i < fl->nledgers; i++) {
+        lv = &fl->ledgers[i];
 
         if (lv->kind != NGX_HTTP_TB_LEDGER_ACCOUNT
-            || (lv->id < job->nslots && job->slot_ids[lv->id][0]))
+            || (lv->id < fl->nslots && fl->slot_ids[lv->id][0]))
         {
             nled++;
         }
     }
 
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->nslots);
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->nrecords);
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->nevents);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->nslots);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->nrecords);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->nevents);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) nled);
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->nsessions);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->nsessions);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) nagg);
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(job->keep_records,
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(fl->keep_records,
                                                           1));
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(job->keep_events,
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(fl->keep_events,
                                                           1));
-    ngx_http_tokenbiryani_rargs_num(&a, job->now_ms);
+    ngx_http_tokenbiryani_rargs_num(&a, fl->now_ms);
     ngx_http_tokenbiryani_rargs_add(&a, n->instance, ngx_strlen(n->instance));
     ngx_http_tokenbiryani_rargs_add(&a, n->ns, ngx_strlen(n->ns));
 
@@ -406,27 +409,27 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 
     ngx_http_tokenbiryani_rargs_num(&a, NGX_HTTP_TB_SESSIONS);
 
-    ngx_http_tokenbiryani_rargs_num(&a, job->nrecords
-                                        ? (int64_t) job->records[0].seq : 0);
-    ngx_http_tokenbiryani_rargs_num(&a, job->nrecords
-                                        ? (int64_t) job->records
-                                              [job->nrecords - 1].seq : 0);
-    ngx_http_tokenbiryani_rargs_num(&a, job->nevents
-                                        ? (int64_t) job->events[0].seq : 0);
-    ngx_http_tokenbiryani_rargs_num(&a, job->nevents
-                                        ? (int64_t) job->events
-                                              [job->nevents - 1].seq : 0);
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->records_from);
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) job->events_from);
+    ngx_http_tokenbiryani_rargs_num(&a, fl->nrecords
+                                        ? (int64_t) fl->records[0].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, fl->nrecords
+                                        ? (int64_t) fl->records
+                                              [fl->nrecords - 1].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, fl->nevents
+                                        ? (int64_t) fl->events[0].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, fl->nevents
+                                        ? (int64_t) fl->events
+                                              [fl->nevents - 1].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->records_from);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->events_from);
 
-    for (i = 0; i < job->nslots; i++) {
+    for (i = 0; i < fl->nslots; i++) {
         ngx_http_tokenbiryani_rargs_num(&a, (int64_t) i);
-        ngx_http_tokenbiryani_rargs_add(&a, job->slot_ids[i],
-                                        ngx_strlen(job->slot_ids[i]));
+        ngx_http_tokenbiryani_rargs_add(&a, fl->slot_ids[i],
+                                        ngx_strlen(fl->slot_ids[i]));
     }
 
-    for (i = 0; i < job->nrecords; i++) {
-        rec = &job->records[i];
+    for (i = 0; i < fl->nrecords; i++) {
+        rec = &fl->records[i];
 
         ngx_http_tokenbiryani_rargs_blob(&a, rec->seq, rec,
             offsetof(ngx_http_tokenbiryani_record_t, cands)
@@ -451,23 +454,23 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
         ngx_http_tokenbiryani_rargs_add(&a, start, a.p - start);
     }
 
-    for (i = 0; i < job->nevents; i++) {
-        ngx_http_tokenbiryani_rargs_blob(&a, job->events[i].seq,
-                                         &job->events[i],
+    for (i = 0; i < fl->nevents; i++) {
+        ngx_http_tokenbiryani_rargs_blob(&a, fl->events[i].seq,
+                                         &fl->events[i],
                                          sizeof(ngx_http_tokenbiryani_event_t));
     }
 
-    for (i = 0; i < job->nledgers; i++) {
-        lv = &job->ledgers[i];
+    for (i = 0; i < fl->nledgers; i++) {
+        lv = &fl->ledgers[i];
 
         start = a.p;
 
         if (lv->kind == NGX_HTTP_TB_LEDGER_ACCOUNT) {
-            if (lv->id >= job->nslots || job->slot_ids[lv->id][0] == '\0') {
+            if (lv->id >= fl->nslots || fl->slot_ids[lv->id][0] == '\0') {
                 continue;
             }
 
-            a.p = ngx_sprintf(a.p, "a:%s", job->slot_ids[lv->id]);
+            a.p = ngx_sprintf(a.p, "a:%s", fl->slot_ids[lv->id]);
 
         } else {
             a.p = ngx_sprintf(a.p, "k:%016uxL", lv->id);
@@ -480,12 +483,12 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
         ngx_http_tokenbiryani_rargs_add(&a, start, a.p - start);
     }
 
-    for (i = 0; i < job->nsessions; i++) {
-        sv = &job->sessions[i];
+    for (i = 0; i < fl->nsessions; i++) {
+        sv = &fl->sessions[i];
 
         /* its account by id: slots are this zone's */
-        if (sv->slot >= 0 && (ngx_uint_t) sv->slot < job->nslots) {
-            ngx_cpystrn(sv->account, job->slot_ids[sv->slot], TB_ID_MAX + 1);
+        if (sv->slot >= 0 && (ngx_uint_t) sv->slot < fl->nslots) {
+            ngx_cpystrn(sv->account, fl->slot_ids[sv->slot], TB_ID_MAX + 1);
         }
 
         start = a.p;
@@ -794,11 +797,14 @@ ngx_http_tokenbiryani_rusage_add(ngx_http_tokenbiryani_job_t *job, int64_t t,
     size_t                                n;
     ngx_uint_t                            i;
     ngx_http_tokenbiryani_usage_point_t  *p;
+    ngx_http_tokenbiryani_job_usage_t    *us;
+
+    us = &job->u.usage;
 
     glen = ngx_min(glen, TB_MODEL_MAX);
 
-    for (i = job->npoints; i > 0 && job->points[i - 1].t == t; i--) {
-        p = &job->points[i - 1];
+    for (i = us->npoints; i > 0 && us->points[i - 1].t == t; i--) {
+        p = &us->points[i - 1];
 
         if (ngx_strlen(p->group) == glen
             && ngx_strncmp(p->group, group, glen) == 0)
@@ -816,23 +822,23 @@ ngx_http_tokenbiryani_rusage_add(ngx_http_tokenbiryani_job_t *job, int64_t t,
         }
     }
 
-    if (job->npoints == job->points_size) {
-        n = job->points_size ? job->points_size * 2 : 256;
+    if (us->npoints == us->points_size) {
+        n = us->points_size ? us->points_size * 2 : 256;
 
         if (n > 200000) {
             return;
         }
 
-        p = realloc(job->points, n * sizeof(*p));
+        p = realloc(us->points, n * sizeof(*p));
         if (p == NULL) {
             return;
         }
 
-        job->points = p;
-        job->points_size = n;
+        us->points = p;
+        us->points_size = n;
     }
 
-    p = &job->points[job->npoints++];
+    p = &us->points[us->npoints++];
     p->t = t;
     ngx_memcpy(p->group, group, glen);
     p->group[glen] = '\0';
@@ -846,14 +852,16 @@ ngx_http_tokenbiryani_rusage_bucket(ngx_http_tokenbiryani_redis_t *rd,
 {
     ngx_http_tokenbiryani_rusage_t *ru = data;
 
-    int64_t                       t, v[NGX_HTTP_TB_RUSAGE_VALUES];
-    u_char                       *p, *last, *f, *sep[2];
-    size_t                        i;
-    ngx_uint_t                    k;
-    tb_usage_row_t                u;
-    ngx_http_tokenbiryani_job_t  *job;
+    int64_t                             t, v[NGX_HTTP_TB_RUSAGE_VALUES];
+    u_char                             *p, *last, *f, *sep[2];
+    size_t                              i;
+    ngx_uint_t                          k;
+    tb_usage_row_t                      u;
+    ngx_http_tokenbiryani_job_t        *job;
+    ngx_http_tokenbiryani_job_usage_t  *us;
 
     job = ru->job;
+    us = &job->u.usage;
     t = ru->next;
     ru->next += ru->res;
 
@@ -913,24 +921,24 @@ ngx_http_tokenbiryani_rusage_bucket(ngx_http_tokenbiryani_redis_t *rd,
         u.errors = v[7];
         u.cache_hits = v[8];
 
-        switch (job->usage_by) {
+        switch (us->by) {
 
         case TB_STORE_BY_ACCOUNT:
-            ngx_http_tokenbiryani_rusage_add(job, t / job->usage_step
-                                                  * job->usage_step,
+            ngx_http_tokenbiryani_rusage_add(job, t / us->step
+                                                  * us->step,
                                              f, sep[0] - f, &u);
             break;
 
         case TB_STORE_BY_MODEL:
-            ngx_http_tokenbiryani_rusage_add(job, t / job->usage_step
-                                                  * job->usage_step,
+            ngx_http_tokenbiryani_rusage_add(job, t / us->step
+                                                  * us->step,
                                              sep[0] + 1,
                                              sep[1] - sep[0] - 1, &u);
             break;
 
         case TB_STORE_BY_KEY:
-            ngx_http_tokenbiryani_rusage_add(job, t / job->usage_step
-                                                  * job->usage_step,
+            ngx_http_tokenbiryani_rusage_add(job, t / us->step
+                                                  * us->step,
                                              sep[1] + 1,
                                              (u_char *)
                                              reply->element[i]->str
@@ -939,8 +947,8 @@ ngx_http_tokenbiryani_rusage_bucket(ngx_http_tokenbiryani_redis_t *rd,
             break;
 
         default:
-            ngx_http_tokenbiryani_rusage_add(job, t / job->usage_step
-                                                  * job->usage_step,
+            ngx_http_tokenbiryani_rusage_add(job, t / us->step
+                                                  * us->step,
                                              (u_char *) "", 0, &u);
             break;
         }
@@ -952,8 +960,8 @@ ngx_http_tokenbiryani_rusage_bucket(ngx_http_tokenbiryani_redis_t *rd,
 
     job->rc = ru->failed ? TB_STORE_ERROR : TB_STORE_OK;
 
-    if (job->npoints) {
-        ngx_qsort(job->points, job->npoints,
+    if (us->npoints) {
+        ngx_qsort(us->points, us->npoints,
                   sizeof(ngx_http_tokenbiryani_usage_point_t),
                   ngx_http_tokenbiryani_rusage_cmp);
     }
@@ -986,14 +994,14 @@ ngx_http_tokenbiryani_rusage_read(ngx_http_tokenbiryani_redis_t *rd,
     res = 60;
 
     for (i = 0; i < sizeof(resolutions) / sizeof(resolutions[0]); i++) {
-        if (job->usage_step % resolutions[i] == 0) {
+        if (job->u.usage.step % resolutions[i] == 0) {
             res = resolutions[i];
             break;
         }
     }
 
     now = ngx_time();
-    t = job->usage_from / res * res;
+    t = job->u.usage.from / res * res;
     nb = (ngx_uint_t) ngx_min((now - t) / res + 1,
                               NGX_HTTP_TB_RUSAGE_BUCKETS);
 

@@ -562,7 +562,7 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
 
 ngx_int_t
 ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
-    ngx_http_tokenbiryani_main_conf_t *tmcf)
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t fresh)
 {
     ngx_int_t                            rc;
     ngx_pool_t                          *pool;
@@ -571,6 +571,10 @@ ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
     ngx_http_tokenbiryani_redis_conf_t  *conf;
     ngx_http_tokenbiryani_store_load_t   ld;
     char                                 err[512], why[600];
+
+    if (!fresh) {
+        return NGX_OK;
+    }
 
     conf = tmcf->redis;
 

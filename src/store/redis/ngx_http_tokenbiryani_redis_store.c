@@ -245,7 +245,7 @@ ngx_http_tokenbiryani_rstore_written(ngx_http_tokenbiryani_redis_t *rd,
         job->rc = (reply->integer == 0
                    && (job->op == NGX_HTTP_TB_JOB_KEY_INSERT
                        || (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
-                           && job->create)))
+                           && job->u.record.create)))
                   ? TB_STORE_EXISTS : TB_STORE_NONE;
 
     } else {
@@ -273,6 +273,8 @@ static int
 ngx_http_tokenbiryani_rstore_flushed(ngx_http_tokenbiryani_job_t *job,
     const redisReply *reply)
 {
+    ngx_http_tokenbiryani_job_flush_t  *fl;
+
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3
         || reply->element[0]->type != REDIS_REPLY_INTEGER
         || reply->element[1]->type != REDIS_REPLY_INTEGER
@@ -285,19 +287,21 @@ ngx_http_tokenbiryani_rstore_flushed(ngx_http_tokenbiryani_job_t *job,
         return TB_STORE_ERROR;
     }
 
+    fl = &job->u.flush;
+
     if (reply->element[2]->integer) {
-        job->rewind = 1;
-        job->records_seq = (uint64_t) reply->element[0]->integer;
-        job->events_seq = (uint64_t) reply->element[1]->integer;
+        fl->rewind = 1;
+        fl->records_seq = (uint64_t) reply->element[0]->integer;
+        fl->events_seq = (uint64_t) reply->element[1]->integer;
         return TB_STORE_OK;
     }
 
-    if (job->nrecords) {
-        job->records_seq = (uint64_t) reply->element[0]->integer;
+    if (fl->nrecords) {
+        fl->records_seq = (uint64_t) reply->element[0]->integer;
     }
 
-    if (job->nevents) {
-        job->events_seq = (uint64_t) reply->element[1]->integer;
+    if (fl->nevents) {
+        fl->events_seq = (uint64_t) reply->element[1]->integer;
     }
 
     return TB_STORE_OK;
@@ -353,11 +357,14 @@ static void
 ngx_http_tokenbiryani_rstore_skip_done(redisContext *c,
     ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job)
 {
-    size_t       lens[4];
-    uint64_t     done;
-    ngx_uint_t   k;
-    redisReply  *r;
-    const char  *argv[4];
+    size_t                              lens[4];
+    uint64_t                            done;
+    ngx_uint_t                          k;
+    redisReply                         *r;
+    const char                         *argv[4];
+    ngx_http_tokenbiryani_job_flush_t  *fl;
+
+    fl = &job->u.flush;
 
     argv[0] = "HMGET";
     argv[1] = rs->n.flushed;
@@ -375,23 +382,23 @@ ngx_http_tokenbiryani_rstore_skip_done(redisContext *c,
                ? (uint64_t) ngx_atoof((u_char *) r->element[0]->str,
                                       r->element[0]->len) : 0;
 
-        for (k = 0; k < job->nrecords && job->records[k].seq <= done; k++) {
+        for (k = 0; k < fl->nrecords && fl->records[k].seq <= done; k++) {
             /* void */
         }
 
-        job->records += k;
-        job->nrecords -= k;
+        fl->records += k;
+        fl->nrecords -= k;
 
         done = (r->element[1]->type == REDIS_REPLY_STRING)
                ? (uint64_t) ngx_atoof((u_char *) r->element[1]->str,
                                       r->element[1]->len) : 0;
 
-        for (k = 0; k < job->nevents && job->events[k].seq <= done; k++) {
+        for (k = 0; k < fl->nevents && fl->events[k].seq <= done; k++) {
             /* void */
         }
 
-        job->events += k;
-        job->nevents -= k;
+        fl->events += k;
+        fl->nevents -= k;
     }
 
     if (r) {
@@ -476,10 +483,6 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     }
 
     job->next = NULL;
-    job->rc = TB_STORE_ERROR;
-    job->err[0] = '\0';
-    job->posted = ngx_current_msec;
-
     value = NULL;
 
     /*
@@ -499,7 +502,7 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
                          job->op == NGX_HTTP_TB_JOB_SETTING ? 's'
                          : (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
                             || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE)
-                           ? 'a' : 'k', job->name)
+                           ? 'a' : 'k', job->u.record.name)
             - (u_char *) plain;
 
         if (tb_msg_sign(&tmcf->rec, plain, n, ngx_http_tokenbiryani_now_ms(),
@@ -526,30 +529,31 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
         argv[argc++] = "1";
         argv[argc++] = (job->op == NGX_HTTP_TB_JOB_SETTING) ? rs->n.meta
                                                             : rs->n.keys;
-        argv[argc++] = job->name;
+        argv[argc++] = job->u.record.name;
         argv[argc++] = rs->n.changes;
 
         if (job->op == NGX_HTTP_TB_JOB_KEY_INSERT) {
             argv[1] = ngx_http_tokenbiryani_lua_key_insert;
 
-            value = ngx_alloc(64 + 1 + ngx_strlen(job->spec) + 1,
+            value = ngx_alloc(64 + 1 + ngx_strlen(job->u.record.spec) + 1,
                               ngx_cycle->log);
             if (value == NULL) {
                 return NGX_ERROR;
             }
 
-            ngx_hex_dump(value, (u_char *) job->digest, 32);
+            ngx_hex_dump(value, (u_char *) job->u.record.digest, 32);
             value[64] = ' ';
-            ngx_memcpy(value + 65, job->spec, ngx_strlen(job->spec) + 1);
+            ngx_memcpy(value + 65, job->u.record.spec,
+                       ngx_strlen(job->u.record.spec) + 1);
             argv[argc++] = (char *) value;
 
         } else if (job->op == NGX_HTTP_TB_JOB_KEY_UPDATE) {
             argv[1] = ngx_http_tokenbiryani_lua_key_update;
-            argv[argc++] = job->spec;
+            argv[argc++] = job->u.record.spec;
 
         } else if (job->op == NGX_HTTP_TB_JOB_SETTING) {
             argv[1] = ngx_http_tokenbiryani_lua_setting;
-            argv[argc++] = job->spec;
+            argv[argc++] = job->u.record.spec;
 
         } else {
             argv[1] = ngx_http_tokenbiryani_lua_key_delete;
@@ -564,14 +568,14 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
         argv[argc++] = "2";
         argv[argc++] = rs->n.accounts;
         argv[argc++] = rs->n.sealed;
-        argv[argc++] = job->name;
+        argv[argc++] = job->u.record.name;
         argv[argc++] = rs->n.changes;
 
         if (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT) {
             argv[1] = ngx_http_tokenbiryani_lua_account_put;
-            argv[argc++] = job->spec;
-            argv[argc++] = job->sealed;
-            argv[argc++] = job->create ? "1" : "0";
+            argv[argc++] = job->u.record.spec;
+            argv[argc++] = job->u.record.sealed;
+            argv[argc++] = job->u.record.create ? "1" : "0";
 
         } else {
             argv[1] = ngx_http_tokenbiryani_lua_account_delete;

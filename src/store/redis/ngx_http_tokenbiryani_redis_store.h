@@ -28,7 +28,7 @@ ngx_int_t ngx_http_tokenbiryani_redis_conf(ngx_conf_t *cf,
 /* the master, a new zone: the store read into it (Redis away: a warning,
  * the zone starts with the file's only and is filled once it is back) */
 ngx_int_t ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t fresh);
 
 ngx_int_t ngx_http_tokenbiryani_redis_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);

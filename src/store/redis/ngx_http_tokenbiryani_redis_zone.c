@@ -166,7 +166,7 @@ ngx_http_tokenbiryani_rzone_key(
  * event loop, then put into the zone */
 
 typedef struct {
-    ngx_http_tokenbiryani_job_t         job;
+    ngx_http_tokenbiryani_lookup_t      lookup;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     u_char                              fingerprint[8];
     int                                 replenishment;
@@ -229,13 +229,13 @@ ngx_http_tokenbiryani_rzone_put(ngx_http_tokenbiryani_rzone_t *ra)
 
 
 static void
-ngx_http_tokenbiryani_rzone_resolved(ngx_http_tokenbiryani_job_t *job)
+ngx_http_tokenbiryani_rzone_resolved(ngx_http_tokenbiryani_lookup_t *lk)
 {
-    ngx_http_tokenbiryani_rzone_t *ra = job->data;
+    ngx_http_tokenbiryani_rzone_t *ra = lk->data;
 
-    if (job->rc == TB_STORE_OK
+    if (lk->naddrs
         && ngx_http_tokenbiryani_racct_private(ra->tmcf, ra->addrs,
-                                               job->naddrs))
+                                               lk->naddrs))
     {
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: account \"%V\" from Redis does not "
@@ -243,15 +243,15 @@ ngx_http_tokenbiryani_rzone_resolved(ngx_http_tokenbiryani_job_t *job)
                       "link-local or private address "
                       "(server.allow_private_hosts)", &ra->v.id);
 
-    } else if (job->rc == TB_STORE_OK) {
-        ra->v.naddrs = job->naddrs;
+    } else if (lk->naddrs) {
+        ra->v.naddrs = lk->naddrs;
         ngx_memcpy(ra->v.addrs, ra->addrs, sizeof(ra->v.addrs));
         ngx_http_tokenbiryani_rzone_put(ra);
 
     } else {
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                       "tokenbiryani: account \"%V\" from Redis does not "
-                      "serve here: %s", &ra->v.id, job->err);
+                      "serve here: %s", &ra->v.id, lk->err);
     }
 
     ngx_free(ra);
@@ -398,15 +398,14 @@ ngx_http_tokenbiryani_rzone_account(
         return;
     }
 
-    ra->job.op = NGX_HTTP_TB_JOB_RESOLVE;
-    ra->job.name = ra->host;
-    ra->job.port = port;
-    ra->job.addrs = ra->addrs;
-    ra->job.naddrs = NGX_HTTP_TB_RACCT_ADDRS;
-    ra->job.done = ngx_http_tokenbiryani_rzone_resolved;
-    ra->job.data = ra;
+    ra->lookup.host = ra->host;
+    ra->lookup.port = port;
+    ra->lookup.addrs = ra->addrs;
+    ra->lookup.naddrs = NGX_HTTP_TB_RACCT_ADDRS;
+    ra->lookup.done = ngx_http_tokenbiryani_rzone_resolved;
+    ra->lookup.data = ra;
 
-    if (ngx_http_tokenbiryani_store_post(tmcf, &ra->job) != NGX_OK) {
+    if (ngx_http_tokenbiryani_lookup_post(tmcf, &ra->lookup) != NGX_OK) {
         ngx_free(ra);
     }
 }

@@ -119,8 +119,6 @@ ngx_http_tokenbiryani_sqlite_conf(ngx_conf_t *cf,
 
 #if (NGX_THREADS)
 
-
-
 /*
  * The store file and its -wal and -shm files are made 0600 and, when the
  * master runs as root, given to the workers' user; the -wal and -shm files
@@ -298,7 +296,6 @@ ngx_http_tokenbiryani_sqlite_load(ngx_shm_zone_t *shm_zone,
 
     return NGX_OK;
 }
-
 
 
 static ngx_int_t
@@ -638,9 +635,6 @@ ngx_http_tokenbiryani_sqlite_done(ngx_event_t *ev)
 
     ngx_http_tokenbiryani_sqlite_run(w);
 }
-
-
-
 
 
 /*

@@ -1,10 +1,11 @@
 /*
- * The durable store behind the zone (store.backend: sqlite).
+ * The durable store behind the zone (store.backend: sqlite or redis),
+ * reached through its backend's ops table.
  *
  * The zone is the truth while nginx runs.  The master reads the store
- * into a new zone before any worker starts; a worker writes to it only in
- * nginx's thread pool, one task at a time per worker, each task taking
- * every write queued meanwhile: the event loop never waits for the disk.
+ * into a new zone before any worker starts; a worker writes to it only
+ * off its event loop (SQLite: nginx's thread pool, one task at a time per
+ * worker; Redis: asynchronous commands): the event loop never waits.
  * An admin write answers once its row is committed; if the store cannot
  * be written, serving goes on from the zone, the error log says why once,
  * /admin/status shows the store degraded, and the next write that works

@@ -263,17 +263,10 @@ ngx_http_tokenbiryani_sqlite_load(ngx_shm_zone_t *shm_zone,
     ld.log = shm_zone->shm.log;
 
     if (tb_store_keys(db, ngx_http_tokenbiryani_store_load_key, &ld)
-        != TB_STORE_OK)
-    {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "tokenbiryani: %s", tb_store_error(db));
-        ngx_http_tokenbiryani_store_adopted_free(&ld, 0);
-        tb_store_close(db);
-        return NGX_ERROR;
-    }
-
-    if (tb_store_accounts(db, ngx_http_tokenbiryani_store_load_account, &ld)
-        != TB_STORE_OK)
+        != TB_STORE_OK
+        || tb_store_accounts(db, ngx_http_tokenbiryani_store_load_account,
+                             &ld)
+           != TB_STORE_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "tokenbiryani: %s", tb_store_error(db));

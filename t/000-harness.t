@@ -114,6 +114,84 @@ _EOP_
     unlike($out, qr/check died/, '... and --- check ran in the suite\'s package');
 }
 
+# nested run: TB::Spec's declarative sections pass on what happened and fail
+# on anything else (stock nginx proxying to the mock: no gateway needed)
+SKIP: {
+    skip('t/mock/mock.py is absent', 16) unless $have_mock;
+    my ($rc, $out, $err) = nested_run(<<'_EOB_', <<'_EOP_');
+=== TEST 1: what happened, as sections
+--- mock
+{"credentials": {"sk-spec": {"requests_limit": 1, "window_seconds": 60}}}
+--- request eval
+["POST /v1/messages\n" . $::Body, "POST /v1/messages\n" . $::Body]
+--- error_code eval
+[200, 429]
+--- upstream
+method path         status credential h:anthropic-version h:x-nothing
+POST   /v1/messages 200    sk-spec    2023-06-01          -
+POST   ~^/v1/mess   429    *          ~^2023-             -
+--- verbatim: 2
+--- check
+die "no --- check after the sections\n" unless @responses == 2;
+
+=== TEST 2: a wrong status, a missing request and a verbatim of none fail
+--- request eval
+"POST /v1/messages\n" . $::Body
+--- upstream
+status
+201
+200
+--- upstream_distinct: path
+--- verbatim: 2
+
+=== TEST 3: none, when a request went up, fails
+--- request eval
+"POST /v1/messages\n" . $::Body
+--- upstream: none
+
+=== TEST 4: each form of an expectation fails on the wrong value
+--- check
+TB::Spec::cmp_ok_spec(5, '> 7', 'spec gt');
+TB::Spec::cmp_ok_spec('abc', '~^x', 'spec like');
+TB::Spec::cmp_ok_spec(1, 'null', 'spec null');
+TB::Spec::cmp_ok_spec(0, 'true', 'spec true');
+TB::Spec::cmp_ok_spec('a b', '"a c"', 'spec string');
+TB::Spec::cmp_ok_spec(3, '3', 'spec equal');
+_EOB_
+use TB::Spec;
+our $Body = '{"model":"claude-sonnet-4-6","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}';
+TB::Spec::install();
+add_block_preprocessor(sub {
+    my $b = shift;
+    $b->set_value(init => "mock_reset();\n" . ($b->init // ''));
+    $b->set_value(config => "    location /v1/ { proxy_pass http://127.0.0.1:\$TEST_NGINX_MOCK_PORT;\n"
+        . "        proxy_set_header x-api-key sk-spec; proxy_set_header content-type application/json;\n"
+        . "        proxy_set_header anthropic-version 2023-06-01; }\n");
+});
+_EOP_
+    my %res;
+    while ($out =~ /^(ok|not ok) \d+ - (.*)$/mg) { $res{$2} //= $1 }     # the first: TEST 1's
+    my ($first) = $out =~ /\A(.*?)^\S+ \d+ - \S+ TEST 2: /ms;      # TEST 1's lines
+    my @t1 = grep { /^the upstream saw|^upstream request|^the client got exactly|^\.\.\. the same length/ }
+             map { /^(?:not )?ok \d+ - (.*)$/ ? $1 : () } split /\n/, $first // '';
+    is(scalar(grep { $res{$_} eq 'ok' } @t1), scalar(@t1), 'spec 1: every section on what happened passes')
+        or diag($out);
+    unlike($first // '', qr/^not ok/m, 'spec 1: ... and nothing else of the block fails') or diag($out);
+    cmp_ok(scalar @t1, '>=', 12, 'spec 1: ... a test per cell, the count and the bytes');
+    unlike($out, qr/TEST 1: .*check died/, 'spec 1: ... and the block\'s own --- check runs after them');
+    is($res{'the upstream saw 2 request(s)'} // '', 'ok', 'spec: the mock was scripted by --- mock');
+    like($out, qr/^not ok \d+ - upstream request 1: status 201$/m, 'spec 2: a wrong cell fails');
+    like($out, qr/^not ok \d+ - the upstream saw 2 request\(s\)$/m, 'spec 2: a row too many fails');
+    like($out, qr/^ok \d+ - upstream: each of the 1 requests had another path$/m, 'spec 2: distinct ran');
+    like($out, qr/TEST 2: .*--- check died: --- verbatim: the mock saw no request 2/,
+         'spec 2: a verbatim of a request the mock never saw fails');
+    like($out, qr/^not ok \d+ - nothing went upstream$/m, 'spec 3: none fails when one went up');
+    for my $f (qw(gt like null true string)) {
+        like($out, qr/^not ok \d+ - spec $f$/m, "spec 4: the $f form fails on a wrong value");
+    }
+    like($out, qr/^ok \d+ - spec equal$/m, 'spec 4: ... and passes on the right one');
+}
+
 # nested run: the harness must fail these blocks, each for its reason
 {
     my ($rc, $out, $err) = nested_run(meta_blocks(), '');

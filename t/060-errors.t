@@ -67,6 +67,7 @@ __DATA__
 [("x-api-key: tenant-key") x 6]
 --- error_code eval
 [(400) x 6]
+--- upstream: none
 --- check
 json_error_ok($responses[0], 400, 'invalid_request_error',
               qr/^request body is not valid JSON: .* at byte \d+$/);
@@ -75,7 +76,6 @@ json_error_ok($responses[2], 400, 'invalid_request_error', qr/^model: field requ
 json_error_ok($responses[3], 400, 'invalid_request_error', qr/^model: expected a string$/);
 json_error_ok($responses[4], 400, 'invalid_request_error', qr/^stream: /);
 json_error_ok($responses[5], 400, 'invalid_request_error', qr/not valid JSON/);
-is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 
 
 
@@ -87,9 +87,9 @@ $::Locations =~ s/(\{ tokenbiryani_pass;)/{ client_max_body_size 4k; tokenbiryan
 --- more_headers
 x-api-key: tenant-key
 --- error_code: 413
+--- upstream: none
 --- check
 json_error_ok($resp, 413, 'request_too_large', qr/client_max_body_size 4096 bytes/);
-is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 
 
 
@@ -172,10 +172,10 @@ $::Yaml =~ s/(  - id: a[12]\n)/$1    models: ["claude-opus-*"]\n/gr
 --- more_headers
 x-api-key: tenant-key
 --- error_code: 404
+--- upstream: none
 --- check
 json_error_ok($resp, 404, 'not_found_error', qr/model "claude-haiku-4-5"/);
 is($resp->{headers}{'x-should-retry'}, 'false', 'x-should-retry: false');
-is(scalar @{ mock_log() }, 0, 'nothing went upstream');
 
 
 

@@ -264,7 +264,10 @@ unlike(TB::Nginx::log_text() . peer_log(), qr/\Q$secret\E/, 'the secret is in no
 GET /healthz
 --- check
 peer_start();
-my ($st, $j) = admin(POST => '/admin/keys', { name => 'from-b' }, port => $B);
+# B's workers answer once they listen, and connect to Redis a moment later:
+# until then a write is refused with 503 and nothing is written
+my ($st, $j);
+within(5, sub { ($st, $j) = admin(POST => '/admin/keys', { name => 'from-b' }, port => $B); $st != 503 });
 is($st, 201, 'minted on B') or diag(explain($j));
 my $secret = $j->{key};
 ok(defined within(1, sub { (message_with($secret)->{status} // 0) == 200 }), 'A honours it');

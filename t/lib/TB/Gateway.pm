@@ -1,6 +1,7 @@
 package TB::Gateway;
 
-# Shared pieces of the gateway's suites: the nginx.conf fragments, request
+# Shared pieces of the gateway's suites (and, through gateway_suite, the
+# declarative sections of TB::Spec): the nginx.conf fragments, request
 # bodies, small parsers for what the mock logged and the client got, the
 # admin API, restarts and nginx -t, and the SQLite store read from outside.
 
@@ -10,6 +11,7 @@ use Exporter 'import';
 use JSON::PP ();
 use POSIX ();
 use Time::HiRes ();
+use TB::Spec ();
 
 our @EXPORT = qw($HttpConfig $Locations gateway_suite pool_yaml
                  msg_body stream_body sse_events
@@ -39,6 +41,7 @@ my $JSON = JSON::PP->new->canonical;
 # out are the gateway's nginx.conf fragments and the suite's YAML file.
 sub gateway_suite {
     my (%o) = @_;
+    TB::Spec::install();
     TB::Nginx::add_block_preprocessor(sub {
         my $b = shift;
         $b->set_value(http_config => $o{http_config} // $HttpConfig)

@@ -56,7 +56,8 @@ that called C<run_tests>, so it sees what the suite imported and its C<our> vari
 C<@responses>, C<$resp> (the last) and C<$block>; a C<die> is a failure; C<--- init> likewise,
 before the requests. C<add_block_preprocessor(sub { my $block = shift; ... })>, as in Test::Nginx,
 runs on every block before it runs (C<$block-E<gt>set_value(section =E<gt> ...)> fills in what a
-block leaves out). C<--- x eval> sections are evaluated in the suite's package as well. C<error_log>/C<no_error_log> are
+block leaves out); C<declare_sections(names)> makes the sections a preprocessor gives a meaning to
+known (TB::Spec's declarative sections: see t/lib/TB/Spec.pm). C<--- x eval> sections are evaluated in the suite's package as well. C<error_log>/C<no_error_log> are
 checked once per block, after all requests.
 
 =head1 HELPERS
@@ -106,7 +107,8 @@ our @EXPORT = ((grep { !/^\$/ } @Test::Base::EXPORT), qw(note explain BAIL_OUT
     redis_start redis_stop redis_kill redis_cmd redis_port redis_running
     peer_start peer_stop peer_port peer_pid peer_log
     nginx_reload nginx_pid worker_pids wait_idle error_log_since_block_start write_user_file
-    poll_until json_decode json_encode sha256_hex request_record add_block_preprocessor));
+    poll_until json_decode json_encode sha256_hex request_record add_block_preprocessor
+    declare_sections));
 
 sub import {
     strict->import; warnings->import;
@@ -1054,6 +1056,10 @@ sub run_block {
 }
 
 sub add_block_preprocessor { push @Preprocessors, $_[0] }
+
+# sections a preprocessor gives a meaning to (TB::Spec's): known, so not
+# refused as sections this harness would ignore
+sub declare_sections { $Known{$_} = 1 for @_ }
 
 # "--- x eval" sections run in the suite's package too, where its own subs
 # and what it imported are (Test::Base evaluates them in its filter's).

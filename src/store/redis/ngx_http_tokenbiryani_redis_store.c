@@ -180,14 +180,19 @@ ngx_http_tokenbiryani_rstore_later_handler(ngx_event_t *ev)
     wrote = 0;
 
     for (next = job; next; next = next->next) {
-        if (next->op != NGX_HTTP_TB_JOB_OPEN
-            && next->op != NGX_HTTP_TB_JOB_USAGE)
+        if (next->op == NGX_HTTP_TB_JOB_OPEN
+            || next->op == NGX_HTTP_TB_JOB_USAGE
+            || (next->rc == TB_STORE_ERROR && next->err[0] == '\0'))
         {
-            wrote = 1;
+            /* not a write, or one not tried yet: says nothing of the
+             * store */
+            continue;
+        }
 
-            if (next->rc == TB_STORE_ERROR && err == NULL) {
-                err = next->err;
-            }
+        wrote = 1;
+
+        if (next->rc == TB_STORE_ERROR && err == NULL) {
+            err = next->err;
         }
     }
 
@@ -335,11 +340,18 @@ ngx_http_tokenbiryani_rstore_flush(ngx_http_tokenbiryani_rstore_t *rs,
     ngx_free(block);
 
     if (rc != NGX_OK) {
-        ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
-                     "Redis %V is not reachable: %s%Z",
-                     &rs->tmcf->store_shown,
-                     rs->cmd.error[0] ? rs->cmd.error : "not connected yet");
-        job->err[sizeof(job->err) - 1] = '\0';
+        if (rs->cmd.error[0] == '\0') {
+            /* the worker's first connection is still being made: not a
+             * failure of the store, the next tick flushes */
+            job->err[0] = '\0';
+
+        } else {
+            ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
+                         "Redis %V is not reachable: %s%Z",
+                         &rs->tmcf->store_shown, rs->cmd.error);
+            job->err[sizeof(job->err) - 1] = '\0';
+        }
+
         ngx_http_tokenbiryani_rstore_later(rs, job);
     }
 

@@ -3,8 +3,9 @@
 #   make            build build/ngx_http_tokenbiryani_module.so
 #   make run        build, then start nginx + the gateway on 127.0.0.1:8787
 #   make stop       stop what `make run` started
-#   make test       the static checks, unit tests of src/core, then every
-#                   suite in t/
+#   make deb        the Debian packages, into build/deb
+#   make test       the static checks, unit tests of src/core, the Debian
+#                   packages, then every suite in t/
 #
 # Every target installs the Debian packages it needs when they are missing.
 
@@ -32,9 +33,9 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               libcurl4-openssl-dev \
               libtest-base-perl perl python3 python3-prometheus-client \
               openssl curl procps \
-              clang clang-tools cppcheck
+              clang clang-tools cppcheck debhelper
 
-.PHONY: all deps build install-cli unit analyze sdk claude-deps console-deps console-shots test test-asan test-valgrind fuzz bench-core \
+.PHONY: all deps build deb test-package install-cli unit analyze sdk claude-deps console-deps console-shots test test-asan test-valgrind fuzz bench-core \
         bench-cache \
         bench-overhead bench-stampede bench-soak run stop clean
 
@@ -58,6 +59,18 @@ build: deps
 	@ls -l $(MODULE) | awk '{print "built", $$NF, "(" $$5 " bytes)"}'
 	@$(MAKE) --no-print-directory $(CLI)
 
+# the Debian packages (debian/): libnginx-mod-http-tokenbiryani and
+# tokenbiryani, built from a copy of the tree into build/deb; t/270 checks
+# them
+deb: deps
+	@src/tools/build-deb.sh $(TOP) $(BUILD)/deb
+
+# the packages installed with apt-get into a throwaway Debian root
+# (debootstrap), served, restarted, upgraded and purged (t/pkg)
+test-package: deb
+	@command -v debootstrap >/dev/null || $(MAKE) deps DEB_PKGS=debootstrap
+	@t/pkg/test-package.sh $(TOP) $(BUILD)/deb
+
 # the operator's command: a client of /admin, and init/serve/console for a
 # gateway of its own (src/cli); it links src/core's YAML loader and header
 # parser, and knows where the module it was built with is
@@ -79,7 +92,7 @@ unit: deps $(UNIT_BINS)
 	    echo "$$(basename $$t): $$(echo "$$out" | grep -c '^ok') passed, $$(echo "$$out" | grep -c '^not ok') failed"; \
 	done; exit $$fail
 
-test: build analyze unit sdk claude-deps console-deps
+test: build analyze unit deb sdk claude-deps console-deps
 	@/usr/bin/python3 t/mock/selftest.py
 	@cd $(TOP) && TEST_NGINX_LOAD_MODULES=$(MODULE) \
 	    TEST_NGINX_PLUGIN=$(PLUGIN) TEST_NGINX_CLI=$(CLI) prove -r -j1 t/

@@ -35,7 +35,7 @@ DEB_PKGS   := nginx nginx-dev dpkg-dev gcc make libc6-dev \
               openssl curl procps \
               clang clang-tools cppcheck debhelper
 
-.PHONY: all deps build deb test-package install-cli unit analyze sdk claude-deps console-deps console-shots test test-asan test-valgrind fuzz bench-core \
+.PHONY: all deps build deb test-package test-container install-cli unit analyze sdk claude-deps console-deps console-shots test test-asan test-valgrind fuzz bench-core \
         bench-cache \
         bench-overhead bench-stampede bench-soak run stop clean
 
@@ -70,6 +70,12 @@ deb: deps
 test-package: deb
 	@command -v debootstrap >/dev/null || $(MAKE) deps DEB_PKGS=debootstrap
 	@t/pkg/test-package.sh $(TOP) $(BUILD)/deb
+
+# the image (deploy/Dockerfile) and the compose stack (deploy/compose.yaml)
+# brought up with podman and podman-compose (t/pkg)
+test-container: deps
+	@$(MAKE) --no-print-directory deps DEB_PKGS="podman buildah podman-compose runc debootstrap"
+	@t/pkg/test-container.sh $(TOP)
 
 # the operator's command: a client of /admin, and init/serve/console for a
 # gateway of its own (src/cli); it links src/core's YAML loader and header

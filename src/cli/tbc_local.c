@@ -24,6 +24,10 @@
 #include "tbc.h"
 
 
+/* where the tokenbiryani package keeps its configuration */
+#define TBC_SYSTEM_DIR        "/etc/tokenbiryani"
+
+
 #ifndef TBC_MODULE
 #define TBC_MODULE            "ngx_http_tokenbiryani_module.so"
 #endif
@@ -147,11 +151,215 @@ tbc_new_key(char *key)
 
 
 /* a path nginx.conf and YAML can hold unquoted */
+/* a key that may be written into YAML as it is */
+static int
+tbc_api_key_ok(const char *k)
+{
+    return strlen(k) <= 512
+           && strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                        "0123456789-_.") == strlen(k);
+}
+
+
 static int
 tbc_plain_path(const char *p)
 {
     return strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                      "0123456789._-+/") == strlen(p);
+}
+
+
+/* argv run and waited for: its exit code, -1 when it could not be run;
+ * quiet: its output thrown away */
+static int
+tbc_run(char *const argv[], int quiet)
+{
+    int    status, fd;
+    pid_t  pid;
+
+    pid = fork();
+
+    if (pid == 0) {
+        if (quiet) {
+            fd = open("/dev/null", O_WRONLY);
+            if (fd >= 0) {
+                (void) dup2(fd, STDOUT_FILENO);
+                (void) dup2(fd, STDERR_FILENO);
+            }
+        }
+
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+        return -1;
+    }
+
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+
+/*
+ * init --system: the gateway the Debian packages installed.  The packaged
+ * YAML (an empty pool, no keys) gets an admin key and a client key, the
+ * site is enabled, nginx checks the whole and is reloaded through its
+ * service when it runs (systemd's; without systemd, nginx -s reload, what
+ * the init script would do).
+ */
+static int
+tbc_init_system(tbc_t *c)
+{
+    int           rc;
+    int           pid;
+    FILE         *f;
+    char          admin[64], key[64], yaml[4096], keybuf[1024],
+                  accounts[1024], line[1024];
+    const char   *api_key;
+    struct stat   st;
+
+    static const char  yaml_path[] = TBC_SYSTEM_DIR "/tokenbiryani.yaml";
+    static const char  site[] = "/etc/nginx/sites-enabled/tokenbiryani";
+    static char *const nginx_t[] = { "nginx", "-t", "-q", NULL };
+    static char *const systemctl[] = { "systemctl", "reload-or-restart",
+                                       "nginx", NULL };
+    static char *const reload[] = { "nginx", "-s", "reload", NULL };
+
+    if (geteuid() != 0) {
+        tbc_err("init --system writes into /etc and reloads nginx: run it "
+                "as root");
+        return TBC_FAIL;
+    }
+
+    if (stat(yaml_path, &st) != 0
+        || stat("/etc/nginx/sites-available/tokenbiryani", &st) != 0)
+    {
+        tbc_err("%s or /etc/nginx/sites-available/tokenbiryani is not "
+                "there: init --system sets up what the tokenbiryani package "
+                "installed (apt-get install tokenbiryani)", yaml_path);
+        return TBC_FAIL;
+    }
+
+    f = fopen(yaml_path, "r");
+    if (f == NULL) {
+        tbc_err("%s: %s", yaml_path, strerror(errno));
+        return TBC_FAIL;
+    }
+
+    /* the packaged file has no keys (they are commented out) */
+    rc = 0;
+
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "keys:", 5) == 0) {
+            rc = 1;
+        }
+    }
+
+    fclose(f);
+
+    if (rc && !tbc_opt(c, "force")) {
+        tbc_err("%s has keys already: --force to write it again (new keys; "
+                "the store keeps what was minted and added at runtime)",
+                yaml_path);
+        return TBC_FAIL;
+    }
+
+    api_key = tbc_secret(c, "api-key", keybuf, sizeof(keybuf));
+
+    if (api_key && !tbc_api_key_ok(api_key)) {
+        tbc_err("--api-key: that is not an Anthropic key");
+        return TBC_USAGE;
+    }
+
+    snprintf(accounts, sizeof(accounts),
+             "\n  - id: acct-01\n    type: anthropic_api\n"
+             "    api_key: \"%s\"", api_key ? api_key : "");
+
+    if (!tbc_new_key(admin) || !tbc_new_key(key)) {
+        return TBC_FAIL;
+    }
+
+    snprintf(yaml, sizeof(yaml),
+             "# written by `tokenbiryani init --system`: the pool, its keys, "
+             "where it keeps\n# them (every key: /usr/share/doc/tokenbiryani/"
+             "configuration.md.gz)\n"
+             "%s"
+             "store:\n"
+             "  backend: sqlite\n"
+             "  path: /var/lib/tokenbiryani/tokenbiryani.db\n"
+             "  secret_key_path: " TBC_SYSTEM_DIR "/tokenbiryani.key\n"
+             "pricing: builtin\n"
+             "routing:\n"
+             "  strategy: sticky_headroom\n"
+             "accounts:%s\n"
+             "keys:\n"
+             "  - key: %s\n"
+             "    name: admin                      # the console and "
+             "the command\n"
+             "    admin: true\n"
+             "  - key: %s\n"
+             "    name: default                    # for clients: "
+             "no /admin\n",
+             tbc_opt(c, "allow-private-hosts")
+             ? "server:\n  allow_private_hosts: true      # accounts added at "
+               "runtime may reach\n                                   # "
+               "loopback and private hosts\n"
+             : "",
+             api_key ? accounts : " []          # add them: "
+             "`tokenbiryani accounts add`, or the console", admin, key);
+
+    if (!tbc_write(yaml_path, yaml, 0600)) {
+        return TBC_FAIL;
+    }
+
+    if (lstat(site, &st) != 0
+        && symlink("../sites-available/tokenbiryani", site) != 0)
+    {
+        tbc_err("%s: %s", site, strerror(errno));
+        return TBC_FAIL;
+    }
+
+    if (tbc_run(nginx_t, 0) != 0) {
+        tbc_err("nginx -t refused the configuration (above): nginx was not "
+                "reloaded");
+        return TBC_FAIL;
+    }
+
+    /* running: reloaded through its service, else by a signal */
+    f = fopen("/run/nginx.pid", "r");
+    pid = 0;
+
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1 || pid <= 0 || kill(pid, 0) != 0) {
+            pid = 0;
+        }
+
+        fclose(f);
+    }
+
+    rc = -1;
+
+    if (pid) {
+        rc = tbc_run(stat("/run/systemd/system", &st) == 0 ? systemctl
+                                                            : reload, 0);
+    }
+
+    printf("wrote %s (%s; an admin key for the console and this command, "
+           "a client key)\nenabled %s\n%s\n\n"
+           "the admin key (the console's; this command reads it from the "
+           "file: sudo tokenbiryani\n-c " TBC_SYSTEM_DIR "/tokenbiryani.yaml "
+           "status):\n\n  %s\n\n"
+           "a client (the client key: it cannot reach /admin):\n\n"
+           "export ANTHROPIC_BASE_URL=http://127.0.0.1:8787\n"
+           "export ANTHROPIC_AUTH_TOKEN=%s\n",
+           yaml_path, api_key ? "one account" : "no account yet: add one in "
+           "the console, http://127.0.0.1:8787/console", site,
+           rc == 0 ? "nginx reloaded"
+           : pid ? "nginx could not be reloaded (above): reload it"
+                 : "nginx is not running: start it (systemctl start nginx)",
+           admin, key);
+
+    return TBC_OK;
 }
 
 
@@ -170,6 +378,10 @@ tbc_init(tbc_t *c)
     if (c->nargs) {
         tbc_err("init takes no arguments (see tokenbiryani init --help)");
         return TBC_USAGE;
+    }
+
+    if (tbc_opt(c, "system")) {
+        return tbc_init_system(c);
     }
 
     if (tbc_dir(c, dir) == NULL || !tbc_reachable(dir)) {
@@ -232,11 +444,7 @@ tbc_init(tbc_t *c)
     accounts[0] = '\0';
 
     if (api_key) {
-        if (strlen(api_key) > 512
-            || strspn(api_key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
-                               "qrstuvwxyz0123456789-_.")
-               != strlen(api_key))
-        {
+        if (!tbc_api_key_ok(api_key)) {
             tbc_err("--api-key: that is not an Anthropic key");
             return TBC_USAGE;
         }

@@ -41,7 +41,7 @@ static const char  tbc_global_help[] =
 static const tbc_command_t  tbc_commands[] = {
 
     { "init", tbc_init, "init [--dir D] [--listen HOST:PORT] [--api-key -]\n"
-      "       [--allow-private-hosts] [--force]",
+      "       [--allow-private-hosts] [--force] | init --system",
       "Writes D/tokenbiryani.yaml (no accounts yet, unless --api-key seeds\n"
       "one; an admin key; the SQLite store), D/nginx.conf that loads the\n"
       "module and listens on HOST:PORT (127.0.0.1:8787), and prints the\n"
@@ -56,8 +56,14 @@ static const tbc_command_t  tbc_commands[] = {
       "                   let accounts added at runtime reach loopback and\n"
       "                   private addresses (a local mock, a proxy of your\n"
       "                   own); off, they reach public hosts only\n"
-      "  --force          overwrite what is there\n",
-      " dir listen api-key module allow-private-hosts force " },
+      "  --force          overwrite what is there\n"
+      "  --system         the gateway of the Debian packages instead (as\n"
+      "                   root): an admin key and a client key written into\n"
+      "                   /etc/tokenbiryani/tokenbiryani.yaml, the site\n"
+      "                   /etc/nginx/sites-enabled/tokenbiryani enabled,\n"
+      "                   nginx -t, and nginx reloaded through its service\n"
+      "                   (--api-key and --allow-private-hosts apply too)\n",
+      " dir listen api-key module allow-private-hosts force system " },
 
     { "serve", tbc_serve, "serve [--dir D] [-d]",
       "Starts nginx with D/nginx.conf (what `init` wrote), in the\n"

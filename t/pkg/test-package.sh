@@ -5,10 +5,12 @@
 #
 #   apt-get install ./libnginx-mod-http-tokenbiryani_*.deb ./tokenbiryani_*.deb
 #   the module enabled in modules-enabled, the key made 0600, nginx -t
-#   the site enabled, nginx started: /healthz 503 on the empty pool
-#   an account added and a key minted through the admin API (the console's
-#   first run), a request through to the mock: 200, /healthz 200
-#   nginx restarted: the minted key still works (the store kept it)
+#   tokenbiryani init --system: keys in the YAML, the site enabled, nginx -t
+#   nginx started: /healthz 503 on the empty pool
+#   an account added through the admin API with the admin key init printed,
+#   `tokenbiryani status`, a request with its client key through to the
+#   mock: 200, /healthz 200
+#   nginx restarted: the added account still serves (the store kept it)
 #   an upgrade (the same packages again) keeps the store and the key
 #   apt-get purge says what it removes and removes it
 #
@@ -93,13 +95,25 @@ key_before=$(cat "$ROOT/etc/tokenbiryani/tokenbiryani.key")
 python3 "$TOP/t/mock/mock.py" --listen "127.0.0.1:$MOCK_PORT" >"$WORK/mock.log" 2>&1 &
 MOCK_PID=$!
 
-# enable the site, allow an account on loopback (the mock)
-ln -s ../sites-available/tokenbiryani "$ROOT/etc/nginx/sites-enabled/tokenbiryani"
+out=$(in_root nginx -t 2>&1) && ok "nginx -t with the module enabled" || nok "nginx -t: $out"
+
+# the command sets up the packaged gateway: keys, the site, nginx -t, a
+# reload through the service (none in a chroot: it says nginx is not running)
 rm -f "$ROOT/etc/nginx/sites-enabled/default"
-sed -i 's/^accounts: \[\]/server:\n  allow_private_hosts: true    # the test mock is on loopback\n\naccounts: []/' \
-    "$ROOT/etc/tokenbiryani/tokenbiryani.yaml"
-out=$(in_root nginx -t 2>&1) && ok "nginx -t with the module and the site enabled" \
-    || { nok "nginx -t: $out"; exit 1; }
+out=$(in_root tokenbiryani init --system --allow-private-hosts 2>&1) \
+    && ok "tokenbiryani init --system" || nok "tokenbiryani init --system: $out"
+check "... enabled the site" test -L "$ROOT/etc/nginx/sites-enabled/tokenbiryani"
+check "... wrote the keys into the YAML, 0600" \
+    test "$(stat -c %a "$ROOT/etc/tokenbiryani/tokenbiryani.yaml")" = 600
+echo "$out" | grep -q 'nginx is not running' && ok "... and says nginx is not running" \
+    || nok "... and says nginx is not running"
+admin=$(echo "$out" | sed -n 's/^  \(bir_[A-Za-z0-9_]*\)$/\1/p' | head -1)
+key=$(echo "$out" | sed -n 's/^export ANTHROPIC_AUTH_TOKEN=//p')
+check "... printed an admin key and a client key" test -n "$admin" -a -n "$key" -a "$admin" != "$key"
+out=$(in_root tokenbiryani init --system 2>&1) \
+    && nok "a second init --system without --force is refused" \
+    || ok "a second init --system without --force is refused"
+
 in_root nginx
 for _ in $(seq 50); do curl -s -o /dev/null "http://$GW/healthz" && break; sleep 0.1; done
 
@@ -107,32 +121,43 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://$GW/healthz")
 check "/healthz on the empty pool: 503 ($code)" test "$code" = 503
 
 code=$(curl -s -o "$WORK/acct.json" -w '%{http_code}' -H 'content-type: application/json' \
+       -H "x-api-key: $admin" \
        -d "{\"id\":\"mock\",\"api_key\":\"sk-ant-api03-pkgtest\",\"base_url\":\"http://127.0.0.1:$MOCK_PORT\",\"probe\":false}" \
        "http://$GW/admin/accounts")
-check "an account added through the admin API: 201 ($code)" test "$code" = 201
-secret() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("key", ""))' "$1"; }
-code=$(curl -s -o "$WORK/key.json" -w '%{http_code}' -H 'content-type: application/json' \
-       -d '{"name":"ops","admin":true}' "http://$GW/admin/keys")
-check "an admin key minted, which ends open mode: 201 ($code)" test "$code" = 201
-admin=$(secret "$WORK/key.json")
-code=$(curl -s -o "$WORK/key.json" -w '%{http_code}' -H 'content-type: application/json' \
-       -H "x-api-key: $admin" -d '{"name":"pkgtest"}' "http://$GW/admin/keys")
-check "a client key minted with it: 201 ($code)" test "$code" = 201
-key=$(secret "$WORK/key.json")
+check "an account added through the admin API with the admin key: 201 ($code)" test "$code" = 201
+out=$(in_root tokenbiryani -c /etc/tokenbiryani/tokenbiryani.yaml status 2>&1) \
+    && ok "tokenbiryani status, with the admin key from the file" || nok "tokenbiryani status: $out"
 
 msg='{"model":"claude-sonnet-4-6","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}'
 send() { curl -s -o "$WORK/msg.json" -w '%{http_code}' -H "x-api-key: $key" \
               -H 'content-type: application/json' -H 'anthropic-version: 2023-06-01' \
               -d "$msg" "http://$GW/v1/messages"; }
 code=$(send)
-check "a request with the minted key, through to the mock: 200 ($code)" test "$code" = 200
+check "a request with the client key, through to the mock: 200 ($code)" test "$code" = 200
 check "... a Message" grep -q '"type":"message"' "$WORK/msg.json"
 code=$(key=sk-not-a-key send)
-check "a request with a key the gateway never minted: 401 ($code)" test "$code" = 401
+check "a request with a key the gateway does not know: 401 ($code)" test "$code" = 401
+
+# again with --force while nginx runs: new keys, which serve once it says
+# nginx was reloaded
+old_key=$key
+out=$(in_root tokenbiryani init --system --force --allow-private-hosts 2>&1) \
+    && ok "init --system --force while nginx runs" || nok "init --system --force: $out"
+echo "$out" | grep -q '^nginx reloaded$' && ok "... says nginx was reloaded" \
+    || nok "... says nginx was reloaded: $(echo "$out" | sed -n 3p)"
+key=$(echo "$out" | sed -n 's/^export ANTHROPIC_AUTH_TOKEN=//p')
+for _ in $(seq 50); do [ "$(send)" = 200 ] && break; sleep 0.1; done
+code=$(send)
+check "... and its new client key serves: 200 ($code)" test "$code" = 200
+code=$(key=$old_key send)
+check "... the old one no longer: 401 ($code)" test "$code" = 401
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://$GW/healthz")
 check "/healthz with an account: 200 ($code)" test "$code" = 200
-ps -o user= -p "$(pgrep -P "$(cat "$ROOT/run/nginx.pid")" | head -1)" | grep -qx www-data \
-    && ok "the workers run as www-data" || nok "the workers run as www-data"
+# (the master's other child, the /admin/reload helper, is root's: it
+# signals the master)
+users=$(ps -o user=,args= --ppid "$(cat "$ROOT/run/nginx.pid")" | awk '/worker process/ {print $1}' \
+        | sort -u | tr '\n' ' ')
+check "the workers run as www-data ($users)" test "$users" = "www-data "
 check "the store file is there" test -s "$ROOT/var/lib/tokenbiryani/tokenbiryani.db"
 if grep -rq 'sk-ant-api03-pkgtest' "$ROOT/var/lib/tokenbiryani" "$ROOT/var/log/nginx"; then
     nok "the account's credential is in no store file or log in plaintext"
@@ -146,7 +171,7 @@ for _ in $(seq 50); do [ -f "$ROOT/run/nginx.pid" ] || break; sleep 0.1; done
 in_root nginx
 for _ in $(seq 50); do curl -s -o /dev/null "http://$GW/healthz" && break; sleep 0.1; done
 code=$(send)
-check "after a restart the minted key and the added account serve: 200 ($code)" test "$code" = 200
+check "after a restart the added account serves: 200 ($code)" test "$code" = 200
 in_root nginx -s quit 2>/dev/null
 for _ in $(seq 50); do [ -f "$ROOT/run/nginx.pid" ] || break; sleep 0.1; done
 
@@ -154,7 +179,7 @@ for _ in $(seq 50); do [ -f "$ROOT/run/nginx.pid" ] || break; sleep 0.1; done
 in_root sh -c 'apt-get install -y -qq --reinstall ./tmp/debs/*.deb' >>"$WORK/apt.log" 2>&1
 check "a reinstall keeps the secret key" test "$(cat "$ROOT/etc/tokenbiryani/tokenbiryani.key")" = "$key_before"
 check "... the store" test -s "$ROOT/var/lib/tokenbiryani/tokenbiryani.db"
-check "... and the operator's YAML" grep -q allow_private_hosts "$ROOT/etc/tokenbiryani/tokenbiryani.yaml"
+check "... and the operator's YAML" grep -q '^keys:' "$ROOT/etc/tokenbiryani/tokenbiryani.yaml"
 
 # purge
 out=$(in_root apt-get purge -y tokenbiryani libnginx-mod-http-tokenbiryani 2>&1)

@@ -173,26 +173,20 @@ static ngx_int_t
 ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 {
     int64_t                              now;
+    ngx_int_t                            total;
     ngx_pid_t                            pids[64];
-    ngx_uint_t                           i, n[TB_NSTATES], nw, held[64],
-                                         total;
-    tb_state_e                           state;
-    cJSON                               *root, *obj, *arr, *acct, *w;
-    ngx_http_tokenbiryani_account_t     *a;
+    ngx_uint_t                           i, n[TB_NSTATES], nw, held[64];
+    cJSON                               *root, *obj, *arr, *w;
     ngx_http_tokenbiryani_zone_stats_t   zs;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     now = ngx_http_tokenbiryani_now_ms();
 
-    root = cJSON_CreateObject();
-    if (root == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    obj = cJSON_AddObjectToObject(root, "gateway");
+    obj = ngx_http_tokenbiryani_json_doc(&root, "gateway",
+                                         cJSON_AddObjectToObject);
     if (obj == NULL) {
-        goto failed;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
@@ -255,12 +249,11 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     }
 
     for (i = 0; i < nw; i++) {
-        w = cJSON_CreateObject();
+        w = ngx_http_tokenbiryani_json_push(arr);
         if (w == NULL) {
             goto failed;
         }
 
-        cJSON_AddItemToArray(arr, w);
         cJSON_AddNumberToObject(w, "pid", (double) pids[i]);
         cJSON_AddNumberToObject(w, "held", (double) held[i]);
     }
@@ -285,23 +278,9 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 
     ngx_memzero(n, sizeof(n));
 
-    a = tmcf->accounts.elts;
-    total = 0;
-
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        if (a[i].retired) {
-            continue;
-        }
-
-        acct = ngx_http_tokenbiryani_admin_account_record(r, &a[i], now,
-                                                          &state);
-        if (acct == NULL) {
-            goto failed;
-        }
-
-        cJSON_AddItemToArray(arr, acct);
-        n[state]++;
-        total++;
+    total = ngx_http_tokenbiryani_admin_account_records(r, arr, now, n);
+    if (total == NGX_ERROR) {
+        goto failed;
     }
 
     obj = cJSON_AddObjectToObject(root, "pool");
@@ -329,8 +308,7 @@ failed:
 static ngx_int_t
 ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
 {
-    ngx_int_t                            limit;
-    ngx_str_t                            value;
+    ngx_int_t                            rc, limit;
     ngx_uint_t                           i, n;
     cJSON                               *root, *arr, *item;
     ngx_http_tokenbiryani_record_t      *recs;
@@ -341,14 +319,9 @@ ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
 
     limit = 50;
 
-    if (ngx_http_arg(r, (u_char *) "limit", 5, &value) == NGX_OK) {
-        limit = ngx_atoi(value.data, value.len);
-
-        if (limit == NGX_ERROR || limit < 1) {
-            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                       "invalid_request_error",
-                       "limit: expected a positive integer");
-        }
+    rc = ngx_http_tokenbiryani_admin_limit(r, &limit, 0);
+    if (rc != NGX_OK) {
+        return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
     }
 
     ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
@@ -364,14 +337,9 @@ ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
     n = ngx_http_tokenbiryani_inspect_list(&tmcf->zone, recs,
                                            (ngx_uint_t) limit);
 
-    root = cJSON_CreateObject();
-    if (root == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    arr = cJSON_AddArrayToObject(root, "requests");
+    arr = ngx_http_tokenbiryani_json_doc(&root, "requests",
+                                         cJSON_AddArrayToObject);
     if (arr == NULL) {
-        cJSON_Delete(root);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -521,11 +489,9 @@ ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    root = cJSON_CreateObject();
-    arr = root ? cJSON_AddArrayToObject(root, "strategies") : NULL;
-
+    arr = ngx_http_tokenbiryani_json_doc(&root, "strategies",
+                                         cJSON_AddArrayToObject);
     if (arr == NULL) {
-        cJSON_Delete(root);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_store.h"
 
 
 ngx_int_t ngx_http_tokenbiryani_admin_handler(ngx_http_request_t *r);
@@ -46,6 +47,10 @@ cJSON *ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
 cJSON *ngx_http_tokenbiryani_admin_account_record(ngx_http_request_t *r,
     ngx_http_tokenbiryani_account_t *a, int64_t now, tb_state_e *state);
+/* every account that serves, its record added to arr, counted by state in
+ * n (TB_NSTATES, or NULL): how many, or NGX_ERROR */
+ngx_int_t ngx_http_tokenbiryani_admin_account_records(ngx_http_request_t *r,
+    cJSON *arr, int64_t now, ngx_uint_t *n);
 
 /* a request's inspector record; full: with its candidates and phases */
 cJSON *ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
@@ -64,6 +69,32 @@ ngx_int_t ngx_http_tokenbiryani_store_json(ngx_http_request_t *r,
 cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);
 
+/*
+ * A new document with one member, name, made by add (cJSON_AddArrayTo-
+ * Object, cJSON_AddObjectToObject): the member, the document in *root; or
+ * NULL and no document
+ */
+cJSON *ngx_http_tokenbiryani_json_doc(cJSON **root, const char *name,
+    cJSON *(*add)(cJSON *obj, const char *name));
+
+/* a new object at the end of arr, or NULL */
+cJSON *ngx_http_tokenbiryani_json_push(cJSON *arr);
+
+/* text, NUL-terminated, copied into the pool; NULL if text is NULL or
+ * there is no memory */
+char *ngx_http_tokenbiryani_pool_text(ngx_pool_t *pool, const char *text);
+
+/*
+ * ?limit=N, from 1 to max (0: no bound), in *limit, left as it is when
+ * there is none: NGX_OK, or a status with its error prepared
+ */
+ngx_int_t ngx_http_tokenbiryani_admin_limit(ngx_http_request_t *r,
+    ngx_int_t *limit, ngx_int_t max);
+
+/* the body read, then handler called: NGX_DONE, or a status */
+ngx_int_t ngx_http_tokenbiryani_admin_read_body(ngx_http_request_t *r,
+    ngx_http_client_body_handler_pt handler);
+
 /* an admin write's body in memory: NGX_OK, or a status, error prepared */
 ngx_int_t ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r,
     u_char **body, size_t *len);
@@ -71,6 +102,60 @@ ngx_int_t ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r,
 /* sends root (and frees it) as the response */
 ngx_int_t ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r,
     ngx_int_t status, cJSON *root);
+
+
+/*
+ * One write of a runtime resource (a key, an account, a setting): its
+ * body read and checked by the resource's write, its record put in the
+ * store's thread pool, and once it lands there, applied to the zone and
+ * answered by the resource's apply.  A resource's own state begins with
+ * an ngx_http_tokenbiryani_admin_write_t.  A read of the store (the usage
+ * history) is answered the same way, with no body and no write.
+ */
+
+typedef struct ngx_http_tokenbiryani_admin_write_s
+    ngx_http_tokenbiryani_admin_write_t;
+
+typedef struct {
+    /* "key", as in: no key "k"; NULL: every no of the store is a failure */
+    const char      *noun;
+    /* "a key named", as in: a key named "k" exists */
+    const char      *a_noun;
+    /* what the answer says when the store cannot do the job */
+    const char      *failure;
+
+    /* the body checked, the record made: NGX_DONE, or a status */
+    ngx_int_t      (*write)(ngx_http_request_t *r,
+                            ngx_http_tokenbiryani_admin_write_t *w,
+                            u_char *body, size_t len);
+    /* the record in the store: into the zone, and the answer */
+    ngx_int_t      (*apply)(ngx_http_request_t *r,
+                            ngx_http_tokenbiryani_admin_write_t *w);
+    /* the answer given; NULL: nothing to let go */
+    void           (*done)(ngx_http_tokenbiryani_admin_write_t *w);
+} ngx_http_tokenbiryani_admin_resource_t;
+
+struct ngx_http_tokenbiryani_admin_write_s {
+    ngx_http_tokenbiryani_job_t                    job;
+    ngx_http_request_t                            *request;
+    const ngx_http_tokenbiryani_admin_resource_t  *res;
+    ngx_str_t                                      name;  /* NUL-terminated */
+    ngx_uint_t                                     gone;  /* a delete: done
+                                                             if the store has
+                                                             none */
+};
+
+/* w's body read and handed to its resource's write: NGX_DONE, or a status */
+ngx_int_t ngx_http_tokenbiryani_admin_write(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w);
+
+/* w's job (op and record set) posted to the store: NGX_DONE, or NGX_ERROR */
+ngx_int_t ngx_http_tokenbiryani_admin_store(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w);
+
+/* the answer to a write refused: NGX_HTTP_TB_RKEY_EXISTS, _NONE or _STALE */
+ngx_int_t ngx_http_tokenbiryani_admin_refused(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w, ngx_uint_t why);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ADMIN_H_INCLUDED_ */

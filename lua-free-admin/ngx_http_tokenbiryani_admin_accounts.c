@@ -49,38 +49,35 @@
 
 
 typedef struct {
-    ngx_http_tokenbiryani_job_t        job;       /* the store's write */
-    ngx_http_tokenbiryani_lookup_t     lookup;    /* the host's */
-    ngx_http_request_t                *request;
-    ngx_uint_t                         op;
-    ngx_uint_t                         probe;     /* before it is stored */
-    ngx_uint_t                         rotated;   /* a new credential */
+    ngx_http_tokenbiryani_admin_write_t   w;         /* w.name: the id */
+    ngx_http_tokenbiryani_lookup_t        lookup;    /* the host's */
+    ngx_uint_t                            op;
+    ngx_uint_t                            probe;     /* before it is stored */
+    ngx_uint_t                            rotated;   /* a new credential */
 
-    ngx_str_t                          id;        /* NUL-terminated */
-    char                              *spec;      /* without api_key */
-    char                              *sealed;
-    ngx_str_t                          model;
-    ngx_msec_t                         timeout;   /* of the probe */
+    char                                 *spec;      /* without api_key */
+    char                                 *sealed;
+    ngx_str_t                             model;
+    ngx_msec_t                            timeout;   /* of the probe */
 
     /* what is proxied to, from the checked spec */
-    tb_config_t                       *cf;
-    ngx_http_tokenbiryani_account_t    acct;
-    u_char                             fingerprint[8];
-    ngx_uint_t                         slot;      /* NGX_HTTP_TB_ACCT_TEST */
-    ngx_uint_t                         borrowed;  /* acct is the worker's */
+    tb_config_t                          *cf;
+    ngx_http_tokenbiryani_account_t       acct;
+    u_char                                fingerprint[8];
+    ngx_uint_t                            slot;      /* ..._ACCT_TEST */
+    ngx_uint_t                            borrowed;  /* acct is the worker's */
 
-    char                              *host;
-    ngx_http_tokenbiryani_raddr_t      addrs[NGX_HTTP_TB_RACCT_ADDRS];
-    ngx_uint_t                         naddrs;
+    char                                 *host;
+    ngx_http_tokenbiryani_raddr_t         addrs[NGX_HTTP_TB_RACCT_ADDRS];
+    ngx_uint_t                            naddrs;
 
-    cJSON                             *probed;    /* the probe's result */
+    cJSON                                *probed;    /* the probe's result */
 } ngx_http_tokenbiryani_acct_write_t;
 
 
-static void ngx_http_tokenbiryani_accounts_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_acct_write_t *aw, u_char *body, size_t len);
+    ngx_http_tokenbiryani_admin_write_t *w, u_char *body, size_t len);
 static ngx_int_t ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw, cJSON *root, const char *key);
 static ngx_int_t ngx_http_tokenbiryani_accounts_resolve(
@@ -95,10 +92,8 @@ static void ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
     ngx_http_tokenbiryani_probe_result_t *res, void *data);
 static ngx_int_t ngx_http_tokenbiryani_accounts_store(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw);
-static void ngx_http_tokenbiryani_accounts_written(
-    ngx_http_tokenbiryani_job_t *job);
 static ngx_int_t ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_acct_write_t *aw);
+    ngx_http_tokenbiryani_admin_write_t *w);
 static void ngx_http_tokenbiryani_accounts_unstore(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw);
 static ngx_int_t ngx_http_tokenbiryani_accounts_answer(ngx_http_request_t *r,
@@ -109,6 +104,17 @@ static void ngx_http_tokenbiryani_accounts_cleanup(void *data);
 static ngx_int_t ngx_http_tokenbiryani_racct_view(ngx_http_request_t *r,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_str_t *id,
     ngx_http_tokenbiryani_racct_view_t *out);
+
+
+static const ngx_http_tokenbiryani_admin_resource_t
+    ngx_http_tokenbiryani_account_resource =
+{
+    "account", "an account",
+    "nothing was changed: the store cannot be written",
+    ngx_http_tokenbiryani_accounts_write,
+    ngx_http_tokenbiryani_accounts_apply,
+    NULL
+};
 
 
 /* the fields an added account may be given, and changed */
@@ -131,9 +137,7 @@ ngx_int_t
 ngx_http_tokenbiryani_admin_accounts(ngx_http_request_t *r)
 {
     u_char                              *p, *last, *slash;
-    ngx_int_t                            rc;
     ngx_pool_cleanup_t                  *cln;
-    ngx_http_tokenbiryani_ctx_t         *ctx;
     ngx_http_tokenbiryani_acct_write_t  *aw;
 
     p = r->uri.data + sizeof("/admin/accounts") - 1;
@@ -160,7 +164,7 @@ ngx_http_tokenbiryani_admin_accounts(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    aw->request = r;
+    aw->w.res = &ngx_http_tokenbiryani_account_resource;
     aw->probe = 1;
 
     slash = ngx_strlchr(p, last, '/');
@@ -198,8 +202,8 @@ ngx_http_tokenbiryani_admin_accounts(ngx_http_request_t *r)
     }
 
     if (aw->op != NGX_HTTP_TB_ACCT_ADD && aw->op != NGX_HTTP_TB_ACCT_TRY) {
-        aw->id.data = p;
-        aw->id.len = (slash ? slash : last) - p;
+        aw->w.name.data = p;
+        aw->w.name.len = (slash ? slash : last) - p;
     }
 
     /* what the request holds is let go with it, answered or not */
@@ -212,46 +216,7 @@ ngx_http_tokenbiryani_admin_accounts(ngx_http_request_t *r)
     cln->handler = ngx_http_tokenbiryani_accounts_cleanup;
     cln->data = aw;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
-    ctx->admin_data = aw;
-
-    r->request_body_in_single_buf = 1;
-
-    rc = ngx_http_read_client_request_body(r,
-                                        ngx_http_tokenbiryani_accounts_body);
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        return rc;
-    }
-
-    return NGX_DONE;
-}
-
-
-static void
-ngx_http_tokenbiryani_accounts_body(ngx_http_request_t *r)
-{
-    size_t                               len;
-    u_char                              *body;
-    ngx_int_t                            rc;
-    ngx_http_tokenbiryani_ctx_t         *ctx;
-    ngx_http_tokenbiryani_acct_write_t  *aw;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
-    aw = ctx->admin_data;
-
-    rc = ngx_http_tokenbiryani_admin_body(r, &body, &len);
-    if (rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_tokenbiryani_send_error(r, rc, NULL,
-                                                                   NULL));
-        return;
-    }
-
-    rc = ngx_http_tokenbiryani_accounts_write(r, aw, body, len);
-
-    if (rc != NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
-    }
+    return ngx_http_tokenbiryani_admin_write(r, &aw->w);
 }
 
 
@@ -348,12 +313,49 @@ ngx_http_tokenbiryani_admin_account_record(ngx_http_request_t *r,
 }
 
 
+ngx_int_t
+ngx_http_tokenbiryani_admin_account_records(ngx_http_request_t *r,
+    cJSON *arr, int64_t now, ngx_uint_t *n)
+{
+    ngx_uint_t                          i, total;
+    tb_state_e                          state;
+    cJSON                              *acct;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+    total = 0;
+
+    for (i = 0; i < tmcf->accounts.nelts; i++) {
+        if (a[i].retired) {
+            continue;
+        }
+
+        acct = ngx_http_tokenbiryani_admin_account_record(r, &a[i], now,
+                                                          &state);
+        if (acct == NULL) {
+            return NGX_ERROR;
+        }
+
+        cJSON_AddItemToArray(arr, acct);
+
+        if (n) {
+            n[state]++;
+        }
+
+        total++;
+    }
+
+    return total;
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
 {
     int64_t                              now;
-    ngx_uint_t                           i, j;
-    tb_state_e                           state;
+    ngx_uint_t                           j;
     cJSON                               *root, *arr, *acct;
     ngx_array_t                          views;
     uint64_t                             gen;
@@ -365,30 +367,16 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     now = ngx_http_tokenbiryani_now_ms();
 
-    root = cJSON_CreateObject();
-    if (root == NULL) {
+    arr = ngx_http_tokenbiryani_json_doc(&root, "accounts",
+                                         cJSON_AddArrayToObject);
+    if (arr == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    arr = cJSON_AddArrayToObject(root, "accounts");
-    if (arr == NULL) {
+    if (ngx_http_tokenbiryani_admin_account_records(r, arr, now, NULL)
+        == NGX_ERROR)
+    {
         goto failed;
-    }
-
-    a = tmcf->accounts.elts;
-
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        if (a[i].retired) {
-            continue;
-        }
-
-        acct = ngx_http_tokenbiryani_admin_account_record(r, &a[i], now,
-                                                          &state);
-        if (acct == NULL) {
-            goto failed;
-        }
-
-        cJSON_AddItemToArray(arr, acct);
     }
 
     /* the zone's accounts this worker cannot serve, and why */
@@ -410,12 +398,10 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
                 continue;
             }
 
-            acct = cJSON_CreateObject();
+            acct = ngx_http_tokenbiryani_json_push(arr);
             if (acct == NULL) {
                 goto failed;
             }
-
-            cJSON_AddItemToArray(arr, acct);
 
             ngx_http_tokenbiryani_add_str(acct, "id", v[j].id.data,
                                           v[j].id.len);
@@ -527,7 +513,7 @@ ngx_http_tokenbiryani_acct_timeout(cJSON *item,
 
 static ngx_int_t
 ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_acct_write_t *aw, u_char *body, size_t len)
+    ngx_http_tokenbiryani_admin_write_t *w, u_char *body, size_t len)
 {
     u_char                              *p;
     size_t                               n;
@@ -535,37 +521,39 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
     cJSON                               *root, *item, *next;
     const char                          *key, **f;
     ngx_http_tokenbiryani_account_t     *a;
+    ngx_http_tokenbiryani_acct_write_t  *aw;
     ngx_http_tokenbiryani_racct_view_t   v;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
     u_char                               keybuf[512];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    aw = (ngx_http_tokenbiryani_acct_write_t *) w;
 
     ngx_http_tokenbiryani_accounts_sync(tmcf);
 
     if (aw->op != NGX_HTTP_TB_ACCT_ADD && aw->op != NGX_HTTP_TB_ACCT_TRY) {
-        a = ngx_http_tokenbiryani_account_find(tmcf, aw->id.data,
-                                               aw->id.len);
+        a = ngx_http_tokenbiryani_account_find(tmcf, aw->w.name.data,
+                                               aw->w.name.len);
 
         if (a == NULL && aw->op == NGX_HTTP_TB_ACCT_TEST) {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                        "not_found_error", "no account \"%*s\" that serves "
                        "(GET /admin/accounts lists them all, with why)",
-                       ngx_min(aw->id.len, 64), aw->id.data);
+                       ngx_min(aw->w.name.len, 64), aw->w.name.data);
         }
 
         /* one the zone has but this worker cannot serve can still be
          * changed or removed */
 
         if (a == NULL
-            && (ngx_http_tokenbiryani_yaml_account(tmcf, aw->id.data,
-                                                   aw->id.len)
-                || ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->id, &v)
+            && (ngx_http_tokenbiryani_yaml_account(tmcf, aw->w.name.data,
+                                                   aw->w.name.len)
+                || ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->w.name, &v)
                    != NGX_OK))
         {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                        "not_found_error", "no account \"%*s\"",
-                       ngx_min(aw->id.len, 64), aw->id.data);
+                       ngx_min(aw->w.name.len, 64), aw->w.name.data);
         }
 
         if (a && aw->op == NGX_HTTP_TB_ACCT_TEST) {
@@ -626,15 +614,15 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
                        "now)", &a->id, &a->id);
         }
 
-        n = aw->id.len;
-        p = aw->id.data;
+        n = aw->w.name.len;
+        p = aw->w.name.data;
 
-        aw->id.data = ngx_pnalloc(r->pool, n + 1);
-        if (aw->id.data == NULL) {
+        aw->w.name.data = ngx_pnalloc(r->pool, n + 1);
+        if (aw->w.name.data == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        ngx_cpystrn(aw->id.data, p, n + 1);
+        ngx_cpystrn(aw->w.name.data, p, n + 1);
 
         if (aw->op == NGX_HTTP_TB_ACCT_REMOVE) {
             return ngx_http_tokenbiryani_accounts_store(r, aw);
@@ -773,12 +761,12 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
     if (aw->op == NGX_HTTP_TB_ACCT_CHANGE) {
         /* the changes onto what is there */
 
-        rc = ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->id, &v);
+        rc = ngx_http_tokenbiryani_racct_view(r, tmcf, &aw->w.name, &v);
         if (rc != NGX_OK) {
             rc = (rc == NGX_ERROR)
                  ? NGX_HTTP_INTERNAL_SERVER_ERROR
                  : ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                       "not_found_error", "no account \"%V\"", &aw->id);
+                       "not_found_error", "no account \"%V\"", &aw->w.name);
             goto done;
         }
 
@@ -823,7 +811,7 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
             aw->probe = 0;
 
             if (tb_unseal(&tmcf->seal, (char *) v.sealed.data, v.sealed.len,
-                          (char *) aw->id.data, aw->id.len, keybuf,
+                          (char *) aw->w.name.data, aw->w.name.len, keybuf,
                           sizeof(keybuf) - 1, &n)
                 != TB_SEAL_OK)
             {
@@ -831,7 +819,7 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
                 rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
                          "invalid_request_error", "the credential of "
                          "account \"%V\" cannot be opened with this secret "
-                         "key: give it again (api_key)", &aw->id);
+                         "key: give it again (api_key)", &aw->w.name);
                 goto done;
             }
 
@@ -954,13 +942,13 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
                        "or raise the directive", tmcf->max_accounts);
         }
 
-        aw->id.len = n;
-        aw->id.data = ngx_pnalloc(r->pool, n + 1);
-        if (aw->id.data == NULL) {
+        aw->w.name.len = n;
+        aw->w.name.data = ngx_pnalloc(r->pool, n + 1);
+        if (aw->w.name.data == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        ngx_memcpy(aw->id.data, item->valuestring, n + 1);
+        ngx_memcpy(aw->w.name.data, item->valuestring, n + 1);
     }
 
     item = cJSON_GetObjectItemCaseSensitive(root, "type");
@@ -1046,20 +1034,13 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
     }
 
     text = cJSON_PrintUnformatted(root);
-    if (text == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
-    n = ngx_strlen(text);
-
-    aw->spec = ngx_pnalloc(r->pool, n + 1);
-    if (aw->spec == NULL) {
-        cJSON_free(text);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(aw->spec, text, n + 1);
+    aw->spec = ngx_http_tokenbiryani_pool_text(r->pool, text);
     cJSON_free(text);
+
+    if (aw->spec == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     /* the credential sealed, bound to the account's id */
 
@@ -1071,12 +1052,12 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        src = tb_seal(&tmcf->seal, ac->api_key, n, (char *) aw->id.data,
-                      aw->id.len, aw->sealed, TB_SEAL_TEXT_LEN(n));
+        src = tb_seal(&tmcf->seal, ac->api_key, n, (char *) aw->w.name.data,
+                      aw->w.name.len, aw->sealed, TB_SEAL_TEXT_LEN(n));
         if (src != TB_SEAL_OK) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "tokenbiryani: account \"%V\": its credential "
-                          "cannot be sealed: %s", &aw->id,
+                          "cannot be sealed: %s", &aw->w.name,
                           tb_seal_strerror(src));
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
@@ -1088,7 +1069,7 @@ ngx_http_tokenbiryani_accounts_check(ngx_http_request_t *r,
         ngx_str_t  rec;
 
         if (ngx_http_tokenbiryani_record_wrap(r->pool, tmcf, TB_REC_ACCOUNT,
-                                              aw->id.data, aw->id.len,
+                                              aw->w.name.data, aw->w.name.len,
                                               aw->sealed,
                                               ngx_strlen(aw->sealed),
                                               (u_char *) aw->spec,
@@ -1154,10 +1135,9 @@ ngx_http_tokenbiryani_accounts_resolved(ngx_http_tokenbiryani_lookup_t *lk)
 {
     ngx_http_tokenbiryani_acct_write_t *aw = lk->data;
 
-    ngx_int_t            rc;
     ngx_http_request_t  *r;
 
-    r = aw->request;
+    r = aw->w.request;
 
     if (lk->naddrs == 0) {
         ngx_http_tokenbiryani_accounts_finish(r,
@@ -1166,11 +1146,8 @@ ngx_http_tokenbiryani_accounts_resolved(ngx_http_tokenbiryani_lookup_t *lk)
         return;
     }
 
-    rc = ngx_http_tokenbiryani_accounts_resolved_now(r, aw);
-
-    if (rc != NGX_DONE) {
-        ngx_http_tokenbiryani_accounts_finish(r, rc);
-    }
+    ngx_http_tokenbiryani_accounts_finish(r,
+                           ngx_http_tokenbiryani_accounts_resolved_now(r, aw));
 }
 
 
@@ -1210,11 +1187,18 @@ ngx_http_tokenbiryani_accounts_resolved_now(ngx_http_request_t *r,
 }
 
 
-/* the end of one asynchronous step: the reference it held let go */
+/*
+ * The end of one asynchronous step: the reference it held let go, unless
+ * the next step (NGX_DONE) holds it now
+ */
 static void
 ngx_http_tokenbiryani_accounts_finish(ngx_http_request_t *r, ngx_int_t rc)
 {
     ngx_connection_t  *c;
+
+    if (rc == NGX_DONE) {
+        return;
+    }
 
     c = r->connection;
 
@@ -1269,7 +1253,7 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
     if (t.naddrs == 0) {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
                    "invalid_request_error", "account \"%V\" has no address "
-                   "to probe", &aw->id);
+                   "to probe", &aw->w.name);
     }
 
     if (aw->acct.platform) {
@@ -1278,7 +1262,7 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
                    "invalid_request_error", "account \"%V\" is a %s "
                    "account: the header check is for Anthropic API keys, "
                    "and its platform sends no rate-limit headers",
-                   &aw->id, tb_account_type_name(aw->acct.conf->type));
+                   &aw->w.name, tb_account_type_name(aw->acct.conf->type));
     }
 
     t.host_header = aw->acct.host_header;
@@ -1324,7 +1308,7 @@ ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
 {
     ngx_http_tokenbiryani_acct_write_t *aw = data;
 
-    ngx_int_t                           rc, ok;
+    ngx_int_t                           ok;
     cJSON                              *root, *e;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -1353,16 +1337,16 @@ ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
         root = aw->probed;
         aw->probed = NULL;
 
-        ngx_http_tokenbiryani_add_str(root, "account", aw->id.data,
-                                      aw->id.len);
+        ngx_http_tokenbiryani_add_str(root, "account", aw->w.name.data,
+                                      aw->w.name.len);
 
         {
         tb_state_e                        state;
         cJSON                            *acct, *limits;
         ngx_http_tokenbiryani_account_t  *a;
 
-        a = ngx_http_tokenbiryani_account_find(tmcf, aw->id.data,
-                                               aw->id.len);
+        a = ngx_http_tokenbiryani_account_find(tmcf, aw->w.name.data,
+                                               aw->w.name.len);
         acct = a ? ngx_http_tokenbiryani_account_json(r, a,
                                               ngx_http_tokenbiryani_now_ms(),
                                               &state)
@@ -1436,11 +1420,8 @@ ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
         return;
     }
 
-    rc = ngx_http_tokenbiryani_accounts_store(r, aw);
-
-    if (rc != NGX_DONE) {
-        ngx_http_tokenbiryani_accounts_finish(r, rc);
-    }
+    ngx_http_tokenbiryani_accounts_finish(r,
+                                ngx_http_tokenbiryani_accounts_store(r, aw));
 }
 
 
@@ -1448,69 +1429,19 @@ static ngx_int_t
 ngx_http_tokenbiryani_accounts_store(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw)
 {
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    aw->w.job.op = (aw->op == NGX_HTTP_TB_ACCT_REMOVE)
+                   ? NGX_HTTP_TB_JOB_ACCOUNT_DELETE
+                   : NGX_HTTP_TB_JOB_ACCOUNT_PUT;
+    aw->w.job.u.record.create = (aw->op == NGX_HTTP_TB_ACCT_ADD);
+    aw->w.job.u.record.name = (char *) aw->w.name.data;
+    aw->w.job.u.record.spec = aw->spec;
+    aw->w.job.u.record.sealed = aw->sealed;
 
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    /* a removal the store has done already: the zone follows */
+    aw->w.gone = (aw->op == NGX_HTTP_TB_ACCT_REMOVE);
 
-    aw->job.op = (aw->op == NGX_HTTP_TB_ACCT_REMOVE)
-                 ? NGX_HTTP_TB_JOB_ACCOUNT_DELETE : NGX_HTTP_TB_JOB_ACCOUNT_PUT;
-    aw->job.u.record.create = (aw->op == NGX_HTTP_TB_ACCT_ADD);
-    aw->job.u.record.name = (char *) aw->id.data;
-    aw->job.u.record.spec = aw->spec;
-    aw->job.u.record.sealed = aw->sealed;
-    aw->job.done = ngx_http_tokenbiryani_accounts_written;
-    aw->job.data = aw;
-
-    if (ngx_http_tokenbiryani_store_post(tmcf, &aw->job) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return NGX_DONE;
-}
-
-
-static void
-ngx_http_tokenbiryani_accounts_written(ngx_http_tokenbiryani_job_t *job)
-{
-    ngx_http_tokenbiryani_acct_write_t *aw = job->data;
-
-    ngx_int_t            rc;
-    ngx_http_request_t  *r;
-
-    r = aw->request;
-
-    switch (job->rc) {
-
-    case TB_STORE_OK:
-        rc = ngx_http_tokenbiryani_accounts_apply(r, aw);
-        break;
-
-    case TB_STORE_EXISTS:
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                 "invalid_request_error", "an account \"%V\" exists",
-                 &aw->id);
-        break;
-
-    case TB_STORE_NONE:
-        if (aw->op == NGX_HTTP_TB_ACCT_REMOVE) {
-            /* gone from the store already: the zone follows */
-            rc = ngx_http_tokenbiryani_accounts_apply(r, aw);
-            break;
-        }
-
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                 "not_found_error", "no account \"%V\"", &aw->id);
-        break;
-
-    default:
-        rc = ngx_http_tokenbiryani_send_error(r,
-                 NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
-                 "nothing was changed: the store cannot be written (%s)",
-                 job->err);
-        break;
-    }
-
-    ngx_http_tokenbiryani_accounts_finish(r, rc);
+    return ngx_http_tokenbiryani_admin_store(r, &aw->w) == NGX_DONE
+           ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 
@@ -1548,13 +1479,13 @@ ngx_http_tokenbiryani_accounts_unstore(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    u = ngx_calloc(sizeof(ngx_http_tokenbiryani_unstore_t) + aw->id.len,
+    u = ngx_calloc(sizeof(ngx_http_tokenbiryani_unstore_t) + aw->w.name.len,
                    r->connection->log);
     if (u == NULL) {
         return;
     }
 
-    ngx_memcpy(u->id, aw->id.data, aw->id.len);
+    ngx_memcpy(u->id, aw->w.name.data, aw->w.name.len);
 
     u->job.op = NGX_HTTP_TB_JOB_ACCOUNT_DELETE;
     u->job.u.record.name = (char *) u->id;
@@ -1570,23 +1501,25 @@ ngx_http_tokenbiryani_accounts_unstore(ngx_http_request_t *r,
 /* the write into the zone, where every worker sees it, and the answer */
 static ngx_int_t
 ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_acct_write_t *aw)
+    ngx_http_tokenbiryani_admin_write_t *w)
 {
     ngx_uint_t                           rc, slot;
     tb_account_state_t                   s;
+    ngx_http_tokenbiryani_acct_write_t  *aw;
     ngx_http_tokenbiryani_racct_view_t   v;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    aw = (ngx_http_tokenbiryani_acct_write_t *) w;
 
     if (aw->op == NGX_HTTP_TB_ACCT_REMOVE) {
         /* gone already if another request removed it meanwhile */
-        (void) ngx_http_tokenbiryani_racct_delete(&tmcf->zone, aw->id.data,
-                                                  aw->id.len, &slot);
+        (void) ngx_http_tokenbiryani_racct_delete(&tmcf->zone, aw->w.name.data,
+                                                  aw->w.name.len, &slot);
 
         ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
                       "tokenbiryani: account \"%V\" removed by an operator",
-                      &aw->id);
+                      &aw->w.name);
 
         ngx_http_tokenbiryani_accounts_sync(tmcf);
 
@@ -1595,7 +1528,7 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
 
     ngx_memzero(&v, sizeof(v));
 
-    v.id = aw->id;
+    v.id = aw->w.name;
     v.spec.data = (u_char *) aw->spec;
     v.spec.len = ngx_strlen(aw->spec);
     v.sealed.data = (u_char *) aw->sealed;
@@ -1633,19 +1566,9 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_TB_RKEY_EXISTS:
-        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                   "invalid_request_error", "an account \"%V\" exists",
-                   &aw->id);
-
     case NGX_HTTP_TB_RKEY_NONE:
-        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                   "not_found_error", "no account \"%V\"", &aw->id);
-
     case NGX_HTTP_TB_RKEY_STALE:
-        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                   "invalid_request_error", "account \"%V\" was changed "
-                   "meanwhile by another instance: read it and try again",
-                   &aw->id);
+        return ngx_http_tokenbiryani_admin_refused(r, w, rc);
 
     case NGX_HTTP_TB_RKEY_FULL:
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
@@ -1676,7 +1599,7 @@ ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
     }
 
     ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
-                  "tokenbiryani: account \"%V\" %s by an operator", &aw->id,
+                  "tokenbiryani: account \"%V\" %s by an operator", &aw->w.name,
                   aw->op == NGX_HTTP_TB_ACCT_ADD ? "added"
                   : aw->rotated ? "changed, its credential rotated"
                   : "changed");
@@ -1703,8 +1626,8 @@ ngx_http_tokenbiryani_accounts_answer(ngx_http_request_t *r,
     if (aw->op == NGX_HTTP_TB_ACCT_REMOVE) {
         root = cJSON_CreateObject();
         if (root == NULL
-            || ngx_http_tokenbiryani_add_str(root, "deleted", aw->id.data,
-                                             aw->id.len)
+            || ngx_http_tokenbiryani_add_str(root, "deleted", aw->w.name.data,
+                                             aw->w.name.len)
                == NULL)
         {
             cJSON_Delete(root);
@@ -1714,13 +1637,14 @@ ngx_http_tokenbiryani_accounts_answer(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_send_cjson(r, status, root);
     }
 
-    a = ngx_http_tokenbiryani_account_find(tmcf, aw->id.data, aw->id.len);
+    a = ngx_http_tokenbiryani_account_find(tmcf, aw->w.name.data,
+                                           aw->w.name.len);
 
     if (a == NULL) {
         return ngx_http_tokenbiryani_send_error(r,
                    NGX_HTTP_INTERNAL_SERVER_ERROR, "api_error",
                    "account \"%V\" is stored but this worker cannot use it "
-                   "(see the error log)", &aw->id);
+                   "(see the error log)", &aw->w.name);
     }
 
     root = ngx_http_tokenbiryani_admin_account_record(r, a,

@@ -27,7 +27,7 @@ ngx_int_t
 ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r)
 {
     uint64_t                            since, dropped, next;
-    ngx_int_t                           limit, v;
+    ngx_int_t                           rc, limit, v;
     ngx_str_t                           value;
     ngx_uint_t                          i, n;
     cJSON                              *root, *arr, *item;
@@ -58,17 +58,12 @@ ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r)
         since = (uint64_t) v;
     }
 
-    if (ngx_http_arg(r, (u_char *) "limit", 5, &value) == NGX_OK) {
-        limit = ngx_atoi(value.data, value.len);
-
-        if (limit == NGX_ERROR || limit < 1) {
-            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                       "invalid_request_error",
-                       "limit: expected a positive integer");
-        }
-
-        limit = ngx_min(limit, NGX_HTTP_TB_EVENTS_MAX);
+    rc = ngx_http_tokenbiryani_admin_limit(r, &limit, 0);
+    if (rc != NGX_OK) {
+        return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
     }
+
+    limit = ngx_min(limit, NGX_HTTP_TB_EVENTS_MAX);
 
     evs = ngx_palloc(r->pool, limit * sizeof(ngx_http_tokenbiryani_event_t));
     if (evs == NULL) {
@@ -78,14 +73,9 @@ ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r)
     n = ngx_http_tokenbiryani_events_read(&tmcf->zone, since, evs,
                                           (ngx_uint_t) limit, &dropped);
 
-    root = cJSON_CreateObject();
-    if (root == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    arr = cJSON_AddArrayToObject(root, "events");
+    arr = ngx_http_tokenbiryani_json_doc(&root, "events",
+                                         cJSON_AddArrayToObject);
     if (arr == NULL) {
-        cJSON_Delete(root);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

@@ -1,7 +1,9 @@
 /*
  * tokenbiryani: what every /admin answer shares - a cJSON document sent
- * as the response, a bounded string added to one, a write's body read
- * into memory.
+ * as the response and the pieces it is built of, a bounded string added
+ * to one, ?limit= read, a write's body read into memory - and the one
+ * pipeline of a runtime resource's write: the body checked, the record
+ * put in the store, applied and answered once it is there.
  */
 
 
@@ -10,6 +12,12 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_admin.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_store.h"
+
+
+static void ngx_http_tokenbiryani_admin_write_body(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_admin_written(
+    ngx_http_tokenbiryani_job_t *job);
 
 
 ngx_int_t
@@ -63,6 +71,101 @@ ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name, u_char *data,
 }
 
 
+cJSON *
+ngx_http_tokenbiryani_json_doc(cJSON **root, const char *name,
+    cJSON *(*add)(cJSON *obj, const char *name))
+{
+    cJSON  *member;
+
+    *root = cJSON_CreateObject();
+    if (*root == NULL) {
+        return NULL;
+    }
+
+    member = add(*root, name);
+    if (member == NULL) {
+        cJSON_Delete(*root);
+        *root = NULL;
+    }
+
+    return member;
+}
+
+
+cJSON *
+ngx_http_tokenbiryani_json_push(cJSON *arr)
+{
+    cJSON  *obj;
+
+    obj = cJSON_CreateObject();
+    if (obj == NULL) {
+        return NULL;
+    }
+
+    cJSON_AddItemToArray(arr, obj);
+
+    return obj;
+}
+
+
+char *
+ngx_http_tokenbiryani_pool_text(ngx_pool_t *pool, const char *text)
+{
+    char    *p;
+    size_t   n;
+
+    if (text == NULL) {
+        /* what made it failed */
+        return NULL;
+    }
+
+    n = ngx_strlen(text) + 1;
+
+    p = ngx_pnalloc(pool, n);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(p, text, n);
+
+    return p;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_limit(ngx_http_request_t *r, ngx_int_t *limit,
+    ngx_int_t max)
+{
+    ngx_int_t  n;
+    ngx_str_t  value;
+
+    if (ngx_http_arg(r, (u_char *) "limit", 5, &value) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    n = ngx_atoi(value.data, value.len);
+
+    if (n == NGX_ERROR || n < 1 || (max && n > max)) {
+        if (max) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+                "invalid_request_error",
+                "limit: expected an integer from 1 to %i", max);
+
+        } else {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+                "invalid_request_error",
+                "limit: expected a positive integer");
+        }
+
+        return NGX_HTTP_BAD_REQUEST;
+    }
+
+    *limit = n;
+
+    return NGX_OK;
+}
+
+
 /*
  * An admin write's body, whole, in memory and NUL-terminated (empty when
  * there is none): NGX_OK, or an HTTP status with its error prepared (413
@@ -111,4 +214,151 @@ ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r, u_char **body,
     *p = '\0';
 
     return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_read_body(ngx_http_request_t *r,
+    ngx_http_client_body_handler_pt handler)
+{
+    ngx_int_t  rc;
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, handler);
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_write(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w)
+{
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    w->request = r;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+    ctx->admin_data = w;
+
+    return ngx_http_tokenbiryani_admin_read_body(r,
+                                       ngx_http_tokenbiryani_admin_write_body);
+}
+
+
+static void
+ngx_http_tokenbiryani_admin_write_body(ngx_http_request_t *r)
+{
+    size_t                                len;
+    u_char                               *body;
+    ngx_int_t                             rc;
+    ngx_http_tokenbiryani_ctx_t          *ctx;
+    ngx_http_tokenbiryani_admin_write_t  *w;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+    w = ctx->admin_data;
+
+    rc = ngx_http_tokenbiryani_admin_body(r, &body, &len);
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_tokenbiryani_send_error(r, rc, NULL,
+                                                                   NULL));
+        return;
+    }
+
+    rc = w->res->write(r, w, body, len);
+
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_store(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    w->job.done = ngx_http_tokenbiryani_admin_written;
+    w->job.data = w;
+
+    if (ngx_http_tokenbiryani_store_post(tmcf, &w->job) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* the reference the body's reading took is the one held throughout */
+    return NGX_DONE;
+}
+
+
+/* the store's answer, in the event loop: applied, or said why not */
+static void
+ngx_http_tokenbiryani_admin_written(ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_admin_write_t *w = job->data;
+
+    ngx_int_t            rc;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = w->request;
+    c = r->connection;
+
+    if (job->rc == TB_STORE_OK || (job->rc == TB_STORE_NONE && w->gone)) {
+        /* a delete the store had gone already: the zone follows */
+        rc = w->res->apply(r, w);
+
+    } else if (w->res->noun
+               && (job->rc == TB_STORE_EXISTS || job->rc == TB_STORE_NONE))
+    {
+        rc = ngx_http_tokenbiryani_admin_refused(r, w,
+                 job->rc == TB_STORE_EXISTS ? NGX_HTTP_TB_RKEY_EXISTS
+                                            : NGX_HTTP_TB_RKEY_NONE);
+
+    } else {
+        rc = ngx_http_tokenbiryani_send_error(r,
+                 NGX_HTTP_SERVICE_UNAVAILABLE, "api_error", "%s (%s)",
+                 w->res->failure, job->err);
+    }
+
+    if (w->res->done) {
+        w->res->done(w);
+    }
+
+    /* the request, and w in its pool, may be gone after this */
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_admin_refused(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w, ngx_uint_t why)
+{
+    switch (why) {
+
+    case NGX_HTTP_TB_RKEY_EXISTS:
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                   "invalid_request_error", "%s \"%V\" exists",
+                   w->res->a_noun, &w->name);
+
+    case NGX_HTTP_TB_RKEY_NONE:
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                   "not_found_error", "no %s \"%V\"", w->res->noun,
+                   &w->name);
+
+    default: /* NGX_HTTP_TB_RKEY_STALE */
+        /* another instance wrote a newer one meanwhile: it stands */
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                   "invalid_request_error", "%s \"%V\" was changed "
+                   "meanwhile by another instance: read it and try again",
+                   w->res->noun, &w->name);
+    }
 }

@@ -855,14 +855,9 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
 
     k = ngx_http_tokenbiryani_queue_snapshot(&tmcf->zone, &view, w, max);
 
-    obj = cJSON_CreateObject();
-    if (obj == NULL) {
-        return NULL;
-    }
-
-    arr = cJSON_AddArrayToObject(obj, "waiting");
+    arr = ngx_http_tokenbiryani_json_doc(&obj, "waiting",
+                                         cJSON_AddArrayToObject);
     if (arr == NULL) {
-        cJSON_Delete(obj);
         return NULL;
     }
 

@@ -26,23 +26,20 @@
 
 
 typedef struct {
-    ngx_http_tokenbiryani_job_t    job;
-    ngx_http_request_t            *request;
-    ngx_uint_t                     op;
-    char                          *name;
-    char                          *spec;
-    char                           secret[TB_KEYSPEC_SECRET_LEN + 1];
-    u_char                         digest[32];
+    ngx_http_tokenbiryani_admin_write_t   w;       /* w.name: the key's */
+    ngx_uint_t                            op;
+    char                                 *spec;
+    char                                  secret[TB_KEYSPEC_SECRET_LEN + 1];
+    u_char                                digest[32];
 } ngx_http_tokenbiryani_key_write_t;
 
 
-static void ngx_http_tokenbiryani_keys_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r,
-    u_char *body, size_t len);
-static void ngx_http_tokenbiryani_keys_written(
-    ngx_http_tokenbiryani_job_t *job);
+    ngx_http_tokenbiryani_admin_write_t *w, u_char *body, size_t len);
 static ngx_int_t ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_key_write_t *kw);
+    ngx_http_tokenbiryani_admin_write_t *w);
+static void ngx_http_tokenbiryani_keys_done(
+    ngx_http_tokenbiryani_admin_write_t *w);
 static cJSON *ngx_http_tokenbiryani_key_record(const tb_keyspec_t *ks,
     const char *source);
 static const tb_keyspec_t *ngx_http_tokenbiryani_minted(
@@ -51,6 +48,17 @@ static const tb_keyspec_t *ngx_http_tokenbiryani_minted(
 
 /* the digest of the key ngx_http_tokenbiryani_minted() found last */
 static u_char  ngx_http_tokenbiryani_minted_digest[32];
+
+
+static const ngx_http_tokenbiryani_admin_resource_t
+    ngx_http_tokenbiryani_key_resource =
+{
+    "key", "a key named",
+    "nothing was changed: the store cannot be written",
+    ngx_http_tokenbiryani_keys_write,
+    ngx_http_tokenbiryani_keys_apply,
+    ngx_http_tokenbiryani_keys_done
+};
 
 
 /* the name in /admin/keys/{name}; an empty one for /admin/keys */
@@ -97,7 +105,6 @@ ngx_int_t
 ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
 {
     size_t                              i;
-    ngx_int_t                           rc;
     ngx_str_t                          *name;
     ngx_uint_t                          n;
     cJSON                              *root, *arr, *rec;
@@ -106,6 +113,7 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
     const tb_keyspec_t                 *minted;
     const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_rkent_t      *ents;
+    ngx_http_tokenbiryani_key_write_t  *kw;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     ngx_http_tokenbiryani_revoked_t     revoked[NGX_HTTP_TB_REVOKED];
 
@@ -129,15 +137,14 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
 
         /* the body, then the write */
 
-        r->request_body_in_single_buf = 1;
-
-        rc = ngx_http_read_client_request_body(r,
-                                           ngx_http_tokenbiryani_keys_body);
-        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-            return rc;
+        kw = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_key_write_t));
+        if (kw == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return NGX_DONE;
+        kw->w.res = &ngx_http_tokenbiryani_key_resource;
+
+        return ngx_http_tokenbiryani_admin_write(r, &kw->w);
     }
 
     if (name->len) {
@@ -165,14 +172,10 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
                    : NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    root = cJSON_CreateObject();
-    if (root == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    arr = cJSON_AddArrayToObject(root, "keys");
+    arr = ngx_http_tokenbiryani_json_doc(&root, "keys",
+                                         cJSON_AddArrayToObject);
     if (arr == NULL) {
-        goto failed;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     for (i = 0; i < tmcf->tbcf->nkeys; i++) {
@@ -231,14 +234,10 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
                                               NGX_HTTP_TB_REVOKED);
 
     for (i = 0; i < nrev; i++) {
-        rec = cJSON_CreateObject();
-        if (rec == NULL) {
-            goto failed;
-        }
+        rec = ngx_http_tokenbiryani_json_push(arr);
 
-        cJSON_AddItemToArray(arr, rec);
-
-        if (cJSON_AddStringToObject(rec, "name", revoked[i].name) == NULL
+        if (rec == NULL
+            || cJSON_AddStringToObject(rec, "name", revoked[i].name) == NULL
             || ngx_http_tokenbiryani_keys_when(rec, "revoked_at",
                                                revoked[i].revoked_ms)
                != NGX_OK
@@ -335,29 +334,6 @@ ngx_http_tokenbiryani_key_record(const tb_keyspec_t *ks, const char *source)
 }
 
 
-static void
-ngx_http_tokenbiryani_keys_body(ngx_http_request_t *r)
-{
-    size_t        len;
-    u_char       *body;
-    ngx_int_t     rc;
-
-    rc = ngx_http_tokenbiryani_admin_body(r, &body, &len);
-    if (rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_tokenbiryani_send_error(r, rc, NULL,
-                                                                   NULL));
-        return;
-    }
-
-    rc = ngx_http_tokenbiryani_keys_write(r, body, len);
-
-    if (rc != NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
-    }
-}
-
-
 static int
 ngx_http_tokenbiryani_key_account(void *data, const char *id)
 {
@@ -373,8 +349,8 @@ ngx_http_tokenbiryani_key_account(void *data, const char *id)
 
 /* the write checked and prepared; sent to the store, or to the zone */
 static ngx_int_t
-ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
-    size_t len)
+ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w, u_char *body, size_t len)
 {
     ngx_int_t                           rc;
     ngx_str_t                          *name;
@@ -387,17 +363,12 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
+    kw = (ngx_http_tokenbiryani_key_write_t *) w;
+
     name = ngx_http_tokenbiryani_keys_name(r);
     if (name == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    kw = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_key_write_t));
-    if (kw == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    kw->request = r;
 
     if (name->len) {
         if (!tb_keyspec_valid_name((char *) name->data, name->len)) {
@@ -419,14 +390,15 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
                        "not_found_error", "no key \"%V\"", name);
         }
 
-        kw->name = ngx_pnalloc(r->pool, name->len + 1);
-        if (kw->name == NULL) {
+        w->name.len = name->len;
+        w->name.data = ngx_pnalloc(r->pool, name->len + 1);
+        if (w->name.data == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
         ngx_memcpy(kw->digest, ngx_http_tokenbiryani_minted_digest, 32);
 
-        ngx_cpystrn((u_char *) kw->name, name->data, name->len + 1);
+        ngx_cpystrn(w->name.data, name->data, name->len + 1);
 
         if (r->method == NGX_HTTP_DELETE) {
             kw->op = NGX_HTTP_TB_JOB_KEY_DELETE;
@@ -491,13 +463,14 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        kw->name = ngx_pnalloc(r->pool, ngx_strlen(ks.conf.name) + 1);
-        if (kw->name == NULL) {
+        w->name.len = ngx_strlen(ks.conf.name);
+        w->name.data = ngx_pnalloc(r->pool, w->name.len + 1);
+        if (w->name.data == NULL) {
             tb_keyspec_free(&ks);
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        ngx_memcpy(kw->name, ks.conf.name, ngx_strlen(ks.conf.name) + 1);
+        ngx_memcpy(w->name.data, ks.conf.name, w->name.len + 1);
 
         kw->op = NGX_HTTP_TB_JOB_KEY_INSERT;
     }
@@ -505,26 +478,17 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
     /* the spec, in the request's pool */
 
     {
-        char    *text;
-        size_t   tlen;
+        char  *text;
 
         text = tb_keyspec_json(&ks);
         tb_keyspec_free(&ks);
 
-        if (text == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        tlen = ngx_strlen(text);
-
-        kw->spec = ngx_pnalloc(r->pool, tlen + 1);
-        if (kw->spec == NULL) {
-            free(text);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ngx_memcpy(kw->spec, text, tlen + 1);
+        kw->spec = ngx_http_tokenbiryani_pool_text(r->pool, text);
         free(text);
+
+        if (kw->spec == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     /* the record as the store keeps it: bound to its name and digest */
@@ -533,8 +497,7 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
         ngx_str_t  rec;
 
         if (ngx_http_tokenbiryani_record_wrap(r->pool, tmcf, TB_REC_KEY,
-                                              (u_char *) kw->name,
-                                              ngx_strlen(kw->name),
+                                              w->name.data, w->name.len,
                                               kw->digest, 32,
                                               (u_char *) kw->spec,
                                               ngx_strlen(kw->spec), &rec)
@@ -549,88 +512,50 @@ ngx_http_tokenbiryani_keys_write(ngx_http_request_t *r, u_char *body,
 write:
 
     if (!ngx_http_tokenbiryani_store_on(tmcf)) {
-        return ngx_http_tokenbiryani_keys_apply(r, kw);
+        return ngx_http_tokenbiryani_keys_apply(r, w);
     }
 
-    kw->job.op = kw->op;
-    kw->job.u.record.name = kw->name;
-    kw->job.u.record.digest = kw->digest;
-    kw->job.u.record.spec = kw->spec;
-    kw->job.done = ngx_http_tokenbiryani_keys_written;
-    kw->job.data = kw;
+    w->job.op = kw->op;
+    w->job.u.record.name = (char *) w->name.data;
+    w->job.u.record.digest = kw->digest;
+    w->job.u.record.spec = kw->spec;
 
-    if (ngx_http_tokenbiryani_store_post(tmcf, &kw->job) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return NGX_DONE;
+    return ngx_http_tokenbiryani_admin_store(r, w) == NGX_DONE
+           ? NGX_DONE : NGX_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 
+/* the secret, shown once, kept no longer */
 static void
-ngx_http_tokenbiryani_keys_written(ngx_http_tokenbiryani_job_t *job)
+ngx_http_tokenbiryani_keys_done(ngx_http_tokenbiryani_admin_write_t *w)
 {
-    ngx_http_tokenbiryani_key_write_t *kw = job->data;
-
-    ngx_int_t            rc;
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
-
-    r = kw->request;
-    c = r->connection;
-
-    switch (job->rc) {
-
-    case TB_STORE_OK:
-        rc = ngx_http_tokenbiryani_keys_apply(r, kw);
-        break;
-
-    case TB_STORE_EXISTS:
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                 "invalid_request_error", "a key named \"%s\" exists",
-                 kw->name);
-        break;
-
-    case TB_STORE_NONE:
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                 "not_found_error", "no key \"%s\"", kw->name);
-        break;
-
-    default:
-        rc = ngx_http_tokenbiryani_send_error(r,
-                 NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
-                 "nothing was changed: the store cannot be written (%s)",
-                 job->err);
-        break;
-    }
+    ngx_http_tokenbiryani_key_write_t *kw =
+        (ngx_http_tokenbiryani_key_write_t *) w;
 
     ngx_explicit_memzero(kw->secret, sizeof(kw->secret));
-
-    ngx_http_finalize_request(r, rc);
-    ngx_http_run_posted_requests(c);
 }
 
 
 /* the write into the zone, where every worker sees it, and the answer */
 static ngx_int_t
 ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_key_write_t *kw)
+    ngx_http_tokenbiryani_admin_write_t *w)
 {
-    size_t                              nlen, tlen;
+    size_t                              tlen;
     ngx_uint_t                          rc;
     cJSON                              *root, *rec;
     const char                         *text;
     tb_keyspec_t                        ks;
+    ngx_http_tokenbiryani_key_write_t  *kw;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     char                                err[256];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-
-    nlen = ngx_strlen(kw->name);
+    kw = (ngx_http_tokenbiryani_key_write_t *) w;
 
     if (kw->op == NGX_HTTP_TB_JOB_KEY_DELETE) {
-        rc = ngx_http_tokenbiryani_rkey_delete(&tmcf->zone,
-                                               (u_char *) kw->name, nlen);
+        rc = ngx_http_tokenbiryani_rkey_delete(&tmcf->zone, w->name.data,
+                                               w->name.len);
 
     } else if (kw->op == NGX_HTTP_TB_JOB_KEY_INSERT
                && ngx_http_tokenbiryani_store_on(tmcf))
@@ -640,13 +565,14 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
          * instance's announcement of it, read back by this instance's
          * subscriber, may have put it into the zone already
          */
-        rc = ngx_http_tokenbiryani_rkey_set(&tmcf->zone, (u_char *) kw->name,
-                 nlen, kw->digest, (u_char *) kw->spec, ngx_strlen(kw->spec));
+        rc = ngx_http_tokenbiryani_rkey_set(&tmcf->zone, w->name.data,
+                 w->name.len, kw->digest, (u_char *) kw->spec,
+                 ngx_strlen(kw->spec));
 
     } else {
-        rc = ngx_http_tokenbiryani_rkey_put(&tmcf->zone, (u_char *) kw->name,
-                 nlen, kw->op == NGX_HTTP_TB_JOB_KEY_INSERT ? kw->digest
-                                                            : NULL,
+        rc = ngx_http_tokenbiryani_rkey_put(&tmcf->zone, w->name.data,
+                 w->name.len, kw->op == NGX_HTTP_TB_JOB_KEY_INSERT
+                              ? kw->digest : NULL,
                  (u_char *) kw->spec, ngx_strlen(kw->spec));
     }
 
@@ -657,26 +583,17 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
     case NGX_HTTP_TB_RKEY_SAME:
         break;
 
-    case NGX_HTTP_TB_RKEY_EXISTS:
-        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                   "invalid_request_error", "a key named \"%s\" exists",
-                   kw->name);
-
     case NGX_HTTP_TB_RKEY_NONE:
         if (kw->op == NGX_HTTP_TB_JOB_KEY_DELETE) {
             /* revoked meanwhile by another request: it is gone either way */
             break;
         }
 
-        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                   "not_found_error", "no key \"%s\"", kw->name);
+        /* fall through */
 
+    case NGX_HTTP_TB_RKEY_EXISTS:
     case NGX_HTTP_TB_RKEY_STALE:
-        /* another instance wrote a newer one meanwhile: it stands */
-        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                   "invalid_request_error", "key \"%s\" was changed "
-                   "meanwhile by another instance: read it and try again",
-                   kw->name);
+        return ngx_http_tokenbiryani_admin_refused(r, w, rc);
 
     default:
         return ngx_http_tokenbiryani_send_error(r,
@@ -688,7 +605,7 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
     }
 
     ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
-                  "tokenbiryani: key \"%s\" %s by an operator", kw->name,
+                  "tokenbiryani: key \"%V\" %s by an operator", &w->name,
                   kw->op == NGX_HTTP_TB_JOB_KEY_INSERT ? "minted"
                   : kw->op == NGX_HTTP_TB_JOB_KEY_UPDATE ? "rescoped"
                   : "revoked");
@@ -699,7 +616,9 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
     }
 
     if (kw->op == NGX_HTTP_TB_JOB_KEY_DELETE) {
-        if (cJSON_AddStringToObject(root, "revoked", kw->name) == NULL) {
+        if (cJSON_AddStringToObject(root, "revoked", (char *) w->name.data)
+            == NULL)
+        {
             cJSON_Delete(root);
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }

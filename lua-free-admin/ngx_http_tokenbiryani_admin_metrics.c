@@ -135,14 +135,10 @@ ngx_http_tokenbiryani_admin_horizon(ngx_http_request_t *r)
 
     (void) ngx_http_tokenbiryani_queue_snapshot(&tmcf->zone, &qv, NULL, 0);
 
-    root = cJSON_CreateObject();
-    if (root == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    obj = cJSON_AddObjectToObject(root, "accounts");
+    obj = ngx_http_tokenbiryani_json_doc(&root, "accounts",
+                                         cJSON_AddObjectToObject);
     if (obj == NULL) {
-        goto failed;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     cJSON_AddNumberToObject(obj, "total", (double) total);
@@ -285,6 +281,24 @@ ngx_http_tokenbiryani_text(ngx_http_tokenbiryani_text_t *tx,
                                    "# TYPE " name " " type "\n")
 
 
+/* a counter each account's state keeps at offset: a sample an account */
+static void
+ngx_http_tokenbiryani_account_counter(ngx_http_tokenbiryani_text_t *tx,
+    const char *name, ngx_http_tokenbiryani_account_t *a,
+    tb_account_state_t *s, ngx_uint_t n, size_t offset)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (!a[i].retired) {
+            ngx_http_tokenbiryani_text(tx, "%s{account=\"%V\"} %uL\n", name,
+                &a[i].id,
+                *(uint64_t *) (void *) ((u_char *) &s[i] + offset));
+        }
+    }
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r)
 {
@@ -343,6 +357,17 @@ ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r)
     for (i = 0; i < n; i++)                                                   \
         if (!a[i].retired)
 
+/* a family of one sample */
+#define tb_one_sample(name, type, help, fmt, value)                           \
+    tb_family(&tx, name, type, help);                                         \
+    ngx_http_tokenbiryani_text(&tx, name " " fmt "\n", value)
+
+/* a family of a counter each account has */
+#define tb_account_counter(name, help, field)                                 \
+    tb_family(&tx, name, "counter", help);                                    \
+    ngx_http_tokenbiryani_account_counter(&tx, name, a, s, n,                 \
+                                          offsetof(tb_account_state_t, field))
+
     tb_family(&tx, "tokenbiryani_requests_total", "counter",
               "Attempts answered or failed, by account and outcome.");
 
@@ -378,23 +403,12 @@ ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r)
             s[i].cost_total % 1000000000);
     }
 
-    tb_family(&tx, "tokenbiryani_unpriced_answers_total", "counter",
-              "Answers of a model with no price: not in the cost.");
+    tb_account_counter("tokenbiryani_unpriced_answers_total",
+                       "Answers of a model with no price: not in the cost.",
+                       unpriced);
 
-    tb_each_account {
-        ngx_http_tokenbiryani_text(&tx,
-            "tokenbiryani_unpriced_answers_total{account=\"%V\"} %uL\n",
-            &a[i].id, s[i].unpriced);
-    }
-
-    tb_family(&tx, "tokenbiryani_cache_hits_total", "counter",
-              "Answers that read a prompt cache.");
-
-    tb_each_account {
-        ngx_http_tokenbiryani_text(&tx,
-            "tokenbiryani_cache_hits_total{account=\"%V\"} %uL\n",
-            &a[i].id, s[i].cache_hits);
-    }
+    tb_account_counter("tokenbiryani_cache_hits_total",
+                       "Answers that read a prompt cache.", cache_hits);
 
     tb_family(&tx, "tokenbiryani_account_state", "gauge",
               "1 for the state each account is in.");
@@ -446,10 +460,9 @@ ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r)
             s[i].inflight);
     }
 
-    tb_family(&tx, "tokenbiryani_failovers_total", "counter",
-              "Answered requests that took more than one attempt.");
-    ngx_http_tokenbiryani_text(&tx, "tokenbiryani_failovers_total %uL\n",
-                               zs.failovers);
+    tb_one_sample("tokenbiryani_failovers_total", "counter",
+                  "Answered requests that took more than one attempt.",
+                  "%uL", zs.failovers);
 
     tb_family(&tx, "tokenbiryani_cache_breaks_total", "counter",
               "Decisions that moved a conversation off the account holding "
@@ -482,26 +495,21 @@ ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r)
         "tokenbiryani_queue_outcomes_total{outcome=\"client_left\"} %uL\n",
         qv.served, qv.timed_out, qv.full, qv.left);
 
-    tb_family(&tx, "tokenbiryani_leases", "gauge",
-              "Reservations held on the pool's accounts.");
-    ngx_http_tokenbiryani_text(&tx, "tokenbiryani_leases %uL\n",
-                               zs.leases_held);
+    tb_one_sample("tokenbiryani_leases", "gauge",
+                  "Reservations held on the pool's accounts.",
+                  "%uL", zs.leases_held);
 
-    tb_family(&tx, "tokenbiryani_leases_reclaimed_total", "counter",
-              "Leases taken back from workers that died or stopped renewing.");
-    ngx_http_tokenbiryani_text(&tx, "tokenbiryani_leases_reclaimed_total %uL\n",
-                               zs.leases_reclaimed);
+    tb_one_sample("tokenbiryani_leases_reclaimed_total", "counter",
+                  "Leases taken back from workers that died or stopped "
+                  "renewing.", "%uL", zs.leases_reclaimed);
 
-    tb_family(&tx, "tokenbiryani_sessions", "gauge",
-              "Conversations the zone tracks.");
-    ngx_http_tokenbiryani_text(&tx, "tokenbiryani_sessions %ui\n",
-                               zs.nsessions);
+    tb_one_sample("tokenbiryani_sessions", "gauge",
+                  "Conversations the zone tracks.", "%ui", zs.nsessions);
 
-    tb_family(&tx, "tokenbiryani_store_degraded", "gauge",
-              "1 while the durable store cannot be written.");
-    ngx_http_tokenbiryani_text(&tx, "tokenbiryani_store_degraded %d\n",
-                               ngx_http_tokenbiryani_store_on(tmcf)
-                               ? (int) (ss.degraded != 0) : 0);
+    tb_one_sample("tokenbiryani_store_degraded", "gauge",
+                  "1 while the durable store cannot be written.", "%d",
+                  ngx_http_tokenbiryani_store_on(tmcf)
+                  ? (int) (ss.degraded != 0) : 0);
 
     tb_family(&tx, "tokenbiryani_store_flushes_total", "counter",
               "History writes of the store, by result.");
@@ -511,6 +519,8 @@ ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r)
         ss.flushes, ss.failures);
 
 #undef tb_each_account
+#undef tb_one_sample
+#undef tb_account_counter
 
     if (tx.failed) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

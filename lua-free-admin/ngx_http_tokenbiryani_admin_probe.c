@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_admin.h"
 #include "ngx_http_tokenbiryani_admin_probe.h"
 
 
@@ -108,8 +109,6 @@ static void ngx_http_tokenbiryani_probe_finish(
 static void ngx_http_tokenbiryani_probe_close(
     ngx_http_tokenbiryani_probe_t *p, ngx_uint_t clean);
 static void ngx_http_tokenbiryani_probe_cleanup(void *data);
-static cJSON *ngx_http_tokenbiryani_probe_add_str(cJSON *obj,
-    const char *name, const ngx_str_t *s);
 
 
 /* the nine, in the mirror's order: window * TB_RL_NFIELDS + field */
@@ -1426,12 +1425,14 @@ ngx_http_tokenbiryani_probe_json(
               || cJSON_AddNumberToObject(root, "latency_ms",
                                          (double) res->latency_ms) == NULL
               || (res->error.len
-                  ? ngx_http_tokenbiryani_probe_add_str(root, "error",
-                                                        &res->error)
+                  ? ngx_http_tokenbiryani_add_str(root, "error",
+                                                  res->error.data,
+                                                  res->error.len)
                   : cJSON_AddNullToObject(root, "error")) == NULL
               || (res->detail.len
-                  ? ngx_http_tokenbiryani_probe_add_str(root, "detail",
-                                                        &res->detail)
+                  ? ngx_http_tokenbiryani_add_str(root, "detail",
+                                                  res->detail.data,
+                                                  res->detail.len)
                   : cJSON_AddNullToObject(root, "detail")) == NULL
               || cJSON_AddStringToObject(root, "family",
                                          present ? "limits"
@@ -1450,20 +1451,18 @@ ngx_http_tokenbiryani_probe_json(
     }
 
     for (i = 0; i < NGX_HTTP_TB_PROBE_NHEADERS; i++) {
-        item = cJSON_CreateObject();
-        if (item == NULL) {
-            goto failed;
-        }
+        item = ngx_http_tokenbiryani_json_push(arr);
 
-        cJSON_AddItemToArray(arr, item);
-
-        if (ngx_http_tokenbiryani_probe_add_str(item, "header",
-                &ngx_http_tokenbiryani_probe_names[i]) == NULL
+        if (item == NULL
+            || ngx_http_tokenbiryani_add_str(item, "header",
+                   ngx_http_tokenbiryani_probe_names[i].data,
+                   ngx_http_tokenbiryani_probe_names[i].len) == NULL
             || cJSON_AddBoolToObject(item, "present", res->values[i].len != 0)
                == NULL
             || (res->values[i].len
-                ? ngx_http_tokenbiryani_probe_add_str(item, "value",
-                                                      &res->values[i])
+                ? ngx_http_tokenbiryani_add_str(item, "value",
+                                                res->values[i].data,
+                                                res->values[i].len)
                 : cJSON_AddNullToObject(item, "value")) == NULL)
         {
             goto failed;
@@ -1531,8 +1530,9 @@ ngx_http_tokenbiryani_probe_json(
                                    (double) res->obs.retry_after_ms / 1000)
          : cJSON_AddNullToObject(root, "retry_after_seconds")) == NULL
         || (res->organization.len
-            ? ngx_http_tokenbiryani_probe_add_str(root, "organization_id",
-                                                  &res->organization)
+            ? ngx_http_tokenbiryani_add_str(root, "organization_id",
+                                            res->organization.data,
+                                            res->organization.len)
             : cJSON_AddNullToObject(root, "organization_id")) == NULL)
     {
         goto failed;
@@ -1597,21 +1597,4 @@ failed:
     cJSON_Delete(root);
 
     return NULL;
-}
-
-
-/* a string of the result, at most 511 bytes of it, added to obj as name */
-
-static cJSON *
-ngx_http_tokenbiryani_probe_add_str(cJSON *obj, const char *name,
-    const ngx_str_t *s)
-{
-    char    buf[512];
-    size_t  n;
-
-    n = ngx_min(s->len, sizeof(buf) - 1);
-    ngx_memcpy(buf, s->data, n);
-    buf[n] = '\0';
-
-    return cJSON_AddStringToObject(obj, name, buf);
 }

@@ -81,14 +81,12 @@ static const ngx_http_tokenbiryani_setting_t  ngx_http_tokenbiryani_settings[] =
 
 
 typedef struct {
-    ngx_http_tokenbiryani_job_t    job;
-    ngx_http_request_t            *request;
-    ngx_uint_t                     sync;         /* not from the pool */
-    u_char                        *strategy;     /* NULL: the file's */
-    uint64_t                       rgen;         /* its record's */
-    uint64_t                       ticket;       /* the reload's */
-    ngx_msec_t                     asked;
-    ngx_event_t                    wait;
+    ngx_http_tokenbiryani_admin_write_t   w;
+    u_char                               *strategy;  /* NULL: the file's */
+    uint64_t                              rgen;      /* its record's */
+    uint64_t                              ticket;    /* the reload's */
+    ngx_msec_t                            asked;
+    ngx_event_t                           wait;
 } ngx_http_tokenbiryani_settings_write_t;
 
 
@@ -96,11 +94,25 @@ typedef struct {
 #define NGX_HTTP_TB_RELOAD_WAIT_MS     15000
 
 
-static void ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r);
-static void ngx_http_tokenbiryani_settings_written(
-    ngx_http_tokenbiryani_job_t *job);
+static ngx_int_t ngx_http_tokenbiryani_settings_write(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w, u_char *body, size_t len);
+static ngx_int_t ngx_http_tokenbiryani_settings_apply(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w);
+static void ngx_http_tokenbiryani_reload_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_reload_wait(ngx_event_t *ev);
 static ngx_int_t ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r);
+
+
+/* a setting's write: any no of the store is its failure */
+static const ngx_http_tokenbiryani_admin_resource_t
+    ngx_http_tokenbiryani_setting_resource =
+{
+    NULL, NULL,
+    "nothing was changed: the store cannot be written",
+    ngx_http_tokenbiryani_settings_write,
+    ngx_http_tokenbiryani_settings_apply,
+    NULL
+};
 
 
 static cJSON *
@@ -128,7 +140,7 @@ ngx_http_tokenbiryani_setting_value(const tb_config_t *cf,
 ngx_int_t
 ngx_http_tokenbiryani_admin_settings(ngx_http_request_t *r)
 {
-    ngx_int_t  rc;
+    ngx_http_tokenbiryani_settings_write_t  *sw;
 
     if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
         return ngx_http_tokenbiryani_settings_get(r);
@@ -140,36 +152,28 @@ ngx_http_tokenbiryani_admin_settings(ngx_http_request_t *r)
                    &r->uri, &r->method_name);
     }
 
-    r->request_body_in_single_buf = 1;
-
-    rc = ngx_http_read_client_request_body(r,
-                                         ngx_http_tokenbiryani_settings_body);
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        return rc;
+    sw = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_settings_write_t));
+    if (sw == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return NGX_DONE;
+    sw->w.res = &ngx_http_tokenbiryani_setting_resource;
+
+    return ngx_http_tokenbiryani_admin_write(r, &sw->w);
 }
 
 
 ngx_int_t
 ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r)
 {
-    ngx_int_t  rc;
-
     if (r->method != NGX_HTTP_POST) {
         return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
                    "invalid_request_error", "%V expects POST, not %V",
                    &r->uri, &r->method_name);
     }
 
-    rc = ngx_http_read_client_request_body(r,
-                                         ngx_http_tokenbiryani_settings_body);
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        return rc;
-    }
-
-    return NGX_DONE;
+    return ngx_http_tokenbiryani_admin_read_body(r,
+                                           ngx_http_tokenbiryani_reload_body);
 }
 
 
@@ -185,10 +189,10 @@ ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    root = cJSON_CreateObject();
-    obj = root ? cJSON_AddObjectToObject(root, "settings") : NULL;
+    obj = ngx_http_tokenbiryani_json_doc(&root, "settings",
+                                         cJSON_AddObjectToObject);
     if (obj == NULL) {
-        goto failed;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     cur = ngx_http_tokenbiryani_strategy(tmcf);
@@ -288,24 +292,15 @@ failed:
 }
 
 
-/* the body read: the change checked, then written, or the file read */
+/* the body read: the reload helper asked to read the file */
 static void
-ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
+ngx_http_tokenbiryani_reload_body(ngx_http_request_t *r)
 {
-    size_t                                  len, plen;
-    u_char                                 *body;
-    ngx_str_t                               rec;
-    ngx_int_t                               rc;
-    ngx_uint_t                              reload, failed;
-    cJSON                                  *root, *v;
-    const tb_strategy_t                    *st;
-    ngx_http_tokenbiryani_main_conf_t      *tmcf;
-    ngx_http_tokenbiryani_settings_write_t *sw;
-    const ngx_http_tokenbiryani_setting_t  *s;
+    ngx_int_t                                rc;
+    ngx_http_tokenbiryani_main_conf_t       *tmcf;
+    ngx_http_tokenbiryani_settings_write_t  *sw;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-
-    reload = (r->uri.len == sizeof("/admin/reload") - 1);
 
     sw = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_settings_write_t));
     if (sw == NULL) {
@@ -313,70 +308,71 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
         return;
     }
 
-    sw->request = r;
-    sw->job.data = sw;
-    sw->job.done = ngx_http_tokenbiryani_settings_written;
+    sw->w.request = r;
 
-    if (reload) {
-        if (ngx_process != NGX_PROCESS_WORKER) {
-            rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                     "invalid_request_error", "this nginx runs without a "
-                     "master process (master_process off): restart it to "
-                     "apply the file");
-            ngx_http_finalize_request(r, rc);
-            return;
-        }
-
-        sw->ticket = ngx_http_tokenbiryani_reload_ticket(&tmcf->zone);
-
-        if (ngx_http_tokenbiryani_reloader_ask(tmcf) != NGX_OK) {
-            rc = ngx_http_tokenbiryani_send_error(r,
-                     NGX_HTTP_INTERNAL_SERVER_ERROR, "api_error",
-                     "the reload helper cannot be asked: run nginx -s "
-                     "reload");
-            ngx_http_finalize_request(r, rc);
-            return;
-        }
-
-        /* its answer comes through the zone: looked for on a timer */
-
-        sw->asked = ngx_current_msec;
-        sw->wait.handler = ngx_http_tokenbiryani_reload_wait;
-        sw->wait.data = r->connection;
-        sw->wait.log = r->connection->log;
-        sw->wait.cancelable = 1;
-
-        ngx_add_timer(&sw->wait, NGX_HTTP_TB_RELOAD_POLL_MS);
+    if (ngx_process != NGX_PROCESS_WORKER) {
+        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                 "invalid_request_error", "this nginx runs without a "
+                 "master process (master_process off): restart it to "
+                 "apply the file");
+        ngx_http_finalize_request(r, rc);
         return;
     }
 
-    /* the body, whole and in memory */
+    sw->ticket = ngx_http_tokenbiryani_reload_ticket(&tmcf->zone);
 
-    rc = ngx_http_tokenbiryani_admin_body(r, &body, &len);
-    if (rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_tokenbiryani_send_error(r, rc, NULL,
-                                                                   NULL));
+    if (ngx_http_tokenbiryani_reloader_ask(tmcf) != NGX_OK) {
+        rc = ngx_http_tokenbiryani_send_error(r,
+                 NGX_HTTP_INTERNAL_SERVER_ERROR, "api_error",
+                 "the reload helper cannot be asked: run nginx -s reload");
+        ngx_http_finalize_request(r, rc);
         return;
     }
+
+    /* its answer comes through the zone: looked for on a timer */
+
+    sw->asked = ngx_current_msec;
+    sw->wait.handler = ngx_http_tokenbiryani_reload_wait;
+    sw->wait.data = r->connection;
+    sw->wait.log = r->connection->log;
+    sw->wait.cancelable = 1;
+
+    ngx_add_timer(&sw->wait, NGX_HTTP_TB_RELOAD_POLL_MS);
+}
+
+
+/* the change checked, then written: NGX_DONE, or a status */
+static ngx_int_t
+ngx_http_tokenbiryani_settings_write(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w, u_char *body, size_t len)
+{
+    size_t                                  plen;
+    ngx_str_t                               rec;
+    ngx_int_t                               rc;
+    ngx_uint_t                              failed;
+    cJSON                                  *root, *v;
+    const tb_strategy_t                    *st;
+    ngx_http_tokenbiryani_main_conf_t      *tmcf;
+    ngx_http_tokenbiryani_settings_write_t *sw;
+    const ngx_http_tokenbiryani_setting_t  *s;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    sw = (ngx_http_tokenbiryani_settings_write_t *) w;
 
     root = cJSON_ParseWithLength((char *) body, len);
 
     if (root == NULL || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                 "invalid_request_error", "the body must be a JSON object, "
-                 "such as {\"routing.strategy\": \"headroom\"}");
-        ngx_http_finalize_request(r, rc);
-        return;
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_request_error", "the body must be a JSON object, "
+                   "such as {\"routing.strategy\": \"headroom\"}");
     }
 
     if (cJSON_GetArraySize(root) == 0) {
         cJSON_Delete(root);
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                 "invalid_request_error", "nothing to change: name a setting");
-        ngx_http_finalize_request(r, rc);
-        return;
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
+                   "invalid_request_error",
+                   "nothing to change: name a setting");
     }
 
     rc = NGX_OK;
@@ -434,16 +430,12 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
     cJSON_Delete(root);
 
     if (failed) {
-        ngx_http_finalize_request(r, rc);
-        return;
+        return rc;
     }
 
     if (!ngx_http_tokenbiryani_store_on(tmcf)) {
         /* the zone is all there is: applied now, in this handler */
-        sw->job.rc = TB_STORE_OK;
-        sw->sync = 1;
-        ngx_http_tokenbiryani_settings_written(&sw->job);
-        return;
+        return ngx_http_tokenbiryani_settings_apply(r, w);
     }
 
     /* the record as the store keeps it: its name, its value, authenticated */
@@ -455,75 +447,52 @@ ngx_http_tokenbiryani_settings_body(ngx_http_request_t *r)
             sw->strategy ? ngx_strlen(sw->strategy) : 0, &rec)
         != NGX_OK)
     {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     (void) tb_rec_payload((char *) rec.data, rec.len, &plen, &sw->rgen);
 
-    sw->job.op = NGX_HTTP_TB_JOB_SETTING;
-    sw->job.u.record.name = "setting.routing.strategy";
-    sw->job.u.record.spec = (char *) rec.data;
+    w->job.op = NGX_HTTP_TB_JOB_SETTING;
+    w->job.u.record.name = "setting.routing.strategy";
+    w->job.u.record.spec = (char *) rec.data;
 
-    if (ngx_http_tokenbiryani_store_post(tmcf, &sw->job) != NGX_OK) {
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                 "api_error", "this nginx has no thread pool to do it in");
-        ngx_http_finalize_request(r, rc);
+    if (ngx_http_tokenbiryani_admin_store(r, w) != NGX_DONE) {
+        return ngx_http_tokenbiryani_send_error(r,
+                   NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
+                   "this nginx has no thread pool to do it in");
     }
+
+    return NGX_DONE;
 }
 
 
-static void
-ngx_http_tokenbiryani_settings_written(ngx_http_tokenbiryani_job_t *job)
+/* the strategy into the zone, for every worker, and the settings shown */
+static ngx_int_t
+ngx_http_tokenbiryani_settings_apply(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w)
 {
-    ngx_http_tokenbiryani_settings_write_t *sw = job->data;
+    ngx_http_tokenbiryani_main_conf_t       *tmcf;
+    ngx_http_tokenbiryani_settings_write_t  *sw;
 
-    ngx_int_t                            rc;
-    ngx_uint_t                           sync;
-    ngx_connection_t                    *c;
-    ngx_http_request_t                  *r;
-    ngx_http_tokenbiryani_main_conf_t   *tmcf;
-
-    r = sw->request;
-    c = r->connection;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-
-    if (job->rc != TB_STORE_OK) {
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                 "api_error", "nothing was changed: the store cannot be "
-                 "written (%s)", job->err);
-        goto done;
-    }
+    sw = (ngx_http_tokenbiryani_settings_write_t *) w;
 
     if (ngx_http_tokenbiryani_settings_set_strategy(&tmcf->zone,
             sw->strategy, sw->strategy ? ngx_strlen(sw->strategy) : 0,
             sw->rgen)
         == NGX_HTTP_TB_RKEY_STALE)
     {
-        rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
-                 "invalid_request_error", "routing.strategy was set "
-                 "meanwhile by another instance: read it and try again");
-        goto done;
+        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_CONFLICT,
+                   "invalid_request_error", "routing.strategy was set "
+                   "meanwhile by another instance: read it and try again");
     }
 
-    ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
+    ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
                   "tokenbiryani: routing.strategy set to \"%s\" by an "
                   "operator", sw->strategy ? (char *) sw->strategy
                                            : tmcf->strategy->name);
 
-    rc = ngx_http_tokenbiryani_settings_get(r);
-
-done:
-
-    sync = sw->sync;
-
-    /* the request, and sw in its pool, may be gone after this */
-    ngx_http_finalize_request(r, rc);
-
-    if (!sync) {
-        /* from the thread pool's event: as an event handler ends */
-        ngx_http_run_posted_requests(c);
-    }
+    return ngx_http_tokenbiryani_settings_get(r);
 }
 
 
@@ -543,7 +512,7 @@ ngx_http_tokenbiryani_reload_wait(ngx_event_t *ev)
     sw = (ngx_http_tokenbiryani_settings_write_t *)
          ((u_char *) ev - offsetof(ngx_http_tokenbiryani_settings_write_t,
                                    wait));
-    r = sw->request;
+    r = sw->w.request;
     c = r->connection;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 

@@ -20,20 +20,30 @@
 
 
 typedef struct {
-    ngx_http_request_t            *request;
-    const char                    *range;
-    const char                    *by;
-    ngx_http_tokenbiryani_job_t    job;
+    ngx_http_tokenbiryani_admin_write_t   w;
+    const char                           *range;
+    const char                           *by;
 } ngx_http_tokenbiryani_usage_read_t;
 
 
-static void ngx_http_tokenbiryani_usage_read(ngx_http_tokenbiryani_job_t *job);
 static ngx_int_t ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_usage_read_t *ur);
+    ngx_http_tokenbiryani_admin_write_t *w);
+static void ngx_http_tokenbiryani_usage_done(
+    ngx_http_tokenbiryani_admin_write_t *w);
 static void ngx_http_tokenbiryani_usage_add(tb_usage_row_t *to,
     const tb_usage_row_t *u);
 static cJSON *ngx_http_tokenbiryani_usage_json(cJSON *obj,
     const tb_usage_row_t *u);
+
+
+/* a read of the store: answered as a write is, and never refused */
+static const ngx_http_tokenbiryani_admin_resource_t
+    ngx_http_tokenbiryani_usage_resource =
+{
+    NULL, NULL, "the store cannot be read", NULL,
+    ngx_http_tokenbiryani_usage_answer,
+    ngx_http_tokenbiryani_usage_done
+};
 
 
 static const struct {
@@ -71,8 +81,9 @@ ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ur->request = r;
-    ur->job.u.usage.by = TB_STORE_BY_NONE;
+    ur->w.request = r;
+    ur->w.res = &ngx_http_tokenbiryani_usage_resource;
+    ur->w.job.u.usage.by = TB_STORE_BY_NONE;
     ur->by = NULL;
     i = 0;
 
@@ -98,17 +109,17 @@ ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r)
     }
 
     ur->range = ngx_http_tokenbiryani_ranges[i].name;
-    ur->job.u.usage.step = ngx_http_tokenbiryani_ranges[i].step;
-    ur->job.u.usage.from = (ngx_time()
-                            - ngx_http_tokenbiryani_ranges[i].seconds)
-                           / ur->job.u.usage.step * ur->job.u.usage.step;
+    ur->w.job.u.usage.step = ngx_http_tokenbiryani_ranges[i].step;
+    ur->w.job.u.usage.from = (ngx_time()
+                              - ngx_http_tokenbiryani_ranges[i].seconds)
+                             / ur->w.job.u.usage.step * ur->w.job.u.usage.step;
 
     if (ngx_http_arg(r, (u_char *) "by", 2, &value) == NGX_OK) {
         for (i = 1; i < 4; i++) {
             if (value.len == ngx_strlen(bys[i])
                 && ngx_strncmp(value.data, bys[i], value.len) == 0)
             {
-                ur->job.u.usage.by = (int) i;
+                ur->w.job.u.usage.by = (int) i;
                 ur->by = bys[i];
                 break;
             }
@@ -129,11 +140,9 @@ ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r)
                    "store.backend: sqlite");
     }
 
-    ur->job.op = NGX_HTTP_TB_JOB_USAGE;
-    ur->job.done = ngx_http_tokenbiryani_usage_read;
-    ur->job.data = ur;
+    ur->w.job.op = NGX_HTTP_TB_JOB_USAGE;
 
-    if (ngx_http_tokenbiryani_store_post(tmcf, &ur->job) != NGX_OK) {
+    if (ngx_http_tokenbiryani_admin_store(r, &ur->w) != NGX_DONE) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -145,51 +154,30 @@ ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r)
 
 
 static void
-ngx_http_tokenbiryani_usage_read(ngx_http_tokenbiryani_job_t *job)
+ngx_http_tokenbiryani_usage_done(ngx_http_tokenbiryani_admin_write_t *w)
 {
-    ngx_http_tokenbiryani_usage_read_t *ur = job->data;
-
-    ngx_int_t            rc;
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
-
-    r = ur->request;
-    c = r->connection;
-
-    if (job->rc == TB_STORE_OK) {
-        rc = ngx_http_tokenbiryani_usage_answer(r, ur);
-
-    } else {
-        rc = ngx_http_tokenbiryani_send_error(r,
-                 NGX_HTTP_SERVICE_UNAVAILABLE, "api_error",
-                 "the store cannot be read (%s)", job->err);
-    }
-
-    free(job->u.usage.points);
-    job->u.usage.points = NULL;
-
-    ngx_http_finalize_request(r, rc);
-    ngx_http_run_posted_requests(c);
+    free(w->job.u.usage.points);
+    w->job.u.usage.points = NULL;
 }
 
 
 static ngx_int_t
 ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_usage_read_t *ur)
+    ngx_http_tokenbiryani_admin_write_t *w)
 {
     ngx_uint_t                           i, j, ngroups;
     cJSON                               *root, *groups, *g, *series, *pt;
     tb_usage_row_t                       total, *gt;
-    ngx_http_tokenbiryani_job_t         *job;
     ngx_http_tokenbiryani_job_usage_t   *us;
+    ngx_http_tokenbiryani_usage_read_t  *ur;
     ngx_http_tokenbiryani_usage_point_t *p;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
     ngx_http_tokenbiryani_store_state_t  st;
     char                                 buf[64];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    job = &ur->job;
-    us = &job->u.usage;
+    ur = (ngx_http_tokenbiryani_usage_read_t *) w;
+    us = &w->job.u.usage;
 
     root = cJSON_CreateObject();
     if (root == NULL) {
@@ -372,8 +360,7 @@ ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r)
 {
     double                                 spend;
     int64_t                                now, bm, turns, cost;
-    ngx_int_t                              limit;
-    ngx_str_t                              value;
+    ngx_int_t                              rc, limit;
     ngx_uint_t                             i, n, total, runaway;
     cJSON                                 *root, *arr, *item;
     const char                            *id;
@@ -397,14 +384,9 @@ ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r)
 
     limit = cf->sessions_report_limit;
 
-    if (ngx_http_arg(r, (u_char *) "limit", 5, &value) == NGX_OK) {
-        limit = ngx_atoi(value.data, value.len);
-
-        if (limit == NGX_ERROR || limit < 1 || limit > 1000) {
-            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
-                       "invalid_request_error",
-                       "limit: expected an integer from 1 to 1000");
-        }
+    rc = ngx_http_tokenbiryani_admin_limit(r, &limit, 1000);
+    if (rc != NGX_OK) {
+        return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
     }
 
     views = ngx_palloc(r->pool, (limit + 1)

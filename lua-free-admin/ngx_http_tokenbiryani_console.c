@@ -117,8 +117,9 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
     ngx_str_t                             rest;
     ngx_buf_t                            *b;
     ngx_chain_t                           out;
-    ngx_table_elt_t                      *loc;
     const ngx_http_tokenbiryani_asset_t  *a;
+
+    static ngx_str_t  location = ngx_string("/console/");
 
     if (ngx_http_tokenbiryani_create_ctx(r) == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -161,15 +162,8 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
                        "{\"ticket\": T} with a Content-Length, 1 KB at most");
         }
 
-        r->request_body_in_single_buf = 1;
-
-        rc = ngx_http_read_client_request_body(r,
+        return ngx_http_tokenbiryani_admin_read_body(r,
                                        ngx_http_tokenbiryani_console_redeem);
-        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-            return rc;
-        }
-
-        return NGX_DONE;
     }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -184,21 +178,14 @@ ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r)
     }
 
     if (rest.len == 0) {
-        /* its files are named relative to /console/ */
-        loc = ngx_list_push(&r->headers_out.headers);
-        if (loc == NULL) {
+        /* its files are named relative to /console/; relative, as it is:
+         * not r->headers_out.location, which nginx makes absolute with a
+         * scheme and port a proxy in front may not share */
+        if (ngx_http_tokenbiryani_add_header(r, "Location", &location)
+            != NGX_OK)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-
-        /* relative, as it is: not r->headers_out.location, which nginx
-         * makes absolute with a scheme and port a proxy in front may not
-         * share */
-        loc->hash = 1;
-#if (nginx_version >= 1023000)
-        loc->next = NULL;
-#endif
-        ngx_str_set(&loc->key, "Location");
-        ngx_str_set(&loc->value, "/console/");
 
         return NGX_HTTP_MOVED_PERMANENTLY;
     }

@@ -51,26 +51,51 @@ static void ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r,
     ngx_int_t rc);
 
 
-/* request headers the client's request never passes upstream */
-static ngx_str_t  ngx_http_tokenbiryani_skip_headers[] = {
-    ngx_string("host"),
-    ngx_string("connection"),
-    ngx_string("keep-alive"),
-    ngx_string("proxy-connection"),
-    ngx_string("proxy-authorization"),
-    ngx_string("proxy-authenticate"),
-    ngx_string("te"),
-    ngx_string("trailer"),
-    ngx_string("transfer-encoding"),
-    ngx_string("upgrade"),
-    ngx_string("content-length"),
-    ngx_string("expect"),
-    ngx_string("x-api-key"),
-    ngx_string("authorization"),
+/*
+ * The request headers the client's request never passes upstream, by the
+ * length of their names: every header of every attempt is looked up here,
+ * with one comparison for most.
+ */
+static const char  *ngx_http_tokenbiryani_skip_headers[][2] = {
+    [2]  = { "te", NULL },
+    [4]  = { "host", NULL },
+    [6]  = { "expect", NULL },
+    [7]  = { "trailer", "upgrade" },
+    [9]  = { "x-api-key", NULL },
+    [10] = { "connection", "keep-alive" },
+    [13] = { "authorization", NULL },
+    [14] = { "content-length", NULL },
     /* the gateway reads usage from the stream: identity encoding only */
-    ngx_string("accept-encoding"),
-    ngx_null_string
+    [15] = { "accept-encoding", NULL },
+    [16] = { "proxy-connection", NULL },
+    [17] = { "transfer-encoding", NULL },
+    [18] = { "proxy-authenticate", NULL },
+    [19] = { "proxy-authorization", NULL }
 };
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_skip_header(ngx_table_elt_t *h)
+{
+    ngx_uint_t    i;
+    const char  **names;
+
+    if (h->key.len >= sizeof(ngx_http_tokenbiryani_skip_headers)
+                      / sizeof(ngx_http_tokenbiryani_skip_headers[0]))
+    {
+        return 0;
+    }
+
+    names = ngx_http_tokenbiryani_skip_headers[h->key.len];
+
+    for (i = 0; i < 2 && names[i] != NULL; i++) {
+        if (ngx_memcmp(h->lowcase_key, names[i], h->key.len) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
 
 
 ngx_msec_t
@@ -240,7 +265,6 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 {
     size_t                            len;
     ngx_buf_t                        *b;
-    ngx_str_t                        *s;
     ngx_uint_t                        j, version;
     ngx_table_elt_t                  *h;
     tb_account_conf_t                *ac;
@@ -311,21 +335,13 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 
     while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
         if (h->key.len > sizeof("x-tokenbiryani-") - 1
-            && ngx_strncmp(h->lowcase_key, "x-tokenbiryani-",
-                           sizeof("x-tokenbiryani-") - 1) == 0)
+            && ngx_memcmp(h->lowcase_key, "x-tokenbiryani-",
+                          sizeof("x-tokenbiryani-") - 1) == 0)
         {
             continue;
         }
 
-        for (s = ngx_http_tokenbiryani_skip_headers; s->len; s++) {
-            if (h->key.len == s->len
-                && ngx_strncmp(h->lowcase_key, s->data, s->len) == 0)
-            {
-                break;
-            }
-        }
-
-        if (s->len) {
+        if (ngx_http_tokenbiryani_skip_header(h)) {
             continue;
         }
 
@@ -345,8 +361,8 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
         }
 
         if (h->key.len == sizeof("anthropic-version") - 1
-            && ngx_strncmp(h->lowcase_key, "anthropic-version",
-                           h->key.len) == 0)
+            && ngx_memcmp(h->lowcase_key, "anthropic-version",
+                          sizeof("anthropic-version") - 1) == 0)
         {
             version = 1;
         }

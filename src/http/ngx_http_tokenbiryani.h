@@ -453,4 +453,27 @@ ngx_http_tokenbiryani_header_next(ngx_http_tokenbiryani_hiter_t *it)
 }
 
 
+/* ctx->hold moved to size bytes (more than it has), the held bytes kept */
+static ngx_inline ngx_int_t
+ngx_http_tokenbiryani_hold_resize(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, size_t size)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(r->pool, size);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->resp.held) {
+        ngx_memcpy(p, ctx->hold, ctx->resp.held);
+    }
+
+    ctx->hold = p;
+    ctx->hold_size = size;
+
+    return NGX_OK;
+}
+
+
 #endif /* _NGX_HTTP_TOKENBIRYANI_H_INCLUDED_ */

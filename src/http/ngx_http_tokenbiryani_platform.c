@@ -733,7 +733,6 @@ static u_char *
 ngx_http_tokenbiryani_evs_room(ngx_http_tokenbiryani_evs_sink_t *s,
     size_t need)
 {
-    u_char                       *p;
     size_t                        size;
     ngx_buf_t                    *b;
     ngx_chain_t                  *cl;
@@ -755,19 +754,11 @@ ngx_http_tokenbiryani_evs_room(ngx_http_tokenbiryani_evs_sink_t *s,
         size = ngx_max(2 * ctx->hold_size, ctx->resp.held + need);
         size = ngx_max(size, NGX_HTTP_TB_EVS_BUF);
 
-        p = ngx_pnalloc(r->pool, size);
-        if (p == NULL) {
+        if (ngx_http_tokenbiryani_hold_resize(r, ctx, size) != NGX_OK) {
             return NULL;
         }
 
-        if (ctx->resp.held) {
-            ngx_memcpy(p, ctx->hold, ctx->resp.held);
-        }
-
-        ctx->hold = p;
-        ctx->hold_size = size;
-
-        return p + ctx->resp.held;
+        return ctx->hold + ctx->resp.held;
     }
 
     /* after it: bufs of the upstream's free list, their memory reused */
@@ -1061,7 +1052,6 @@ ngx_int_t
 ngx_http_tokenbiryani_platform_commit(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    u_char               *p;
     size_t                size;
     ngx_http_upstream_t  *u;
 
@@ -1071,18 +1061,10 @@ ngx_http_tokenbiryani_platform_commit(ngx_http_request_t *r,
 
     size = ctx->resp.held + u->conf->buffer_size;
 
-    if (ctx->hold_size < size) {
-        p = ngx_pnalloc(r->pool, size);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (ctx->resp.held) {
-            ngx_memcpy(p, ctx->hold, ctx->resp.held);
-        }
-
-        ctx->hold = p;
-        ctx->hold_size = size;
+    if (ctx->hold_size < size
+        && ngx_http_tokenbiryani_hold_resize(r, ctx, size) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     u->buffer.start = ctx->hold;

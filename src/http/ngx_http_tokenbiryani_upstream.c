@@ -953,7 +953,6 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     off_t                               want, clen;
-    u_char                             *p;
     size_t                              n, size, bound;
     ngx_int_t                           rc;
     ngx_buf_t                           tmp;
@@ -1005,17 +1004,9 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
                                  u->conf->buffer_size))
                : (size_t) clen;
 
-        p = ngx_pnalloc(r->pool, size);
-        if (p == NULL) {
+        if (ngx_http_tokenbiryani_hold_resize(r, ctx, size) != NGX_OK) {
             return NGX_ERROR;
         }
-
-        if (resp->held) {
-            ngx_memcpy(p, ctx->hold, resp->held);
-        }
-
-        ctx->hold = p;
-        ctx->hold_size = size;
     }
 
     if (u->headers_in.chunked) {

@@ -21,6 +21,11 @@
 #include "ngx_http_tokenbiryani_platform.h"
 
 
+/* a run of a chunked body's data: NGX_OK for more, NGX_DECLINED to stop */
+typedef ngx_int_t (*ngx_http_tokenbiryani_chunk_pt)(void *data, u_char *p,
+    size_t n);
+
+
 static ngx_int_t ngx_http_tokenbiryani_create_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_reinit_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_process_status_line(
@@ -29,11 +34,20 @@ static ngx_int_t ngx_http_tokenbiryani_process_header(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_peek_stream(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_sse_in(void *data, u_char *p,
+    size_t n);
 static ngx_int_t ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_errbody_copy(void *data, u_char *p,
+    size_t n);
 static ngx_int_t ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static void ngx_http_tokenbiryani_unchunk(ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_unchunk_move(void *data, u_char *p,
+    size_t n);
+static ngx_int_t ngx_http_tokenbiryani_dechunk(ngx_http_request_t *r,
+    u_char **pos, u_char *last, ngx_http_chunked_t *chunked,
+    ngx_http_tokenbiryani_chunk_pt handler, void *data);
 static ngx_int_t ngx_http_tokenbiryani_decide(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
@@ -792,60 +806,53 @@ static ngx_int_t
 ngx_http_tokenbiryani_peek_stream(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    off_t                 n;
+    size_t                n;
     ngx_int_t             rc;
-    ngx_buf_t             tmp;
-    tb_sse_t             *sse;
     ngx_http_upstream_t  *u;
 
     u = r->upstream;
-    sse = ctx->sse;
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
-    tmp.pos = ctx->resp.peek_pos;
-    tmp.last = u->buffer.last;
+    if (ctx->resp.peek_pos >= u->buffer.last
+        || ctx->sse->delta || ctx->sse->error)
+    {
+        return NGX_OK;
+    }
 
-    while (tmp.pos < tmp.last && !sse->delta && !sse->error) {
+    if (!u->headers_in.chunked) {
+        n = u->buffer.last - ctx->resp.peek_pos;
+        (void) ngx_http_tokenbiryani_sse_in(ctx, ctx->resp.peek_pos, n);
+        ctx->resp.peek_pos = u->buffer.last;
+        return NGX_OK;
+    }
 
-        if (!u->headers_in.chunked) {
-            n = tmp.last - tmp.pos;
-            (void) tb_sse_feed(sse, tmp.pos, n);
-            ctx->resp.sse_fed += n;
-            tmp.pos = tmp.last;
-            break;
-        }
+    rc = ngx_http_tokenbiryani_dechunk(r, &ctx->resp.peek_pos, u->buffer.last,
+                                       &ctx->resp.peek_chunked,
+                                       ngx_http_tokenbiryani_sse_in, ctx);
 
-        rc = ngx_http_parse_chunked(r, &tmp, &ctx->resp.peek_chunked);
+    if (rc == NGX_DONE) {
+        ctx->resp.peek_eof = 1;
 
-        if (rc == NGX_OK) {
-            n = ngx_min((off_t) (tmp.last - tmp.pos),
-                        ctx->resp.peek_chunked.size);
-
-            (void) tb_sse_feed(sse, tmp.pos, n);
-
-            ctx->resp.sse_fed += n;
-            tmp.pos += n;
-            ctx->resp.peek_chunked.size -= n;
-            continue;
-        }
-
-        if (rc == NGX_DONE) {
-            ctx->resp.peek_eof = 1;
-            break;
-        }
-
-        if (rc == NGX_AGAIN) {
-            break;
-        }
-
+    } else if (rc == NGX_ERROR) {
         return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
                    "sent an invalid chunked stream",
                    NGX_HTTP_UPSTREAM_INVALID_HEADER);
     }
 
-    ctx->resp.peek_pos = tmp.pos;
-
     return NGX_OK;
+}
+
+
+/* stream bytes into the SSE parser: enough once it saw a delta or an error */
+
+static ngx_int_t
+ngx_http_tokenbiryani_sse_in(void *data, u_char *p, size_t n)
+{
+    ngx_http_tokenbiryani_ctx_t *ctx = data;
+
+    (void) tb_sse_feed(ctx->sse, p, n);
+    ctx->resp.sse_fed += n;
+
+    return (ctx->sse->delta || ctx->sse->error) ? NGX_DECLINED : NGX_OK;
 }
 
 
@@ -859,10 +866,8 @@ static ngx_int_t
 ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    off_t                              want, m;
-    size_t                             n;
+    off_t                              want;
     ngx_int_t                          rc;
-    ngx_buf_t                          tmp;
     ngx_http_upstream_t               *u;
     ngx_http_tokenbiryani_response_t  *resp;
 
@@ -899,30 +904,9 @@ ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
         }
     }
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
-    tmp.pos = resp->peek_pos;
-    tmp.last = u->buffer.last;
-
-    for ( ;; ) {
-        rc = ngx_http_parse_chunked(r, &tmp, &resp->peek_chunked);
-
-        if (rc == NGX_OK) {
-            m = ngx_min((off_t) (tmp.last - tmp.pos),
-                        resp->peek_chunked.size);
-            n = ngx_min((size_t) m, u->conf->buffer_size - resp->errbody_len);
-
-            ngx_memcpy(resp->errbody + resp->errbody_len, tmp.pos, n);
-            resp->errbody_len += n;
-
-            tmp.pos += (size_t) m;
-            resp->peek_chunked.size -= m;
-            continue;
-        }
-
-        break;
-    }
-
-    resp->peek_pos = tmp.pos;
+    rc = ngx_http_tokenbiryani_dechunk(r, &resp->peek_pos, u->buffer.last,
+                                       &resp->peek_chunked,
+                                       ngx_http_tokenbiryani_errbody_copy, ctx);
 
     if (rc == NGX_AGAIN && u->buffer.last < u->buffer.end
         && resp->errbody_len < u->conf->buffer_size)
@@ -931,6 +915,28 @@ ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     }
 
     /* the last chunk, a full buffer, or a broken encoding: classify */
+
+    return NGX_OK;
+}
+
+
+/* an error's chunk data, decoded into resp.errbody as far as it has room */
+
+static ngx_int_t
+ngx_http_tokenbiryani_errbody_copy(void *data, u_char *p, size_t n)
+{
+    ngx_http_tokenbiryani_ctx_t *ctx = data;
+
+    size_t                             size;
+    ngx_http_tokenbiryani_response_t  *resp;
+
+    resp = &ctx->resp;
+    size = ctx->request->upstream->conf->buffer_size;
+
+    n = ngx_min(n, size - resp->errbody_len);
+
+    ngx_memcpy(resp->errbody + resp->errbody_len, p, n);
+    resp->errbody_len += n;
 
     return NGX_OK;
 }
@@ -953,9 +959,9 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     off_t                               want, clen;
+    u_char                             *end;
     size_t                              n, size, bound;
     ngx_int_t                           rc;
-    ngx_buf_t                           tmp;
     ngx_http_upstream_t                *u;
     ngx_http_tokenbiryani_response_t   *resp;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -1013,23 +1019,10 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
 
         /* where the last chunk is: the raw bytes are held as they came */
 
-        ngx_memzero(&tmp, sizeof(ngx_buf_t));
-        tmp.pos = resp->peek_pos;
-        tmp.last = u->buffer.last;
+        end = resp->peek_pos;
 
-        for ( ;; ) {
-            rc = ngx_http_parse_chunked(r, &tmp, &resp->peek_chunked);
-
-            if (rc == NGX_OK) {
-                n = ngx_min((off_t) (tmp.last - tmp.pos),
-                            resp->peek_chunked.size);
-                tmp.pos += n;
-                resp->peek_chunked.size -= n;
-                continue;
-            }
-
-            break;
-        }
+        rc = ngx_http_tokenbiryani_dechunk(r, &end, u->buffer.last,
+                                           &resp->peek_chunked, NULL, NULL);
 
         if (rc == NGX_ERROR) {
             return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
@@ -1039,8 +1032,8 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
 
         if (rc == NGX_DONE) {
             resp->done = 1;
-            resp->overlong = (tmp.pos != tmp.last);
-            want = tmp.pos - resp->peek_pos;
+            resp->overlong = (end != u->buffer.last);
+            want = end - resp->peek_pos;
         }
     }
 
@@ -1095,42 +1088,84 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
 static void
 ngx_http_tokenbiryani_unchunk(ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    u_char               *w;
-    size_t                n;
-    ngx_int_t             rc;
-    ngx_buf_t             tmp;
+    u_char               *pos, *w;
     ngx_http_chunked_t    chunked;
-    ngx_http_request_t   *r;
     ngx_http_upstream_t  *u;
 
-    r = ctx->request;
-    u = r->upstream;
+    u = ctx->request->upstream;
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
     ngx_memzero(&chunked, sizeof(ngx_http_chunked_t));
-    tmp.pos = ctx->hold;
-    tmp.last = ctx->hold + ctx->resp.held;
+    pos = ctx->hold;
     w = ctx->hold;
 
-    for ( ;; ) {
-        rc = ngx_http_parse_chunked(r, &tmp, &chunked);
-
-        if (rc != NGX_OK) {
-            break;
-        }
-
-        /* decoded bytes are never ahead of the raw ones: memmove */
-        n = ngx_min((off_t) (tmp.last - tmp.pos), chunked.size);
-        ngx_memmove(w, tmp.pos, n);
-        w += n;
-        tmp.pos += n;
-        chunked.size -= n;
-    }
+    (void) ngx_http_tokenbiryani_dechunk(ctx->request, &pos,
+                                         ctx->hold + ctx->resp.held, &chunked,
+                                         ngx_http_tokenbiryani_unchunk_move,
+                                         &w);
 
     ctx->resp.held = w - ctx->hold;
 
     u->headers_in.chunked = 0;
     u->headers_in.content_length_n = ctx->resp.held;
+}
+
+
+/* decoded bytes are never ahead of the raw ones: memmove */
+
+static ngx_int_t
+ngx_http_tokenbiryani_unchunk_move(void *data, u_char *p, size_t n)
+{
+    u_char  **w = data;
+
+    ngx_memmove(*w, p, n);
+    *w += n;
+
+    return NGX_OK;
+}
+
+
+/*
+ * De-chunks [*pos, last) with the parser's state in chunked, consuming no
+ * buffer: each run of data goes to handler (NULL: passed over).  What the
+ * parser said last - NGX_DONE after the last chunk, NGX_AGAIN for more,
+ * NGX_ERROR for a broken encoding - or NGX_DECLINED when the handler had
+ * enough; *pos is where it stopped.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_dechunk(ngx_http_request_t *r, u_char **pos,
+    u_char *last, ngx_http_chunked_t *chunked,
+    ngx_http_tokenbiryani_chunk_pt handler, void *data)
+{
+    off_t      n;
+    ngx_int_t  rc;
+    ngx_buf_t  b;
+
+    ngx_memzero(&b, sizeof(ngx_buf_t));
+    b.pos = *pos;
+    b.last = last;
+
+    do {
+        rc = ngx_http_parse_chunked(r, &b, chunked);
+
+        if (rc != NGX_OK) {
+            break;
+        }
+
+        n = ngx_min((off_t) (b.last - b.pos), chunked->size);
+
+        if (handler) {
+            rc = handler(data, b.pos, (size_t) n);
+        }
+
+        b.pos += n;
+        chunked->size -= n;
+
+    } while (rc == NGX_OK);
+
+    *pos = b.pos;
+
+    return rc;
 }
 
 

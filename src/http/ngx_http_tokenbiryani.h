@@ -453,6 +453,55 @@ ngx_http_tokenbiryani_header_next(ngx_http_tokenbiryani_hiter_t *it)
 }
 
 
+/* a run of a chunked body's data: NGX_OK for more, NGX_DECLINED to stop */
+typedef ngx_int_t (*ngx_http_tokenbiryani_chunk_pt)(void *data, u_char *p,
+    size_t n);
+
+
+/*
+ * De-chunks [*pos, last) with the parser's state in chunked, consuming no
+ * buffer: each run of data goes to handler (NULL: passed over).  What the
+ * parser said last - NGX_DONE after the last chunk, NGX_AGAIN for more,
+ * NGX_ERROR for a broken encoding - or NGX_DECLINED when the handler had
+ * enough; *pos is where it stopped.
+ */
+static ngx_inline ngx_int_t
+ngx_http_tokenbiryani_dechunk(ngx_http_request_t *r, u_char **pos,
+    u_char *last, ngx_http_chunked_t *chunked,
+    ngx_http_tokenbiryani_chunk_pt handler, void *data)
+{
+    off_t      n;
+    ngx_int_t  rc;
+    ngx_buf_t  b;
+
+    ngx_memzero(&b, sizeof(ngx_buf_t));
+    b.pos = *pos;
+    b.last = last;
+
+    do {
+        rc = ngx_http_parse_chunked(r, &b, chunked);
+
+        if (rc != NGX_OK) {
+            break;
+        }
+
+        n = ngx_min((off_t) (b.last - b.pos), chunked->size);
+
+        if (handler) {
+            rc = handler(data, b.pos, (size_t) n);
+        }
+
+        b.pos += n;
+        chunked->size -= n;
+
+    } while (rc == NGX_OK);
+
+    *pos = b.pos;
+
+    return rc;
+}
+
+
 /* ctx->hold moved to size bytes (more than it has), the held bytes kept */
 static ngx_inline ngx_int_t
 ngx_http_tokenbiryani_hold_resize(ngx_http_request_t *r,

@@ -39,6 +39,8 @@ static tb_evs_t *ngx_http_tokenbiryani_evs_get(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_evs_cleanup(void *data);
 static ngx_int_t ngx_http_tokenbiryani_evs_feed(
     ngx_http_tokenbiryani_evs_sink_t *s, u_char *p, size_t n);
+static ngx_int_t ngx_http_tokenbiryani_evs_chunk(void *data, u_char *p,
+    size_t n);
 static int ngx_http_tokenbiryani_evs_frame(void *data,
     const tb_evs_frame_t *f);
 static u_char *ngx_http_tokenbiryani_evs_room(
@@ -917,9 +919,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_evs_raw(ngx_http_tokenbiryani_evs_sink_t *s,
     u_char *p, u_char *last, ngx_http_chunked_t *chunked)
 {
-    off_t                         n;
     ngx_int_t                     rc;
-    ngx_buf_t                     tmp;
     ngx_http_request_t           *r;
     ngx_http_upstream_t          *u;
     ngx_http_tokenbiryani_ctx_t  *ctx;
@@ -946,47 +946,35 @@ ngx_http_tokenbiryani_evs_raw(ngx_http_tokenbiryani_evs_sink_t *s,
         return ngx_http_tokenbiryani_evs_feed(s, p, last - p);
     }
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
-    tmp.pos = p;
-    tmp.last = last;
+    rc = ngx_http_tokenbiryani_dechunk(r, &p, last, chunked,
+                                       ngx_http_tokenbiryani_evs_chunk, s);
 
-    while (tmp.pos < tmp.last) {
+    if (rc == NGX_DONE) {
+        ctx->resp.peek_eof = 1;
 
-        rc = ngx_http_parse_chunked(r, &tmp, chunked);
-
-        if (rc == NGX_OK) {
-            n = ngx_min((off_t) (tmp.last - tmp.pos), chunked->size);
-
-            if (ngx_http_tokenbiryani_evs_feed(s, tmp.pos, (size_t) n)
-                != NGX_OK)
-            {
-                return NGX_ERROR;
-            }
-
-            tmp.pos += n;
-            chunked->size -= n;
-            continue;
+        if (p != last) {
+            ctx->resp.overlong = 1;
         }
 
-        if (rc == NGX_DONE) {
-            ctx->resp.peek_eof = 1;
+    } else if (rc == NGX_DECLINED) {
+        return NGX_ERROR;
 
-            if (tmp.pos != tmp.last) {
-                ctx->resp.overlong = 1;
-            }
-
-            break;
-        }
-
-        if (rc == NGX_AGAIN) {
-            break;
-        }
-
+    } else if (rc == NGX_ERROR) {
         return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
                    "sent an invalid chunked stream", NGX_ERROR);
     }
 
     return NGX_OK;
+}
+
+
+/* de-chunked bytes into the decoder: the walk stops where it broke */
+
+static ngx_int_t
+ngx_http_tokenbiryani_evs_chunk(void *data, u_char *p, size_t n)
+{
+    return (ngx_http_tokenbiryani_evs_feed(data, p, n) == NGX_OK)
+           ? NGX_OK : NGX_DECLINED;
 }
 
 

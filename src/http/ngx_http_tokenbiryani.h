@@ -417,6 +417,7 @@ typedef struct {
     unsigned                       key_full:1;    /* at its max_inflight */
     unsigned                       rewrite_body:1;
     unsigned                       costed:1;      /* cost is settled */
+    unsigned                       no_own_headers:1;  /* x-tokenbiryani-* */
 } ngx_http_tokenbiryani_ctx_t;
 
 

@@ -417,6 +417,7 @@ typedef struct {
     unsigned                       key_full:1;    /* at its max_inflight */
     unsigned                       rewrite_body:1;
     unsigned                       costed:1;      /* cost is settled */
+    unsigned                       no_own_headers:1;  /* x-tokenbiryani-* */
 } ngx_http_tokenbiryani_ctx_t;
 
 
@@ -450,6 +451,78 @@ ngx_http_tokenbiryani_header_next(ngx_http_tokenbiryani_hiter_t *it)
     }
 
     return (ngx_table_elt_t *) it->part->elts + it->i++;
+}
+
+
+/* a run of a chunked body's data: NGX_OK for more, NGX_DECLINED to stop */
+typedef ngx_int_t (*ngx_http_tokenbiryani_chunk_pt)(void *data, u_char *p,
+    size_t n);
+
+
+/*
+ * De-chunks [*pos, last) with the parser's state in chunked, consuming no
+ * buffer: each run of data goes to handler (NULL: passed over).  What the
+ * parser said last - NGX_DONE after the last chunk, NGX_AGAIN for more,
+ * NGX_ERROR for a broken encoding - or NGX_DECLINED when the handler had
+ * enough; *pos is where it stopped.
+ */
+static ngx_inline ngx_int_t
+ngx_http_tokenbiryani_dechunk(ngx_http_request_t *r, u_char **pos,
+    u_char *last, ngx_http_chunked_t *chunked,
+    ngx_http_tokenbiryani_chunk_pt handler, void *data)
+{
+    off_t      n;
+    ngx_int_t  rc;
+    ngx_buf_t  b;
+
+    ngx_memzero(&b, sizeof(ngx_buf_t));
+    b.pos = *pos;
+    b.last = last;
+
+    do {
+        rc = ngx_http_parse_chunked(r, &b, chunked);
+
+        if (rc != NGX_OK) {
+            break;
+        }
+
+        n = ngx_min((off_t) (b.last - b.pos), chunked->size);
+
+        if (handler) {
+            rc = handler(data, b.pos, (size_t) n);
+        }
+
+        b.pos += n;
+        chunked->size -= n;
+
+    } while (rc == NGX_OK);
+
+    *pos = b.pos;
+
+    return rc;
+}
+
+
+/* ctx->hold moved to size bytes (more than it has), the held bytes kept */
+static ngx_inline ngx_int_t
+ngx_http_tokenbiryani_hold_resize(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, size_t size)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(r->pool, size);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->resp.held) {
+        ngx_memcpy(p, ctx->hold, ctx->resp.held);
+    }
+
+    ctx->hold = p;
+    ctx->hold_size = size;
+
+    return NGX_OK;
 }
 
 

@@ -48,7 +48,7 @@ ngx_http_tokenbiryani_wait_budget(ngx_http_request_t *r,
         budget = ngx_min(budget, (int64_t) (kc->max_wait_seconds * 1000));
     }
 
-    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-max-wait",
+    h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-max-wait",
                                  sizeof("x-tokenbiryani-max-wait") - 1);
     if (h) {
         if (tb_parse_seconds(h->value.data, h->value.len, &ms) != 0) {
@@ -208,7 +208,7 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
 
     ctx->wait.priority = (kc && kc->priority == TB_PRIORITY_BATCH) ? 1 : 0;
 
-    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-priority",
+    h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-priority",
                                  sizeof("x-tokenbiryani-priority") - 1);
     if (h) {
         if (h->value.len == 5
@@ -233,7 +233,7 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     budget = ngx_http_tokenbiryani_wait_budget(r, ctx);
 
     if (budget < 0) {
-        h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-max-wait",
+        h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-max-wait",
                                      sizeof("x-tokenbiryani-max-wait") - 1);
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
             "invalid_request_error",

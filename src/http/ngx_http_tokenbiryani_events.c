@@ -27,6 +27,16 @@ static const char  *ngx_http_tb_refusals[NGX_HTTP_TB_NREFUSED] = {
     "scope"
 };
 
+/* why a decision went as it did; an admission's reason is formatted */
+static const char  *ngx_http_tb_reasons[NGX_HTTP_TB_NDECISIONS] = {
+    NULL,
+    "another worker took the capacity",
+    "earlier waiters go first",
+    "saturated",
+    "no account can serve",
+    "the key holds its max_inflight"
+};
+
 
 /*
  * An event of type begun: in the ring (*seq set: published once filled),
@@ -266,35 +276,18 @@ ngx_http_tokenbiryani_event_reason(const ngx_http_tokenbiryani_event_t *ev,
 {
     u_char  *p;
 
-    switch (ev->what) {
-
-    case NGX_HTTP_TB_ADMIT:
+    if (ev->what == NGX_HTTP_TB_ADMIT) {
         p = ngx_snprintf(buf, len - 1, "score %.3f, %ui eligible, "
                          "affinity %s%s", (double) ev->score,
                          (ngx_uint_t) ev->eligible,
                          tb_affinity_name((tb_affinity_e) ev->affinity),
                          ev->probe ? ", half-open probe" : "");
-        break;
 
-    case NGX_HTTP_TB_LOST:
-        p = ngx_snprintf(buf, len - 1, "another worker took the capacity");
-        break;
-
-    case NGX_HTTP_TB_QUEUE_BEHIND:
-        p = ngx_snprintf(buf, len - 1, "earlier waiters go first");
-        break;
-
-    case NGX_HTTP_TB_QUEUE_SATURATED:
-        p = ngx_snprintf(buf, len - 1, "saturated");
-        break;
-
-    case NGX_HTTP_TB_QUEUE_KEY:
-        p = ngx_snprintf(buf, len - 1, "the key holds its max_inflight");
-        break;
-
-    default:
-        p = ngx_snprintf(buf, len - 1, "no account can serve");
-        break;
+    } else {
+        p = ngx_snprintf(buf, len - 1, "%s",
+                         ngx_http_tb_reasons[ev->what < NGX_HTTP_TB_NDECISIONS
+                                             ? ev->what
+                                             : NGX_HTTP_TB_REFUSE]);
     }
 
     *p = '\0';

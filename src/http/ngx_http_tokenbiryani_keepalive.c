@@ -14,6 +14,8 @@
 static void ngx_http_tokenbiryani_idle_close_handler(ngx_event_t *ev);
 static void ngx_http_tokenbiryani_idle_dummy_handler(ngx_event_t *ev);
 static void ngx_http_tokenbiryani_close_idle(ngx_connection_t *c);
+static void ngx_http_tokenbiryani_hand_over(ngx_connection_t *c, void *data,
+    ngx_log_t *log);
 
 
 ngx_int_t
@@ -41,13 +43,8 @@ ngx_http_tokenbiryani_keepalive_get(ngx_peer_connection_t *pc,
         ngx_queue_remove(q);
         ngx_queue_insert_head(&a->free, q);
 
-        c->idle = 0;
         c->sent = 0;
-        c->data = NULL;
-        c->log = pc->log;
-        c->read->log = pc->log;
-        c->write->log = pc->log;
-        c->pool->log = pc->log;
+        ngx_http_tokenbiryani_hand_over(c, NULL, pc->log);
 
         if (c->read->timer_set) {
             ngx_del_timer(c->read);
@@ -121,12 +118,7 @@ ngx_http_tokenbiryani_keepalive_put(ngx_peer_connection_t *pc,
     c->write->handler = ngx_http_tokenbiryani_idle_dummy_handler;
     c->read->handler = ngx_http_tokenbiryani_idle_close_handler;
 
-    c->data = item;
-    c->idle = 1;
-    c->log = ngx_cycle->log;
-    c->read->log = ngx_cycle->log;
-    c->write->log = ngx_cycle->log;
-    c->pool->log = ngx_cycle->log;
+    ngx_http_tokenbiryani_hand_over(c, item, ngx_cycle->log);
 
     if (c->read->ready) {
         ngx_http_tokenbiryani_idle_close_handler(c->read);
@@ -149,6 +141,24 @@ ngx_http_tokenbiryani_keepalive_drop(ngx_http_tokenbiryani_account_t *a)
 
         ngx_queue_insert_head(&a->free, q);
     }
+}
+
+
+/*
+ * A connection changes hands: to the cache (data is its item, it is idle,
+ * it logs to the cycle) or back to a request (no data, the peer's log).
+ */
+
+static void
+ngx_http_tokenbiryani_hand_over(ngx_connection_t *c, void *data,
+    ngx_log_t *log)
+{
+    c->data = data;
+    c->idle = (data != NULL);
+    c->log = log;
+    c->read->log = log;
+    c->write->log = log;
+    c->pool->log = log;
 }
 
 

@@ -39,6 +39,8 @@ static tb_evs_t *ngx_http_tokenbiryani_evs_get(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_evs_cleanup(void *data);
 static ngx_int_t ngx_http_tokenbiryani_evs_feed(
     ngx_http_tokenbiryani_evs_sink_t *s, u_char *p, size_t n);
+static ngx_int_t ngx_http_tokenbiryani_evs_chunk(void *data, u_char *p,
+    size_t n);
 static int ngx_http_tokenbiryani_evs_frame(void *data,
     const tb_evs_frame_t *f);
 static u_char *ngx_http_tokenbiryani_evs_room(
@@ -733,7 +735,6 @@ static u_char *
 ngx_http_tokenbiryani_evs_room(ngx_http_tokenbiryani_evs_sink_t *s,
     size_t need)
 {
-    u_char                       *p;
     size_t                        size;
     ngx_buf_t                    *b;
     ngx_chain_t                  *cl;
@@ -755,19 +756,11 @@ ngx_http_tokenbiryani_evs_room(ngx_http_tokenbiryani_evs_sink_t *s,
         size = ngx_max(2 * ctx->hold_size, ctx->resp.held + need);
         size = ngx_max(size, NGX_HTTP_TB_EVS_BUF);
 
-        p = ngx_pnalloc(r->pool, size);
-        if (p == NULL) {
+        if (ngx_http_tokenbiryani_hold_resize(r, ctx, size) != NGX_OK) {
             return NULL;
         }
 
-        if (ctx->resp.held) {
-            ngx_memcpy(p, ctx->hold, ctx->resp.held);
-        }
-
-        ctx->hold = p;
-        ctx->hold_size = size;
-
-        return p + ctx->resp.held;
+        return ctx->hold + ctx->resp.held;
     }
 
     /* after it: bufs of the upstream's free list, their memory reused */
@@ -926,9 +919,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_evs_raw(ngx_http_tokenbiryani_evs_sink_t *s,
     u_char *p, u_char *last, ngx_http_chunked_t *chunked)
 {
-    off_t                         n;
     ngx_int_t                     rc;
-    ngx_buf_t                     tmp;
     ngx_http_request_t           *r;
     ngx_http_upstream_t          *u;
     ngx_http_tokenbiryani_ctx_t  *ctx;
@@ -955,47 +946,35 @@ ngx_http_tokenbiryani_evs_raw(ngx_http_tokenbiryani_evs_sink_t *s,
         return ngx_http_tokenbiryani_evs_feed(s, p, last - p);
     }
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
-    tmp.pos = p;
-    tmp.last = last;
+    rc = ngx_http_tokenbiryani_dechunk(r, &p, last, chunked,
+                                       ngx_http_tokenbiryani_evs_chunk, s);
 
-    while (tmp.pos < tmp.last) {
+    if (rc == NGX_DONE) {
+        ctx->resp.peek_eof = 1;
 
-        rc = ngx_http_parse_chunked(r, &tmp, chunked);
-
-        if (rc == NGX_OK) {
-            n = ngx_min((off_t) (tmp.last - tmp.pos), chunked->size);
-
-            if (ngx_http_tokenbiryani_evs_feed(s, tmp.pos, (size_t) n)
-                != NGX_OK)
-            {
-                return NGX_ERROR;
-            }
-
-            tmp.pos += n;
-            chunked->size -= n;
-            continue;
+        if (p != last) {
+            ctx->resp.overlong = 1;
         }
 
-        if (rc == NGX_DONE) {
-            ctx->resp.peek_eof = 1;
+    } else if (rc == NGX_DECLINED) {
+        return NGX_ERROR;
 
-            if (tmp.pos != tmp.last) {
-                ctx->resp.overlong = 1;
-            }
-
-            break;
-        }
-
-        if (rc == NGX_AGAIN) {
-            break;
-        }
-
+    } else if (rc == NGX_ERROR) {
         return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
                    "sent an invalid chunked stream", NGX_ERROR);
     }
 
     return NGX_OK;
+}
+
+
+/* de-chunked bytes into the decoder: the walk stops where it broke */
+
+static ngx_int_t
+ngx_http_tokenbiryani_evs_chunk(void *data, u_char *p, size_t n)
+{
+    return (ngx_http_tokenbiryani_evs_feed(data, p, n) == NGX_OK)
+           ? NGX_OK : NGX_DECLINED;
 }
 
 
@@ -1061,7 +1040,6 @@ ngx_int_t
 ngx_http_tokenbiryani_platform_commit(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    u_char               *p;
     size_t                size;
     ngx_http_upstream_t  *u;
 
@@ -1071,18 +1049,10 @@ ngx_http_tokenbiryani_platform_commit(ngx_http_request_t *r,
 
     size = ctx->resp.held + u->conf->buffer_size;
 
-    if (ctx->hold_size < size) {
-        p = ngx_pnalloc(r->pool, size);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (ctx->resp.held) {
-            ngx_memcpy(p, ctx->hold, ctx->resp.held);
-        }
-
-        ctx->hold = p;
-        ctx->hold_size = size;
+    if (ctx->hold_size < size
+        && ngx_http_tokenbiryani_hold_resize(r, ctx, size) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     u->buffer.start = ctx->hold;

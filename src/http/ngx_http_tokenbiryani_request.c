@@ -107,6 +107,47 @@ ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
 }
 
 
+ngx_table_elt_t *
+ngx_http_tokenbiryani_own_header(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const char *lowcase_name, size_t len)
+{
+    ngx_uint_t                      own;
+    ngx_table_elt_t                *h;
+    ngx_http_tokenbiryani_hiter_t   it;
+
+    if (ctx->no_own_headers) {
+        return NULL;
+    }
+
+    own = 0;
+
+    ngx_http_tokenbiryani_headers_begin(&it, &r->headers_in.headers);
+
+    while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+        if (h->key.len <= sizeof("x-tokenbiryani-") - 1
+            || ngx_memcmp(h->lowcase_key, "x-tokenbiryani-",
+                          sizeof("x-tokenbiryani-") - 1) != 0)
+        {
+            continue;
+        }
+
+        own = 1;
+
+        if (h->key.len == len
+            && ngx_memcmp(h->lowcase_key, lowcase_name, len) == 0)
+        {
+            return h;
+        }
+    }
+
+    if (!own) {
+        ctx->no_own_headers = 1;
+    }
+
+    return NULL;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r, ngx_str_t *key)
 {

@@ -29,5 +29,12 @@ ngx_int_t ngx_http_tokenbiryani_authenticate(ngx_http_request_t *r,
 ngx_table_elt_t *ngx_http_tokenbiryani_find_header(ngx_http_request_t *r,
     const char *lowcase_name, size_t len);
 
+/*
+ * The same for the gateway's own headers (x-tokenbiryani-*): most requests
+ * carry none, and the first look tells the others so.
+ */
+ngx_table_elt_t *ngx_http_tokenbiryani_own_header(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const char *lowcase_name, size_t len);
+
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_REQUEST_H_INCLUDED_ */

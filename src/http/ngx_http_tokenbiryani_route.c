@@ -54,9 +54,8 @@ ngx_http_tokenbiryani_route_session(ngx_http_request_t *r,
     kc = ctx->key;
     scope = kc ? kc->name : "";
 
-    h = ngx_http_tokenbiryani_find_header(r, "x-tokenbiryani-session",
-                                          sizeof("x-tokenbiryani-session")
-                                          - 1);
+    h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-session",
+                                         sizeof("x-tokenbiryani-session") - 1);
 
     ctx->route.session = tb_session_key(body->data, body->len, &ctx->body,
                                   h ? (char *) h->value.data : NULL,

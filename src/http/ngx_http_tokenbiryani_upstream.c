@@ -29,11 +29,17 @@ static ngx_int_t ngx_http_tokenbiryani_process_header(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_process_prelude(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_peek_stream(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_sse_in(void *data, u_char *p,
+    size_t n);
 static ngx_int_t ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_errbody_copy(void *data, u_char *p,
+    size_t n);
 static ngx_int_t ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static void ngx_http_tokenbiryani_unchunk(ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_unchunk_move(void *data, u_char *p,
+    size_t n);
 static ngx_int_t ngx_http_tokenbiryani_decide(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
@@ -51,26 +57,51 @@ static void ngx_http_tokenbiryani_finalize_request(ngx_http_request_t *r,
     ngx_int_t rc);
 
 
-/* request headers the client's request never passes upstream */
-static ngx_str_t  ngx_http_tokenbiryani_skip_headers[] = {
-    ngx_string("host"),
-    ngx_string("connection"),
-    ngx_string("keep-alive"),
-    ngx_string("proxy-connection"),
-    ngx_string("proxy-authorization"),
-    ngx_string("proxy-authenticate"),
-    ngx_string("te"),
-    ngx_string("trailer"),
-    ngx_string("transfer-encoding"),
-    ngx_string("upgrade"),
-    ngx_string("content-length"),
-    ngx_string("expect"),
-    ngx_string("x-api-key"),
-    ngx_string("authorization"),
+/*
+ * The request headers the client's request never passes upstream, by the
+ * length of their names: every header of every attempt is looked up here,
+ * with one comparison for most.
+ */
+static const char  *ngx_http_tokenbiryani_skip_headers[][2] = {
+    [2]  = { "te", NULL },
+    [4]  = { "host", NULL },
+    [6]  = { "expect", NULL },
+    [7]  = { "trailer", "upgrade" },
+    [9]  = { "x-api-key", NULL },
+    [10] = { "connection", "keep-alive" },
+    [13] = { "authorization", NULL },
+    [14] = { "content-length", NULL },
     /* the gateway reads usage from the stream: identity encoding only */
-    ngx_string("accept-encoding"),
-    ngx_null_string
+    [15] = { "accept-encoding", NULL },
+    [16] = { "proxy-connection", NULL },
+    [17] = { "transfer-encoding", NULL },
+    [18] = { "proxy-authenticate", NULL },
+    [19] = { "proxy-authorization", NULL }
 };
+
+
+static ngx_uint_t
+ngx_http_tokenbiryani_skip_header(ngx_table_elt_t *h)
+{
+    ngx_uint_t    i;
+    const char  **names;
+
+    if (h->key.len >= sizeof(ngx_http_tokenbiryani_skip_headers)
+                      / sizeof(ngx_http_tokenbiryani_skip_headers[0]))
+    {
+        return 0;
+    }
+
+    names = ngx_http_tokenbiryani_skip_headers[h->key.len];
+
+    for (i = 0; i < 2 && names[i] != NULL; i++) {
+        if (ngx_memcmp(h->lowcase_key, names[i], h->key.len) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
 
 
 ngx_msec_t
@@ -240,7 +271,6 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 {
     size_t                            len;
     ngx_buf_t                        *b;
-    ngx_str_t                        *s;
     ngx_uint_t                        j, version;
     ngx_table_elt_t                  *h;
     tb_account_conf_t                *ac;
@@ -311,21 +341,13 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 
     while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
         if (h->key.len > sizeof("x-tokenbiryani-") - 1
-            && ngx_strncmp(h->lowcase_key, "x-tokenbiryani-",
-                           sizeof("x-tokenbiryani-") - 1) == 0)
+            && ngx_memcmp(h->lowcase_key, "x-tokenbiryani-",
+                          sizeof("x-tokenbiryani-") - 1) == 0)
         {
             continue;
         }
 
-        for (s = ngx_http_tokenbiryani_skip_headers; s->len; s++) {
-            if (h->key.len == s->len
-                && ngx_strncmp(h->lowcase_key, s->data, s->len) == 0)
-            {
-                break;
-            }
-        }
-
-        if (s->len) {
+        if (ngx_http_tokenbiryani_skip_header(h)) {
             continue;
         }
 
@@ -345,8 +367,8 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
         }
 
         if (h->key.len == sizeof("anthropic-version") - 1
-            && ngx_strncmp(h->lowcase_key, "anthropic-version",
-                           h->key.len) == 0)
+            && ngx_memcmp(h->lowcase_key, "anthropic-version",
+                          sizeof("anthropic-version") - 1) == 0)
         {
             version = 1;
         }
@@ -776,60 +798,53 @@ static ngx_int_t
 ngx_http_tokenbiryani_peek_stream(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    off_t                 n;
+    size_t                n;
     ngx_int_t             rc;
-    ngx_buf_t             tmp;
-    tb_sse_t             *sse;
     ngx_http_upstream_t  *u;
 
     u = r->upstream;
-    sse = ctx->sse;
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
-    tmp.pos = ctx->resp.peek_pos;
-    tmp.last = u->buffer.last;
+    if (ctx->resp.peek_pos >= u->buffer.last
+        || ctx->sse->delta || ctx->sse->error)
+    {
+        return NGX_OK;
+    }
 
-    while (tmp.pos < tmp.last && !sse->delta && !sse->error) {
+    if (!u->headers_in.chunked) {
+        n = u->buffer.last - ctx->resp.peek_pos;
+        (void) ngx_http_tokenbiryani_sse_in(ctx, ctx->resp.peek_pos, n);
+        ctx->resp.peek_pos = u->buffer.last;
+        return NGX_OK;
+    }
 
-        if (!u->headers_in.chunked) {
-            n = tmp.last - tmp.pos;
-            (void) tb_sse_feed(sse, tmp.pos, n);
-            ctx->resp.sse_fed += n;
-            tmp.pos = tmp.last;
-            break;
-        }
+    rc = ngx_http_tokenbiryani_dechunk(r, &ctx->resp.peek_pos, u->buffer.last,
+                                       &ctx->resp.peek_chunked,
+                                       ngx_http_tokenbiryani_sse_in, ctx);
 
-        rc = ngx_http_parse_chunked(r, &tmp, &ctx->resp.peek_chunked);
+    if (rc == NGX_DONE) {
+        ctx->resp.peek_eof = 1;
 
-        if (rc == NGX_OK) {
-            n = ngx_min((off_t) (tmp.last - tmp.pos),
-                        ctx->resp.peek_chunked.size);
-
-            (void) tb_sse_feed(sse, tmp.pos, n);
-
-            ctx->resp.sse_fed += n;
-            tmp.pos += n;
-            ctx->resp.peek_chunked.size -= n;
-            continue;
-        }
-
-        if (rc == NGX_DONE) {
-            ctx->resp.peek_eof = 1;
-            break;
-        }
-
-        if (rc == NGX_AGAIN) {
-            break;
-        }
-
+    } else if (rc == NGX_ERROR) {
         return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
                    "sent an invalid chunked stream",
                    NGX_HTTP_UPSTREAM_INVALID_HEADER);
     }
 
-    ctx->resp.peek_pos = tmp.pos;
-
     return NGX_OK;
+}
+
+
+/* stream bytes into the SSE parser: enough once it saw a delta or an error */
+
+static ngx_int_t
+ngx_http_tokenbiryani_sse_in(void *data, u_char *p, size_t n)
+{
+    ngx_http_tokenbiryani_ctx_t *ctx = data;
+
+    (void) tb_sse_feed(ctx->sse, p, n);
+    ctx->resp.sse_fed += n;
+
+    return (ctx->sse->delta || ctx->sse->error) ? NGX_DECLINED : NGX_OK;
 }
 
 
@@ -843,10 +858,8 @@ static ngx_int_t
 ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    off_t                              want, m;
-    size_t                             n;
+    off_t                              want;
     ngx_int_t                          rc;
-    ngx_buf_t                          tmp;
     ngx_http_upstream_t               *u;
     ngx_http_tokenbiryani_response_t  *resp;
 
@@ -883,30 +896,9 @@ ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
         }
     }
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
-    tmp.pos = resp->peek_pos;
-    tmp.last = u->buffer.last;
-
-    for ( ;; ) {
-        rc = ngx_http_parse_chunked(r, &tmp, &resp->peek_chunked);
-
-        if (rc == NGX_OK) {
-            m = ngx_min((off_t) (tmp.last - tmp.pos),
-                        resp->peek_chunked.size);
-            n = ngx_min((size_t) m, u->conf->buffer_size - resp->errbody_len);
-
-            ngx_memcpy(resp->errbody + resp->errbody_len, tmp.pos, n);
-            resp->errbody_len += n;
-
-            tmp.pos += (size_t) m;
-            resp->peek_chunked.size -= m;
-            continue;
-        }
-
-        break;
-    }
-
-    resp->peek_pos = tmp.pos;
+    rc = ngx_http_tokenbiryani_dechunk(r, &resp->peek_pos, u->buffer.last,
+                                       &resp->peek_chunked,
+                                       ngx_http_tokenbiryani_errbody_copy, ctx);
 
     if (rc == NGX_AGAIN && u->buffer.last < u->buffer.end
         && resp->errbody_len < u->conf->buffer_size)
@@ -915,6 +907,28 @@ ngx_http_tokenbiryani_error_body(ngx_http_request_t *r,
     }
 
     /* the last chunk, a full buffer, or a broken encoding: classify */
+
+    return NGX_OK;
+}
+
+
+/* an error's chunk data, decoded into resp.errbody as far as it has room */
+
+static ngx_int_t
+ngx_http_tokenbiryani_errbody_copy(void *data, u_char *p, size_t n)
+{
+    ngx_http_tokenbiryani_ctx_t *ctx = data;
+
+    size_t                             size;
+    ngx_http_tokenbiryani_response_t  *resp;
+
+    resp = &ctx->resp;
+    size = ctx->request->upstream->conf->buffer_size;
+
+    n = ngx_min(n, size - resp->errbody_len);
+
+    ngx_memcpy(resp->errbody + resp->errbody_len, p, n);
+    resp->errbody_len += n;
 
     return NGX_OK;
 }
@@ -937,10 +951,9 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     off_t                               want, clen;
-    u_char                             *p;
+    u_char                             *end;
     size_t                              n, size, bound;
     ngx_int_t                           rc;
-    ngx_buf_t                           tmp;
     ngx_http_upstream_t                *u;
     ngx_http_tokenbiryani_response_t   *resp;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -989,40 +1002,19 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
                                  u->conf->buffer_size))
                : (size_t) clen;
 
-        p = ngx_pnalloc(r->pool, size);
-        if (p == NULL) {
+        if (ngx_http_tokenbiryani_hold_resize(r, ctx, size) != NGX_OK) {
             return NGX_ERROR;
         }
-
-        if (resp->held) {
-            ngx_memcpy(p, ctx->hold, resp->held);
-        }
-
-        ctx->hold = p;
-        ctx->hold_size = size;
     }
 
     if (u->headers_in.chunked) {
 
         /* where the last chunk is: the raw bytes are held as they came */
 
-        ngx_memzero(&tmp, sizeof(ngx_buf_t));
-        tmp.pos = resp->peek_pos;
-        tmp.last = u->buffer.last;
+        end = resp->peek_pos;
 
-        for ( ;; ) {
-            rc = ngx_http_parse_chunked(r, &tmp, &resp->peek_chunked);
-
-            if (rc == NGX_OK) {
-                n = ngx_min((off_t) (tmp.last - tmp.pos),
-                            resp->peek_chunked.size);
-                tmp.pos += n;
-                resp->peek_chunked.size -= n;
-                continue;
-            }
-
-            break;
-        }
+        rc = ngx_http_tokenbiryani_dechunk(r, &end, u->buffer.last,
+                                           &resp->peek_chunked, NULL, NULL);
 
         if (rc == NGX_ERROR) {
             return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
@@ -1032,8 +1024,8 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
 
         if (rc == NGX_DONE) {
             resp->done = 1;
-            resp->overlong = (tmp.pos != tmp.last);
-            want = tmp.pos - resp->peek_pos;
+            resp->overlong = (end != u->buffer.last);
+            want = end - resp->peek_pos;
         }
     }
 
@@ -1088,42 +1080,39 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
 static void
 ngx_http_tokenbiryani_unchunk(ngx_http_tokenbiryani_ctx_t *ctx)
 {
-    u_char               *w;
-    size_t                n;
-    ngx_int_t             rc;
-    ngx_buf_t             tmp;
+    u_char               *pos, *w;
     ngx_http_chunked_t    chunked;
-    ngx_http_request_t   *r;
     ngx_http_upstream_t  *u;
 
-    r = ctx->request;
-    u = r->upstream;
+    u = ctx->request->upstream;
 
-    ngx_memzero(&tmp, sizeof(ngx_buf_t));
     ngx_memzero(&chunked, sizeof(ngx_http_chunked_t));
-    tmp.pos = ctx->hold;
-    tmp.last = ctx->hold + ctx->resp.held;
+    pos = ctx->hold;
     w = ctx->hold;
 
-    for ( ;; ) {
-        rc = ngx_http_parse_chunked(r, &tmp, &chunked);
-
-        if (rc != NGX_OK) {
-            break;
-        }
-
-        /* decoded bytes are never ahead of the raw ones: memmove */
-        n = ngx_min((off_t) (tmp.last - tmp.pos), chunked.size);
-        ngx_memmove(w, tmp.pos, n);
-        w += n;
-        tmp.pos += n;
-        chunked.size -= n;
-    }
+    (void) ngx_http_tokenbiryani_dechunk(ctx->request, &pos,
+                                         ctx->hold + ctx->resp.held, &chunked,
+                                         ngx_http_tokenbiryani_unchunk_move,
+                                         &w);
 
     ctx->resp.held = w - ctx->hold;
 
     u->headers_in.chunked = 0;
     u->headers_in.content_length_n = ctx->resp.held;
+}
+
+
+/* decoded bytes are never ahead of the raw ones: memmove */
+
+static ngx_int_t
+ngx_http_tokenbiryani_unchunk_move(void *data, u_char *p, size_t n)
+{
+    u_char  **w = data;
+
+    ngx_memmove(*w, p, n);
+    *w += n;
+
+    return NGX_OK;
 }
 
 

@@ -60,10 +60,8 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->waiting[1]);
         ngx_queue_init(&sh->rpm);
         ngx_queue_init(&sh->keys);
-        ngx_queue_init(&sh->rkeys);
-        ngx_queue_init(&sh->raccts);
-        sh->rkeys_gen = 1;
-        sh->raccts_gen = 1;
+        ngx_http_tokenbiryani_rlist_init(&sh->rkeys);
+        ngx_http_tokenbiryani_rlist_init(&sh->raccts);
         sh->settings_gen = 1;
 
         /* a waiter that never tried has blocked_gen 0: never current */

@@ -198,24 +198,6 @@ ngx_http_tokenbiryani_racct_known(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-uint64_t
-ngx_http_tokenbiryani_raccts_gen(ngx_http_tokenbiryani_zone_t *zone)
-{
-    return ngx_http_tokenbiryani_rrecs_gen(zone,
-                                           &ngx_http_tokenbiryani_rkind_account);
-}
-
-
-ngx_int_t
-ngx_http_tokenbiryani_raccts_copy(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_pool_t *pool, ngx_array_t *out, uint64_t *gen)
-{
-    return ngx_http_tokenbiryani_rrecs_copy(zone,
-                                            &ngx_http_tokenbiryani_rkind_account,
-                                            pool, out, gen);
-}
-
-
 static void
 ngx_http_tokenbiryani_racct_view(void *view,
     const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3])

@@ -23,7 +23,7 @@ ngx_http_tokenbiryani_rlist_init(ngx_http_tokenbiryani_rlist_t *list)
 }
 
 
-ngx_http_tokenbiryani_rlist_t *
+static ngx_http_tokenbiryani_rlist_t *
 ngx_http_tokenbiryani_rlist(ngx_http_tokenbiryani_shm_t *sh,
     const ngx_http_tokenbiryani_rkind_t *kd)
 {
@@ -31,13 +31,64 @@ ngx_http_tokenbiryani_rlist(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
-uint64_t
-ngx_http_tokenbiryani_rrecs_gen(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd)
+/* the kind of a record's envelope (tb_record.h), NULL for no list */
+static const ngx_http_tokenbiryani_rkind_t *
+ngx_http_tokenbiryani_rkind(int kind)
 {
-    return (uint64_t) __atomic_load_n(
-                          &ngx_http_tokenbiryani_rlist(zone->sh, kd)->gen,
-                          __ATOMIC_ACQUIRE);
+    switch (kind) {
+
+    case TB_REC_KEY:
+        return &ngx_http_tokenbiryani_rkind_key;
+
+    case TB_REC_ACCOUNT:
+        return &ngx_http_tokenbiryani_rkind_account;
+
+    default:
+        return NULL;
+    }
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_records_gen(ngx_http_tokenbiryani_zone_t *zone,
+    int kind)
+{
+    ngx_http_tokenbiryani_rlist_t  *list;
+
+    list = ngx_http_tokenbiryani_rlist(zone->sh,
+                                       ngx_http_tokenbiryani_rkind(kind));
+
+    return (uint64_t) __atomic_load_n(&list->gen, __ATOMIC_ACQUIRE);
+}
+
+
+uint64_t
+ngx_http_tokenbiryani_record_gen(ngx_http_tokenbiryani_zone_t *zone, int kind,
+    const u_char *name, size_t len)
+{
+    uint64_t                              gen, dead;
+    ngx_http_tokenbiryani_shm_t          *sh;
+    const ngx_http_tokenbiryani_rkind_t  *kd;
+
+    sh = zone->sh;
+    kd = ngx_http_tokenbiryani_rkind(kind);
+    gen = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (kd) {
+        gen = ngx_http_tokenbiryani_rrec_gen(
+                  ngx_http_tokenbiryani_rrec_find_locked(sh, kd, name, len));
+
+    } else if (kind == TB_REC_SETTING) {
+        gen = sh->strategy_rgen;
+    }
+
+    dead = ngx_http_tokenbiryani_grave_gen_locked(sh, kind, name, len);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return ngx_max(gen, dead);
 }
 
 
@@ -181,18 +232,19 @@ ngx_http_tokenbiryani_rrec_remove_locked(ngx_http_tokenbiryani_zone_t *zone,
 
 
 ngx_int_t
-ngx_http_tokenbiryani_rrecs_copy(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, ngx_pool_t *pool,
-    ngx_array_t *out, uint64_t *gen)
+ngx_http_tokenbiryani_records_copy(ngx_http_tokenbiryani_zone_t *zone,
+    int kind, ngx_pool_t *pool, ngx_array_t *out, uint64_t *gen)
 {
-    u_char                         *p;
-    size_t                          size, need;
-    ngx_str_t                       copy[3];
-    ngx_uint_t                      n;
-    ngx_queue_t                    *q;
-    ngx_http_tokenbiryani_rrec_t   *r;
-    ngx_http_tokenbiryani_rlist_t  *list;
+    u_char                               *p;
+    size_t                                size, need;
+    ngx_str_t                             copy[3];
+    ngx_uint_t                            n;
+    ngx_queue_t                          *q;
+    ngx_http_tokenbiryani_rrec_t         *r;
+    ngx_http_tokenbiryani_rlist_t        *list;
+    const ngx_http_tokenbiryani_rkind_t  *kd;
 
+    kd = ngx_http_tokenbiryani_rkind(kind);
     list = ngx_http_tokenbiryani_rlist(zone->sh, kd);
 
     for ( ;; ) {

@@ -16,10 +16,6 @@
 
 static void ngx_http_tokenbiryani_rkey_view(void *view,
     const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3]);
-static ngx_uint_t ngx_http_tokenbiryani_rkey_write(
-    ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t name_len,
-    const u_char *digest, const u_char *spec, size_t spec_len,
-    ngx_uint_t set);
 
 
 const ngx_http_tokenbiryani_rkind_t  ngx_http_tokenbiryani_rkind_key = {
@@ -32,26 +28,6 @@ const ngx_http_tokenbiryani_rkind_t  ngx_http_tokenbiryani_rkind_key = {
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *name, size_t name_len, const u_char *digest,
-    const u_char *spec, size_t spec_len)
-{
-    return ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest,
-                                            spec, spec_len, 0);
-}
-
-
-ngx_uint_t
-ngx_http_tokenbiryani_rkey_set(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *name, size_t name_len, const u_char *digest,
-    const u_char *spec, size_t spec_len)
-{
-    return ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest,
-                                            spec, spec_len, 1);
-}
-
-
-static ngx_uint_t
 ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t name_len, const u_char *digest,
     const u_char *spec, size_t spec_len, ngx_uint_t set)
@@ -225,39 +201,6 @@ ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-uint64_t
-ngx_http_tokenbiryani_record_gen(ngx_http_tokenbiryani_zone_t *zone, int kind,
-    const u_char *name, size_t len)
-{
-    uint64_t                              gen, dead;
-    ngx_http_tokenbiryani_shm_t          *sh;
-    const ngx_http_tokenbiryani_rkind_t  *kd;
-
-    sh = zone->sh;
-    gen = 0;
-
-    kd = (kind == TB_REC_KEY) ? &ngx_http_tokenbiryani_rkind_key
-         : (kind == TB_REC_ACCOUNT) ? &ngx_http_tokenbiryani_rkind_account
-         : NULL;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    if (kd) {
-        gen = ngx_http_tokenbiryani_rrec_gen(
-                  ngx_http_tokenbiryani_rrec_find_locked(sh, kd, name, len));
-
-    } else if (kind == TB_REC_SETTING) {
-        gen = sh->strategy_rgen;
-    }
-
-    dead = ngx_http_tokenbiryani_grave_gen_locked(sh, kind, name, len);
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return ngx_max(gen, dead);
-}
-
-
 void
 ngx_http_tokenbiryani_count_refused(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t message)
@@ -285,24 +228,6 @@ ngx_http_tokenbiryani_refused(ngx_http_tokenbiryani_zone_t *zone,
     *messages = zone->sh->refused_messages;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
-}
-
-
-uint64_t
-ngx_http_tokenbiryani_rkeys_gen(ngx_http_tokenbiryani_zone_t *zone)
-{
-    return ngx_http_tokenbiryani_rrecs_gen(zone,
-                                           &ngx_http_tokenbiryani_rkind_key);
-}
-
-
-ngx_int_t
-ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_pool_t *pool, ngx_array_t *out, uint64_t *gen)
-{
-    return ngx_http_tokenbiryani_rrecs_copy(zone,
-                                            &ngx_http_tokenbiryani_rkind_key,
-                                            pool, out, gen);
 }
 
 

@@ -528,15 +528,5 @@ void ngx_http_tokenbiryani_rrec_remove_locked(
     ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_rkind_t *kd, ngx_http_tokenbiryani_rrec_t *r);
 
-/* the list of kd's records (under the lock), and its generation (without) */
-ngx_http_tokenbiryani_rlist_t *ngx_http_tokenbiryani_rlist(
-    ngx_http_tokenbiryani_shm_t *sh, const ngx_http_tokenbiryani_rkind_t *kd);
-uint64_t ngx_http_tokenbiryani_rrecs_gen(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd);
-
-/* a view of every record of kd into pool (*out), and the list's gen */
-ngx_int_t ngx_http_tokenbiryani_rrecs_copy(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, ngx_pool_t *pool,
-    ngx_array_t *out, uint64_t *gen);
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

@@ -14,19 +14,6 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
-static void ngx_http_tokenbiryani_racct_view(void *view,
-    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3]);
-
-
-const ngx_http_tokenbiryani_rkind_t  ngx_http_tokenbiryani_rkind_account = {
-    TB_REC_ACCOUNT,
-    offsetof(ngx_http_tokenbiryani_shm_t, raccts),
-    sizeof(ngx_http_tokenbiryani_racct_t),
-    sizeof(ngx_http_tokenbiryani_racct_view_t),
-    ngx_http_tokenbiryani_racct_view
-};
-
-
 ngx_uint_t
 ngx_http_tokenbiryani_racct_put(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_racct_view_t *in,
@@ -45,9 +32,10 @@ ngx_http_tokenbiryani_racct_put(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (ngx_http_tokenbiryani_rrec_stale_locked(sh,
-            &ngx_http_tokenbiryani_rkind_account, in->id.data, in->id.len,
-            in->spec.data, in->spec.len, &r))
+    if (ngx_http_tokenbiryani_rrec_stale_locked(sh, TB_REC_ACCOUNT,
+                                                in->id.data, in->id.len,
+                                                in->spec.data, in->spec.len,
+                                                &r))
     {
         rc = NGX_HTTP_TB_RKEY_STALE;
         goto done;
@@ -71,10 +59,9 @@ ngx_http_tokenbiryani_racct_put(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     ra = (ngx_http_tokenbiryani_racct_t *)
-             ngx_http_tokenbiryani_rrec_alloc_locked(zone,
-                 &ngx_http_tokenbiryani_rkind_account, in->id.data,
-                 in->id.len, in->spec.data, in->spec.len, in->sealed.data,
-                 in->sealed.len);
+             ngx_http_tokenbiryani_rrec_alloc_locked(zone, TB_REC_ACCOUNT,
+                 in->id.data, in->id.len, in->spec.data, in->spec.len,
+                 in->sealed.data, in->sealed.len);
     if (ra == NULL) {
         rc = NGX_HTTP_TB_RKEY_NOMEM;
         goto done;
@@ -107,9 +94,8 @@ ngx_http_tokenbiryani_racct_put(ngx_http_tokenbiryani_zone_t *zone,
     ngx_memcpy(ra->addrs, in->addrs,
                ra->naddrs * sizeof(ngx_http_tokenbiryani_raddr_t));
 
-    ngx_http_tokenbiryani_rrec_link_locked(zone,
-                                           &ngx_http_tokenbiryani_rkind_account,
-                                           r, &ra->rec);
+    ngx_http_tokenbiryani_rrec_link_locked(zone, TB_REC_ACCOUNT, r,
+                                           &ra->rec);
 
     *slot = ra->slot;
 
@@ -131,8 +117,8 @@ ngx_http_tokenbiryani_racct_delete(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     ra = (ngx_http_tokenbiryani_racct_t *)
-             ngx_http_tokenbiryani_rrec_find_locked(zone->sh,
-                 &ngx_http_tokenbiryani_rkind_account, id, len);
+             ngx_http_tokenbiryani_rrec_find_locked(zone->sh, TB_REC_ACCOUNT,
+                                                    id, len);
 
     if (ra == NULL) {
         rc = NGX_HTTP_TB_RKEY_NONE;
@@ -145,8 +131,8 @@ ngx_http_tokenbiryani_racct_delete(ngx_http_tokenbiryani_zone_t *zone,
 
         (void) ngx_http_tokenbiryani_affinity_drop_locked(zone, ra->slot);
 
-        ngx_http_tokenbiryani_rrec_remove_locked(zone,
-            &ngx_http_tokenbiryani_rkind_account, &ra->rec);
+        ngx_http_tokenbiryani_rrec_remove_locked(zone, TB_REC_ACCOUNT,
+                                                 &ra->rec);
         rc = NGX_HTTP_TB_RKEY_OK;
     }
 
@@ -181,9 +167,8 @@ ngx_http_tokenbiryani_racct_known(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    r = ngx_http_tokenbiryani_rrec_find_locked(zone->sh,
-                                           &ngx_http_tokenbiryani_rkind_account,
-                                           v->id.data, v->id.len);
+    r = ngx_http_tokenbiryani_rrec_find_locked(zone->sh, TB_REC_ACCOUNT,
+                                               v->id.data, v->id.len);
     known = 0;
 
     if (r) {
@@ -195,25 +180,4 @@ ngx_http_tokenbiryani_racct_known(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return known;
-}
-
-
-static void
-ngx_http_tokenbiryani_racct_view(void *view,
-    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3])
-{
-    ngx_http_tokenbiryani_racct_view_t   *v = view;
-    const ngx_http_tokenbiryani_racct_t  *ra;
-
-    ra = (const ngx_http_tokenbiryani_racct_t *) r;
-
-    v->id = copy[0];
-    v->spec = copy[1];
-    v->sealed = copy[2];
-
-    v->slot = ra->slot;
-    v->version = ra->version;
-    v->naddrs = ra->naddrs;
-    ngx_memcpy(v->addrs, ra->addrs,
-               ra->naddrs * sizeof(ngx_http_tokenbiryani_raddr_t));
 }

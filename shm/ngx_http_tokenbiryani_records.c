@@ -2,16 +2,75 @@
  * What operators add at runtime, of every kind, in the zone: a list of
  * records, each a name, a spec (JSON text whose envelope carries the
  * record's generation) and a secret, after what its kind keeps besides.
- * A minted key and an account added at runtime are two kinds of it
- * (shm/ngx_http_tokenbiryani_rkeys.c, shm/ngx_http_tokenbiryani_raccts.c):
- * each says what a record of it holds and how it is viewed, and this file
- * does the rest, the same for each: finding one, refusing a replay,
- * putting one in place of another, removing one (and remembering its
- * generation), and copying all of them out for a worker to rebuild from.
+ * A minted key and an account added at runtime are two kinds of it, each
+ * a row of the table below (its list, its record, its view) and a file of
+ * what is its own (shm/ngx_http_tokenbiryani_rkeys.c,
+ * shm/ngx_http_tokenbiryani_raccts.c).  This file does the rest, the same
+ * for each: finding one, refusing a replay, putting one in place of
+ * another, removing one (and remembering its generation), and copying all
+ * of them out for a worker to rebuild from.
  */
 
 
 #include "ngx_http_tokenbiryani_zone.h"
+
+
+/*
+ * A kind of runtime record: its list in the zone, the size of its record
+ * (an ngx_http_tokenbiryani_rrec_t first), and its view, which view()
+ * fills from a record and the copies of its name, spec and secret.
+ */
+typedef struct {
+    int                            kind;          /* TB_REC_KEY, ... */
+    size_t                         list;          /* offset in the zone */
+    size_t                         size;
+    size_t                         view_size;
+    void                         (*view)(void *view,
+                                     const ngx_http_tokenbiryani_rrec_t *r,
+                                     const ngx_str_t copy[3]);
+} ngx_http_tokenbiryani_rkind_t;
+
+
+static void ngx_http_tokenbiryani_rkey_view(void *view,
+    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3]);
+static void ngx_http_tokenbiryani_racct_view(void *view,
+    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3]);
+
+
+/* the kinds of runtime record: a new one is a row here and its view */
+static const ngx_http_tokenbiryani_rkind_t  ngx_http_tokenbiryani_rkinds[] = {
+
+    /* a minted key is a record and no more: its secret, its digest */
+    { TB_REC_KEY,
+      offsetof(ngx_http_tokenbiryani_shm_t, rkeys),
+      sizeof(ngx_http_tokenbiryani_rrec_t),
+      sizeof(ngx_http_tokenbiryani_rkey_view_t),
+      ngx_http_tokenbiryani_rkey_view },
+
+    { TB_REC_ACCOUNT,
+      offsetof(ngx_http_tokenbiryani_shm_t, raccts),
+      sizeof(ngx_http_tokenbiryani_racct_t),
+      sizeof(ngx_http_tokenbiryani_racct_view_t),
+      ngx_http_tokenbiryani_racct_view }
+};
+
+
+/* the kind of a record's envelope (tb_record.h), NULL for no list */
+static const ngx_http_tokenbiryani_rkind_t *
+ngx_http_tokenbiryani_rkind(int kind)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < sizeof(ngx_http_tokenbiryani_rkinds)
+                    / sizeof(ngx_http_tokenbiryani_rkinds[0]); i++)
+    {
+        if (ngx_http_tokenbiryani_rkinds[i].kind == kind) {
+            return &ngx_http_tokenbiryani_rkinds[i];
+        }
+    }
+
+    return NULL;
+}
 
 
 void
@@ -24,28 +83,10 @@ ngx_http_tokenbiryani_rlist_init(ngx_http_tokenbiryani_rlist_t *list)
 
 
 static ngx_http_tokenbiryani_rlist_t *
-ngx_http_tokenbiryani_rlist(ngx_http_tokenbiryani_shm_t *sh,
-    const ngx_http_tokenbiryani_rkind_t *kd)
+ngx_http_tokenbiryani_rlist(ngx_http_tokenbiryani_shm_t *sh, int kind)
 {
-    return (ngx_http_tokenbiryani_rlist_t *) ((u_char *) sh + kd->list);
-}
-
-
-/* the kind of a record's envelope (tb_record.h), NULL for no list */
-static const ngx_http_tokenbiryani_rkind_t *
-ngx_http_tokenbiryani_rkind(int kind)
-{
-    switch (kind) {
-
-    case TB_REC_KEY:
-        return &ngx_http_tokenbiryani_rkind_key;
-
-    case TB_REC_ACCOUNT:
-        return &ngx_http_tokenbiryani_rkind_account;
-
-    default:
-        return NULL;
-    }
+    return (ngx_http_tokenbiryani_rlist_t *)
+               ((u_char *) sh + ngx_http_tokenbiryani_rkind(kind)->list);
 }
 
 
@@ -55,8 +96,7 @@ ngx_http_tokenbiryani_records_gen(ngx_http_tokenbiryani_zone_t *zone,
 {
     ngx_http_tokenbiryani_rlist_t  *list;
 
-    list = ngx_http_tokenbiryani_rlist(zone->sh,
-                                       ngx_http_tokenbiryani_rkind(kind));
+    list = ngx_http_tokenbiryani_rlist(zone->sh, kind);
 
     return (uint64_t) __atomic_load_n(&list->gen, __ATOMIC_ACQUIRE);
 }
@@ -66,19 +106,17 @@ uint64_t
 ngx_http_tokenbiryani_record_gen(ngx_http_tokenbiryani_zone_t *zone, int kind,
     const u_char *name, size_t len)
 {
-    uint64_t                              gen, dead;
-    ngx_http_tokenbiryani_shm_t          *sh;
-    const ngx_http_tokenbiryani_rkind_t  *kd;
+    uint64_t                      gen, dead;
+    ngx_http_tokenbiryani_shm_t  *sh;
 
     sh = zone->sh;
-    kd = ngx_http_tokenbiryani_rkind(kind);
     gen = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (kd) {
+    if (ngx_http_tokenbiryani_rkind(kind)) {
         gen = ngx_http_tokenbiryani_rrec_gen(
-                  ngx_http_tokenbiryani_rrec_find_locked(sh, kd, name, len));
+                  ngx_http_tokenbiryani_rrec_find_locked(sh, kind, name, len));
 
     } else if (kind == TB_REC_SETTING) {
         gen = sh->strategy_rgen;
@@ -94,13 +132,13 @@ ngx_http_tokenbiryani_record_gen(ngx_http_tokenbiryani_zone_t *zone, int kind,
 
 ngx_http_tokenbiryani_rrec_t *
 ngx_http_tokenbiryani_rrec_find_locked(ngx_http_tokenbiryani_shm_t *sh,
-    const ngx_http_tokenbiryani_rkind_t *kd, const u_char *name, size_t len)
+    int kind, const u_char *name, size_t len)
 {
     ngx_queue_t                    *q;
     ngx_http_tokenbiryani_rrec_t   *r;
     ngx_http_tokenbiryani_rlist_t  *list;
 
-    list = ngx_http_tokenbiryani_rlist(sh, kd);
+    list = ngx_http_tokenbiryani_rlist(sh, kind);
 
     for (q = ngx_queue_head(&list->queue);
          q != ngx_queue_sentinel(&list->queue);
@@ -131,12 +169,12 @@ ngx_http_tokenbiryani_rrec_gen(const ngx_http_tokenbiryani_rrec_t *r)
 
 ngx_uint_t
 ngx_http_tokenbiryani_rrec_stale_locked(ngx_http_tokenbiryani_shm_t *sh,
-    const ngx_http_tokenbiryani_rkind_t *kd, const u_char *name, size_t len,
+    int kind, const u_char *name, size_t len,
     const u_char *spec, size_t spec_len, ngx_http_tokenbiryani_rrec_t **old)
 {
-    *old = ngx_http_tokenbiryani_rrec_find_locked(sh, kd, name, len);
+    *old = ngx_http_tokenbiryani_rrec_find_locked(sh, kind, name, len);
 
-    return ngx_http_tokenbiryani_grave_stale_locked(sh, kd->kind, name, len,
+    return ngx_http_tokenbiryani_grave_stale_locked(sh, kind, name, len,
                ngx_http_tokenbiryani_rrec_gen(*old),
                ngx_http_tokenbiryani_spec_gen(spec, spec_len));
 }
@@ -159,15 +197,18 @@ ngx_http_tokenbiryani_rrec_same(const ngx_http_tokenbiryani_rrec_t *r,
 
 ngx_http_tokenbiryani_rrec_t *
 ngx_http_tokenbiryani_rrec_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, const u_char *name,
+    int kind, const u_char *name,
     size_t name_len, const u_char *spec, size_t spec_len,
     const u_char *secret, size_t secret_len)
 {
     u_char                        *p;
+    size_t                         size;
     ngx_http_tokenbiryani_rrec_t  *r;
 
+    size = ngx_http_tokenbiryani_rkind(kind)->size;
+
     r = ngx_slab_alloc_locked(zone->shpool,
-                              kd->size + name_len + spec_len + secret_len + 3);
+                              size + name_len + spec_len + secret_len + 3);
     if (r == NULL) {
         return NULL;
     }
@@ -175,7 +216,7 @@ ngx_http_tokenbiryani_rrec_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
     r->name_len = name_len;
     r->spec_len = spec_len;
     r->secret_len = secret_len;
-    r->data = (u_char *) r + kd->size;
+    r->data = (u_char *) r + size;
 
     p = ngx_cpymem(r->data, name, name_len);
     *p++ = '\0';
@@ -190,12 +231,12 @@ ngx_http_tokenbiryani_rrec_alloc_locked(ngx_http_tokenbiryani_zone_t *zone,
 
 void
 ngx_http_tokenbiryani_rrec_link_locked(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, ngx_http_tokenbiryani_rrec_t *old,
+    int kind, ngx_http_tokenbiryani_rrec_t *old,
     ngx_http_tokenbiryani_rrec_t *r)
 {
     ngx_http_tokenbiryani_rlist_t  *list;
 
-    list = ngx_http_tokenbiryani_rlist(zone->sh, kd);
+    list = ngx_http_tokenbiryani_rlist(zone->sh, kind);
 
     if (old) {
         ngx_queue_insert_after(&old->queue, &r->queue);
@@ -213,13 +254,13 @@ ngx_http_tokenbiryani_rrec_link_locked(ngx_http_tokenbiryani_zone_t *zone,
 
 void
 ngx_http_tokenbiryani_rrec_remove_locked(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, ngx_http_tokenbiryani_rrec_t *r)
+    int kind, ngx_http_tokenbiryani_rrec_t *r)
 {
     ngx_http_tokenbiryani_rlist_t  *list;
 
-    list = ngx_http_tokenbiryani_rlist(zone->sh, kd);
+    list = ngx_http_tokenbiryani_rlist(zone->sh, kind);
 
-    ngx_http_tokenbiryani_grave_put_locked(zone->sh, kd->kind, r->data,
+    ngx_http_tokenbiryani_grave_put_locked(zone->sh, kind, r->data,
                                            r->name_len,
                                            ngx_http_tokenbiryani_rrec_gen(r));
 
@@ -245,7 +286,7 @@ ngx_http_tokenbiryani_records_copy(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_rkind_t  *kd;
 
     kd = ngx_http_tokenbiryani_rkind(kind);
-    list = ngx_http_tokenbiryani_rlist(zone->sh, kd);
+    list = ngx_http_tokenbiryani_rlist(zone->sh, kind);
 
     for ( ;; ) {
         /* the size first, then the copy if it still fits: no allocation
@@ -321,4 +362,37 @@ ngx_http_tokenbiryani_records_copy(ngx_http_tokenbiryani_zone_t *zone,
 
         /* a record grew between the two looks: again */
     }
+}
+
+
+static void
+ngx_http_tokenbiryani_rkey_view(void *view,
+    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3])
+{
+    ngx_http_tokenbiryani_rkey_view_t  *v = view;
+
+    v->name = copy[0];
+    v->spec = copy[1];
+    ngx_memcpy(v->digest, copy[2].data, 32);
+}
+
+
+static void
+ngx_http_tokenbiryani_racct_view(void *view,
+    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3])
+{
+    ngx_http_tokenbiryani_racct_view_t   *v = view;
+    const ngx_http_tokenbiryani_racct_t  *ra;
+
+    ra = (const ngx_http_tokenbiryani_racct_t *) r;
+
+    v->id = copy[0];
+    v->spec = copy[1];
+    v->sealed = copy[2];
+
+    v->slot = ra->slot;
+    v->version = ra->version;
+    v->naddrs = ra->naddrs;
+    ngx_memcpy(v->addrs, ra->addrs,
+               ra->naddrs * sizeof(ngx_http_tokenbiryani_raddr_t));
 }

@@ -14,19 +14,6 @@
 #include "tb_hash.h"
 
 
-static void ngx_http_tokenbiryani_rkey_view(void *view,
-    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3]);
-
-
-const ngx_http_tokenbiryani_rkind_t  ngx_http_tokenbiryani_rkind_key = {
-    TB_REC_KEY,
-    offsetof(ngx_http_tokenbiryani_shm_t, rkeys),
-    sizeof(ngx_http_tokenbiryani_rrec_t),
-    sizeof(ngx_http_tokenbiryani_rkey_view_t),
-    ngx_http_tokenbiryani_rkey_view
-};
-
-
 ngx_uint_t
 ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t name_len, const u_char *digest,
@@ -39,9 +26,9 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (ngx_http_tokenbiryani_rrec_stale_locked(zone->sh,
-            &ngx_http_tokenbiryani_rkind_key, name, name_len, spec, spec_len,
-            &old))
+    if (ngx_http_tokenbiryani_rrec_stale_locked(zone->sh, TB_REC_KEY, name,
+                                                name_len, spec, spec_len,
+                                                &old))
     {
         rc = NGX_HTTP_TB_RKEY_STALE;
         goto done;
@@ -70,9 +57,9 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
         goto done;
     }
 
-    k = ngx_http_tokenbiryani_rrec_alloc_locked(zone,
-            &ngx_http_tokenbiryani_rkind_key, name, name_len, spec, spec_len,
-            digest, 32);
+    k = ngx_http_tokenbiryani_rrec_alloc_locked(zone, TB_REC_KEY, name,
+                                                name_len, spec, spec_len,
+                                                digest, 32);
     if (k == NULL) {
         rc = NGX_HTTP_TB_RKEY_NOMEM;
         goto done;
@@ -82,9 +69,7 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
         rc = NGX_HTTP_TB_RKEY_NEW;
     }
 
-    ngx_http_tokenbiryani_rrec_link_locked(zone,
-                                           &ngx_http_tokenbiryani_rkind_key,
-                                           old, k);
+    ngx_http_tokenbiryani_rrec_link_locked(zone, TB_REC_KEY, old, k);
 
 done:
 
@@ -180,9 +165,8 @@ ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    k = ngx_http_tokenbiryani_rrec_find_locked(zone->sh,
-                                               &ngx_http_tokenbiryani_rkind_key,
-                                               name, len);
+    k = ngx_http_tokenbiryani_rrec_find_locked(zone->sh, TB_REC_KEY, name,
+                                               len);
 
     if (k == NULL) {
         rc = NGX_HTTP_TB_RKEY_NONE;
@@ -190,8 +174,7 @@ ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
     } else {
         ngx_http_tokenbiryani_revoked_put_locked(zone->sh,
             ngx_http_tokenbiryani_rrec_secret(k), name, len);
-        ngx_http_tokenbiryani_rrec_remove_locked(zone,
-            &ngx_http_tokenbiryani_rkind_key, k);
+        ngx_http_tokenbiryani_rrec_remove_locked(zone, TB_REC_KEY, k);
         rc = NGX_HTTP_TB_RKEY_OK;
     }
 
@@ -228,18 +211,6 @@ ngx_http_tokenbiryani_refused(ngx_http_tokenbiryani_zone_t *zone,
     *messages = zone->sh->refused_messages;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
-}
-
-
-static void
-ngx_http_tokenbiryani_rkey_view(void *view,
-    const ngx_http_tokenbiryani_rrec_t *r, const ngx_str_t copy[3])
-{
-    ngx_http_tokenbiryani_rkey_view_t  *v = view;
-
-    v->name = copy[0];
-    v->spec = copy[1];
-    ngx_memcpy(v->digest, copy[2].data, 32);
 }
 
 

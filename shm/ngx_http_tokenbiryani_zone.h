@@ -186,25 +186,6 @@ typedef struct {
     ngx_atomic_t                   gen;
 } ngx_http_tokenbiryani_rlist_t;
 
-/*
- * A kind of runtime record: its list in the zone, the size of its record
- * (an ngx_http_tokenbiryani_rrec_t first), and its view, which view()
- * fills from a record and the copies of its name, spec and secret.
- */
-typedef struct {
-    int                            kind;          /* TB_REC_KEY, ... */
-    size_t                         list;          /* offset in the zone */
-    size_t                         size;
-    size_t                         view_size;
-    void                         (*view)(void *view,
-                                     const ngx_http_tokenbiryani_rrec_t *r,
-                                     const ngx_str_t copy[3]);
-} ngx_http_tokenbiryani_rkind_t;
-
-/* a minted key is a record and no more: its secret, its digest */
-extern const ngx_http_tokenbiryani_rkind_t  ngx_http_tokenbiryani_rkind_key;
-
-
 /* an account added at runtime: its slot and addresses besides */
 typedef struct {
     ngx_http_tokenbiryani_rrec_t   rec;           /* id, spec, sealed */
@@ -213,8 +194,6 @@ typedef struct {
     ngx_uint_t                     naddrs;
     ngx_http_tokenbiryani_raddr_t  addrs[NGX_HTTP_TB_RACCT_ADDRS];
 } ngx_http_tokenbiryani_racct_t;
-
-extern const ngx_http_tokenbiryani_rkind_t  ngx_http_tokenbiryani_rkind_account;
 
 
 /* the events ring: never freed, see shm/ngx_http_tokenbiryani_events.c */
@@ -495,38 +474,35 @@ uint64_t ngx_http_tokenbiryani_spec_gen(const u_char *spec, size_t len);
 
 
 /*
- * Runtime records of every kind (shm/ngx_http_tokenbiryani_records.c).
- * Under the lock (_locked): the record of a name, or NULL; the
- * generation of a record's envelope (0: none, or no record); whether a
- * record of that name and spec would be a replay (1), the one there is in
- * *old; whether a record has that spec and secret; a record made with its
- * strings, linked in place of old (or last), and removed, each change
- * moving its list's generation.
+ * Runtime records of every kind (TB_REC_KEY, TB_REC_ACCOUNT;
+ * shm/ngx_http_tokenbiryani_records.c).  Under the lock (_locked): the
+ * record of a name, or NULL; the generation of a record's envelope (0:
+ * none, or no record); whether a record of that name and spec would be a
+ * replay (1), the one there is in *old; whether a record has that spec and
+ * secret; a record made with its strings, linked in place of old (or
+ * last), and removed, each change moving its list's generation.
  */
 void ngx_http_tokenbiryani_rlist_init(ngx_http_tokenbiryani_rlist_t *list);
 ngx_http_tokenbiryani_rrec_t *ngx_http_tokenbiryani_rrec_find_locked(
-    ngx_http_tokenbiryani_shm_t *sh, const ngx_http_tokenbiryani_rkind_t *kd,
-    const u_char *name, size_t len);
+    ngx_http_tokenbiryani_shm_t *sh, int kind, const u_char *name,
+    size_t len);
 uint64_t ngx_http_tokenbiryani_rrec_gen(const ngx_http_tokenbiryani_rrec_t *r);
 ngx_uint_t ngx_http_tokenbiryani_rrec_stale_locked(
-    ngx_http_tokenbiryani_shm_t *sh, const ngx_http_tokenbiryani_rkind_t *kd,
-    const u_char *name, size_t len, const u_char *spec, size_t spec_len,
+    ngx_http_tokenbiryani_shm_t *sh, int kind, const u_char *name,
+    size_t len, const u_char *spec, size_t spec_len,
     ngx_http_tokenbiryani_rrec_t **old);
 ngx_uint_t ngx_http_tokenbiryani_rrec_same(
     const ngx_http_tokenbiryani_rrec_t *r, const u_char *spec,
     size_t spec_len, const u_char *secret, size_t secret_len);
 ngx_http_tokenbiryani_rrec_t *ngx_http_tokenbiryani_rrec_alloc_locked(
-    ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, const u_char *name,
+    ngx_http_tokenbiryani_zone_t *zone, int kind, const u_char *name,
     size_t name_len, const u_char *spec, size_t spec_len,
     const u_char *secret, size_t secret_len);
-void ngx_http_tokenbiryani_rrec_link_locked(
-    ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, ngx_http_tokenbiryani_rrec_t *old,
+void ngx_http_tokenbiryani_rrec_link_locked(ngx_http_tokenbiryani_zone_t *zone,
+    int kind, ngx_http_tokenbiryani_rrec_t *old,
     ngx_http_tokenbiryani_rrec_t *r);
 void ngx_http_tokenbiryani_rrec_remove_locked(
-    ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_rkind_t *kd, ngx_http_tokenbiryani_rrec_t *r);
-
+    ngx_http_tokenbiryani_zone_t *zone, int kind,
+    ngx_http_tokenbiryani_rrec_t *r);
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

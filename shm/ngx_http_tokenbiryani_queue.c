@@ -405,27 +405,14 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
     ngx_int_t                     slot;
     ngx_uint_t                    i, used, others;
     int64_t                       oldest;
-    ngx_queue_t                  *q;
     ngx_http_tokenbiryani_shm_t  *sh;
     ngx_http_tokenbiryani_rpm_t  *w;
 
     sh = zone->sh;
-    w = NULL;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (q = ngx_queue_head(&sh->rpm);
-         q != ngx_queue_sentinel(&sh->rpm);
-         q = ngx_queue_next(q))
-    {
-        w = ngx_queue_data(q, ngx_http_tokenbiryani_rpm_t, queue);
-
-        if (w->key == key) {
-            break;
-        }
-
-        w = NULL;
-    }
+    w = ngx_http_tokenbiryani_rpm_find_locked(sh, key);
 
     if (w && w->size != rpm) {
         /* the key's rpm changed with a reload: a new window */
@@ -492,26 +479,14 @@ void
 ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_int_t slot, int64_t taken)
 {
-    ngx_queue_t                  *q;
-    ngx_http_tokenbiryani_shm_t  *sh;
     ngx_http_tokenbiryani_rpm_t  *w;
-
-    sh = zone->sh;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (q = ngx_queue_head(&sh->rpm);
-         q != ngx_queue_sentinel(&sh->rpm);
-         q = ngx_queue_next(q))
-    {
-        w = ngx_queue_data(q, ngx_http_tokenbiryani_rpm_t, queue);
+    w = ngx_http_tokenbiryani_rpm_find_locked(zone->sh, key);
 
-        if (w->key == key && (ngx_uint_t) slot < w->size
-            && w->times[slot] == taken)
-        {
-            w->times[slot] = 0;
-            break;
-        }
+    if (w && (ngx_uint_t) slot < w->size && w->times[slot] == taken) {
+        w->times[slot] = 0;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

@@ -390,6 +390,10 @@ ngx_rbtree_node_t *ngx_http_tokenbiryani_rbtree_find(ngx_rbtree_t *tree,
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_find(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
 
+/* a key's rpm window, or NULL.  Under the lock. */
+ngx_http_tokenbiryani_rpm_t *ngx_http_tokenbiryani_rpm_find_locked(
+    ngx_http_tokenbiryani_shm_t *sh, uint64_t key);
+
 /* the least recently charged conversation no lease holds, freed; 0: none.
  * Under the lock. */
 ngx_uint_t ngx_http_tokenbiryani_session_evict(

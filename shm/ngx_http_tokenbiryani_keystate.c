@@ -8,27 +8,54 @@
 #include "ngx_http_tokenbiryani_zone.h"
 
 
+/*
+ * The element of list whose uint64_t key (at key_off in it, its queue link
+ * at link_off) is key, or NULL.  Under the lock.
+ */
+
+static void *
+ngx_http_tokenbiryani_queue_find(ngx_queue_t *list, size_t link_off,
+    size_t key_off, uint64_t key)
+{
+    u_char       *e;
+    ngx_queue_t  *q;
+
+    for (q = ngx_queue_head(list);
+         q != ngx_queue_sentinel(list);
+         q = ngx_queue_next(q))
+    {
+        e = (u_char *) q - link_off;
+
+        if (*(uint64_t *) (e + key_off) == key) {
+            return e;
+        }
+    }
+
+    return NULL;
+}
+
+
 /* a key's counters, or NULL: the zone's lock is held */
 
 ngx_http_tokenbiryani_keystate_t *
 ngx_http_tokenbiryani_keystate_find(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key)
 {
-    ngx_queue_t                       *q;
-    ngx_http_tokenbiryani_keystate_t  *ks;
+    return ngx_http_tokenbiryani_queue_find(&zone->sh->keys,
+               offsetof(ngx_http_tokenbiryani_keystate_t, queue),
+               offsetof(ngx_http_tokenbiryani_keystate_t, key), key);
+}
 
-    for (q = ngx_queue_head(&zone->sh->keys);
-         q != ngx_queue_sentinel(&zone->sh->keys);
-         q = ngx_queue_next(q))
-    {
-        ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
 
-        if (ks->key == key) {
-            return ks;
-        }
-    }
+/* a key's rpm window, or NULL; under the lock */
 
-    return NULL;
+ngx_http_tokenbiryani_rpm_t *
+ngx_http_tokenbiryani_rpm_find_locked(ngx_http_tokenbiryani_shm_t *sh,
+    uint64_t key)
+{
+    return ngx_http_tokenbiryani_queue_find(&sh->rpm,
+               offsetof(ngx_http_tokenbiryani_rpm_t, queue),
+               offsetof(ngx_http_tokenbiryani_rpm_t, key), key);
 }
 
 

@@ -46,29 +46,21 @@ ngx_http_tokenbiryani_key_rpm_used(ngx_http_tokenbiryani_shm_t *sh,
 {
     int64_t                       used;
     ngx_uint_t                    i;
-    ngx_queue_t                  *q;
     ngx_http_tokenbiryani_rpm_t  *w;
 
-    for (q = ngx_queue_head(&sh->rpm);
-         q != ngx_queue_sentinel(&sh->rpm);
-         q = ngx_queue_next(q))
-    {
-        w = ngx_queue_data(q, ngx_http_tokenbiryani_rpm_t, queue);
+    w = ngx_http_tokenbiryani_rpm_find_locked(sh, key);
 
-        if (w->key != key) {
-            continue;
-        }
-
-        used = 0;
-
-        for (i = 0; i < w->size; i++) {
-            used += (w->times[i] > now - NGX_HTTP_TB_MINUTE_MS);
-        }
-
-        return used;
+    if (w == NULL) {
+        return 0;
     }
 
-    return 0;
+    used = 0;
+
+    for (i = 0; i < w->size; i++) {
+        used += (w->times[i] > now - NGX_HTTP_TB_MINUTE_MS);
+    }
+
+    return used;
 }
 
 

@@ -38,6 +38,52 @@ ngx_http_tokenbiryani_waiter_drop_locked(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
+/*
+ * The waiter after w in queue order, interactive then batch (the first
+ * for NULL); NULL after the last.  Under the lock; w may be dropped once
+ * the next is known.
+ */
+static ngx_http_tokenbiryani_waiter_t *
+ngx_http_tokenbiryani_waiter_next(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_http_tokenbiryani_waiter_t *w)
+{
+    ngx_uint_t    c;
+    ngx_queue_t  *q;
+
+    c = w ? w->cls : 0;
+    q = w ? ngx_queue_next(&w->queue) : ngx_queue_head(&sh->waiting[0]);
+
+    while (q == ngx_queue_sentinel(&sh->waiting[c])) {
+        if (++c == 2) {
+            return NULL;
+        }
+
+        q = ngx_queue_head(&sh->waiting[c]);
+    }
+
+    return ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+}
+
+
+/* a waiter its worker no longer tends (why: how that is known) dropped */
+static void
+ngx_http_tokenbiryani_waiter_abandoned_locked(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_waiter_t *w,
+    const char *why)
+{
+    ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                  "tokenbiryani: dropped the queued request %*s of worker "
+                  "%P, which %s",
+                  (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, w->request_id, w->pid,
+                  why);
+
+    ngx_http_tokenbiryani_waiter_drop_locked(zone->sh, w);
+    zone->sh->queue_stale++;
+    w->id = 0;
+    ngx_slab_free_locked(zone->shpool, w);
+}
+
+
 static ngx_uint_t
 ngx_http_tokenbiryani_waiter_blocked(ngx_http_tokenbiryani_shm_t *sh,
     ngx_http_tokenbiryani_waiter_t *w, int64_t now)
@@ -212,8 +258,7 @@ ngx_uint_t
 ngx_http_tokenbiryani_queue_clear_ahead(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t cls, int64_t now)
 {
-    ngx_uint_t                       c, clear;
-    ngx_queue_t                     *q;
+    ngx_uint_t                       clear;
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_waiter_t  *w;
 
@@ -227,17 +272,13 @@ ngx_http_tokenbiryani_queue_clear_ahead(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (c = 0; c <= cls && clear; c++) {
-        for (q = ngx_queue_head(&sh->waiting[c]);
-             q != ngx_queue_sentinel(&sh->waiting[c]);
-             q = ngx_queue_next(q))
-        {
-            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
-
-            if (!ngx_http_tokenbiryani_waiter_blocked(sh, w, now)) {
-                clear = 0;
-                break;
-            }
+    for (w = ngx_http_tokenbiryani_waiter_next(sh, NULL);
+         w && w->cls <= cls;
+         w = ngx_http_tokenbiryani_waiter_next(sh, w))
+    {
+        if (!ngx_http_tokenbiryani_waiter_blocked(sh, w, now)) {
+            clear = 0;
+            break;
         }
     }
 
@@ -280,10 +321,9 @@ ngx_uint_t
 ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now, uint64_t *ids, ngx_uint_t max)
 {
-    ngx_uint_t                       c, n, stop;
-    ngx_queue_t                     *q, *next;
+    ngx_uint_t                       n, stop;
     ngx_http_tokenbiryani_shm_t     *sh;
-    ngx_http_tokenbiryani_waiter_t  *w;
+    ngx_http_tokenbiryani_waiter_t  *w, *next;
 
     sh = zone->sh;
     n = 0;
@@ -291,44 +331,30 @@ ngx_http_tokenbiryani_queue_scan(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (c = 0; c < 2; c++) {
-        for (q = ngx_queue_head(&sh->waiting[c]);
-             q != ngx_queue_sentinel(&sh->waiting[c]);
-             q = next)
-        {
-            next = ngx_queue_next(q);
-            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+    for (w = ngx_http_tokenbiryani_waiter_next(sh, NULL); w; w = next) {
+        next = ngx_http_tokenbiryani_waiter_next(sh, w);
 
-            if (w->pid == ngx_pid) {
-                w->renewed_ms = now;
+        if (w->pid == ngx_pid) {
+            w->renewed_ms = now;
 
-                if (!stop && n < max
-                    && !ngx_http_tokenbiryani_waiter_blocked(sh, w, now))
-                {
-                    ids[n++] = w->id;
-                }
-
-                continue;
+            if (!stop && n < max
+                && !ngx_http_tokenbiryani_waiter_blocked(sh, w, now))
+            {
+                ids[n++] = w->id;
             }
 
-            if (now - w->renewed_ms > NGX_HTTP_TB_WAITER_DEAD_MS) {
-                ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                              "tokenbiryani: dropped the queued request "
-                              "%*s of worker %P, which stopped tending it",
-                              (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
-                              w->request_id, w->pid);
+            continue;
+        }
 
-                ngx_http_tokenbiryani_waiter_drop_locked(sh, w);
-                sh->queue_stale++;
-                w->id = 0;
-                ngx_slab_free_locked(zone->shpool, w);
-                continue;
-            }
+        if (now - w->renewed_ms > NGX_HTTP_TB_WAITER_DEAD_MS) {
+            ngx_http_tokenbiryani_waiter_abandoned_locked(zone, w,
+                                                      "stopped tending it");
+            continue;
+        }
 
-            if (!ngx_http_tokenbiryani_waiter_blocked(sh, w, now)) {
-                /* it goes first: nobody behind it may */
-                stop = 1;
-            }
+        if (!ngx_http_tokenbiryani_waiter_blocked(sh, w, now)) {
+            /* it goes first: nobody behind it may */
+            stop = 1;
         }
     }
 
@@ -379,27 +405,14 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
     ngx_int_t                     slot;
     ngx_uint_t                    i, used, others;
     int64_t                       oldest;
-    ngx_queue_t                  *q;
     ngx_http_tokenbiryani_shm_t  *sh;
     ngx_http_tokenbiryani_rpm_t  *w;
 
     sh = zone->sh;
-    w = NULL;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (q = ngx_queue_head(&sh->rpm);
-         q != ngx_queue_sentinel(&sh->rpm);
-         q = ngx_queue_next(q))
-    {
-        w = ngx_queue_data(q, ngx_http_tokenbiryani_rpm_t, queue);
-
-        if (w->key == key) {
-            break;
-        }
-
-        w = NULL;
-    }
+    w = ngx_http_tokenbiryani_rpm_find_locked(sh, key);
 
     if (w && w->size != rpm) {
         /* the key's rpm changed with a reload: a new window */
@@ -466,26 +479,14 @@ void
 ngx_http_tokenbiryani_rpm_give_back(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_int_t slot, int64_t taken)
 {
-    ngx_queue_t                  *q;
-    ngx_http_tokenbiryani_shm_t  *sh;
     ngx_http_tokenbiryani_rpm_t  *w;
-
-    sh = zone->sh;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (q = ngx_queue_head(&sh->rpm);
-         q != ngx_queue_sentinel(&sh->rpm);
-         q = ngx_queue_next(q))
-    {
-        w = ngx_queue_data(q, ngx_http_tokenbiryani_rpm_t, queue);
+    w = ngx_http_tokenbiryani_rpm_find_locked(zone->sh, key);
 
-        if (w->key == key && (ngx_uint_t) slot < w->size
-            && w->times[slot] == taken)
-        {
-            w->times[slot] = 0;
-            break;
-        }
+    if (w && (ngx_uint_t) slot < w->size && w->times[slot] == taken) {
+        w->times[slot] = 0;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -503,8 +504,7 @@ ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_queue_view_t *view,
     ngx_http_tokenbiryani_waiter_view_t *waiters, ngx_uint_t max)
 {
-    ngx_uint_t                       c, k;
-    ngx_queue_t                     *q;
+    ngx_uint_t                       k;
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_waiter_t  *w;
 
@@ -513,28 +513,25 @@ ngx_http_tokenbiryani_queue_snapshot(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (c = 0; c < 2; c++) {
-        view->n[c] = 0;
+    view->n[0] = 0;
+    view->n[1] = 0;
 
-        for (q = ngx_queue_head(&sh->waiting[c]);
-             q != ngx_queue_sentinel(&sh->waiting[c]);
-             q = ngx_queue_next(q))
-        {
-            view->n[c]++;
+    for (w = ngx_http_tokenbiryani_waiter_next(sh, NULL);
+         w;
+         w = ngx_http_tokenbiryani_waiter_next(sh, w))
+    {
+        view->n[w->cls]++;
 
-            if (k == max) {
-                continue;
-            }
-
-            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
-
-            ngx_memcpy(waiters[k].request_id, w->request_id,
-                       NGX_HTTP_TB_REQUEST_ID_LEN);
-            waiters[k].cls = c;
-            waiters[k].enqueued_ms = w->enqueued_ms;
-            waiters[k].pid = w->pid;
-            k++;
+        if (k == max) {
+            continue;
         }
+
+        ngx_memcpy(waiters[k].request_id, w->request_id,
+                   NGX_HTTP_TB_REQUEST_ID_LEN);
+        waiters[k].cls = w->cls;
+        waiters[k].enqueued_ms = w->enqueued_ms;
+        waiters[k].pid = w->pid;
+        k++;
     }
 
     view->depth = sh->nwaiting;
@@ -589,10 +586,9 @@ ngx_http_tokenbiryani_key_last_used(ngx_http_tokenbiryani_zone_t *zone,
 ngx_uint_t
 ngx_http_tokenbiryani_queue_reap(ngx_http_tokenbiryani_zone_t *zone)
 {
-    ngx_uint_t                       c, n;
-    ngx_queue_t                     *q, *next;
+    ngx_uint_t                       n;
     ngx_http_tokenbiryani_shm_t     *sh;
-    ngx_http_tokenbiryani_waiter_t  *w;
+    ngx_http_tokenbiryani_waiter_t  *w, *next;
     ngx_http_tokenbiryani_owners_t   owners;
 
     sh = zone->sh;
@@ -601,28 +597,11 @@ ngx_http_tokenbiryani_queue_reap(ngx_http_tokenbiryani_zone_t *zone)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (c = 0; c < 2; c++) {
-        for (q = ngx_queue_head(&sh->waiting[c]);
-             q != ngx_queue_sentinel(&sh->waiting[c]);
-             q = next)
-        {
-            next = ngx_queue_next(q);
-            w = ngx_queue_data(q, ngx_http_tokenbiryani_waiter_t, queue);
+    for (w = ngx_http_tokenbiryani_waiter_next(sh, NULL); w; w = next) {
+        next = ngx_http_tokenbiryani_waiter_next(sh, w);
 
-            if (!ngx_http_tokenbiryani_owner_gone(&owners, w->pid)) {
-                continue;
-            }
-
-            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                          "tokenbiryani: dropped the queued request %*s of "
-                          "worker %P, which is gone",
-                          (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
-                          w->request_id, w->pid);
-
-            ngx_http_tokenbiryani_waiter_drop_locked(sh, w);
-            sh->queue_stale++;
-            w->id = 0;
-            ngx_slab_free_locked(zone->shpool, w);
+        if (ngx_http_tokenbiryani_owner_gone(&owners, w->pid)) {
+            ngx_http_tokenbiryani_waiter_abandoned_locked(zone, w, "is gone");
             n++;
         }
     }

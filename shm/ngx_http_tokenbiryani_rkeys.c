@@ -2,10 +2,11 @@
  * What operators change at runtime, in the zone: minted keys and settings,
  * and the state of the durable store behind it.
  *
- * The zone holds each minted key as its name, the SHA-256 digest of its
- * secret and its spec (JSON text); workers keep a parsed copy and rebuild
- * it when the generation moves, so a key minted, rescoped or revoked in
- * one worker holds in every worker from its next request.
+ * The zone holds each minted key as a runtime record (its name, its spec
+ * (JSON text) and, as its secret, the SHA-256 digest of the key: see
+ * shm/ngx_http_tokenbiryani_records.c); workers keep a parsed copy and
+ * rebuild it when the generation moves, so a key minted, rescoped or
+ * revoked in one worker holds in every worker from its next request.
  */
 
 
@@ -13,76 +14,21 @@
 #include "tb_hash.h"
 
 
-static ngx_uint_t ngx_http_tokenbiryani_rkey_write(
-    ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t name_len,
-    const u_char *digest, const u_char *spec, size_t spec_len,
-    ngx_uint_t set);
-
-
-static ngx_http_tokenbiryani_rkey_t *
-ngx_http_tokenbiryani_rkey_find_locked(ngx_http_tokenbiryani_shm_t *sh,
-    const u_char *name, size_t len)
-{
-    ngx_queue_t                   *q;
-    ngx_http_tokenbiryani_rkey_t  *k;
-
-    for (q = ngx_queue_head(&sh->rkeys);
-         q != ngx_queue_sentinel(&sh->rkeys);
-         q = ngx_queue_next(q))
-    {
-        k = ngx_queue_data(q, ngx_http_tokenbiryani_rkey_t, queue);
-
-        if (k->name_len == len && ngx_memcmp(k->data, name, len) == 0) {
-            return k;
-        }
-    }
-
-    return NULL;
-}
-
-
 ngx_uint_t
-ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *name, size_t name_len, const u_char *digest,
-    const u_char *spec, size_t spec_len)
-{
-    return ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest,
-                                            spec, spec_len, 0);
-}
-
-
-ngx_uint_t
-ngx_http_tokenbiryani_rkey_set(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *name, size_t name_len, const u_char *digest,
-    const u_char *spec, size_t spec_len)
-{
-    return ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest,
-                                            spec, spec_len, 1);
-}
-
-
-static ngx_uint_t
 ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t name_len, const u_char *digest,
     const u_char *spec, size_t spec_len, ngx_uint_t set)
 {
     ngx_uint_t                     rc;
-    ngx_http_tokenbiryani_shm_t   *sh;
-    ngx_http_tokenbiryani_rkey_t  *old, *k;
+    ngx_http_tokenbiryani_rrec_t  *old, *k;
 
-    sh = zone->sh;
     rc = NGX_HTTP_TB_RKEY_OK;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    old = ngx_http_tokenbiryani_rkey_find_locked(sh, name, name_len);
-
-    if (ngx_http_tokenbiryani_grave_stale_locked(sh, TB_REC_KEY, name,
-            name_len,
-            old ? ngx_http_tokenbiryani_spec_gen(old->data + old->name_len,
-                                                 old->spec_len)
-                : 0,
-            ngx_http_tokenbiryani_spec_gen(spec, spec_len)))
+    if (ngx_http_tokenbiryani_rrec_stale_locked(zone->sh, TB_REC_KEY, name,
+                                                name_len, spec, spec_len,
+                                                &old))
     {
         rc = NGX_HTTP_TB_RKEY_STALE;
         goto done;
@@ -95,12 +41,11 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
 
     if (digest == NULL) {
         /* another spec, the same secret */
-        digest = old->digest;
+        digest = ngx_http_tokenbiryani_rrec_secret(old);
 
     } else if (set) {
-        if (old && ngx_memcmp(old->digest, digest, 32) == 0
-            && old->spec_len == spec_len
-            && ngx_memcmp(old->data + old->name_len, spec, spec_len) == 0)
+        if (old
+            && ngx_http_tokenbiryani_rrec_same(old, spec, spec_len, digest, 32))
         {
             /* as it is: the generation stays, no worker rebuilds */
             rc = NGX_HTTP_TB_RKEY_SAME;
@@ -112,37 +57,19 @@ ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
         goto done;
     }
 
-    k = ngx_slab_alloc_locked(zone->shpool,
-                              offsetof(ngx_http_tokenbiryani_rkey_t, data)
-                              + name_len + spec_len + 1);
+    k = ngx_http_tokenbiryani_rrec_alloc_locked(zone, TB_REC_KEY, name,
+                                                name_len, spec, spec_len,
+                                                digest, 32);
     if (k == NULL) {
         rc = NGX_HTTP_TB_RKEY_NOMEM;
         goto done;
     }
 
-    ngx_memcpy(k->digest, digest, 32);
-
-    k->name_len = name_len;
-    k->spec_len = spec_len;
-    ngx_memcpy(k->data, name, name_len);
-    ngx_memcpy(k->data + name_len, spec, spec_len);
-    k->data[name_len + spec_len] = '\0';
-
-    if (old) {
-        ngx_queue_insert_after(&old->queue, &k->queue);
-        ngx_queue_remove(&old->queue);
-        ngx_slab_free_locked(zone->shpool, old);
-
-    } else {
-        ngx_queue_insert_tail(&sh->rkeys, &k->queue);
-        sh->nrkeys++;
-
-        if (set) {
-            rc = NGX_HTTP_TB_RKEY_NEW;
-        }
+    if (old == NULL && set) {
+        rc = NGX_HTTP_TB_RKEY_NEW;
     }
 
-    (void) ngx_atomic_fetch_add(&sh->rkeys_gen, 1);
+    ngx_http_tokenbiryani_rrec_link_locked(zone, TB_REC_KEY, old, k);
 
 done:
 
@@ -234,75 +161,26 @@ ngx_http_tokenbiryani_rkey_delete(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t len)
 {
     ngx_uint_t                     rc;
-    ngx_http_tokenbiryani_shm_t   *sh;
-    ngx_http_tokenbiryani_rkey_t  *k;
-
-    sh = zone->sh;
+    ngx_http_tokenbiryani_rrec_t  *k;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    k = ngx_http_tokenbiryani_rkey_find_locked(sh, name, len);
+    k = ngx_http_tokenbiryani_rrec_find_locked(zone->sh, TB_REC_KEY, name,
+                                               len);
 
     if (k == NULL) {
         rc = NGX_HTTP_TB_RKEY_NONE;
 
     } else {
-        ngx_http_tokenbiryani_grave_put_locked(sh, TB_REC_KEY, name, len,
-                    ngx_http_tokenbiryani_spec_gen(k->data + k->name_len,
-                                                   k->spec_len));
-        ngx_http_tokenbiryani_revoked_put_locked(sh, k->digest, name, len);
-        ngx_queue_remove(&k->queue);
-        ngx_slab_free_locked(zone->shpool, k);
-        sh->nrkeys--;
-        (void) ngx_atomic_fetch_add(&sh->rkeys_gen, 1);
+        ngx_http_tokenbiryani_revoked_put_locked(zone->sh,
+            ngx_http_tokenbiryani_rrec_secret(k), name, len);
+        ngx_http_tokenbiryani_rrec_remove_locked(zone, TB_REC_KEY, k);
         rc = NGX_HTTP_TB_RKEY_OK;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return rc;
-}
-
-
-uint64_t
-ngx_http_tokenbiryani_record_gen(ngx_http_tokenbiryani_zone_t *zone, int kind,
-    const u_char *name, size_t len)
-{
-    uint64_t                        gen, dead;
-    ngx_http_tokenbiryani_shm_t    *sh;
-    ngx_http_tokenbiryani_rkey_t   *k;
-    ngx_http_tokenbiryani_racct_t  *ra;
-
-    sh = zone->sh;
-    gen = 0;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    if (kind == TB_REC_KEY) {
-        k = ngx_http_tokenbiryani_rkey_find_locked(sh, name, len);
-
-        if (k) {
-            gen = ngx_http_tokenbiryani_spec_gen(k->data + k->name_len,
-                                                 k->spec_len);
-        }
-
-    } else if (kind == TB_REC_ACCOUNT) {
-        ra = ngx_http_tokenbiryani_racct_find_locked(sh, name, len);
-
-        if (ra) {
-            gen = ngx_http_tokenbiryani_spec_gen(ra->data + ra->id_len + 1,
-                                                 ra->spec_len);
-        }
-
-    } else if (kind == TB_REC_SETTING) {
-        gen = sh->strategy_rgen;
-    }
-
-    dead = ngx_http_tokenbiryani_grave_gen_locked(sh, kind, name, len);
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return ngx_max(gen, dead);
 }
 
 
@@ -333,107 +211,6 @@ ngx_http_tokenbiryani_refused(ngx_http_tokenbiryani_zone_t *zone,
     *messages = zone->sh->refused_messages;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
-}
-
-
-uint64_t
-ngx_http_tokenbiryani_rkeys_gen(ngx_http_tokenbiryani_zone_t *zone)
-{
-    return (uint64_t) __atomic_load_n(&zone->sh->rkeys_gen, __ATOMIC_ACQUIRE);
-}
-
-
-ngx_int_t
-ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_pool_t *pool, ngx_array_t *out, uint64_t *gen)
-{
-    u_char                             *p;
-    size_t                              size;
-    ngx_uint_t                          n;
-    ngx_queue_t                        *q;
-    ngx_http_tokenbiryani_shm_t        *sh;
-    ngx_http_tokenbiryani_rkey_t       *k;
-    ngx_http_tokenbiryani_rkey_view_t  *v;
-
-    sh = zone->sh;
-
-    for ( ;; ) {
-        /* the size first, then the copy if it still fits: no allocation
-         * under the lock */
-
-        ngx_shmtx_lock(&zone->shpool->mutex);
-
-        size = 0;
-        n = sh->nrkeys;
-
-        for (q = ngx_queue_head(&sh->rkeys);
-             q != ngx_queue_sentinel(&sh->rkeys);
-             q = ngx_queue_next(q))
-        {
-            k = ngx_queue_data(q, ngx_http_tokenbiryani_rkey_t, queue);
-            size += k->name_len + k->spec_len + 2;
-        }
-
-        ngx_shmtx_unlock(&zone->shpool->mutex);
-
-        if (ngx_array_init(out, pool, n ? n : 1,
-                           sizeof(ngx_http_tokenbiryani_rkey_view_t))
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        p = ngx_pnalloc(pool, size ? size : 1);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_shmtx_lock(&zone->shpool->mutex);
-
-        if (sh->nrkeys != n) {
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-            continue;
-        }
-
-        for (q = ngx_queue_head(&sh->rkeys);
-             q != ngx_queue_sentinel(&sh->rkeys);
-             q = ngx_queue_next(q))
-        {
-            k = ngx_queue_data(q, ngx_http_tokenbiryani_rkey_t, queue);
-
-            if (k->name_len + k->spec_len + 2 > size) {
-                break;
-            }
-
-            size -= k->name_len + k->spec_len + 2;
-
-            v = ngx_array_push(out);   /* preallocated: never NULL */
-
-            ngx_memcpy(v->digest, k->digest, 32);
-
-            v->name.data = p;
-            v->name.len = k->name_len;
-            p = ngx_cpymem(p, k->data, k->name_len);
-            *p++ = '\0';
-
-            v->spec.data = p;
-            v->spec.len = k->spec_len;
-            p = ngx_cpymem(p, k->data + k->name_len, k->spec_len);
-            *p++ = '\0';
-        }
-
-        if (gen) {
-            *gen = (uint64_t) sh->rkeys_gen;
-        }
-
-        ngx_shmtx_unlock(&zone->shpool->mutex);
-
-        if (q == ngx_queue_sentinel(&sh->rkeys) || out->nelts == n) {
-            return NGX_OK;
-        }
-
-        /* a spec grew between the two looks: again */
-    }
 }
 
 

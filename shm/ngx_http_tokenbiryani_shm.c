@@ -10,6 +10,9 @@ static void ngx_http_tokenbiryani_zone_regroup_locked(
     ngx_http_tokenbiryani_shm_t *sh, const char *org);
 static void ngx_http_tokenbiryani_zone_domains_locked(
     ngx_http_tokenbiryani_zone_t *zone);
+static ngx_int_t ngx_http_tokenbiryani_zone_too_small(
+    ngx_shm_zone_t *shm_zone, const char *before, ngx_uint_t n,
+    const char *what, size_t size);
 static ngx_int_t ngx_http_tokenbiryani_zone_ring(
     ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool);
@@ -60,10 +63,8 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->waiting[1]);
         ngx_queue_init(&sh->rpm);
         ngx_queue_init(&sh->keys);
-        ngx_queue_init(&sh->rkeys);
-        ngx_queue_init(&sh->raccts);
-        sh->rkeys_gen = 1;
-        sh->raccts_gen = 1;
+        ngx_http_tokenbiryani_rlist_init(&sh->rkeys);
+        ngx_http_tokenbiryani_rlist_init(&sh->raccts);
         sh->settings_gen = 1;
 
         /* a waiter that never tried has blocked_gen 0: never current */
@@ -106,16 +107,10 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     ngx_shmtx_lock(&shpool->mutex);
 
     if (ngx_http_tokenbiryani_zone_ring(zone, sh, shpool) != NGX_OK) {
-        ngx_shmtx_unlock(&shpool->mutex);
-
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "tokenbiryani zone \"%V\" is too small for an "
-                      "inspector of %ui requests (%uz bytes each): make the "
-                      "zone larger or observability.event_buffer smaller",
-                      &shm_zone->shm.name,
-                      (ngx_uint_t) zone->tbcf->observability_event_buffer,
-                      sizeof(ngx_http_tokenbiryani_record_t));
-        return NGX_ERROR;
+        return ngx_http_tokenbiryani_zone_too_small(shm_zone,
+                   "an inspector of ",
+                   (ngx_uint_t) zone->tbcf->observability_event_buffer,
+                   "requests", sizeof(ngx_http_tokenbiryani_record_t));
     }
 
     /* a request leaves two to four events: room for as many requests */
@@ -124,16 +119,9 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
             4 * (ngx_uint_t) zone->tbcf->observability_event_buffer)
         != NGX_OK)
     {
-        ngx_shmtx_unlock(&shpool->mutex);
-
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "tokenbiryani zone \"%V\" is too small for %ui "
-                      "events (%uz bytes each): make the zone larger or "
-                      "observability.event_buffer smaller",
-                      &shm_zone->shm.name,
-                      4 * (ngx_uint_t) zone->tbcf->observability_event_buffer,
-                      sizeof(ngx_http_tokenbiryani_event_t));
-        return NGX_ERROR;
+        return ngx_http_tokenbiryani_zone_too_small(shm_zone, "",
+                   4 * (ngx_uint_t) zone->tbcf->observability_event_buffer,
+                   "events", sizeof(ngx_http_tokenbiryani_event_t));
     }
 
     sh->generation++;
@@ -359,6 +347,31 @@ ngx_http_tokenbiryani_zone_capacity(ngx_http_tokenbiryani_zone_t *zone,
     *domain = 0;
 
     return sh->slots[slot];
+}
+
+
+/*
+ * What observability.event_buffer asks (n of what, size bytes each) does
+ * not fit in the zone: the lock given back, and said.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_zone_too_small(ngx_shm_zone_t *shm_zone,
+    const char *before, ngx_uint_t n, const char *what, size_t size)
+{
+    ngx_slab_pool_t  *shpool;
+
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                  "tokenbiryani zone \"%V\" is too small for %s%ui %s "
+                  "(%uz bytes each): make the zone larger or "
+                  "observability.event_buffer smaller",
+                  &shm_zone->shm.name, before, n, what, size);
+
+    return NGX_ERROR;
 }
 
 

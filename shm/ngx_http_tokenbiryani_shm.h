@@ -24,6 +24,7 @@
 #include "tb_lease.h"
 #include "tb_estimator.h"
 #include "tb_told.h"
+#include "tb_record.h"
 
 
 #define NGX_HTTP_TB_REQUEST_ID_LEN     28      /* "tbr_" + 24 hex */
@@ -788,22 +789,49 @@ ngx_uint_t ngx_http_tokenbiryani_revoked_copy(
 #define NGX_HTTP_TB_RKEY_SAME          6      /* _set: as it was */
 #define NGX_HTTP_TB_RKEY_NEW           7      /* _set: there was none */
 
-/* a new key (digest given), or another spec for one (digest NULL) */
-ngx_uint_t ngx_http_tokenbiryani_rkey_put(ngx_http_tokenbiryani_zone_t *zone,
+/*
+ * A new key (_put: digest given), or another spec for one (digest NULL);
+ * or a key as another instance has it (_set): added (_NEW), replaced
+ * (digest and spec: _OK), or left as it is when it is the same (_SAME:
+ * the generation then stays)
+ */
+ngx_uint_t ngx_http_tokenbiryani_rkey_write(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *name, size_t name_len, const u_char *digest,
-    const u_char *spec, size_t spec_len);
+    const u_char *spec, size_t spec_len, ngx_uint_t set);
+
+#define ngx_http_tokenbiryani_rkey_put(zone, name, name_len, digest, spec,    \
+                                       spec_len)                              \
+    ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest, spec,      \
+                                     spec_len, 0)
+#define ngx_http_tokenbiryani_rkey_set(zone, name, name_len, digest, spec,    \
+                                       spec_len)                              \
+    ngx_http_tokenbiryani_rkey_write(zone, name, name_len, digest, spec,      \
+                                     spec_len, 1)
+
 ngx_uint_t ngx_http_tokenbiryani_rkey_delete(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *name, size_t len);
 
-/* a key as another instance has it: added (_NEW), replaced (digest and
- * spec: _OK), or left as it is when it is the same (_SAME: the generation
- * then stays) */
-ngx_uint_t ngx_http_tokenbiryani_rkey_set(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *name, size_t name_len, const u_char *digest,
-    const u_char *spec, size_t spec_len);
+/*
+ * The runtime records of a kind (TB_REC_KEY: minted keys, TB_REC_ACCOUNT:
+ * accounts added at runtime; shm/ngx_http_tokenbiryani_records.c): their
+ * generation, which changes with every put and delete (read without the
+ * lock), and a view of each into pool (*out: rkey_view_t, racct_view_t),
+ * with the generation they are of.
+ */
+uint64_t ngx_http_tokenbiryani_records_gen(ngx_http_tokenbiryani_zone_t *zone,
+    int kind);
+ngx_int_t ngx_http_tokenbiryani_records_copy(
+    ngx_http_tokenbiryani_zone_t *zone, int kind, ngx_pool_t *pool,
+    ngx_array_t *out, uint64_t *gen);
 
-/* changes with every put and delete; read without the lock */
-uint64_t ngx_http_tokenbiryani_rkeys_gen(ngx_http_tokenbiryani_zone_t *zone);
+#define ngx_http_tokenbiryani_rkeys_gen(zone)                                 \
+    ngx_http_tokenbiryani_records_gen(zone, TB_REC_KEY)
+#define ngx_http_tokenbiryani_rkeys_copy(zone, pool, out, gen)                \
+    ngx_http_tokenbiryani_records_copy(zone, TB_REC_KEY, pool, out, gen)
+#define ngx_http_tokenbiryani_raccts_gen(zone)                                \
+    ngx_http_tokenbiryani_records_gen(zone, TB_REC_ACCOUNT)
+#define ngx_http_tokenbiryani_raccts_copy(zone, pool, out, gen)               \
+    ngx_http_tokenbiryani_records_copy(zone, TB_REC_ACCOUNT, pool, out, gen)
 
 /*
  * Records (TB_REC_KEY, TB_REC_ACCOUNT) carry a generation in their
@@ -825,10 +853,6 @@ typedef struct {
     u_char                         digest[32];
     ngx_str_t                      spec;          /* NUL-terminated */
 } ngx_http_tokenbiryani_rkey_view_t;
-
-/* a copy of every minted key into pool (*out: rkey_view_t), and its gen */
-ngx_int_t ngx_http_tokenbiryani_rkeys_copy(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_pool_t *pool, ngx_array_t *out, uint64_t *gen);
 
 
 /*
@@ -879,14 +903,6 @@ ngx_uint_t ngx_http_tokenbiryani_racct_delete(
 ngx_uint_t ngx_http_tokenbiryani_racct_known(
     ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_racct_view_t *v);
-
-/* changes with every put and delete; read without the lock */
-uint64_t ngx_http_tokenbiryani_raccts_gen(ngx_http_tokenbiryani_zone_t *zone);
-
-/* a copy of every runtime account into pool (*out: racct_view_t) */
-ngx_int_t ngx_http_tokenbiryani_raccts_copy(
-    ngx_http_tokenbiryani_zone_t *zone, ngx_pool_t *pool, ngx_array_t *out,
-    uint64_t *gen);
 
 
 /*

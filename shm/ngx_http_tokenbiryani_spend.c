@@ -109,7 +109,7 @@ ngx_http_tokenbiryani_session_share(ngx_http_tokenbiryani_zone_t *zone)
 {
     ngx_uint_t  keys;
 
-    keys = zone->tbcf->nkeys + zone->sh->nrkeys;
+    keys = zone->tbcf->nkeys + zone->sh->rkeys.n;
 
     if (keys <= 1) {
         return NGX_HTTP_TB_SESSIONS;

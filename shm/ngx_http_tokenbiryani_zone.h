@@ -159,27 +159,40 @@ typedef struct {
 } ngx_http_tokenbiryani_affinity_t;
 
 
-/* a minted key: its name, digest and spec (tb_keyspec_json) */
+/*
+ * A runtime record (a minted key, an account added at runtime): its name,
+ * its spec (JSON text, the record's generation in its envelope) and its
+ * secret (a key's SHA-256 digest, an account's sealed credential), each
+ * NUL-terminated in data, after what its kind keeps besides.  A kind's
+ * record begins with one.
+ */
 typedef struct {
-    ngx_queue_t                    queue;         /* in sh->rkeys */
-    u_char                         digest[32];    /* SHA-256 of the key */
+    ngx_queue_t                    queue;         /* in its kind's list */
     size_t                         name_len;
     size_t                         spec_len;
-    u_char                         data[1];       /* name, then spec */
-} ngx_http_tokenbiryani_rkey_t;
+    size_t                         secret_len;
+    u_char                        *data;          /* name, spec, secret */
+} ngx_http_tokenbiryani_rrec_t;
 
+#define ngx_http_tokenbiryani_rrec_spec(r)                                    \
+    ((r)->data + (r)->name_len + 1)
+#define ngx_http_tokenbiryani_rrec_secret(r)                                  \
+    ((r)->data + (r)->name_len + (r)->spec_len + 2)
 
-/* an account added at runtime: its id, spec and sealed credential */
+/* the records of one kind; the generation changes with each change */
 typedef struct {
-    ngx_queue_t                    queue;         /* in sh->raccts */
+    ngx_queue_t                    queue;
+    ngx_uint_t                     n;
+    ngx_atomic_t                   gen;
+} ngx_http_tokenbiryani_rlist_t;
+
+/* an account added at runtime: its slot and addresses besides */
+typedef struct {
+    ngx_http_tokenbiryani_rrec_t   rec;           /* id, spec, sealed */
     ngx_uint_t                     slot;
     uint64_t                       version;       /* of this content */
     ngx_uint_t                     naddrs;
     ngx_http_tokenbiryani_raddr_t  addrs[NGX_HTTP_TB_RACCT_ADDRS];
-    size_t                         id_len;
-    size_t                         spec_len;
-    size_t                         sealed_len;
-    u_char                         data[1];       /* id, spec, sealed */
 } ngx_http_tokenbiryani_racct_t;
 
 
@@ -258,16 +271,10 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_queue_t                    rpm;
     ngx_queue_t                    keys;
 
-    /* minted keys; the generation changes with each change */
-    ngx_queue_t                    rkeys;
-    ngx_uint_t                     nrkeys;
-    ngx_atomic_t                   rkeys_gen;
-
-    /* accounts added at runtime; the generation changes with each change */
-    ngx_queue_t                    raccts;
-    ngx_uint_t                     nraccts;
+    /* minted keys, and accounts added at runtime */
+    ngx_http_tokenbiryani_rlist_t  rkeys;
+    ngx_http_tokenbiryani_rlist_t  raccts;
     uint64_t                       raccts_version;
-    ngx_atomic_t                   raccts_gen;
 
     /* settings changed at runtime: the strategy ("": the file's) */
     u_char                         strategy[32];
@@ -383,6 +390,10 @@ ngx_rbtree_node_t *ngx_http_tokenbiryani_rbtree_find(ngx_rbtree_t *tree,
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_find(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
 
+/* a key's rpm window, or NULL.  Under the lock. */
+ngx_http_tokenbiryani_rpm_t *ngx_http_tokenbiryani_rpm_find_locked(
+    ngx_http_tokenbiryani_shm_t *sh, uint64_t key);
+
 /* the least recently charged conversation no lease holds, freed; 0: none.
  * Under the lock. */
 ngx_uint_t ngx_http_tokenbiryani_session_evict(
@@ -451,9 +462,9 @@ ngx_uint_t ngx_http_tokenbiryani_zone_learn_org_locked(
 
 
 /*
- * Runtime records (shm/ngx_http_tokenbiryani_rkeys.c): a removed one's
- * generation remembered; whether one of generation gen may replace what
- * there is (of generation cur) and was.  Under the lock.
+ * Runtime records' graves (shm/ngx_http_tokenbiryani_graves.c): a removed
+ * one's generation remembered; whether one of generation gen may replace
+ * what there is (of generation cur) and was.  Under the lock.
  */
 void ngx_http_tokenbiryani_grave_put_locked(ngx_http_tokenbiryani_shm_t *sh,
     int kind, const u_char *name, size_t len, uint64_t gen);
@@ -465,9 +476,37 @@ ngx_uint_t ngx_http_tokenbiryani_grave_stale_locked(
     size_t len, uint64_t cur, uint64_t gen);
 uint64_t ngx_http_tokenbiryani_spec_gen(const u_char *spec, size_t len);
 
-/* the runtime account of an id (shm/ngx_http_tokenbiryani_raccts.c) */
-ngx_http_tokenbiryani_racct_t *ngx_http_tokenbiryani_racct_find_locked(
-    ngx_http_tokenbiryani_shm_t *sh, const u_char *id, size_t len);
 
+/*
+ * Runtime records of every kind (TB_REC_KEY, TB_REC_ACCOUNT;
+ * shm/ngx_http_tokenbiryani_records.c).  Under the lock (_locked): the
+ * record of a name, or NULL; the generation of a record's envelope (0:
+ * none, or no record); whether a record of that name and spec would be a
+ * replay (1), the one there is in *old; whether a record has that spec and
+ * secret; a record made with its strings, linked in place of old (or
+ * last), and removed, each change moving its list's generation.
+ */
+void ngx_http_tokenbiryani_rlist_init(ngx_http_tokenbiryani_rlist_t *list);
+ngx_http_tokenbiryani_rrec_t *ngx_http_tokenbiryani_rrec_find_locked(
+    ngx_http_tokenbiryani_shm_t *sh, int kind, const u_char *name,
+    size_t len);
+uint64_t ngx_http_tokenbiryani_rrec_gen(const ngx_http_tokenbiryani_rrec_t *r);
+ngx_uint_t ngx_http_tokenbiryani_rrec_stale_locked(
+    ngx_http_tokenbiryani_shm_t *sh, int kind, const u_char *name,
+    size_t len, const u_char *spec, size_t spec_len,
+    ngx_http_tokenbiryani_rrec_t **old);
+ngx_uint_t ngx_http_tokenbiryani_rrec_same(
+    const ngx_http_tokenbiryani_rrec_t *r, const u_char *spec,
+    size_t spec_len, const u_char *secret, size_t secret_len);
+ngx_http_tokenbiryani_rrec_t *ngx_http_tokenbiryani_rrec_alloc_locked(
+    ngx_http_tokenbiryani_zone_t *zone, int kind, const u_char *name,
+    size_t name_len, const u_char *spec, size_t spec_len,
+    const u_char *secret, size_t secret_len);
+void ngx_http_tokenbiryani_rrec_link_locked(ngx_http_tokenbiryani_zone_t *zone,
+    int kind, ngx_http_tokenbiryani_rrec_t *old,
+    ngx_http_tokenbiryani_rrec_t *r);
+void ngx_http_tokenbiryani_rrec_remove_locked(
+    ngx_http_tokenbiryani_zone_t *zone, int kind,
+    ngx_http_tokenbiryani_rrec_t *r);
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_ZONE_H_INCLUDED_ */

@@ -28,9 +28,6 @@
 #include "tb_conf_int.h"
 
 
-/* tb_conf_collection(): a null node, nothing to read */
-#define TB_CONF_NONE        1
-
 
 /* messages */
 
@@ -156,8 +153,8 @@ tb_conf_expected(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
 
 /*
  * The node of a list or a mapping, of the kind type: TB_CONF_OK to read
- * it, TB_CONF_NONE for null ("key:" with nothing keeps every default),
- * or TB_CONF_ERROR, said, for another kind of node.
+ * it, TB_CONF_NONE for null, or TB_CONF_ERROR, said, for another kind of
+ * node.
  */
 static int
 tb_conf_collection(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
@@ -886,18 +883,26 @@ tb_conf_collect(tb_conf_ctx_t *ctx, yaml_node_t *map, const char *path,
 }
 
 
-static int
-tb_conf_cmp_pair_name(const void *one, const void *two)
+int
+tb_conf_cmp_placed(const char *a, size_t a_at, const char *b, size_t b_at)
 {
-    int                    rc;
-    const tb_conf_pair_t  *a = one, *b = two;
+    int  rc;
 
-    rc = strcmp(a->name, b->name);
+    rc = strcmp(a, b);
     if (rc != 0) {
         return rc;
     }
 
-    return (a->order > b->order) - (a->order < b->order);
+    return (a_at > b_at) - (a_at < b_at);
+}
+
+
+static int
+tb_conf_cmp_pair_name(const void *one, const void *two)
+{
+    const tb_conf_pair_t  *a = one, *b = two;
+
+    return tb_conf_cmp_placed(a->name, a->order, b->name, b->order);
 }
 
 
@@ -983,6 +988,37 @@ tb_conf_pairs(tb_conf_ctx_t *ctx, yaml_node_t *map, const char *path,
 
     *out = pp.items;
     *nout = n;
+
+    return TB_CONF_OK;
+}
+
+
+int
+tb_conf_mapping(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
+    const char *what, tb_conf_pair_t **pairs, size_t *n, void **items,
+    size_t size)
+{
+    int  rc;
+
+    rc = tb_conf_collection(ctx, node, path, YAML_MAPPING_NODE, what);
+    if (rc != TB_CONF_OK) {
+        return rc;
+    }
+
+    if (tb_conf_pairs(ctx, node, path, pairs, n) != TB_CONF_OK) {
+        return TB_CONF_ERROR;
+    }
+
+    if (items == NULL || *n == 0) {
+        return TB_CONF_OK;
+    }
+
+    *items = calloc(*n, size);
+    if (*items == NULL) {
+        free(*pairs);
+        *pairs = NULL;
+        return tb_conf_nomem(ctx);
+    }
 
     return TB_CONF_OK;
 }
@@ -1197,32 +1233,24 @@ tb_conf_set_map(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     int              rc;
     char            *key, *value, sub[TB_CONF_PATHLEN];
     size_t           i, n;
+    tb_kv_t         *items;
     tb_kvlist_t     *list;
     tb_conf_pair_t  *pairs;
 
-    list = (tb_kvlist_t *) (void *) ((char *) base + f->offset);
+    items = NULL;
 
-    rc = tb_conf_collection(ctx, node, path, YAML_MAPPING_NODE,
-                            "a mapping of names to strings");
+    rc = tb_conf_mapping(ctx, node, path, "a mapping of names to strings",
+                         &pairs, &n, (void **) &items, sizeof(tb_kv_t));
     if (rc != TB_CONF_OK) {
         return (rc == TB_CONF_NONE) ? TB_CONF_OK : rc;
     }
 
-    if (tb_conf_pairs(ctx, node, path, &pairs, &n) != TB_CONF_OK) {
-        return TB_CONF_ERROR;
-    }
+    list = (tb_kvlist_t *) (void *) ((char *) base + f->offset);
 
     tb_conf_kvlist_free(list);
+    list->items = items;
 
     rc = TB_CONF_OK;
-
-    if (n > 0) {
-        list->items = calloc(n, sizeof(tb_kv_t));
-        if (list->items == NULL) {
-            rc = tb_conf_nomem(ctx);
-            goto done;
-        }
-    }
 
     for (i = 0; i < n; i++) {
         tb_conf_join(sub, path, pairs[i].name);
@@ -1412,13 +1440,9 @@ tb_conf_section(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     tb_conf_pair_t         *pairs;
     const tb_conf_field_t  *f;
 
-    rc = tb_conf_collection(ctx, node, path, YAML_MAPPING_NODE, "a mapping");
+    rc = tb_conf_mapping(ctx, node, path, "a mapping", &pairs, &n, NULL, 0);
     if (rc != TB_CONF_OK) {
         return (rc == TB_CONF_NONE) ? TB_CONF_OK : rc;
-    }
-
-    if (tb_conf_pairs(ctx, node, path, &pairs, &n) != TB_CONF_OK) {
-        return TB_CONF_ERROR;
     }
 
     rc = TB_CONF_OK;

@@ -107,21 +107,6 @@ tb_ks_plain(const char *s)
 }
 
 
-static void
-tb_ks_list_free(tb_strlist_t *l)
-{
-    size_t  i;
-
-    for (i = 0; i < l->n; i++) {
-        free(l->items[i]);
-    }
-
-    free(l->items);
-    l->items = NULL;
-    l->n = 0;
-}
-
-
 static int
 tb_ks_list_copy(tb_strlist_t *dst, const tb_strlist_t *src)
 {
@@ -143,7 +128,7 @@ tb_ks_list_copy(tb_strlist_t *dst, const tb_strlist_t *src)
         dst->items[i] = strdup(src->items[i]);
         if (dst->items[i] == NULL) {
             dst->n = i;
-            tb_ks_list_free(dst);
+            tb_conf_strlist_free(dst);
             return -1;
         }
     }
@@ -158,8 +143,8 @@ void
 tb_keyspec_free(tb_keyspec_t *ks)
 {
     free(ks->conf.name);
-    tb_ks_list_free(&ks->conf.models);
-    tb_ks_list_free(&ks->conf.pool);
+    tb_conf_strlist_free(&ks->conf.models);
+    tb_conf_strlist_free(&ks->conf.pool);
     memset(ks, 0, sizeof(tb_keyspec_t));
 }
 
@@ -226,7 +211,7 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
 
     cJSON_ArrayForEach(e, v) {
         if (!cJSON_IsString(e)) {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "%s[%zu] must be a string",
                                field, i);
         }
@@ -236,7 +221,7 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
         if (s[0] == '\0' || strlen(s) > (ids ? TB_ID_MAX : TB_MODEL_MAX)
             || !tb_ks_plain(s))
         {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "%s[%zu] must be 1 to %d "
                                "printable characters without spaces or "
                                "quotes", field, i,
@@ -244,14 +229,14 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
         }
 
         if (ids && account && !account(data, s)) {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "%s[%zu] names no account of "
                                "this gateway: \"%s\"", field, i, s);
         }
 
         for (j = 0; j < out->n; j++) {
             if (strcmp(out->items[j], s) == 0) {
-                tb_ks_list_free(out);
+                tb_conf_strlist_free(out);
                 return tb_ks_error(err, errlen, "%s[%zu] repeats \"%s\"",
                                    field, i, s);
             }
@@ -263,7 +248,7 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
 
         out->items[out->n] = strdup(s);
         if (out->items[out->n] == NULL) {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "no memory");
         }
 
@@ -421,11 +406,11 @@ tb_ks_field(tb_keyspec_t *ks, const cJSON *v, int mode,
         }
 
         if (f[0] == 'p') {
-            tb_ks_list_free(&k->pool);
+            tb_conf_strlist_free(&k->pool);
             k->pool = list;
 
         } else {
-            tb_ks_list_free(&k->models);
+            tb_conf_strlist_free(&k->models);
             k->models = list;
         }
 

@@ -23,29 +23,54 @@
 #define TB_KS_PATCH   0x02    /* accepted when rescoping */
 #define TB_KS_NULL    0x04    /* null clears it */
 
+#define TB_KS_DOUBLE  0x08    /* the field null clears is a double */
+
 typedef struct {
     const char   *name;
     unsigned      flags;
+    size_t        cleared;  /* TB_KS_NULL: the field null sets, in ks */
+    int64_t       value;    /* ... to this */
 } tb_ks_field_t;
 
+#define TB_KS_SET     (TB_KS_POST | TB_KS_PATCH)
+#define TB_KS_I64(m, v)                                                       \
+    TB_KS_SET | TB_KS_NULL, offsetof(tb_keyspec_t, m), v
+#define TB_KS_DBL(m)                                                          \
+    TB_KS_SET | TB_KS_NULL | TB_KS_DOUBLE, offsetof(tb_keyspec_t, m), TB_UNSET
+
 static const tb_ks_field_t  tb_ks_fields[] = {
-    { "name",              TB_KS_POST },
-    { "admin",             TB_KS_POST },
-    { "models",            TB_KS_POST | TB_KS_PATCH },
-    { "pool",              TB_KS_POST | TB_KS_PATCH },
-    { "rpm",               TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "priority",          TB_KS_POST | TB_KS_PATCH },
-    { "max_wait_seconds",  TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "spend_cap_usd",     TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "session_cap_usd",   TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "session_max_turns", TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "max_inflight",      TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "max_queued",        TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "expires_at",        TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "expires_in_seconds", TB_KS_POST | TB_KS_PATCH },
-    { "created",           0 },     /* the store's record only */
-    { NULL, 0 }
+    { "name",               TB_KS_POST, 0, 0 },
+    { "admin",              TB_KS_POST, 0, 0 },
+    { "models",             TB_KS_SET, 0, 0 },
+    { "pool",               TB_KS_SET, 0, 0 },
+    { "rpm",                TB_KS_I64(conf.rpm, TB_UNSET) },
+    { "priority",           TB_KS_SET, 0, 0 },
+    { "max_wait_seconds",   TB_KS_DBL(conf.max_wait_seconds) },
+    { "spend_cap_usd",      TB_KS_DBL(conf.spend_cap_usd) },
+    { "session_cap_usd",    TB_KS_DBL(conf.session_cap_usd) },
+    { "session_max_turns",  TB_KS_I64(conf.session_max_turns, TB_UNSET) },
+    { "max_inflight",       TB_KS_I64(conf.max_inflight, TB_AUTO) },
+    { "max_queued",         TB_KS_I64(conf.max_queued, TB_AUTO) },
+    { "expires_at",         TB_KS_I64(expires, 0) },
+    { "expires_in_seconds", TB_KS_SET, 0, 0 },
+    { "created",            0, 0, 0 },     /* the store's record only */
+    { NULL, 0, 0, 0 }
 };
+
+
+static const tb_ks_field_t *
+tb_ks_find(const char *name)
+{
+    const tb_ks_field_t  *f;
+
+    for (f = tb_ks_fields; f->name; f++) {
+        if (strcmp(f->name, name) == 0) {
+            return f;
+        }
+    }
+
+    return NULL;
+}
 
 
 static int tb_ks_error(char *err, size_t errlen, const char *fmt, ...)
@@ -339,33 +364,30 @@ tb_ks_field(tb_keyspec_t *ks, const cJSON *v, int mode,
     tb_keyspec_account_pt account, void *data, int64_t now, char *err,
     size_t errlen)
 {
-    const char     *f;
-    int64_t         n = 0;
-    tb_strlist_t    list;
-    tb_key_conf_t  *k;
+    char                 *p;
+    const char           *f;
+    int64_t               n = 0;
+    tb_strlist_t          list;
+    tb_key_conf_t        *k;
+    const tb_ks_field_t  *fd;
 
     f = v->string;
     k = &ks->conf;
 
     if (cJSON_IsNull(v)) {
-        if (strcmp(f, "rpm") == 0) {
-            k->rpm = TB_UNSET;
-        } else if (strcmp(f, "max_wait_seconds") == 0) {
-            k->max_wait_seconds = TB_UNSET;
-        } else if (strcmp(f, "spend_cap_usd") == 0) {
-            k->spend_cap_usd = TB_UNSET;
-        } else if (strcmp(f, "session_cap_usd") == 0) {
-            k->session_cap_usd = TB_UNSET;
-        } else if (strcmp(f, "session_max_turns") == 0) {
-            k->session_max_turns = TB_UNSET;
-        } else if (strcmp(f, "max_inflight") == 0) {
-            k->max_inflight = TB_AUTO;
-        } else if (strcmp(f, "max_queued") == 0) {
-            k->max_queued = TB_AUTO;
-        } else if (strcmp(f, "expires_at") == 0) {
-            ks->expires = 0;
-        } else {
+        fd = tb_ks_find(f);
+
+        if (fd == NULL || !(fd->flags & TB_KS_NULL)) {
             return tb_ks_error(err, errlen, "%s cannot be null", f);
+        }
+
+        p = (char *) ks + fd->cleared;
+
+        if (fd->flags & TB_KS_DOUBLE) {
+            *(double *) (void *) p = (double) fd->value;
+
+        } else {
+            *(int64_t *) (void *) p = fd->value;
         }
 
         return 0;
@@ -556,13 +578,9 @@ tb_keyspec_parse(tb_keyspec_t *ks, const char *json, size_t len, int mode,
     /* every field known and allowed, none twice */
 
     cJSON_ArrayForEach(v, root) {
-        for (f = tb_ks_fields; f->name; f++) {
-            if (strcmp(f->name, v->string) == 0) {
-                break;
-            }
-        }
+        f = tb_ks_find(v->string);
 
-        if (f->name == NULL) {
+        if (f == NULL) {
             tb_ks_error(err, errlen, "unknown field \"%.64s\"%s", v->string,
                         strcmp(v->string, "key") == 0
                         ? ": a key's secret is always drawn by the gateway"

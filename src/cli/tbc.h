@@ -51,6 +51,9 @@ typedef struct {
 } tbc_t;
 
 
+/* where name stands among the n names, or -1 */
+int tbc_find(const char *const *names, int n, const char *name);
+
 /* an option's value, or NULL; a flag's presence ("1") */
 const char *tbc_opt(const tbc_t *c, const char *name);
 

@@ -122,13 +122,9 @@ tbc_value(const tbc_headers_t *h, const char *name)
 {
     int  i;
 
-    for (i = 0; i < h->n; i++) {
-        if (strcmp(h->name[i], name) == 0) {
-            return h->value[i];
-        }
-    }
+    i = tbc_find((const char *const *) h->name, h->n, name);
 
-    return NULL;
+    return (i == -1) ? NULL : h->value[i];
 }
 
 

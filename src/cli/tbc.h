@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 
 
 /* exit codes */
@@ -50,6 +51,9 @@ typedef struct {
 } tbc_t;
 
 
+/* where name stands among the n names, or -1 */
+int tbc_find(const char *const *names, int n, const char *name);
+
 /* an option's value, or NULL; a flag's presence ("1") */
 const char *tbc_opt(const tbc_t *c, const char *name);
 
@@ -72,6 +76,18 @@ void tbc_err(const char *fmt, ...);
  */
 long tbc_call(tbc_t *c, const char *method, const char *path,
     const char *body, cJSON **out);
+
+/*
+ * A libcurl handle for one request: url with the headers hs, the answer's
+ * body to sink(data), libcurl's words into err (CURL_ERROR_SIZE);
+ * connect_ms to connect, a minute in all, no signals.  NULL, said, when
+ * libcurl does not start.
+ */
+CURL *tbc_curl(const char *url, struct curl_slist *hs,
+    curl_write_callback sink, void *data, char *err, long connect_ms);
+
+/* the request made: CURLE_OK with the HTTP status in *code, else 0 */
+CURLcode tbc_curl_perform(CURL *h, long *code);
 
 /*
  * tbc_call, and the answer must be 2xx: otherwise the gateway's own words

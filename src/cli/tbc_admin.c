@@ -28,6 +28,46 @@ tbc_json_out(tbc_t *c, cJSON *j)
 }
 
 
+/*
+ * GET path for a table: the answer in *out to print, or NULL and the exit
+ * code to end with (TBC_OK where --json has printed the answer).
+ */
+static int
+tbc_table(tbc_t *c, const char *path, cJSON **out)
+{
+    int     rc;
+    cJSON  *j;
+
+    *out = NULL;
+
+    j = tbc_admin(c, "GET", path, NULL, &rc);
+    if (j == NULL) {
+        return rc;
+    }
+
+    if (tbc_json_out(c, j)) {
+        cJSON_Delete(j);
+        return TBC_OK;
+    }
+
+    *out = j;
+
+    return TBC_OK;
+}
+
+
+/* --limit N, 20 by default */
+static int
+tbc_limit(tbc_t *c)
+{
+    const char  *limit;
+
+    limit = tbc_opt(c, "limit");
+
+    return limit ? atoi(limit) : 20;
+}
+
+
 /* a path with one id, escaped: ids are letters, digits, '_', '-', '.' */
 static int
 tbc_path(char *buf, size_t size, const char *fmt, const char *id)
@@ -199,34 +239,31 @@ tbc_accounts_list(tbc_t *c)
 
     hours = 24;
 
-    j = tbc_admin(c, "GET", "/admin/accounts", NULL, &rc);
+    rc = tbc_table(c, "/admin/accounts", &j);
     if (j == NULL) {
         return rc;
     }
 
-    if (!tbc_json_out(c, j)) {
-        printf("%-18s %-14s %-10s %-8s %-12s %10s\n", "ACCOUNT", "TYPE",
-               "STATE", "SOURCE", "CREDENTIAL", "SPEND");
+    printf("%-18s %-14s %-10s %-8s %-12s %10s\n", "ACCOUNT", "TYPE",
+           "STATE", "SOURCE", "CREDENTIAL", "SPEND");
 
-        cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(j,
-                                                               "accounts"))
-        {
-            usage = cJSON_GetObjectItemCaseSensitive(a, "usage");
-            cred = tbc_str(a, "credential", "—");
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(j, "accounts"))
+    {
+        usage = cJSON_GetObjectItemCaseSensitive(a, "usage");
+        cred = tbc_str(a, "credential", "—");
 
-            /* "…1234": widths in columns, not bytes */
-            tbc_usd(spend, sizeof(spend), tbc_num(usage, "window_usd", 0));
-            hours = tbc_num(usage, "window_hours", hours);
+        /* "…1234": widths in columns, not bytes */
+        tbc_usd(spend, sizeof(spend), tbc_num(usage, "window_usd", 0));
+        hours = tbc_num(usage, "window_hours", hours);
 
-            printf("%-18.18s %-14.14s %-10.10s %-8.8s %-*.*s %10s\n",
-                   tbc_str(a, "id", "?"), tbc_str(a, "type", "?"),
-                   tbc_str(a, "state", "?"), tbc_str(a, "source", "?"),
-                   tbc_w(12, cred), tbc_w(12, cred), cred, spend);
-        }
-
-        printf("\nSPEND: the last %.0f h, the spend caps' window, in flight "
-               "included\n", hours);
+        printf("%-18.18s %-14.14s %-10.10s %-8.8s %-*.*s %10s\n",
+               tbc_str(a, "id", "?"), tbc_str(a, "type", "?"),
+               tbc_str(a, "state", "?"), tbc_str(a, "source", "?"),
+               tbc_w(12, cred), tbc_w(12, cred), cred, spend);
     }
+
+    printf("\nSPEND: the last %.0f h, the spend caps' window, in flight "
+           "included\n", hours);
 
     cJSON_Delete(j);
 
@@ -525,47 +562,45 @@ tbc_keys(tbc_t *c)
     sub = c->nargs ? c->args[0] : "list";
 
     if (strcmp(sub, "list") == 0) {
-        j = tbc_admin(c, "GET", "/admin/keys", NULL, &rc);
+        rc = tbc_table(c, "/admin/keys", &j);
         if (j == NULL) {
             return rc;
         }
 
-        if (!tbc_json_out(c, j)) {
-            printf("%-20s %-7s %-5s %-22s %5s %10s\n", "KEY", "SOURCE",
-                   "ADMIN", "MODELS", "RPM", "CAP");
+        printf("%-20s %-7s %-5s %-22s %5s %10s\n", "KEY", "SOURCE",
+               "ADMIN", "MODELS", "RPM", "CAP");
 
-            cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(j, "keys"))
-            {
-                char         rpm[32], cap[32];
-                const char  *m;
+        cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(j, "keys"))
+        {
+            char         rpm[32], cap[32];
+            const char  *m;
 
-                /* the patterns, joined: claude-sonnet-*,claude-haiku-* */
-                text = tbc_join(cJSON_GetObjectItemCaseSensitive(k,
-                                                                 "models"));
+            /* the patterns, joined: claude-sonnet-*,claude-haiku-* */
+            text = tbc_join(cJSON_GetObjectItemCaseSensitive(k,
+                                                             "models"));
 
-                if (tbc_num(k, "rpm", -1) >= 0) {
-                    snprintf(rpm, sizeof(rpm), "%.0f", tbc_num(k, "rpm", 0));
-                } else {
-                    strcpy(rpm, "—");
-                }
-
-                if (tbc_num(k, "spend_cap_usd", -1) >= 0) {
-                    snprintf(cap, sizeof(cap), "$%.2f",
-                             tbc_num(k, "spend_cap_usd", 0));
-                } else {
-                    strcpy(cap, "—");
-                }
-
-                m = text ? text : "—";
-
-                printf("%-20.20s %-7.7s %-5s %-*.*s %*s %*s\n",
-                       tbc_str(k, "name", "?"), tbc_str(k, "source", "?"),
-                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(k,
-                                                                     "admin"))
-                       ? "yes" : "no", tbc_w(22, m), tbc_w(22, m), m,
-                       tbc_w(5, rpm), rpm, tbc_w(10, cap), cap);
-                free(text);
+            if (tbc_num(k, "rpm", -1) >= 0) {
+                snprintf(rpm, sizeof(rpm), "%.0f", tbc_num(k, "rpm", 0));
+            } else {
+                strcpy(rpm, "—");
             }
+
+            if (tbc_num(k, "spend_cap_usd", -1) >= 0) {
+                snprintf(cap, sizeof(cap), "$%.2f",
+                         tbc_num(k, "spend_cap_usd", 0));
+            } else {
+                strcpy(cap, "—");
+            }
+
+            m = text ? text : "—";
+
+            printf("%-20.20s %-7.7s %-5s %-*.*s %*s %*s\n",
+                   tbc_str(k, "name", "?"), tbc_str(k, "source", "?"),
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(k,
+                                                                 "admin"))
+                   ? "yes" : "no", tbc_w(22, m), tbc_w(22, m), m,
+                   tbc_w(5, rpm), rpm, tbc_w(10, cap), cap);
+            free(text);
         }
 
         cJSON_Delete(j);
@@ -845,7 +880,6 @@ tbc_requests(tbc_t *c)
     char          path[256];
     cJSON        *j;
     const cJSON  *r, *a, *cost;
-    const char   *limit;
 
     if (c->nargs > 1) {
         tbc_err("usage: tokenbiryani requests [ID] [--limit N]");
@@ -858,19 +892,13 @@ tbc_requests(tbc_t *c)
         }
 
     } else {
-        limit = tbc_opt(c, "limit");
         snprintf(path, sizeof(path), "/admin/requests?limit=%d",
-                 limit ? atoi(limit) : 20);
+                 tbc_limit(c));
     }
 
-    j = tbc_admin(c, "GET", path, NULL, &rc);
+    rc = tbc_table(c, path, &j);
     if (j == NULL) {
         return rc;
-    }
-
-    if (tbc_json_out(c, j)) {
-        cJSON_Delete(j);
-        return TBC_OK;
     }
 
     if (c->nargs == 1) {
@@ -962,14 +990,9 @@ tbc_usage(tbc_t *c)
 
     snprintf(path, sizeof(path), "/admin/usage?range=%s&by=%s", range, by);
 
-    j = tbc_admin(c, "GET", path, NULL, &rc);
+    rc = tbc_table(c, path, &j);
     if (j == NULL) {
         return rc;
-    }
-
-    if (tbc_json_out(c, j)) {
-        cJSON_Delete(j);
-        return TBC_OK;
     }
 
     printf("last %s, by %s\n\n%-22s %8s %8s %8s %7s %6s %12s\n", range, by,
@@ -1002,20 +1025,13 @@ tbc_sessions(tbc_t *c)
     cJSON        *j;
     int           runaway;
     const cJSON  *s;
-    const char   *limit, *why;
+    const char   *why;
 
-    limit = tbc_opt(c, "limit");
-    snprintf(path, sizeof(path), "/admin/sessions?limit=%d",
-             limit ? atoi(limit) : 20);
+    snprintf(path, sizeof(path), "/admin/sessions?limit=%d", tbc_limit(c));
 
-    j = tbc_admin(c, "GET", path, NULL, &rc);
+    rc = tbc_table(c, path, &j);
     if (j == NULL) {
         return rc;
-    }
-
-    if (tbc_json_out(c, j)) {
-        cJSON_Delete(j);
-        return TBC_OK;
     }
 
     printf("%-18s %-14s %-14s %6s %12s  %s\n", "SESSION", "KEY", "ACCOUNT",

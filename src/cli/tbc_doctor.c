@@ -122,13 +122,9 @@ tbc_value(const tbc_headers_t *h, const char *name)
 {
     int  i;
 
-    for (i = 0; i < h->n; i++) {
-        if (strcmp(h->name[i], name) == 0) {
-            return h->value[i];
-        }
-    }
+    i = tbc_find((const char *const *) h->name, h->n, name);
 
-    return NULL;
+    return (i == -1) ? NULL : h->value[i];
 }
 
 
@@ -200,34 +196,21 @@ tbc_doctor(tbc_t *c)
     snprintf(body, sizeof(body), "{\"model\":\"%s\",\"max_tokens\":1,"
              "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", model);
 
-    cu = curl_easy_init();
-    if (cu == NULL) {
-        tbc_err("libcurl did not start");
-        return TBC_FAIL;
-    }
-
     hs = curl_slist_append(NULL, hdr);
     hs = curl_slist_append(hs, "anthropic-version: 2023-06-01");
     hs = curl_slist_append(hs, "content-type: application/json");
-    err[0] = '\0';
 
-    curl_easy_setopt(cu, CURLOPT_URL, url);
-    curl_easy_setopt(cu, CURLOPT_HTTPHEADER, hs);
+    cu = tbc_curl(url, hs, tbc_discard, NULL, err, 10000L);
+    if (cu == NULL) {
+        curl_slist_free_all(hs);
+        return TBC_FAIL;
+    }
+
     curl_easy_setopt(cu, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(cu, CURLOPT_HEADERFUNCTION, tbc_header);
     curl_easy_setopt(cu, CURLOPT_HEADERDATA, &h);
-    curl_easy_setopt(cu, CURLOPT_WRITEFUNCTION, tbc_discard);
-    curl_easy_setopt(cu, CURLOPT_ERRORBUFFER, err);
-    curl_easy_setopt(cu, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-    curl_easy_setopt(cu, CURLOPT_TIMEOUT, 60L);
-    curl_easy_setopt(cu, CURLOPT_NOSIGNAL, 1L);
 
-    rc = curl_easy_perform(cu);
-    code = 0;
-
-    if (rc == CURLE_OK) {
-        curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &code);
-    }
+    rc = tbc_curl_perform(cu, &code);
 
     curl_slist_free_all(hs);
     curl_easy_cleanup(cu);

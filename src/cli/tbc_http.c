@@ -46,6 +46,49 @@ tbc_collect(char *p, size_t size, size_t n, void *data)
 }
 
 
+CURL *
+tbc_curl(const char *url, struct curl_slist *hs, curl_write_callback sink,
+    void *data, char *err, long connect_ms)
+{
+    CURL  *h;
+
+    h = curl_easy_init();
+    if (h == NULL) {
+        tbc_err("libcurl did not start");
+        return NULL;
+    }
+
+    err[0] = '\0';
+
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, data);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+
+    return h;
+}
+
+
+CURLcode
+tbc_curl_perform(CURL *h, long *code)
+{
+    CURLcode  rc;
+
+    rc = curl_easy_perform(h);
+    *code = 0;
+
+    if (rc == CURLE_OK) {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
+    }
+
+    return rc;
+}
+
+
 long
 tbc_call(tbc_t *c, const char *method, const char *path, const char *body,
     cJSON **out)
@@ -66,12 +109,6 @@ tbc_call(tbc_t *c, const char *method, const char *path, const char *body,
         return 0;
     }
 
-    h = curl_easy_init();
-    if (h == NULL) {
-        tbc_err("libcurl did not start");
-        return 0;
-    }
-
     hs = NULL;
 
     if (c->key) {
@@ -82,38 +119,33 @@ tbc_call(tbc_t *c, const char *method, const char *path, const char *body,
 
     if (body) {
         hs = curl_slist_append(hs, "content-type: application/json");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     }
 
     b.data = NULL;
     b.len = 0;
-    errbuf[0] = '\0';
 
-    curl_easy_setopt(h, CURLOPT_URL, url);
+    h = tbc_curl(url, hs, tbc_collect, &b, errbuf, 3000L);
+    if (h == NULL) {
+        curl_slist_free_all(hs);
+        return 0;
+    }
+
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hs);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tbc_collect);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 
-    rc = curl_easy_perform(h);
-    code = 0;
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    }
+
+    rc = tbc_curl_perform(h, &code);
 
     if (rc != CURLE_OK) {
         tbc_err("no gateway answered at %s: %s (is it running? "
                 "`tokenbiryani serve`, or --url)", c->url,
                 errbuf[0] ? errbuf : curl_easy_strerror(rc));
 
-    } else {
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-
-        if (b.data) {
-            *out = cJSON_Parse(b.data);
-            tbc_sanitize(*out);
-        }
+    } else if (b.data) {
+        *out = cJSON_Parse(b.data);
+        tbc_sanitize(*out);
     }
 
     free(b.data);

@@ -23,18 +23,29 @@ tbc_err(const char *fmt, ...)
 }
 
 
+int
+tbc_find(const char *const *names, int n, const char *name)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        if (strcmp(names[i], name) == 0) {
+            return i;
+        }
+    }
+
+    return -1;
+}
+
+
 const char *
 tbc_opt(const tbc_t *c, const char *name)
 {
     int  i;
 
-    for (i = 0; i < c->nopts; i++) {
-        if (strcmp(c->opt_name[i], name) == 0) {
-            return c->opt_value[i];
-        }
-    }
+    i = tbc_find(c->opt_name, c->nopts, name);
 
-    return NULL;
+    return (i == -1) ? NULL : c->opt_value[i];
 }
 
 

@@ -144,6 +144,18 @@ tb_account_reject(tb_account_state_t *a, uint64_t model_hash,
 }
 
 
+/* a rest (a cooldown, an exhaustion) until until_ms, unless one ends later */
+static void
+tb_account_rest(int64_t *held_ms, char *held_reason, int64_t until_ms,
+    const char *reason)
+{
+    if (until_ms > *held_ms) {
+        *held_ms = until_ms;
+        snprintf(held_reason, TB_REASON_MAX, "%s", reason);
+    }
+}
+
+
 int
 tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
     const tb_breaker_conf_t *bc, uint64_t model_hash, const char *model,
@@ -160,21 +172,13 @@ tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
 
     case TB_ACC_COOLDOWN:
     case TB_ACC_SHORT_COOLDOWN:
-        if (o->until_ms > a->cooling_until_ms) {
-            a->cooling_until_ms = o->until_ms;
-            snprintf(a->cooling_reason, sizeof(a->cooling_reason), "%s",
-                     o->reason);
-        }
-
+        tb_account_rest(&a->cooling_until_ms, a->cooling_reason, o->until_ms,
+                        o->reason);
         break;
 
     case TB_ACC_EXHAUST:
-        if (o->until_ms > a->exhausted_until_ms) {
-            a->exhausted_until_ms = o->until_ms;
-            snprintf(a->exhausted_reason, sizeof(a->exhausted_reason), "%s",
-                     o->reason);
-        }
-
+        tb_account_rest(&a->exhausted_until_ms, a->exhausted_reason,
+                        o->until_ms, o->reason);
         break;
 
     case TB_ACC_DISABLE:
@@ -1047,20 +1051,14 @@ tb_account_adopt(tb_account_state_t *a, const tb_account_news_t *n,
     p->spend[0] = n->spend[0];
     p->spend[1] = n->spend[1];
 
-    if (n->cooling_until_ms > now_ms
-        && n->cooling_until_ms > a->cooling_until_ms)
-    {
-        a->cooling_until_ms = n->cooling_until_ms;
-        snprintf(a->cooling_reason, sizeof(a->cooling_reason), "%s",
-                 "resting on another instance");
+    if (n->cooling_until_ms > now_ms) {
+        tb_account_rest(&a->cooling_until_ms, a->cooling_reason,
+                        n->cooling_until_ms, "resting on another instance");
     }
 
-    if (n->exhausted_until_ms > now_ms
-        && n->exhausted_until_ms > a->exhausted_until_ms)
-    {
-        a->exhausted_until_ms = n->exhausted_until_ms;
-        snprintf(a->exhausted_reason, sizeof(a->exhausted_reason), "%s",
-                 "exhausted on another instance");
+    if (n->exhausted_until_ms > now_ms) {
+        tb_account_rest(&a->exhausted_until_ms, a->exhausted_reason,
+                        n->exhausted_until_ms, "exhausted on another instance");
     }
 
     if (taken) {

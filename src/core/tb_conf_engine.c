@@ -151,6 +151,36 @@ tb_conf_expected(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
 }
 
 
+/*
+ * The node of a list or a mapping, of the kind type: TB_CONF_OK to read
+ * it, TB_CONF_NONE for null, or TB_CONF_ERROR, said, for another kind of
+ * node.
+ */
+static int
+tb_conf_collection(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
+    yaml_node_type_t type, const char *what)
+{
+    if (tb_conf_null_node(node)) {
+        return TB_CONF_NONE;
+    }
+
+    if (node->type != type) {
+        return tb_conf_expected(ctx, node, path, what);
+    }
+
+    return TB_CONF_OK;
+}
+
+
+/* the number of items of a sequence node */
+static size_t
+tb_conf_items(yaml_node_t *node)
+{
+    return (size_t) (node->data.sequence.items.top
+                     - node->data.sequence.items.start);
+}
+
+
 /* counts work done for the document, which aliases can multiply */
 static int
 tb_conf_charge(tb_conf_ctx_t *ctx, size_t units, unsigned line)
@@ -439,6 +469,39 @@ tb_conf_scalar(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
 
 
 /*
+ * A string.  Null is *out NULL where it may stand ("key:" with no value
+ * keeps the default, like an absent key), an error elsewhere (an item of
+ * a list or a mapping of strings).
+ */
+static int
+tb_conf_string(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
+    int nullable, char **out)
+{
+    int  is_null;
+
+    if (tb_conf_scalar(ctx, node, path, "a string", out, &is_null)
+        != TB_CONF_OK)
+    {
+        return TB_CONF_ERROR;
+    }
+
+    if (!is_null) {
+        return TB_CONF_OK;
+    }
+
+    free(*out);
+    *out = NULL;
+
+    if (nullable) {
+        return TB_CONF_OK;
+    }
+
+    return tb_conf_error(ctx, tb_conf_line(node), "%s: expected a string, "
+                         "got nothing (null)", path);
+}
+
+
+/*
  * The text of a number or a flag: here "${BUDGET:-}" means "no value",
  * which no number could mean otherwise.
  */
@@ -625,21 +688,17 @@ int
 tb_conf_choice(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     const char *const *choices, int *index)
 {
-    int      i, is_null, rc;
+    int      i, rc;
     char    *s, known[TB_CONF_PATHLEN], show[TB_CONF_SHOWLEN];
     size_t   n;
 
     *index = -1;
 
-    if (tb_conf_scalar(ctx, node, path, "a string", &s, &is_null)
-        != TB_CONF_OK)
-    {
+    if (tb_conf_string(ctx, node, path, 1, &s) != TB_CONF_OK) {
         return TB_CONF_ERROR;
     }
 
-    if (is_null) {
-        free(s);
-        *index = -1;
+    if (s == NULL) {
         return TB_CONF_OK;
     }
 
@@ -824,18 +883,26 @@ tb_conf_collect(tb_conf_ctx_t *ctx, yaml_node_t *map, const char *path,
 }
 
 
-static int
-tb_conf_cmp_pair_name(const void *one, const void *two)
+int
+tb_conf_cmp_placed(const char *a, size_t a_at, const char *b, size_t b_at)
 {
-    int                    rc;
-    const tb_conf_pair_t  *a = one, *b = two;
+    int  rc;
 
-    rc = strcmp(a->name, b->name);
+    rc = strcmp(a, b);
     if (rc != 0) {
         return rc;
     }
 
-    return (a->order > b->order) - (a->order < b->order);
+    return (a_at > b_at) - (a_at < b_at);
+}
+
+
+static int
+tb_conf_cmp_pair_name(const void *one, const void *two)
+{
+    const tb_conf_pair_t  *a = one, *b = two;
+
+    return tb_conf_cmp_placed(a->name, a->order, b->name, b->order);
 }
 
 
@@ -926,13 +993,44 @@ tb_conf_pairs(tb_conf_ctx_t *ctx, yaml_node_t *map, const char *path,
 }
 
 
+int
+tb_conf_mapping(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
+    const char *what, tb_conf_pair_t **pairs, size_t *n, void **items,
+    size_t size)
+{
+    int  rc;
+
+    rc = tb_conf_collection(ctx, node, path, YAML_MAPPING_NODE, what);
+    if (rc != TB_CONF_OK) {
+        return rc;
+    }
+
+    if (tb_conf_pairs(ctx, node, path, pairs, n) != TB_CONF_OK) {
+        return TB_CONF_ERROR;
+    }
+
+    if (items == NULL || *n == 0) {
+        return TB_CONF_OK;
+    }
+
+    *items = calloc(*n, size);
+    if (*items == NULL) {
+        free(*pairs);
+        *pairs = NULL;
+        return tb_conf_nomem(ctx);
+    }
+
+    return TB_CONF_OK;
+}
+
+
 /* generic fields */
 
 int
 tb_conf_set_str(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base)
 {
-    int     is_null, index;
+    int     index;
     char   *s, **p;
 
     p = (char **) (void *) ((char *) base + f->offset);
@@ -954,15 +1052,11 @@ tb_conf_set_str(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
         }
 
     } else {
-        if (tb_conf_scalar(ctx, node, path, "a string", &s, &is_null)
-            != TB_CONF_OK)
-        {
+        if (tb_conf_string(ctx, node, path, 1, &s) != TB_CONF_OK) {
             return TB_CONF_ERROR;
         }
 
-        /* "key:" with no value keeps the default, like an absent key */
-        if (is_null) {
-            free(s);
+        if (s == NULL) {
             return TB_CONF_OK;
         }
 
@@ -980,49 +1074,77 @@ tb_conf_set_str(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 }
 
 
+/*
+ * An integer (TB_CONF_INT) or a number (TB_CONF_NUM), its range checked,
+ * or a flag (TB_CONF_BOOL), which cannot be null.
+ */
 static int
-tb_conf_set_int(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
+tb_conf_set_typed(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base)
 {
-    int       is_null, range, rc;
-    char     *s, show[TB_CONF_SHOWLEN];
-    int64_t   v;
-    unsigned  line;
+    int          is_null, range, rc;
+    char        *s, *p, show[TB_CONF_SHOWLEN];
+    double       d;
+    int64_t      i;
+    unsigned     b, line;
+    const char  *what;
 
     line = tb_conf_line(node);
 
-    if (tb_conf_typed(ctx, node, path, "an integer", &s, &is_null)
-        != TB_CONF_OK)
-    {
+    what = (f->type == TB_CONF_INT) ? "an integer"
+           : (f->type == TB_CONF_NUM) ? "a number" : "true or false";
+
+    if (tb_conf_typed(ctx, node, path, what, &s, &is_null) != TB_CONF_OK) {
         return TB_CONF_ERROR;
     }
+
+    i = 0;
+    d = 0;
+    b = 0;
 
     if (is_null) {
         free(s);
 
-        if (!(f->flags & TB_CONF_NULLABLE)) {
-            return tb_conf_error(ctx, line, "%s: expected an integer, "
-                                 "got nothing (null)", path);
+        if (f->type == TB_CONF_BOOL || !(f->flags & TB_CONF_NULLABLE)) {
+            return tb_conf_error(ctx, line, "%s: expected %s, "
+                                 "got nothing (null)", path, what);
         }
 
-        v = TB_UNSET;
+        i = TB_UNSET;
+        d = TB_UNSET;
 
     } else {
-        if (tb_conf_parse_int(s, &v, &range) != TB_CONF_OK) {
+        range = 0;
+
+        switch (f->type) {
+        case TB_CONF_INT:
+            rc = tb_conf_parse_int(s, &i, &range);
+            d = (double) i;
+            break;
+        case TB_CONF_NUM:
+            rc = tb_conf_parse_num(s, &d);
+            break;
+        default:
+            rc = tb_conf_parse_bool(s, &b);
+            break;
+        }
+
+        if (rc != TB_CONF_OK) {
             if (range) {
                 rc = tb_conf_error(ctx, line, "%s: %s is out of range",
                                    path, tb_conf_show(s, show));
 
             } else {
-                rc = tb_conf_error(ctx, line, "%s: expected an integer, "
-                                   "got \"%s\"", path, tb_conf_show(s, show));
+                rc = tb_conf_error(ctx, line, "%s: expected %s, got \"%s\"",
+                                   path, what, tb_conf_show(s, show));
             }
 
             free(s);
             return rc;
         }
 
-        rc = tb_conf_range(ctx, f, (double) v, s, path, line);
+        rc = (f->type == TB_CONF_BOOL)
+             ? TB_CONF_OK : tb_conf_range(ctx, f, d, s, path, line);
         free(s);
 
         if (rc != TB_CONF_OK) {
@@ -1030,92 +1152,19 @@ tb_conf_set_int(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
         }
     }
 
-    *(int64_t *) (void *) ((char *) base + f->offset) = v;
+    p = (char *) base + f->offset;
 
-    return TB_CONF_OK;
-}
-
-
-static int
-tb_conf_set_num(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
-{
-    int       is_null, rc;
-    char     *s, show[TB_CONF_SHOWLEN];
-    double    v;
-    unsigned  line;
-
-    line = tb_conf_line(node);
-
-    if (tb_conf_typed(ctx, node, path, "a number", &s, &is_null)
-        != TB_CONF_OK)
-    {
-        return TB_CONF_ERROR;
+    switch (f->type) {
+    case TB_CONF_INT:
+        *(int64_t *) (void *) p = i;
+        break;
+    case TB_CONF_NUM:
+        *(double *) (void *) p = d;
+        break;
+    default:
+        f->set_bit(base, b);
+        break;
     }
-
-    if (is_null) {
-        free(s);
-
-        if (!(f->flags & TB_CONF_NULLABLE)) {
-            return tb_conf_error(ctx, line, "%s: expected a number, "
-                                 "got nothing (null)", path);
-        }
-
-        v = TB_UNSET;
-
-    } else {
-        if (tb_conf_parse_num(s, &v) != TB_CONF_OK) {
-            rc = tb_conf_error(ctx, line, "%s: expected a number, got \"%s\"",
-                               path, tb_conf_show(s, show));
-            free(s);
-            return rc;
-        }
-
-        rc = tb_conf_range(ctx, f, v, s, path, line);
-        free(s);
-
-        if (rc != TB_CONF_OK) {
-            return rc;
-        }
-    }
-
-    *(double *) (void *) ((char *) base + f->offset) = v;
-
-    return TB_CONF_OK;
-}
-
-
-static int
-tb_conf_set_bool(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
-{
-    int       is_null, rc;
-    char     *s, show[TB_CONF_SHOWLEN];
-    unsigned  v, line;
-
-    line = tb_conf_line(node);
-
-    if (tb_conf_typed(ctx, node, path, "true or false", &s, &is_null)
-        != TB_CONF_OK)
-    {
-        return TB_CONF_ERROR;
-    }
-
-    if (is_null) {
-        free(s);
-        return tb_conf_error(ctx, line, "%s: expected true or false, "
-                             "got nothing (null)", path);
-    }
-
-    if (tb_conf_parse_bool(s, &v) != TB_CONF_OK) {
-        rc = tb_conf_error(ctx, line, "%s: expected true or false, "
-                           "got \"%s\"", path, tb_conf_show(s, show));
-        free(s);
-        return rc;
-    }
-
-    free(s);
-    f->set_bit(base, v);
 
     return TB_CONF_OK;
 }
@@ -1125,7 +1174,7 @@ static int
 tb_conf_set_list(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base)
 {
-    int                is_null;
+    int                rc;
     char              *s, sub[TB_CONF_PATHLEN];
     size_t             n;
     yaml_node_t       *item;
@@ -1134,16 +1183,13 @@ tb_conf_set_list(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 
     list = (tb_strlist_t *) (void *) ((char *) base + f->offset);
 
-    if (tb_conf_null_node(node)) {
-        return TB_CONF_OK;
+    rc = tb_conf_collection(ctx, node, path, YAML_SEQUENCE_NODE,
+                            "a list of strings");
+    if (rc != TB_CONF_OK) {
+        return (rc == TB_CONF_NONE) ? TB_CONF_OK : rc;
     }
 
-    if (node->type != YAML_SEQUENCE_NODE) {
-        return tb_conf_expected(ctx, node, path, "a list of strings");
-    }
-
-    n = (size_t) (node->data.sequence.items.top
-                  - node->data.sequence.items.start);
+    n = tb_conf_items(node);
 
     tb_conf_strlist_free(list);
 
@@ -1168,16 +1214,8 @@ tb_conf_set_list(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
                                  "list", path);
         }
 
-        if (tb_conf_scalar(ctx, item, sub, "a string", &s, &is_null)
-            != TB_CONF_OK)
-        {
+        if (tb_conf_string(ctx, item, sub, 0, &s) != TB_CONF_OK) {
             return TB_CONF_ERROR;
-        }
-
-        if (is_null) {
-            free(s);
-            return tb_conf_error(ctx, tb_conf_line(item), "%s: expected a "
-                                 "string, got nothing (null)", sub);
         }
 
         list->items[list->n++] = s;
@@ -1192,55 +1230,35 @@ tb_conf_set_map(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base,
     tb_conf_kv_check_pt check)
 {
-    int              is_null, rc;
+    int              rc;
     char            *key, *value, sub[TB_CONF_PATHLEN];
     size_t           i, n;
+    tb_kv_t         *items;
     tb_kvlist_t     *list;
     tb_conf_pair_t  *pairs;
 
+    items = NULL;
+
+    rc = tb_conf_mapping(ctx, node, path, "a mapping of names to strings",
+                         &pairs, &n, (void **) &items, sizeof(tb_kv_t));
+    if (rc != TB_CONF_OK) {
+        return (rc == TB_CONF_NONE) ? TB_CONF_OK : rc;
+    }
+
     list = (tb_kvlist_t *) (void *) ((char *) base + f->offset);
 
-    if (tb_conf_null_node(node)) {
-        return TB_CONF_OK;
-    }
-
-    if (node->type != YAML_MAPPING_NODE) {
-        return tb_conf_expected(ctx, node, path,
-                                "a mapping of names to strings");
-    }
-
-    if (tb_conf_pairs(ctx, node, path, &pairs, &n) != TB_CONF_OK) {
-        return TB_CONF_ERROR;
-    }
-
     tb_conf_kvlist_free(list);
+    list->items = items;
 
     rc = TB_CONF_OK;
-
-    if (n > 0) {
-        list->items = calloc(n, sizeof(tb_kv_t));
-        if (list->items == NULL) {
-            rc = tb_conf_nomem(ctx);
-            goto done;
-        }
-    }
 
     for (i = 0; i < n; i++) {
         tb_conf_join(sub, path, pairs[i].name);
 
-        if (tb_conf_scalar(ctx, pairs[i].value, sub, "a string", &value,
-                           &is_null)
+        if (tb_conf_string(ctx, pairs[i].value, sub, 0, &value)
             != TB_CONF_OK)
         {
             rc = TB_CONF_ERROR;
-            goto done;
-        }
-
-        if (is_null) {
-            free(value);
-            rc = tb_conf_error(ctx, tb_conf_line(pairs[i].value),
-                               "%s: expected a string, got nothing (null)",
-                               sub);
             goto done;
         }
 
@@ -1283,13 +1301,9 @@ tb_conf_set(tb_conf_ctx_t *ctx, const tb_conf_field_t *f, yaml_node_t *node,
         return tb_conf_set_str(ctx, f, node, path, base);
 
     case TB_CONF_INT:
-        return tb_conf_set_int(ctx, f, node, path, base);
-
     case TB_CONF_NUM:
-        return tb_conf_set_num(ctx, f, node, path, base);
-
     case TB_CONF_BOOL:
-        return tb_conf_set_bool(ctx, f, node, path, base);
+        return tb_conf_set_typed(ctx, f, node, path, base);
 
     case TB_CONF_STRLIST:
         return tb_conf_set_list(ctx, f, node, path, base);
@@ -1342,19 +1356,35 @@ tb_conf_unknown(tb_conf_ctx_t *ctx, yaml_node_t *key, const char *path,
 }
 
 
+/* s, allocated, added to the end of a list; released if it cannot be */
+static int
+tb_conf_push(tb_conf_ctx_t *ctx, tb_strlist_t *list, char *s)
+{
+    char  **items;
+
+    items = realloc(list->items, (list->n + 1) * sizeof(char *));
+    if (items == NULL) {
+        free(s);
+        return tb_conf_nomem(ctx);
+    }
+
+    list->items = items;
+    list->items[list->n++] = s;
+
+    return TB_CONF_OK;
+}
+
+
 int
 tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
 {
-    int            n;
-    char          *s, **items, msg[TB_CONFIG_ERRLEN];
-    va_list        args;
-    tb_strlist_t  *w;
+    int       n;
+    char     *s, msg[TB_CONFIG_ERRLEN];
+    va_list   args;
 
     va_start(args, fmt);
     (void) vsnprintf(msg, sizeof(msg), fmt, args);
     va_end(args);
-
-    w = &ctx->cf->warnings;
 
     n = snprintf(NULL, 0, "%s:%u: %s", ctx->name, line, msg);
     if (n < 0) {
@@ -1368,16 +1398,7 @@ tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
 
     (void) snprintf(s, (size_t) n + 1, "%s:%u: %s", ctx->name, line, msg);
 
-    items = realloc(w->items, (w->n + 1) * sizeof(char *));
-    if (items == NULL) {
-        free(s);
-        return tb_conf_nomem(ctx);
-    }
-
-    w->items = items;
-    w->items[w->n++] = s;
-
-    return TB_CONF_OK;
+    return tb_conf_push(ctx, &ctx->cf->warnings, s);
 }
 
 
@@ -1385,26 +1406,14 @@ tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
 static int
 tb_conf_written(tb_conf_ctx_t *ctx, const char *path)
 {
-    char          *s, **items;
-    tb_strlist_t  *w;
-
-    w = &ctx->cf->written;
+    char  *s;
 
     s = strdup(path);
     if (s == NULL) {
         return tb_conf_nomem(ctx);
     }
 
-    items = realloc(w->items, (w->n + 1) * sizeof(char *));
-    if (items == NULL) {
-        free(s);
-        return tb_conf_nomem(ctx);
-    }
-
-    w->items = items;
-    w->items[w->n++] = s;
-
-    return TB_CONF_OK;
+    return tb_conf_push(ctx, &ctx->cf->written, s);
 }
 
 
@@ -1431,16 +1440,9 @@ tb_conf_section(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     tb_conf_pair_t         *pairs;
     const tb_conf_field_t  *f;
 
-    if (tb_conf_null_node(node)) {
-        return TB_CONF_OK;
-    }
-
-    if (node->type != YAML_MAPPING_NODE) {
-        return tb_conf_expected(ctx, node, path, "a mapping");
-    }
-
-    if (tb_conf_pairs(ctx, node, path, &pairs, &n) != TB_CONF_OK) {
-        return TB_CONF_ERROR;
+    rc = tb_conf_mapping(ctx, node, path, "a mapping", &pairs, &n, NULL, 0);
+    if (rc != TB_CONF_OK) {
+        return (rc == TB_CONF_NONE) ? TB_CONF_OK : rc;
     }
 
     rc = TB_CONF_OK;
@@ -1606,22 +1608,19 @@ tb_conf_sections(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     size_t size, size_t line_off, void **items, size_t *nitems,
     tb_conf_finish_pt finish)
 {
+    int           rc;
     char          sub[TB_CONF_PATHLEN];
     size_t        i, n;
     unsigned      line;
     yaml_node_t  *item;
     char         *base;
 
-    if (tb_conf_null_node(node)) {
-        return TB_CONF_OK;
+    rc = tb_conf_collection(ctx, node, path, YAML_SEQUENCE_NODE, what);
+    if (rc != TB_CONF_OK) {
+        return (rc == TB_CONF_NONE) ? TB_CONF_OK : rc;
     }
 
-    if (node->type != YAML_SEQUENCE_NODE) {
-        return tb_conf_expected(ctx, node, path, what);
-    }
-
-    n = (size_t) (node->data.sequence.items.top
-                  - node->data.sequence.items.start);
+    n = tb_conf_items(node);
 
     if (n == 0) {
         return TB_CONF_OK;

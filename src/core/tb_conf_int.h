@@ -18,6 +18,7 @@
 
 #define TB_CONF_OK          0
 #define TB_CONF_ERROR       -1
+#define TB_CONF_NONE        1           /* tb_conf_mapping(): null */
 
 #define TB_CONF_MAX_FILE    (16 * 1024 * 1024)
 #define TB_CONF_MAX_NODES   100000
@@ -154,6 +155,17 @@ int tb_conf_null_node(yaml_node_t *node);
 int tb_conf_pairs(tb_conf_ctx_t *ctx, yaml_node_t *map, const char *path,
     tb_conf_pair_t **out, size_t *nout);
 
+/*
+ * A mapping's pairs (tb_conf_pairs), and unless items is NULL an array of
+ * as many zeroed items of size for what they become (*items left alone
+ * when there are none).  TB_CONF_NONE for null ("key:" with nothing keeps
+ * every default), TB_CONF_ERROR, said, for another kind of node; on
+ * failure nothing is kept.
+ */
+int tb_conf_mapping(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
+    const char *what, tb_conf_pair_t **pairs, size_t *n, void **items,
+    size_t size);
+
 void tb_conf_release(const tb_conf_field_t *fields, void *base);
 
 int tb_conf_section(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
@@ -176,9 +188,11 @@ int tb_conf_set_str(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 
 const char *tb_conf_show(const char *s, char *buf);
 
-void tb_conf_strlist_free(tb_strlist_t *list);
-
 char *tb_conf_strndup(const char *s, size_t len);
+
+/* for qsort: by name, and where two names are the same, by place */
+int tb_conf_cmp_placed(const char *a, size_t a_at, const char *b,
+    size_t b_at);
 
 
 /* a notice about the file that does not stop it loading (warnings) */

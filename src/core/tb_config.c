@@ -868,24 +868,17 @@ tb_conf_pricing(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
         return rc;
     }
 
-    if (node->type != YAML_MAPPING_NODE) {
-        return tb_conf_expected(ctx, node, path,
-                                "builtin or a mapping of model to prices");
-    }
+    /* null is a scalar, read above */
 
-    if (tb_conf_pairs(ctx, node, path, &pairs, &n) != TB_CONF_OK) {
+    if (tb_conf_mapping(ctx, node, path,
+                        "builtin or a mapping of model to prices", &pairs, &n,
+                        (void **) &cf->prices, sizeof(tb_price_t))
+        != TB_CONF_OK)
+    {
         return TB_CONF_ERROR;
     }
 
     rc = TB_CONF_OK;
-
-    if (n > 0) {
-        cf->prices = calloc(n, sizeof(tb_price_t));
-        if (cf->prices == NULL) {
-            rc = tb_conf_nomem(ctx);
-            goto done;
-        }
-    }
 
     for (i = 0; i < n; i++) {
         name = pairs[i].name;
@@ -1188,18 +1181,12 @@ tb_conf_keys(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 static int
 tb_conf_cmp_account_id(const void *one, const void *two)
 {
-    int                       rc;
     const tb_account_conf_t  *a, *b;
 
     a = *(const tb_account_conf_t *const *) one;
     b = *(const tb_account_conf_t *const *) two;
 
-    rc = strcmp(a->id, b->id);
-    if (rc != 0) {
-        return rc;
-    }
-
-    return (a->line > b->line) - (a->line < b->line);
+    return tb_conf_cmp_placed(a->id, a->line, b->id, b->line);
 }
 
 
@@ -1213,36 +1200,24 @@ tb_conf_find_account(const void *id, const void *elem)
 static int
 tb_conf_cmp_key_secret(const void *one, const void *two)
 {
-    int                   rc;
     const tb_key_conf_t  *a, *b;
 
     a = *(const tb_key_conf_t *const *) one;
     b = *(const tb_key_conf_t *const *) two;
 
-    rc = strcmp(a->key, b->key);
-    if (rc != 0) {
-        return rc;
-    }
-
-    return (a->line > b->line) - (a->line < b->line);
+    return tb_conf_cmp_placed(a->key, a->line, b->key, b->line);
 }
 
 
 static int
 tb_conf_cmp_key_name(const void *one, const void *two)
 {
-    int                   rc;
     const tb_key_conf_t  *a, *b;
 
     a = *(const tb_key_conf_t *const *) one;
     b = *(const tb_key_conf_t *const *) two;
 
-    rc = strcmp(a->name, b->name);
-    if (rc != 0) {
-        return rc;
-    }
-
-    return (a->line > b->line) - (a->line < b->line);
+    return tb_conf_cmp_placed(a->name, a->line, b->name, b->line);
 }
 
 

@@ -297,6 +297,9 @@ tb_config_t *tb_config_load_buffer(const char *name, const char *data,
     size_t len, tb_getenv_pt getenv_fn, char *err, size_t errlen);
 void tb_config_free(tb_config_t *cf);
 
+/* frees a list's strings and the list, left empty */
+void tb_conf_strlist_free(tb_strlist_t *list);
+
 /*
  * An account given at runtime (an admin's JSON object), checked by the
  * same rules as the file's accounts: a config holding that one account,

@@ -252,12 +252,36 @@ tb_evs_keep(tb_evs_t *d, const unsigned char *p, size_t n, size_t want)
 }
 
 
+/*
+ * The frame begun before, from the bytes at *p up to want bytes in all:
+ * 1 when it holds them, 0 when the bytes ended first (all of them kept),
+ * -1 without memory.
+ */
+static int
+tb_evs_fill(tb_evs_t *d, const unsigned char **p, const unsigned char *end,
+    size_t want)
+{
+    size_t  take;
+
+    take = want - d->len;
+    take = take < (size_t) (end - *p) ? take : (size_t) (end - *p);
+
+    if (tb_evs_keep(d, *p, take, want) != 0) {
+        return -1;
+    }
+
+    *p += take;
+
+    return d->len == want;
+}
+
+
 int
 tb_evs_feed(tb_evs_t *d, const unsigned char *p, size_t n,
     tb_evs_frame_pt cb, void *data)
 {
     int                   rc;
-    size_t                total, take;
+    size_t                total;
     const unsigned char  *end;
 
     if (d->why) {
@@ -272,17 +296,10 @@ tb_evs_feed(tb_evs_t *d, const unsigned char *p, size_t n,
     while (d->len && p < end) {
 
         if (d->len < TB_EVS_PRELUDE) {
-            take = TB_EVS_PRELUDE - d->len;
-            take = take < (size_t) (end - p) ? take : (size_t) (end - p);
+            rc = tb_evs_fill(d, &p, end, TB_EVS_PRELUDE);
 
-            if (tb_evs_keep(d, p, take, TB_EVS_PRELUDE) != 0) {
-                return -1;
-            }
-
-            p += take;
-
-            if (d->len < TB_EVS_PRELUDE) {
-                return 0;
+            if (rc != 1) {
+                return rc;
             }
         }
 
@@ -292,17 +309,10 @@ tb_evs_feed(tb_evs_t *d, const unsigned char *p, size_t n,
             return -1;
         }
 
-        take = total - d->len;
-        take = take < (size_t) (end - p) ? take : (size_t) (end - p);
+        rc = tb_evs_fill(d, &p, end, total);
 
-        if (tb_evs_keep(d, p, take, total) != 0) {
-            return -1;
-        }
-
-        p += take;
-
-        if (d->len < total) {
-            return 0;
+        if (rc != 1) {
+            return rc;
         }
 
         d->len = 0;

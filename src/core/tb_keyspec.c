@@ -23,29 +23,54 @@
 #define TB_KS_PATCH   0x02    /* accepted when rescoping */
 #define TB_KS_NULL    0x04    /* null clears it */
 
+#define TB_KS_DOUBLE  0x08    /* the field null clears is a double */
+
 typedef struct {
     const char   *name;
     unsigned      flags;
+    size_t        cleared;  /* TB_KS_NULL: the field null sets, in ks */
+    int64_t       value;    /* ... to this */
 } tb_ks_field_t;
 
+#define TB_KS_SET     (TB_KS_POST | TB_KS_PATCH)
+#define TB_KS_I64(m, v)                                                       \
+    TB_KS_SET | TB_KS_NULL, offsetof(tb_keyspec_t, m), v
+#define TB_KS_DBL(m)                                                          \
+    TB_KS_SET | TB_KS_NULL | TB_KS_DOUBLE, offsetof(tb_keyspec_t, m), TB_UNSET
+
 static const tb_ks_field_t  tb_ks_fields[] = {
-    { "name",              TB_KS_POST },
-    { "admin",             TB_KS_POST },
-    { "models",            TB_KS_POST | TB_KS_PATCH },
-    { "pool",              TB_KS_POST | TB_KS_PATCH },
-    { "rpm",               TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "priority",          TB_KS_POST | TB_KS_PATCH },
-    { "max_wait_seconds",  TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "spend_cap_usd",     TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "session_cap_usd",   TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "session_max_turns", TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "max_inflight",      TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "max_queued",        TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "expires_at",        TB_KS_POST | TB_KS_PATCH | TB_KS_NULL },
-    { "expires_in_seconds", TB_KS_POST | TB_KS_PATCH },
-    { "created",           0 },     /* the store's record only */
-    { NULL, 0 }
+    { "name",               TB_KS_POST, 0, 0 },
+    { "admin",              TB_KS_POST, 0, 0 },
+    { "models",             TB_KS_SET, 0, 0 },
+    { "pool",               TB_KS_SET, 0, 0 },
+    { "rpm",                TB_KS_I64(conf.rpm, TB_UNSET) },
+    { "priority",           TB_KS_SET, 0, 0 },
+    { "max_wait_seconds",   TB_KS_DBL(conf.max_wait_seconds) },
+    { "spend_cap_usd",      TB_KS_DBL(conf.spend_cap_usd) },
+    { "session_cap_usd",    TB_KS_DBL(conf.session_cap_usd) },
+    { "session_max_turns",  TB_KS_I64(conf.session_max_turns, TB_UNSET) },
+    { "max_inflight",       TB_KS_I64(conf.max_inflight, TB_AUTO) },
+    { "max_queued",         TB_KS_I64(conf.max_queued, TB_AUTO) },
+    { "expires_at",         TB_KS_I64(expires, 0) },
+    { "expires_in_seconds", TB_KS_SET, 0, 0 },
+    { "created",            0, 0, 0 },     /* the store's record only */
+    { NULL, 0, 0, 0 }
 };
+
+
+static const tb_ks_field_t *
+tb_ks_find(const char *name)
+{
+    const tb_ks_field_t  *f;
+
+    for (f = tb_ks_fields; f->name; f++) {
+        if (strcmp(f->name, name) == 0) {
+            return f;
+        }
+    }
+
+    return NULL;
+}
 
 
 static int tb_ks_error(char *err, size_t errlen, const char *fmt, ...)
@@ -107,21 +132,6 @@ tb_ks_plain(const char *s)
 }
 
 
-static void
-tb_ks_list_free(tb_strlist_t *l)
-{
-    size_t  i;
-
-    for (i = 0; i < l->n; i++) {
-        free(l->items[i]);
-    }
-
-    free(l->items);
-    l->items = NULL;
-    l->n = 0;
-}
-
-
 static int
 tb_ks_list_copy(tb_strlist_t *dst, const tb_strlist_t *src)
 {
@@ -143,7 +153,7 @@ tb_ks_list_copy(tb_strlist_t *dst, const tb_strlist_t *src)
         dst->items[i] = strdup(src->items[i]);
         if (dst->items[i] == NULL) {
             dst->n = i;
-            tb_ks_list_free(dst);
+            tb_conf_strlist_free(dst);
             return -1;
         }
     }
@@ -158,8 +168,8 @@ void
 tb_keyspec_free(tb_keyspec_t *ks)
 {
     free(ks->conf.name);
-    tb_ks_list_free(&ks->conf.models);
-    tb_ks_list_free(&ks->conf.pool);
+    tb_conf_strlist_free(&ks->conf.models);
+    tb_conf_strlist_free(&ks->conf.pool);
     memset(ks, 0, sizeof(tb_keyspec_t));
 }
 
@@ -226,7 +236,7 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
 
     cJSON_ArrayForEach(e, v) {
         if (!cJSON_IsString(e)) {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "%s[%zu] must be a string",
                                field, i);
         }
@@ -236,7 +246,7 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
         if (s[0] == '\0' || strlen(s) > (ids ? TB_ID_MAX : TB_MODEL_MAX)
             || !tb_ks_plain(s))
         {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "%s[%zu] must be 1 to %d "
                                "printable characters without spaces or "
                                "quotes", field, i,
@@ -244,14 +254,14 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
         }
 
         if (ids && account && !account(data, s)) {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "%s[%zu] names no account of "
                                "this gateway: \"%s\"", field, i, s);
         }
 
         for (j = 0; j < out->n; j++) {
             if (strcmp(out->items[j], s) == 0) {
-                tb_ks_list_free(out);
+                tb_conf_strlist_free(out);
                 return tb_ks_error(err, errlen, "%s[%zu] repeats \"%s\"",
                                    field, i, s);
             }
@@ -263,7 +273,7 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
 
         out->items[out->n] = strdup(s);
         if (out->items[out->n] == NULL) {
-            tb_ks_list_free(out);
+            tb_conf_strlist_free(out);
             return tb_ks_error(err, errlen, "no memory");
         }
 
@@ -354,33 +364,30 @@ tb_ks_field(tb_keyspec_t *ks, const cJSON *v, int mode,
     tb_keyspec_account_pt account, void *data, int64_t now, char *err,
     size_t errlen)
 {
-    const char     *f;
-    int64_t         n = 0;
-    tb_strlist_t    list;
-    tb_key_conf_t  *k;
+    char                 *p;
+    const char           *f;
+    int64_t               n = 0;
+    tb_strlist_t          list;
+    tb_key_conf_t        *k;
+    const tb_ks_field_t  *fd;
 
     f = v->string;
     k = &ks->conf;
 
     if (cJSON_IsNull(v)) {
-        if (strcmp(f, "rpm") == 0) {
-            k->rpm = TB_UNSET;
-        } else if (strcmp(f, "max_wait_seconds") == 0) {
-            k->max_wait_seconds = TB_UNSET;
-        } else if (strcmp(f, "spend_cap_usd") == 0) {
-            k->spend_cap_usd = TB_UNSET;
-        } else if (strcmp(f, "session_cap_usd") == 0) {
-            k->session_cap_usd = TB_UNSET;
-        } else if (strcmp(f, "session_max_turns") == 0) {
-            k->session_max_turns = TB_UNSET;
-        } else if (strcmp(f, "max_inflight") == 0) {
-            k->max_inflight = TB_AUTO;
-        } else if (strcmp(f, "max_queued") == 0) {
-            k->max_queued = TB_AUTO;
-        } else if (strcmp(f, "expires_at") == 0) {
-            ks->expires = 0;
-        } else {
+        fd = tb_ks_find(f);
+
+        if (fd == NULL || !(fd->flags & TB_KS_NULL)) {
             return tb_ks_error(err, errlen, "%s cannot be null", f);
+        }
+
+        p = (char *) ks + fd->cleared;
+
+        if (fd->flags & TB_KS_DOUBLE) {
+            *(double *) (void *) p = (double) fd->value;
+
+        } else {
+            *(int64_t *) (void *) p = fd->value;
         }
 
         return 0;
@@ -421,11 +428,11 @@ tb_ks_field(tb_keyspec_t *ks, const cJSON *v, int mode,
         }
 
         if (f[0] == 'p') {
-            tb_ks_list_free(&k->pool);
+            tb_conf_strlist_free(&k->pool);
             k->pool = list;
 
         } else {
-            tb_ks_list_free(&k->models);
+            tb_conf_strlist_free(&k->models);
             k->models = list;
         }
 
@@ -571,13 +578,9 @@ tb_keyspec_parse(tb_keyspec_t *ks, const char *json, size_t len, int mode,
     /* every field known and allowed, none twice */
 
     cJSON_ArrayForEach(v, root) {
-        for (f = tb_ks_fields; f->name; f++) {
-            if (strcmp(f->name, v->string) == 0) {
-                break;
-            }
-        }
+        f = tb_ks_find(v->string);
 
-        if (f->name == NULL) {
+        if (f == NULL) {
             tb_ks_error(err, errlen, "unknown field \"%.64s\"%s", v->string,
                         strcmp(v->string, "key") == 0
                         ? ": a key's secret is always drawn by the gateway"

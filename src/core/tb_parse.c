@@ -203,6 +203,36 @@ tb_month(const unsigned char *p)
 }
 
 
+/*
+ * An HTTP-date after its weekday's comma, the two forms alike but for the
+ * separator and the year's digits: " 06 Nov 1994 08:49:37 GMT"
+ * (IMF-fixdate: ' ', 4) and " 06-Nov-94 08:49:37 GMT" (RFC 850: '-', 2).
+ */
+static int
+tb_http_date_gmt(const unsigned char *p, const unsigned char *last,
+    unsigned char sep, size_t ylen, unsigned *d, int *mo, unsigned *y,
+    unsigned *h, unsigned *mi, unsigned *s)
+{
+    const unsigned char  *t;
+
+    /* the time of day, after the year */
+    t = p + 8 + ylen;
+
+    if ((size_t) (last - p) != 21 + ylen || p[0] != ' '
+        || tb_digits(p + 1, last, 2, d) || p[3] != sep
+        || (*mo = tb_month(p + 4)) < 0 || p[7] != sep
+        || tb_digits(p + 8, last, ylen, y) || t[0] != ' '
+        || tb_digits(t + 1, last, 2, h) || t[3] != ':'
+        || tb_digits(t + 4, last, 2, mi) || t[6] != ':'
+        || tb_digits(t + 7, last, 2, s) || memcmp(t + 9, " GMT", 4) != 0)
+    {
+        return -1;
+    }
+
+    return 0;
+}
+
+
 int
 tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec)
 {
@@ -218,14 +248,8 @@ tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec)
 
         /* IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT */
 
-        p = c + 1;
-
-        if (last - p != 25 || p[0] != ' ' || tb_digits(p + 1, last, 2, &d)
-            || p[3] != ' ' || (mo = tb_month(p + 4)) < 0 || p[7] != ' '
-            || tb_digits(p + 8, last, 4, &y) || p[12] != ' '
-            || tb_digits(p + 13, last, 2, &h) || p[15] != ':'
-            || tb_digits(p + 16, last, 2, &mi) || p[18] != ':'
-            || tb_digits(p + 19, last, 2, &s) || memcmp(p + 21, " GMT", 4))
+        if (tb_http_date_gmt(c + 1, last, ' ', 4, &d, &mo, &y, &h, &mi, &s)
+            != 0)
         {
             return -1;
         }
@@ -234,14 +258,8 @@ tb_parse_http_date(const unsigned char *p, size_t len, int64_t *sec)
 
         /* RFC 850: Sunday, 06-Nov-94 08:49:37 GMT */
 
-        p = c + 1;
-
-        if (last - p != 23 || p[0] != ' ' || tb_digits(p + 1, last, 2, &d)
-            || p[3] != '-' || (mo = tb_month(p + 4)) < 0 || p[7] != '-'
-            || tb_digits(p + 8, last, 2, &y) || p[10] != ' '
-            || tb_digits(p + 11, last, 2, &h) || p[13] != ':'
-            || tb_digits(p + 14, last, 2, &mi) || p[16] != ':'
-            || tb_digits(p + 17, last, 2, &s) || memcmp(p + 19, " GMT", 4))
+        if (tb_http_date_gmt(c + 1, last, '-', 2, &d, &mo, &y, &h, &mi, &s)
+            != 0)
         {
             return -1;
         }

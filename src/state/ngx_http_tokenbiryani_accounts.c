@@ -233,22 +233,37 @@ ngx_http_tokenbiryani_account_keepalive(ngx_pool_t *pool,
 }
 
 
-ngx_http_tokenbiryani_account_t *
-ngx_http_tokenbiryani_yaml_account(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    const u_char *id, size_t len)
+/*
+ * The first n accounts searched for an id; a retired place is skipped.
+ * The YAML accounts come first and are never retired (only runtime ones
+ * are), so n = nyaml searches them alone.
+ */
+static ngx_http_tokenbiryani_account_t *
+ngx_http_tokenbiryani_account_search(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_uint_t n, const u_char *id, size_t len)
 {
     ngx_uint_t                        i;
     ngx_http_tokenbiryani_account_t  *a;
 
     a = tmcf->accounts.elts;
 
-    for (i = 0; i < tmcf->nyaml; i++) {
-        if (a[i].id.len == len && ngx_memcmp(a[i].id.data, id, len) == 0) {
+    for (i = 0; i < n; i++) {
+        if (!a[i].retired && a[i].id.len == len
+            && ngx_memcmp(a[i].id.data, id, len) == 0)
+        {
             return &a[i];
         }
     }
 
     return NULL;
+}
+
+
+ngx_http_tokenbiryani_account_t *
+ngx_http_tokenbiryani_yaml_account(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const u_char *id, size_t len)
+{
+    return ngx_http_tokenbiryani_account_search(tmcf, tmcf->nyaml, id, len);
 }
 
 
@@ -621,20 +636,8 @@ ngx_http_tokenbiryani_account_t *
 ngx_http_tokenbiryani_account_find(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const u_char *id, size_t len)
 {
-    ngx_uint_t                        i;
-    ngx_http_tokenbiryani_account_t  *a;
-
-    a = tmcf->accounts.elts;
-
-    for (i = 0; i < tmcf->accounts.nelts; i++) {
-        if (!a[i].retired && a[i].id.len == len
-            && ngx_memcmp(a[i].id.data, id, len) == 0)
-        {
-            return &a[i];
-        }
-    }
-
-    return NULL;
+    return ngx_http_tokenbiryani_account_search(tmcf, tmcf->accounts.nelts,
+                                                id, len);
 }
 
 

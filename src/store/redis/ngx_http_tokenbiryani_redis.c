@@ -80,40 +80,24 @@ ngx_http_tokenbiryani_redis_interest(ngx_event_t *ev, ngx_int_t event,
 }
 
 
-static void
-ngx_http_tokenbiryani_redis_add_read(void *privdata)
-{
-    ngx_connection_t  *c = privdata;
+/* hiredis's four event hooks, one body: which event, and add or delete */
+#define ngx_http_tokenbiryani_redis_hook(name, ev, event, add)                \
+    static void                                                               \
+    name(void *privdata)                                                      \
+    {                                                                         \
+        ngx_connection_t  *c = privdata;                                      \
+                                                                              \
+        ngx_http_tokenbiryani_redis_interest(c->ev, event, add);              \
+    }
 
-    ngx_http_tokenbiryani_redis_interest(c->read, NGX_READ_EVENT, 1);
-}
-
-
-static void
-ngx_http_tokenbiryani_redis_del_read(void *privdata)
-{
-    ngx_connection_t  *c = privdata;
-
-    ngx_http_tokenbiryani_redis_interest(c->read, NGX_READ_EVENT, 0);
-}
-
-
-static void
-ngx_http_tokenbiryani_redis_add_write(void *privdata)
-{
-    ngx_connection_t  *c = privdata;
-
-    ngx_http_tokenbiryani_redis_interest(c->write, NGX_WRITE_EVENT, 1);
-}
-
-
-static void
-ngx_http_tokenbiryani_redis_del_write(void *privdata)
-{
-    ngx_connection_t  *c = privdata;
-
-    ngx_http_tokenbiryani_redis_interest(c->write, NGX_WRITE_EVENT, 0);
-}
+ngx_http_tokenbiryani_redis_hook(ngx_http_tokenbiryani_redis_add_read,
+                                 read, NGX_READ_EVENT, 1)
+ngx_http_tokenbiryani_redis_hook(ngx_http_tokenbiryani_redis_del_read,
+                                 read, NGX_READ_EVENT, 0)
+ngx_http_tokenbiryani_redis_hook(ngx_http_tokenbiryani_redis_add_write,
+                                 write, NGX_WRITE_EVENT, 1)
+ngx_http_tokenbiryani_redis_hook(ngx_http_tokenbiryani_redis_del_write,
+                                 write, NGX_WRITE_EVENT, 0)
 
 
 /* hiredis frees its context: the connection back, its socket left open
@@ -319,6 +303,82 @@ ngx_http_tokenbiryani_redis_handshake(ngx_http_tokenbiryani_redis_t *rd,
 }
 
 
+/*
+ * The handshake's commands, the same on the worker's connection and on a
+ * blocking one: AUTH [user] password, and SELECT db.  Each fills argv and
+ * lens and returns argc, 0 when the configuration asks for none.
+ */
+static int
+ngx_http_tokenbiryani_redis_auth_args(ngx_http_tokenbiryani_redis_conf_t *conf,
+    const char **argv, size_t *lens)
+{
+    int  argc;
+
+    if (conf->password.len == 0) {
+        return 0;
+    }
+
+    argc = 0;
+    argv[argc] = "AUTH";
+    lens[argc++] = 4;
+
+    if (conf->user.len) {
+        argv[argc] = (char *) conf->user.data;
+        lens[argc++] = conf->user.len;
+    }
+
+    argv[argc] = (char *) conf->password.data;
+    lens[argc++] = conf->password.len;
+
+    return argc;
+}
+
+
+static int
+ngx_http_tokenbiryani_redis_select_args(
+    ngx_http_tokenbiryani_redis_conf_t *conf, const char **argv, size_t *lens,
+    u_char *db)
+{
+    if (conf->database <= 0) {
+        return 0;
+    }
+
+    argv[0] = "SELECT";
+    lens[0] = 6;
+    argv[1] = (char *) db;
+    lens[1] = ngx_sprintf(db, "%d", conf->database) - db;
+
+    return 2;
+}
+
+
+/*
+ * One command of the handshake, none when argc is 0; its answer goes to
+ * the handshake callback with "refused" to say.  One that cannot be sent
+ * drops the connection, and the handshake goes no further.
+ */
+static ngx_int_t
+ngx_http_tokenbiryani_redis_greet(ngx_http_tokenbiryani_redis_t *rd,
+    const char *refused, const char *unsent, int argc, const char **argv,
+    const size_t *lens)
+{
+    if (argc == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_tokenbiryani_redis_command(rd,
+            ngx_http_tokenbiryani_redis_handshake, (void *) refused, argc,
+            argv, lens, 0)
+        != NGX_OK)
+    {
+        ngx_http_tokenbiryani_redis_drop(rd, unsent);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_tokenbiryani_redis_connect(ngx_http_tokenbiryani_redis_t *rd)
 {
@@ -387,54 +447,31 @@ ngx_http_tokenbiryani_redis_connect(ngx_http_tokenbiryani_redis_t *rd)
 
     /* AUTH, SELECT and a PING whose answer makes it ready, all timed */
 
-    if (conf->password.len) {
-        argc = 0;
-        argv[argc] = "AUTH";
-        lens[argc++] = 4;
+    argc = ngx_http_tokenbiryani_redis_auth_args(conf, argv, lens);
 
-        if (conf->user.len) {
-            argv[argc] = (char *) conf->user.data;
-            lens[argc++] = conf->user.len;
-        }
-
-        argv[argc] = (char *) conf->password.data;
-        lens[argc++] = conf->password.len;
-
-        if (ngx_http_tokenbiryani_redis_command(rd,
-                ngx_http_tokenbiryani_redis_handshake,
-                "AUTH refused", argc, argv, lens, 0)
-            != NGX_OK)
-        {
-            ngx_http_tokenbiryani_redis_drop(rd, "AUTH cannot be sent");
-            return;
-        }
+    if (ngx_http_tokenbiryani_redis_greet(rd, "AUTH refused",
+                                          "AUTH cannot be sent",
+                                          argc, argv, lens)
+        != NGX_OK)
+    {
+        return;
     }
 
-    if (conf->database > 0) {
-        argv[0] = "SELECT";
-        lens[0] = 6;
-        argv[1] = (char *) db;
-        lens[1] = ngx_sprintf(db, "%d", conf->database) - db;
+    argc = ngx_http_tokenbiryani_redis_select_args(conf, argv, lens, db);
 
-        if (ngx_http_tokenbiryani_redis_command(rd,
-                ngx_http_tokenbiryani_redis_handshake,
-                "SELECT refused", 2, argv, lens, 0)
-            != NGX_OK)
-        {
-            ngx_http_tokenbiryani_redis_drop(rd, "SELECT cannot be sent");
-            return;
-        }
+    if (ngx_http_tokenbiryani_redis_greet(rd, "SELECT refused",
+                                          "SELECT cannot be sent",
+                                          argc, argv, lens)
+        != NGX_OK)
+    {
+        return;
     }
 
     argv[0] = "PING";
     lens[0] = 4;
 
-    if (ngx_http_tokenbiryani_redis_command(rd,
-            ngx_http_tokenbiryani_redis_handshake, "PING", 1, argv, lens, 0)
-        != NGX_OK)
-    {
-        ngx_http_tokenbiryani_redis_drop(rd, "PING cannot be sent");
-    }
+    (void) ngx_http_tokenbiryani_redis_greet(rd, "PING", "PING cannot be sent",
+                                             1, argv, lens);
 }
 
 
@@ -615,33 +652,12 @@ ngx_http_tokenbiryani_redis_connect_sync(
     (void) redisSetTimeout(c, tv);
 
     for (what = "AUTH"; what; what = (what[0] == 'A') ? "SELECT" : NULL) {
-        if (what[0] == 'A') {
-            if (conf->password.len == 0) {
-                continue;
-            }
+        argc = (what[0] == 'A')
+               ? ngx_http_tokenbiryani_redis_auth_args(conf, argv, lens)
+               : ngx_http_tokenbiryani_redis_select_args(conf, argv, lens, db);
 
-            argc = 0;
-            argv[argc] = "AUTH";
-            lens[argc++] = 4;
-
-            if (conf->user.len) {
-                argv[argc] = (char *) conf->user.data;
-                lens[argc++] = conf->user.len;
-            }
-
-            argv[argc] = (char *) conf->password.data;
-            lens[argc++] = conf->password.len;
-
-        } else {
-            if (conf->database == 0) {
-                continue;
-            }
-
-            argv[0] = "SELECT";
-            lens[0] = 6;
-            argv[1] = (char *) db;
-            lens[1] = ngx_sprintf(db, "%d", conf->database) - db;
-            argc = 2;
+        if (argc == 0) {
+            continue;
         }
 
         r = redisCommandArgv(c, argc, argv, lens);

@@ -31,6 +31,22 @@ const char  ngx_http_tokenbiryani_redis_lua_accounts[] =
 /* configuration */
 
 static ngx_int_t
+ngx_http_tokenbiryani_redis_str(ngx_conf_t *cf, ngx_str_t *out,
+    const char *s)
+{
+    out->len = ngx_strlen(s);
+    out->data = ngx_pnalloc(cf->pool, out->len + 1);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, s, out->len + 1);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
 ngx_http_tokenbiryani_redis_numeric(ngx_conf_t *cf, const char *host,
     int port, ngx_str_t *out)
 {
@@ -62,31 +78,7 @@ ngx_http_tokenbiryani_redis_numeric(ngx_conf_t *cf, const char *host,
         return NGX_ERROR;
     }
 
-    out->len = ngx_strlen(buf);
-    out->data = ngx_pnalloc(cf->pool, out->len + 1);
-    if (out->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(out->data, buf, out->len + 1);
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_tokenbiryani_redis_str(ngx_conf_t *cf, ngx_str_t *out,
-    const char *s)
-{
-    out->len = ngx_strlen(s);
-    out->data = ngx_pnalloc(cf->pool, out->len + 1);
-    if (out->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(out->data, s, out->len + 1);
-
-    return NGX_OK;
+    return ngx_http_tokenbiryani_redis_str(cf, out, buf);
 }
 
 
@@ -355,27 +347,54 @@ ngx_http_tokenbiryani_redis_adopted_back(redisContext *c,
 }
 
 
+/* a command of two words, "GET key": its reply, or NULL with err said */
+static redisReply *
+ngx_http_tokenbiryani_redis_get(redisContext *c, const char *cmd,
+    const char *key, char *err, size_t size)
+{
+    size_t       lens[2];
+    const char  *argv[2];
+
+    argv[0] = cmd;
+    argv[1] = key;
+    lens[0] = ngx_strlen(cmd);
+    lens[1] = ngx_strlen(key);
+
+    return ngx_http_tokenbiryani_redis_sync(c, 2, argv, lens, err, size);
+}
+
+
+/*
+ * The zone has no room for what Redis holds: the reply released, and err
+ * says so in the words ngx_http_tokenbiryani_redis_load() knows as not
+ * Redis's failure.
+ */
+static ngx_int_t
+ngx_http_tokenbiryani_redis_full(redisReply *r, char *err, size_t size)
+{
+    freeReplyObject(r);
+    ngx_cpystrn((u_char *) err, (u_char *) "the zone is full", size);
+
+    return NGX_ERROR;
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_redis_read(redisContext *c,
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_rnames_t *n, ngx_http_tokenbiryani_store_load_t *ld,
     char *err, size_t size)
 {
-    size_t       lens[4];
+    size_t       lens[5];
     ngx_uint_t   i;
     redisReply  *r, *sealed, *pair;
-    const char  *argv[4];
+    const char  *argv[5];
     u_char       digest[32], epoch[33];
     char         name[TB_ID_MAX + 1];
 
     /* the data set: this zone holds it from now */
 
-    argv[0] = "GET";
-    argv[1] = n->epoch;
-    lens[0] = 3;
-    lens[1] = ngx_strlen(n->epoch);
-
-    r = ngx_http_tokenbiryani_redis_sync(c, 2, argv, lens, err, size);
+    r = ngx_http_tokenbiryani_redis_get(c, "GET", n->epoch, err, size);
     if (r == NULL) {
         return NGX_ERROR;
     }
@@ -390,9 +409,11 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
         ngx_http_tokenbiryani_rzone_epoch(epoch);
 
         argv[0] = "SET";
+        argv[1] = n->epoch;
         argv[2] = (char *) epoch;
         argv[3] = "NX";
         lens[0] = 3;
+        lens[1] = ngx_strlen(n->epoch);
         lens[2] = ngx_strlen(epoch);
         lens[3] = 2;
 
@@ -413,12 +434,7 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
 
     /* the minted keys */
 
-    argv[0] = "HGETALL";
-    argv[1] = n->keys;
-    lens[0] = 7;
-    lens[1] = ngx_strlen(n->keys);
-
-    r = ngx_http_tokenbiryani_redis_sync(c, 2, argv, lens, err, size);
+    r = ngx_http_tokenbiryani_redis_get(c, "HGETALL", n->keys, err, size);
     if (r == NULL) {
         return NGX_ERROR;
     }
@@ -447,10 +463,7 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
                                                  pair->str + 65)
             != 0)
         {
-            freeReplyObject(r);
-            ngx_cpystrn((u_char *) err, (u_char *) "the zone is full",
-                        size);
-            return NGX_ERROR;
+            return ngx_http_tokenbiryani_redis_full(r, err, size);
         }
     }
 
@@ -461,24 +474,15 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
     argv[0] = "EVAL";
     argv[1] = ngx_http_tokenbiryani_redis_lua_accounts;
     argv[2] = "2";
+    argv[3] = n->accounts;
+    argv[4] = n->sealed;
     lens[0] = 4;
     lens[1] = sizeof(ngx_http_tokenbiryani_redis_lua_accounts) - 1;
     lens[2] = 1;
+    lens[3] = ngx_strlen(n->accounts);
+    lens[4] = ngx_strlen(n->sealed);
 
-    {
-    const char  *av[5];
-    size_t       al[5];
-
-    av[0] = argv[0]; av[1] = argv[1]; av[2] = argv[2];
-    al[0] = lens[0]; al[1] = lens[1]; al[2] = lens[2];
-    av[3] = n->accounts;
-    al[3] = ngx_strlen(n->accounts);
-    av[4] = n->sealed;
-    al[4] = ngx_strlen(n->sealed);
-
-    r = ngx_http_tokenbiryani_redis_sync(c, 5, av, al, err, size);
-    }
-
+    r = ngx_http_tokenbiryani_redis_sync(c, 5, argv, lens, err, size);
     if (r == NULL) {
         return NGX_ERROR;
     }
@@ -517,10 +521,7 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
                                                          s->str)
                 != 0)
             {
-                freeReplyObject(r);
-                ngx_cpystrn((u_char *) err, (u_char *) "the zone is full",
-                            size);
-                return NGX_ERROR;
+                return ngx_http_tokenbiryani_redis_full(r, err, size);
             }
         }
     }

@@ -169,6 +169,64 @@ tbc_plain_path(const char *p)
 }
 
 
+/*
+ * The YAML init writes: the SQLite store at db (its secret key at key_file,
+ * else beside the YAML file), an account from api_key (NULL: none yet),
+ * an admin key and a client key, made here into admin and key
+ */
+static int
+tbc_init_yaml(tbc_t *c, char *yaml, size_t size, const char *who,
+    const char *db, const char *key_file, const char *api_key, char *admin,
+    char *key)
+{
+    char  accounts[1024];
+
+    if (api_key) {
+        snprintf(accounts, sizeof(accounts),
+                 "\n  - id: acct-01\n    type: anthropic_api\n"
+                 "    api_key: \"%s\"", api_key);
+    }
+
+    if (!tbc_new_key(admin) || !tbc_new_key(key)) {
+        return 0;
+    }
+
+    snprintf(yaml, size,
+             "# written by `tokenbiryani %s`: the pool, its keys, where it "
+             "keeps them\n"
+             "%s"
+             "store:\n"
+             "  backend: sqlite\n"
+             "  path: %s\n"
+             "%s%s%s"
+             "pricing: builtin                  # the dated table shipped "
+             "with the module\n"
+             "routing:\n"
+             "  strategy: sticky_headroom\n"
+             "accounts:%s\n"
+             "keys:\n"
+             "  - key: %s\n"
+             "    name: admin                      # the console and "
+             "the command\n"
+             "    admin: true\n"
+             "  - key: %s\n"
+             "    name: default                    # for clients: "
+             "no /admin\n",
+             who,
+             tbc_opt(c, "allow-private-hosts")
+             ? "server:\n  allow_private_hosts: true      # accounts added at "
+               "runtime may reach\n                                   # "
+               "loopback and private hosts\n"
+             : "",
+             db, key_file ? "  secret_key_path: " : "",
+             key_file ? key_file : "", key_file ? "\n" : "",
+             api_key ? accounts : " []          # add them: "
+             "`tokenbiryani accounts add`, or the console", admin, key);
+
+    return 1;
+}
+
+
 /* argv run and waited for: its exit code, -1 when it could not be run;
  * quiet: its output thrown away */
 static int
@@ -214,7 +272,7 @@ tbc_init_system(tbc_t *c)
     int           pid;
     FILE         *f;
     char          admin[64], key[64], yaml[4096], keybuf[1024],
-                  accounts[1024], line[1024];
+                  line[1024];
     const char   *api_key;
     struct stat   st;
 
@@ -271,42 +329,13 @@ tbc_init_system(tbc_t *c)
         return TBC_USAGE;
     }
 
-    snprintf(accounts, sizeof(accounts),
-             "\n  - id: acct-01\n    type: anthropic_api\n"
-             "    api_key: \"%s\"", api_key ? api_key : "");
-
-    if (!tbc_new_key(admin) || !tbc_new_key(key)) {
+    if (!tbc_init_yaml(c, yaml, sizeof(yaml), "init --system",
+                       "/var/lib/tokenbiryani/tokenbiryani.db",
+                       TBC_SYSTEM_DIR "/tokenbiryani.key", api_key, admin,
+                       key))
+    {
         return TBC_FAIL;
     }
-
-    snprintf(yaml, sizeof(yaml),
-             "# written by `tokenbiryani init --system`: the pool, its keys, "
-             "where it keeps\n# them (every key: /usr/share/doc/tokenbiryani/"
-             "configuration.md.gz)\n"
-             "%s"
-             "store:\n"
-             "  backend: sqlite\n"
-             "  path: /var/lib/tokenbiryani/tokenbiryani.db\n"
-             "  secret_key_path: " TBC_SYSTEM_DIR "/tokenbiryani.key\n"
-             "pricing: builtin\n"
-             "routing:\n"
-             "  strategy: sticky_headroom\n"
-             "accounts:%s\n"
-             "keys:\n"
-             "  - key: %s\n"
-             "    name: admin                      # the console and "
-             "the command\n"
-             "    admin: true\n"
-             "  - key: %s\n"
-             "    name: default                    # for clients: "
-             "no /admin\n",
-             tbc_opt(c, "allow-private-hosts")
-             ? "server:\n  allow_private_hosts: true      # accounts added at "
-               "runtime may reach\n                                   # "
-               "loopback and private hosts\n"
-             : "",
-             api_key ? accounts : " []          # add them: "
-             "`tokenbiryani accounts add`, or the console", admin, key);
 
     if (!tbc_write(yaml_path, yaml, 0600)) {
         return TBC_FAIL;
@@ -370,7 +399,7 @@ tbc_init(tbc_t *c)
                  conf_path[PATH_MAX + 64], prefix[PATH_MAX + 64],
                  url_path[PATH_MAX + 128], key[64], admin[64],
                  yaml[PATH_MAX + 2048], conf[3 * PATH_MAX + 2048],
-                 accounts[1024], keybuf[1024];
+                 accounts[1024], keybuf[1024], db[PATH_MAX + 64];
     char         module_path[PATH_MAX];
     const char  *listen, *api_key, *module, *port;
     struct stat  st;
@@ -441,50 +470,19 @@ tbc_init(tbc_t *c)
     }
 
     api_key = tbc_secret(c, "api-key", keybuf, sizeof(keybuf));
-    accounts[0] = '\0';
 
-    if (api_key) {
-        if (!tbc_api_key_ok(api_key)) {
-            tbc_err("--api-key: that is not an Anthropic key");
-            return TBC_USAGE;
-        }
-
-        snprintf(accounts, sizeof(accounts),
-                 "\n  - id: acct-01\n    type: anthropic_api\n"
-                 "    api_key: \"%s\"", api_key);
+    if (api_key && !tbc_api_key_ok(api_key)) {
+        tbc_err("--api-key: that is not an Anthropic key");
+        return TBC_USAGE;
     }
 
-    if (!tbc_new_key(admin) || !tbc_new_key(key)) {
+    snprintf(db, sizeof(db), "%s/tokenbiryani.db", dir);
+
+    if (!tbc_init_yaml(c, yaml, sizeof(yaml), "init", db, NULL, api_key,
+                       admin, key))
+    {
         return TBC_FAIL;
     }
-
-    snprintf(yaml, sizeof(yaml),
-             "# written by `tokenbiryani init`: the pool, its keys, where it "
-             "keeps them\n"
-             "%s"
-             "store:\n"
-             "  backend: sqlite\n"
-             "  path: %s/tokenbiryani.db\n"
-             "pricing: builtin                  # the dated table shipped "
-             "with the module\n"
-             "routing:\n"
-             "  strategy: sticky_headroom\n"
-             "accounts:%s\n"
-             "keys:\n"
-             "  - key: %s\n"
-             "    name: admin                      # the console and "
-             "the command\n"
-             "    admin: true\n"
-             "  - key: %s\n"
-             "    name: default                    # for clients: "
-             "no /admin\n",
-             tbc_opt(c, "allow-private-hosts")
-             ? "server:\n  allow_private_hosts: true      # accounts added at "
-               "runtime may reach\n                                   # "
-               "loopback and private hosts\n"
-             : "",
-             dir, api_key ? accounts : " []          # add them: "
-             "`tokenbiryani accounts add`, or the console", admin, key);
 
     snprintf(conf, sizeof(conf),
              "# written by `tokenbiryani init`; started by `tokenbiryani "

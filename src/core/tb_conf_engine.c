@@ -1017,7 +1017,8 @@ tb_conf_mapping(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     if (*items == NULL) {
         free(*pairs);
         *pairs = NULL;
-        return tb_conf_nomem(ctx);
+        (void) tb_conf_nomem(ctx);
+        return TB_CONF_ERROR;
     }
 
     return TB_CONF_OK;

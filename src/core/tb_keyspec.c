@@ -208,6 +208,9 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
     const cJSON  *e;
     const char   *s;
 
+    out->items = NULL;
+    out->n = 0;
+
     if (!cJSON_IsArray(v)) {
         return tb_ks_error(err, errlen, "%s must be an array of strings",
                            field);
@@ -226,7 +229,6 @@ tb_ks_list(const cJSON *v, const char *field, int ids,
     }
 
     out->items = calloc(n ? n : 1, sizeof(char *));
-    out->n = 0;
 
     if (out->items == NULL) {
         return tb_ks_error(err, errlen, "no memory");
@@ -648,6 +650,8 @@ tb_keyspec_parse(tb_keyspec_t *ks, const char *json, size_t len, int mode,
     }
 
     if (work.conf.models.n == 0) {
+        /* none given: every model (an empty list given is refused) */
+        tb_conf_strlist_free(&work.conf.models);
         work.conf.models.items = calloc(1, sizeof(char *));
         if (work.conf.models.items == NULL
             || (work.conf.models.items[0] = strdup("*")) == NULL)

@@ -373,7 +373,11 @@ ngx_http_tokenbiryani_rkey_view(void *view,
 
     v->name = copy[0];
     v->spec = copy[1];
-    ngx_memcpy(v->digest, copy[2].data, 32);
+
+    /* a key's secret is its 32-byte digest (rkey_write) */
+    ngx_memzero(v->digest, sizeof(v->digest));
+    ngx_memcpy(v->digest, copy[2].data,
+               ngx_min(copy[2].len, sizeof(v->digest)));
 }
 
 

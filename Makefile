@@ -87,9 +87,21 @@ $(CLI): $(CLI_SRCS) $(wildcard src/cli/*.h) $(CORE_SRCS) $(wildcard src/core/*.h
 	    -o $@ $(CLI_SRCS) $(CORE_SRCS) -lcurl $(UNIT_LIBS)
 	@echo "built $@"
 
-$(BUILD)/unit/%: t/unit/%.c $(CORE_SRCS) $(wildcard src/core/*.h) t/unit/tb_test.h
+# src/core compiled once for the unit tests, each test linked against it
+CORE_OBJS  := $(patsubst src/core/%.c,$(BUILD)/unit/core/%.o,$(CORE_SRCS))
+CORE_LIB   := $(BUILD)/unit/libtbcore.a
+
+$(BUILD)/unit/core/%.o: src/core/%.c $(wildcard src/core/*.h)
+	@mkdir -p $(BUILD)/unit/core
+	@$(CC) $(UNIT_CFLAGS) -c -o $@ $<
+
+$(CORE_LIB): $(CORE_OBJS)
+	@rm -f $@
+	@ar rcs $@ $(CORE_OBJS)
+
+$(BUILD)/unit/%: t/unit/%.c $(CORE_LIB) $(wildcard src/core/*.h) t/unit/tb_test.h
 	@mkdir -p $(BUILD)/unit
-	$(CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_SRCS) $(UNIT_LIBS)
+	$(CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_LIB) $(UNIT_LIBS)
 
 unit: deps $(UNIT_BINS)
 	@fail=0; for t in $(UNIT_BINS); do \

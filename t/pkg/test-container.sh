@@ -26,13 +26,9 @@ export BASE_IMAGE=$BASE TOKENBIRYANI_PORT=$PORT
 export TOKENBIRYANI_ADMIN_KEY=test-admin-key-0001
 export TOKENBIRYANI_SECRET_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 GW=127.0.0.1:$PORT
-fails=0
 start=$(date +%s)
+. "$TOP/t/pkg/lib.sh"
 
-say()  { echo "# $*"; }
-ok()   { echo "ok - $*"; }
-nok()  { echo "not ok - $*"; fails=$((fails + 1)); }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else nok "$what"; fi; }
 compose() { (cd "$TOP/deploy" && podman-compose -p "$PROJECT" "$@") >>"$WORK/compose.log" 2>&1; }
 
 mkdir -p "$WORK"
@@ -46,17 +42,7 @@ if ! podman image exists "$BASE"; then
         say "base image: debian:bookworm-slim from the registry"
     else
         say "no registry answers: the base image made with debootstrap"
-        mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-        mirror=${mirror:-http://deb.debian.org/debian}
-        rm -rf "$WORK/rootfs"
-        debootstrap --variant=minbase bookworm "$WORK/rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 \
-            || { tail -20 "$WORK/debootstrap.log"; exit 1; }
-        cat > "$WORK/rootfs/etc/apt/sources.list" <<EOF
-deb $mirror bookworm main
-deb $mirror bookworm-updates main
-deb ${mirror%/debian}/debian-security bookworm-security main
-EOF
-        rm -rf "$WORK"/rootfs/var/lib/apt/lists/* "$WORK"/rootfs/var/cache/apt/*
+        debian_root "$WORK/rootfs" "$WORK/debootstrap.log" || exit 1
         tar -C "$WORK/rootfs" -c . | podman import - "$BASE" >/dev/null
         rm -rf "$WORK/rootfs"
     fi

@@ -23,13 +23,9 @@ WORK=$TOP/build/pkgtest
 ROOT=$WORK/root
 MOCK_PORT=${TB_PKG_MOCK_PORT:-19781}
 GW=127.0.0.1:8787
-fails=0
 start=$(date +%s)
+. "$TOP/t/pkg/lib.sh"
 
-say()  { echo "# $*"; }
-ok()   { echo "ok - $*"; }
-nok()  { echo "not ok - $*"; fails=$((fails + 1)); }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else nok "$what"; fi; }
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
                 DEBIAN_FRONTEND=noninteractive "$@"; }
 
@@ -52,16 +48,7 @@ rm -rf "$ROOT"
 
 # the base root: Debian's own, from the mirror the host's apt uses
 if [ ! -f "$WORK/base.tar" ]; then
-    mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-    mirror=${mirror:-http://deb.debian.org/debian}
-    say "debootstrap bookworm from $mirror (once; kept in $WORK/base.tar)"
-    debootstrap --variant=minbase bookworm "$WORK/base" "$mirror" >"$WORK/debootstrap.log" 2>&1 \
-        || { tail -20 "$WORK/debootstrap.log"; exit 1; }
-    cat > "$WORK/base/etc/apt/sources.list" <<EOF
-deb $mirror bookworm main
-deb $mirror bookworm-updates main
-deb ${mirror%/debian}/debian-security bookworm-security main
-EOF
+    debian_root "$WORK/base" "$WORK/debootstrap.log" || exit 1
     tar -C "$WORK/base" -cf "$WORK/base.tar" .
     rm -rf "$WORK/base"
 fi

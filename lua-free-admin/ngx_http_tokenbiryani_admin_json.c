@@ -1006,7 +1006,7 @@ ngx_http_tokenbiryani_share_json(ngx_http_request_t *r, cJSON *obj,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    ngx_http_tokenbiryani_zone_share(&tmcf->zone, &ss);
+    ngx_http_tokenbiryani_peers_share(&tmcf->zone, &ss);
 
     if (ss.granted_ms == 0) {
         /* never granted yet */

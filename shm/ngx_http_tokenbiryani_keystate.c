@@ -94,3 +94,33 @@ ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
 
     return ks;
 }
+
+
+/* a key's word from its peers: told within a minute */
+
+ngx_uint_t
+ngx_http_tokenbiryani_keystate_peers_rpm(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, int64_t now)
+{
+    int64_t                            sum;
+    ngx_uint_t                         i;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
+
+    if (ks == NULL) {
+        return 0;
+    }
+
+    sum = 0;
+
+    for (i = 0; i < NGX_HTTP_TB_KEY_PEERS; i++) {
+        if (ks->peers[i].who
+            && ks->peers[i].at_ms + NGX_HTTP_TB_KEY_PEER_MS > now)
+        {
+            sum += ks->peers[i].rpm;
+        }
+    }
+
+    return (ngx_uint_t) sum;
+}

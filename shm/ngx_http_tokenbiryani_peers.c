@@ -1,9 +1,12 @@
 /*
- * Instances that share one pool (store.backend: redis): what this zone
- * tells the others its keys and conversations ran up, and what it keeps
- * of what they told, so that caps and key rpm hold on the sum of every
- * instance (src/core/tb_told.h).  Each instance's own is kept as that
- * instance's and replaced when it says again: told twice is counted once.
+ * The peers: the other gateways that share this pool (store.backend:
+ * redis).  What this zone tells them of its accounts and what it takes
+ * from their word, the share of every account's windows it holds; what it
+ * tells them its keys and conversations ran up and what it keeps of what
+ * they told, so that caps and key rpm hold on the sum of every gateway
+ * (src/core/tb_peers.h).  Each peer's own is kept as that peer's and
+ * replaced when it says again: told twice is counted once.  The transport
+ * is src/store/redis/ngx_http_tokenbiryani_redis_peers.c.
  */
 
 
@@ -13,7 +16,251 @@
 #define NGX_HTTP_TB_MINUTE_MS          60000
 
 
-/* the place of instance who among n, or a free one, or the oldest */
+/*
+ * The live account another gateway speaks of: the same id with the same
+ * credential (the same id with another credential is another account).
+ * Under the lock.
+ */
+
+static tb_account_state_t *
+ngx_http_tokenbiryani_peers_account_locked(ngx_http_tokenbiryani_shm_t *sh,
+    const u_char *id, size_t len, const u_char fingerprint[8])
+{
+    ngx_uint_t           i;
+    tb_account_state_t  *st;
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (st->live && ngx_strlen(st->id) == len
+            && ngx_strncmp(st->id, id, len) == 0
+            && ngx_memcmp(st->fingerprint, fingerprint, 8) == 0)
+        {
+            return st;
+        }
+    }
+
+    return NULL;
+}
+
+
+void
+ngx_http_tokenbiryani_peers_withhold(ngx_http_tokenbiryani_zone_t *zone,
+    uint32_t withheld, ngx_uint_t peers, int64_t now)
+{
+    uint32_t                      was;
+    ngx_uint_t                    i;
+    tb_account_state_t           *st;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    if (withheld > TB_SHARE_ONE) {
+        withheld = TB_SHARE_ONE;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    was = sh->withheld;
+    sh->withheld = withheld;
+
+    if (peers) {
+        sh->peers = peers;
+        sh->granted_ms = now;
+
+        /* once others were seen, Redis away or not */
+        sh->shared |= (peers > 1);
+    }
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if (st->shared != sh->shared) {
+            tb_account_share(st, sh->shared);
+        }
+
+        /* the slices take their new share of the limit */
+        tb_slice_reshare(st, withheld, now);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (withheld < was) {
+        /* a larger share: waiters may fit now */
+        ngx_http_tokenbiryani_capacity_changed(zone, now);
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_peers_share(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_share_state_t *ss)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ss->withheld = sh->withheld;
+    ss->peers = sh->peers;
+    ss->granted_ms = sh->granted_ms;
+    ss->decisions = sh->decisions;
+    ss->waiting = sh->nwaiting;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now, ngx_http_tokenbiryani_news_t *out, ngx_uint_t max)
+{
+    int64_t                       holds[2];
+    ngx_uint_t                    i, n;
+    tb_account_state_t           *st;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (i = 0; i < sh->nslots && n < max; i++) {
+        st = sh->slots[i];
+
+        if (!st->live) {
+            continue;
+        }
+
+        holds[0] = tb_account_held(st, TB_WIN_REQUESTS, now);
+        holds[1] = tb_account_held(st, TB_WIN_INPUT, now);
+
+        if (!st->news && holds[0] == st->told_holds[0]
+            && holds[1] == st->told_holds[1])
+        {
+            continue;
+        }
+
+        st->news = 0;
+        st->told_holds[0] = holds[0];
+        st->told_holds[1] = holds[1];
+
+        tb_account_news(st, &zone->breaker, zone->spend_bucket_ms, now,
+                        &out[n].news);
+        ngx_memcpy(out[n].id, st->id, sizeof(st->id));
+        ngx_memcpy(out[n].fingerprint, st->fingerprint, 8);
+        n++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_peers_adopt(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len, const u_char fingerprint[8],
+    const tb_account_news_t *news, uint64_t who, int64_t now)
+{
+    unsigned             taken;
+    tb_account_state_t  *st;
+
+    taken = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    st = ngx_http_tokenbiryani_peers_account_locked(zone->sh, id, len,
+                                                fingerprint);
+    if (st) {
+        taken = tb_account_adopt(st, news, who, now) | 0x100;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (taken) {
+        /* a window read more recently may hold more than was thought */
+        ngx_http_tokenbiryani_capacity_changed(zone, now);
+    }
+
+    return taken != 0;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max)
+{
+    ngx_uint_t                    i, n;
+    tb_account_state_t           *st;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (i = 0; i < sh->nslots && n < max; i++) {
+        st = sh->slots[i];
+
+        if (!st->live || st->org_told || st->org[0] == '\0') {
+            continue;
+        }
+
+        st->org_told = 1;
+
+        ngx_memcpy(out[n].id, st->id, sizeof(st->id));
+        ngx_memcpy(out[n].fingerprint, st->fingerprint, 8);
+        ngx_memcpy(out[n].org, st->org, TB_ORG_MAX);
+        n++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_peers_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len, const u_char fingerprint[8],
+    const u_char *org, size_t org_len, int64_t now)
+{
+    ngx_uint_t                    moved;
+    tb_account_state_t           *st;
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    if (org_len == 0) {
+        return 0;
+    }
+
+    sh = zone->sh;
+    moved = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    st = ngx_http_tokenbiryani_peers_account_locked(sh, id, len, fingerprint);
+
+    if (st) {
+        /* what the other read of it is as good as an answer here; theirs,
+         * already told */
+        moved = ngx_http_tokenbiryani_zone_learn_org_locked(sh, st, org,
+                                                            org_len, 1);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (moved) {
+        /* a domain left may hold more than was thought */
+        ngx_http_tokenbiryani_capacity_changed(zone, now);
+    }
+
+    return moved;
+}
+
+
+/* the place of peer who among n, or a free one, or the oldest */
 static ngx_http_tokenbiryani_peer_spend_t *
 ngx_http_tokenbiryani_peer_place(ngx_http_tokenbiryani_peer_spend_t *first,
     size_t stride, ngx_uint_t n, uint64_t who)
@@ -64,34 +311,6 @@ ngx_http_tokenbiryani_key_rpm_used(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
-ngx_uint_t
-ngx_http_tokenbiryani_key_others_rpm(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t key, int64_t now)
-{
-    int64_t                            sum;
-    ngx_uint_t                         i;
-    ngx_http_tokenbiryani_keystate_t  *ks;
-
-    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
-
-    if (ks == NULL) {
-        return 0;
-    }
-
-    sum = 0;
-
-    for (i = 0; i < NGX_HTTP_TB_KEY_PEERS; i++) {
-        if (ks->peers[i].who
-            && ks->peers[i].at_ms + NGX_HTTP_TB_MINUTE_MS > now)
-        {
-            sum += ks->peers[i].rpm;
-        }
-    }
-
-    return (ngx_uint_t) sum;
-}
-
-
 void
 ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, int64_t now, ngx_http_tokenbiryani_key_spend_t *out)
@@ -112,8 +331,8 @@ ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
                                            zone->spend_bucket_ms, NULL);
         out->reserved = ks->spend.reserved;
         out->rpm = ngx_http_tokenbiryani_key_rpm_used(zone->sh, key, now);
-        out->others_rpm = ngx_http_tokenbiryani_key_others_rpm(zone, key,
-                                                               now);
+        out->others_rpm = ngx_http_tokenbiryani_keystate_peers_rpm(zone,
+                                                                   key, now);
 
         for (i = 0; i < NGX_HTTP_TB_KEY_PEERS; i++) {
             if (ks->peers[i].who && ks->peers[i].at_ms + ttl > now) {
@@ -128,7 +347,7 @@ ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
 
 
 static void
-ngx_http_tokenbiryani_told_spend(tb_told_spend_t *t, const tb_ledger_t *l,
+ngx_http_tokenbiryani_told_spend(tb_peer_spend_t *t, const tb_ledger_t *l,
     int64_t now, int64_t bm)
 {
     t->window_cost = tb_ledger_spent(l, now, bm, &t->window_turns);
@@ -138,15 +357,15 @@ ngx_http_tokenbiryani_told_spend(tb_told_spend_t *t, const tb_ledger_t *l,
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_spend_tell(ngx_http_tokenbiryani_zone_t *zone,
-    int64_t now, tb_told_key_t *keys, ngx_uint_t max_keys,
-    ngx_uint_t *nkeys, tb_told_session_t *sessions, ngx_uint_t max_sessions)
+ngx_http_tokenbiryani_peers_tell(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now, tb_peer_key_t *keys, ngx_uint_t max_keys,
+    ngx_uint_t *nkeys, tb_peer_session_t *sessions, ngx_uint_t max_sessions)
 {
     int64_t                            bm;
     ngx_uint_t                         nk, ns;
     ngx_queue_t                       *q, *next;
-    tb_told_key_t                      t;
-    tb_told_session_t                 *ts;
+    tb_peer_key_t                      t;
+    tb_peer_session_t                 *ts;
     ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_session_t   *s;
     ngx_http_tokenbiryani_keystate_t  *ks;
@@ -166,12 +385,12 @@ ngx_http_tokenbiryani_spend_tell(ngx_http_tokenbiryani_zone_t *zone,
     {
         ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
 
-        ngx_memzero(&t, sizeof(tb_told_key_t));
+        ngx_memzero(&t, sizeof(tb_peer_key_t));
         t.key = ks->key;
         ngx_http_tokenbiryani_told_spend(&t.spend, &ks->spend, now, bm);
         t.rpm = ngx_http_tokenbiryani_key_rpm_used(sh, ks->key, now);
 
-        if (ngx_memcmp(&t, &ks->told, sizeof(tb_told_key_t)) != 0) {
+        if (ngx_memcmp(&t, &ks->told, sizeof(tb_peer_key_t)) != 0) {
             ks->told = t;
             keys[nk++] = t;
         }
@@ -190,12 +409,12 @@ ngx_http_tokenbiryani_spend_tell(ngx_http_tokenbiryani_zone_t *zone,
         s->is_dirty = 0;
 
         if (s->turns == 0 && s->ledger.reserved_turns == 0) {
-            /* nothing of its own: made for the others' news */
+            /* nothing of its own: made for the peers' news */
             continue;
         }
 
         ts = &sessions[ns++];
-        ngx_memzero(ts, sizeof(tb_told_session_t));
+        ngx_memzero(ts, sizeof(tb_peer_session_t));
 
         ts->session = (uint64_t) s->node.key;
         ngx_http_tokenbiryani_told_spend(&ts->spend, &s->ledger, now, bm);
@@ -222,15 +441,15 @@ ngx_http_tokenbiryani_spend_tell(ngx_http_tokenbiryani_zone_t *zone,
 
 
 void
-ngx_http_tokenbiryani_spend_told_key(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t who, int64_t now, const tb_told_key_t *t)
+ngx_http_tokenbiryani_peers_told_key(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t who, int64_t now, const tb_peer_key_t *t)
 {
     ngx_http_tokenbiryani_keystate_t    *ks;
     ngx_http_tokenbiryani_peer_spend_t  *p;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    /* made if this instance has not seen the key yet: it will */
+    /* made if this gateway has not seen the key yet: it will */
     ks = ngx_http_tokenbiryani_keystate_locked(zone, t->key);
 
     if (ks) {
@@ -248,8 +467,8 @@ ngx_http_tokenbiryani_spend_told_key(ngx_http_tokenbiryani_zone_t *zone,
 
 
 void
-ngx_http_tokenbiryani_spend_told_session(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t who, int64_t now, const tb_told_session_t *t)
+ngx_http_tokenbiryani_peers_told_session(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t who, int64_t now, const tb_peer_session_t *t)
 {
     size_t                                 size;
     ngx_http_tokenbiryani_session_t       *s;
@@ -274,7 +493,7 @@ ngx_http_tokenbiryani_spend_told_session(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     if (s == NULL || s->peers == NULL) {
-        /* no room: its caps count what this instance ran up only */
+        /* no room: its caps count what this gateway ran up only */
         ngx_shmtx_unlock(&zone->shpool->mutex);
         return;
     }
@@ -301,7 +520,7 @@ ngx_http_tokenbiryani_spend_told_session(ngx_http_tokenbiryani_zone_t *zone,
 
 
 void
-ngx_http_tokenbiryani_spend_retell(ngx_http_tokenbiryani_zone_t *zone)
+ngx_http_tokenbiryani_peers_retell(ngx_http_tokenbiryani_zone_t *zone)
 {
     ngx_uint_t                         i;
     ngx_queue_t                       *q;
@@ -320,7 +539,7 @@ ngx_http_tokenbiryani_spend_retell(ngx_http_tokenbiryani_zone_t *zone)
         ks = ngx_queue_data(q, ngx_http_tokenbiryani_keystate_t, queue);
 
         /* told nothing: anything is news */
-        ngx_memset(&ks->told, 0xff, sizeof(tb_told_key_t));
+        ngx_memset(&ks->told, 0xff, sizeof(tb_peer_key_t));
     }
 
     for (q = ngx_queue_head(&sh->sess_lru);

@@ -23,7 +23,7 @@
 #include "tb_router.h"
 #include "tb_lease.h"
 #include "tb_estimator.h"
-#include "tb_told.h"
+#include "tb_peers.h"
 #include "tb_record.h"
 
 
@@ -162,18 +162,18 @@ ngx_int_t ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
 
 /*
  * The slot of an account this configuration has (live) of that id: a
- * look-up that never makes one, for what other instances announce.  -1
+ * look-up that never makes one, for what the peers announce.  -1
  * when there is none.
  */
 ngx_int_t ngx_http_tokenbiryani_zone_slot_find(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len);
 
 /*
- * A pool shared with other gateways (shm/ngx_http_tokenbiryani_news.c).
- * The share of every account's windows the others hold, and how many
+ * A pool shared with other gateways (shm/ngx_http_tokenbiryani_peers.c).
+ * The share of every account's windows the peers hold, and how many
  * gateways share the pool: a grant (0: not a grant, unchanged).
  */
-void ngx_http_tokenbiryani_zone_withhold(ngx_http_tokenbiryani_zone_t *zone,
+void ngx_http_tokenbiryani_peers_withhold(ngx_http_tokenbiryani_zone_t *zone,
     uint32_t withheld, ngx_uint_t peers, int64_t now);
 
 typedef struct {
@@ -184,7 +184,7 @@ typedef struct {
     ngx_uint_t                     waiting;
 } ngx_http_tokenbiryani_share_state_t;
 
-void ngx_http_tokenbiryani_zone_share(ngx_http_tokenbiryani_zone_t *zone,
+void ngx_http_tokenbiryani_peers_share(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_share_state_t *ss);
 
 
@@ -195,17 +195,17 @@ typedef struct {
 } ngx_http_tokenbiryani_news_t;
 
 /*
- * The accounts whose news the others have not been told, or whose
+ * The accounts whose news the peers have not been told, or whose
  * holdings changed since, max at most: to be told now
  */
-ngx_uint_t ngx_http_tokenbiryani_zone_news(ngx_http_tokenbiryani_zone_t *zone,
+ngx_uint_t ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now, ngx_http_tokenbiryani_news_t *out, ngx_uint_t max);
 
 /*
  * another gateway's news of an account (who: the gateway, by a hash of its
  * name); 1 if this zone has the account
  */
-ngx_uint_t ngx_http_tokenbiryani_zone_adopt(
+ngx_uint_t ngx_http_tokenbiryani_peers_adopt(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
     const u_char fingerprint[8], const tb_account_news_t *news, uint64_t who,
     int64_t now);
@@ -213,9 +213,9 @@ ngx_uint_t ngx_http_tokenbiryani_zone_adopt(
 /*
  * The organisation an account's answers named: its capacity domain is
  * the same on every gateway that shares the pool, whichever of them read
- * the answer.  The accounts whose organisation the others have not been
+ * the answer.  The accounts whose organisation the peers have not been
  * told (max at most, each told once; all again after
- * ngx_http_tokenbiryani_spend_retell()), and another gateway's word of
+ * ngx_http_tokenbiryani_peers_retell()), and another gateway's word of
  * one: 1 if it moved this zone's domains.
  */
 typedef struct {
@@ -224,30 +224,30 @@ typedef struct {
     char                           org[TB_ORG_MAX];
 } ngx_http_tokenbiryani_org_news_t;
 
-ngx_uint_t ngx_http_tokenbiryani_zone_orgs(ngx_http_tokenbiryani_zone_t *zone,
+ngx_uint_t ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max);
-ngx_uint_t ngx_http_tokenbiryani_zone_adopt_org(
+ngx_uint_t ngx_http_tokenbiryani_peers_adopt_org(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
     const u_char fingerprint[8], const u_char *org, size_t org_len,
     int64_t now);
 
 /*
- * What the keys and conversations ran up, told to the other instances
+ * What the keys and conversations ran up, told to the peers
  * that share the pool (shm/ngx_http_tokenbiryani_peers.c): what changed
  * since last told, at most max_keys keys (*nkeys) and max_sessions
- * conversations (returned); another instance's (who: by a hash of its
+ * conversations (returned); a peer's (who: by a hash of its
  * name) kept as its own; everything told again at the next tell (an
  * instance that starts, or comes back).
  */
-ngx_uint_t ngx_http_tokenbiryani_spend_tell(ngx_http_tokenbiryani_zone_t *zone,
-    int64_t now, tb_told_key_t *keys, ngx_uint_t max_keys,
-    ngx_uint_t *nkeys, tb_told_session_t *sessions, ngx_uint_t max_sessions);
-void ngx_http_tokenbiryani_spend_told_key(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t who, int64_t now, const tb_told_key_t *t);
-void ngx_http_tokenbiryani_spend_told_session(
+ngx_uint_t ngx_http_tokenbiryani_peers_tell(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now, tb_peer_key_t *keys, ngx_uint_t max_keys,
+    ngx_uint_t *nkeys, tb_peer_session_t *sessions, ngx_uint_t max_sessions);
+void ngx_http_tokenbiryani_peers_told_key(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t who, int64_t now, const tb_peer_key_t *t);
+void ngx_http_tokenbiryani_peers_told_session(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t who, int64_t now,
-    const tb_told_session_t *t);
-void ngx_http_tokenbiryani_spend_retell(ngx_http_tokenbiryani_zone_t *zone);
+    const tb_peer_session_t *t);
+void ngx_http_tokenbiryani_peers_retell(ngx_http_tokenbiryani_zone_t *zone);
 
 /*
  * The console's sign-in tickets (shm/ngx_http_tokenbiryani_tickets.c): a
@@ -334,7 +334,7 @@ void ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
  * in the window and reserved in flight: nanodollars, or turns), the
  * limit, and when the window frees room (ms; 0: only what is in flight
  * holds it; -1: never, the limit is 0; at the latest, with frees_within:
- * what other instances spent holds it, and leaves their ledgers at times
+ * what the peers spent holds it, and leaves their ledgers at times
  * not told).
  */
 typedef struct {
@@ -374,8 +374,8 @@ typedef struct {
     uint32_t                       key_len;
     u_char                         key[TB_ID_MAX + 1];
     u_char                         account[TB_ID_MAX + 1];  /* the store's,
-                                                     or another instance's */
-    int64_t                        others[2];     /* what the others ran up
+                                                     or a peer's */
+    int64_t                        others[2];     /* what the peers ran up
                                                      in the window: cost,
                                                      turns */
 } ngx_http_tokenbiryani_session_view_t;
@@ -540,7 +540,7 @@ int64_t ngx_http_tokenbiryani_key_last_used(ngx_http_tokenbiryani_zone_t *zone,
 typedef struct {
     int64_t                        window_cost;   /* settled, nanodollars */
     int64_t                        reserved;      /* in flight */
-    int64_t                        others;        /* the other instances',
+    int64_t                        others;        /* the peers',
                                                      both */
     int64_t                        rpm;           /* admitted in the last
                                                      minute, here */
@@ -567,8 +567,8 @@ ngx_int_t ngx_http_tokenbiryani_affinity_get(
     int64_t *cached);
 
 /*
- * The session's owner from now (told: another instance said so).  What the
- * other instances must be told: _CHANGED (a new owner, or a new
+ * The session's owner from now (told: a peer said so).  What the
+ * peers must be told: _CHANGED (a new owner, or a new
  * conversation), _REFRESH (the same, told a quarter of its time to live
  * ago), _KEPT (nothing; always when told).
  */
@@ -580,7 +580,7 @@ ngx_uint_t ngx_http_tokenbiryani_affinity_set(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t session, ngx_uint_t slot,
     int64_t cached, int64_t now, ngx_uint_t told);
 
-/* another instance's owner, "<account id> <cached tokens>", into the zone
+/* a peer's owner, "<account id> <cached tokens>", into the zone
  * (nothing when this configuration has no account of that id: the zone
  * never grows for an announcement) */
 void ngx_http_tokenbiryani_affinity_adopt(ngx_http_tokenbiryani_zone_t *zone,
@@ -756,7 +756,7 @@ void ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
 
 #define NGX_HTTP_TB_REVOKED            64     /* revoked keys remembered */
 
-/* a key revoked here or by another instance: its digest, never the key */
+/* a key revoked here or by a peer: its digest, never the key */
 typedef struct {
     u_char                         digest[32];
     char                           name[TB_ID_MAX + 1];
@@ -791,7 +791,7 @@ ngx_uint_t ngx_http_tokenbiryani_revoked_copy(
 
 /*
  * A new key (_put: digest given), or another spec for one (digest NULL);
- * or a key as another instance has it (_set): added (_NEW), replaced
+ * or a key as a peer has it (_set): added (_NEW), replaced
  * (digest and spec: _OK), or left as it is when it is the same (_SAME:
  * the generation then stays)
  */

@@ -18,18 +18,19 @@
 
 
 /*
- * What another instance sharing the pool said one of its keys or
- * conversations ran up (tb_told.h), kept as that instance's until it says
+ * What a peer sharing the pool said one of its keys or
+ * conversations ran up (tb_peers.h), kept as that peer's until it says
  * again
  */
 typedef struct {
-    uint64_t                       who;           /* the instance; 0 */
+    uint64_t                       who;           /* the peer; 0 */
     int64_t                        at_ms;         /* said then */
-    tb_told_spend_t                spend;
+    tb_peer_spend_t                spend;
     int64_t                        rpm;           /* keys */
 } ngx_http_tokenbiryani_peer_spend_t;
 
 #define NGX_HTTP_TB_KEY_PEERS          8
+#define NGX_HTTP_TB_KEY_PEER_MS        60000  /* a peer's rpm holds */
 #define NGX_HTTP_TB_SESSION_PEERS      4
 
 /* a conversation's, with what its report shows */
@@ -71,9 +72,9 @@ typedef struct {
                                                      made for it */
     tb_ledger_t                    spend;         /* its spend window */
 
-    /* the other instances' (store.backend: redis), and what it told */
+    /* the peers' (store.backend: redis), and what it told */
     ngx_http_tokenbiryani_peer_spend_t  peers[NGX_HTTP_TB_KEY_PEERS];
-    tb_told_key_t                  told;
+    tb_peer_key_t                  told;
 } ngx_http_tokenbiryani_keystate_t;
 
 
@@ -97,7 +98,7 @@ typedef struct {
     ngx_http_tokenbiryani_keystate_t  *owner;
 
     /*
-     * Sharing the pool: changed since the other instances were told (in
+     * Sharing the pool: changed since the peers were told (in
      * sh->sess_dirty), and what they said of it (NULL: nothing yet)
      */
     ngx_queue_t                    dirty;
@@ -311,7 +312,7 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;
     uint64_t                       spend_seq;
-    ngx_queue_t                    sess_dirty;    /* to tell the others */
+    ngx_queue_t                    sess_dirty;    /* to tell the peers */
 
     /* answered requests that took more than one attempt */
     ngx_atomic_t                   failovers;
@@ -328,7 +329,7 @@ struct ngx_http_tokenbiryani_shm_s {
 };
 
 
-/* a conversation changed: to be told to the other instances */
+/* a conversation changed: to be told to the peers */
 static ngx_inline void
 ngx_http_tokenbiryani_session_dirty(ngx_http_tokenbiryani_shm_t *sh,
     ngx_http_tokenbiryani_session_t *s)
@@ -435,9 +436,9 @@ void ngx_http_tokenbiryani_caps_settle_locked(
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
 
-/* what the other instances said a key admitted in the last minute.  Under
+/* what the peers said a key admitted in the last minute.  Under
  * the lock. */
-ngx_uint_t ngx_http_tokenbiryani_key_others_rpm(
+ngx_uint_t ngx_http_tokenbiryani_keystate_peers_rpm(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key, int64_t now);
 
 
@@ -451,7 +452,7 @@ tb_account_state_t *ngx_http_tokenbiryani_cap_locked(
 
 /*
  * Account st belongs to organisation org (len bytes), as an answer or
- * another gateway (told: already told the others) says: when that is
+ * another gateway (told: already told the peers) says: when that is
  * news, its capacity domain, and the one it left, formed again; 1 if
  * they were (not for an account the file puts in a domain).  Under the
  * lock.

@@ -163,7 +163,7 @@ typedef struct {
     void                          *thread_pool;  /* ngx_thread_pool_t */
 
     /* store.backend: redis - where, and this instance's name in it */
-    const ngx_http_tokenbiryani_store_ops_t  *store_ops;  /* NULL: sqlite */
+    const ngx_http_tokenbiryani_store_ops_t  *store_ops;  /* NULL: none */
     void                          *redis;  /* ..._redis_conf_t */
     ngx_str_t                      store_ns;
     ngx_str_t                      store_instance;

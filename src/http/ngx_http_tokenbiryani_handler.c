@@ -18,7 +18,7 @@
 #include "ngx_http_tokenbiryani_attempt.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_accounts.h"
-#include "ngx_http_tokenbiryani_share.h"
+#include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_admit.h"
 #include "ngx_http_tokenbiryani_record.h"
 #include "ngx_http_tokenbiryani_events.h"
@@ -288,9 +288,9 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
 
     ngx_http_tokenbiryani_route_session(r, ctx, &body);
 
-    /* a conversation another instance gave an owner: asked first */
-    if (ngx_http_tokenbiryani_share_owner(r, ctx,
-                                          ngx_http_tokenbiryani_route_begin)
+    /* a conversation a peer gave an owner: asked first */
+    if (ngx_http_tokenbiryani_store_owner_get(r, ctx,
+                                              ngx_http_tokenbiryani_route_begin)
         == NGX_AGAIN)
     {
         return;

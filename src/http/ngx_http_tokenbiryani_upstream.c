@@ -17,7 +17,7 @@
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_upstream.h"
 #include "ngx_http_tokenbiryani_outcome.h"
-#include "ngx_http_tokenbiryani_share.h"
+#include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_platform.h"
 
 
@@ -1187,10 +1187,10 @@ ngx_http_tokenbiryani_commit(ngx_http_request_t *r,
                     ctx->account->slot, cached,
                     ngx_http_tokenbiryani_now_ms(), 0);
 
-        /* and so do the other instances, when there are */
-        ngx_http_tokenbiryani_share_affinity(tmcf, ctx->route.session,
-                                             &ctx->account->id, cached,
-                                             share);
+        /* and so do the peers, when there are */
+        ngx_http_tokenbiryani_store_owner_put(tmcf, ctx->route.session,
+                                              &ctx->account->id, cached,
+                                              share);
     }
 
     if (ctx->uconf) {

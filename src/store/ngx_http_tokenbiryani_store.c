@@ -710,6 +710,34 @@ ngx_http_tokenbiryani_store_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
+ngx_int_t
+ngx_http_tokenbiryani_store_owner_get(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx,
+    ngx_http_tokenbiryani_store_resume_pt resume)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (tmcf->store_ops == NULL || tmcf->store_ops->owner_get == NULL) {
+        return NGX_OK;
+    }
+
+    return tmcf->store_ops->owner_get(r, ctx, resume);
+}
+
+
+void
+ngx_http_tokenbiryani_store_owner_put(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    uint64_t session, const ngx_str_t *account, int64_t cached,
+    ngx_uint_t share)
+{
+    if (tmcf->store_ops != NULL && tmcf->store_ops->owner_put != NULL) {
+        tmcf->store_ops->owner_put(tmcf, session, account, cached, share);
+    }
+}
+
+
 /* the master: history read back, its slots mapped onto this zone's */
 
 int

@@ -44,6 +44,9 @@ typedef struct {
 
 typedef struct ngx_http_tokenbiryani_job_s  ngx_http_tokenbiryani_job_t;
 
+/* a request that waited for the store goes on */
+typedef void (*ngx_http_tokenbiryani_store_resume_pt)(ngx_http_request_t *r);
+
 typedef void (*ngx_http_tokenbiryani_job_done_pt)(
     ngx_http_tokenbiryani_job_t *job);
 
@@ -244,6 +247,14 @@ struct ngx_http_tokenbiryani_store_ops_s {
      * TB_STORE_OK, or TB_STORE_ERROR with job->err */
     int (*flush_now)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_job_t *job);
+    /* a conversation's owner as the peers know it (NULL: a store no
+     * other gateway shares), and a new owner told to them */
+    ngx_int_t (*owner_get)(ngx_http_request_t *r,
+        ngx_http_tokenbiryani_ctx_t *ctx,
+        ngx_http_tokenbiryani_store_resume_pt resume);
+    void (*owner_put)(ngx_http_tokenbiryani_main_conf_t *tmcf,
+        uint64_t session, const ngx_str_t *account, int64_t cached,
+        ngx_uint_t share);
 };
 
 /*
@@ -269,6 +280,21 @@ ngx_int_t ngx_http_tokenbiryani_record_check(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log, int kind,
     const char *what, const u_char *name, size_t nlen, const void *bound,
     size_t blen, const u_char *text, size_t len, ngx_uint_t *legacy);
+
+/*
+ * Before routing: ctx->route.session's owner from the peers into the zone
+ * when the zone has none.  NGX_OK: go on now; NGX_AGAIN: resume(r) is
+ * called from the event loop once it is answered (or has failed).
+ */
+ngx_int_t ngx_http_tokenbiryani_store_owner_get(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx,
+    ngx_http_tokenbiryani_store_resume_pt resume);
+
+/* at the commit: the owner ngx_http_tokenbiryani_affinity_set() said the
+ * peers must be told (share) */
+void ngx_http_tokenbiryani_store_owner_put(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session,
+    const ngx_str_t *account, int64_t cached, ngx_uint_t share);
 
 /*
  * Queues a write; job->done is called from the event loop once it is

@@ -10,7 +10,7 @@
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_redis.h"
 #include "ngx_http_tokenbiryani_redis_store.h"
-#include "ngx_http_tokenbiryani_redis_capacity.h"
+#include "ngx_http_tokenbiryani_redis_peers.h"
 #include "ngx_http_tokenbiryani_redis_history.h"
 #include "ngx_http_tokenbiryani_redis_zone.h"
 #include "ngx_http_tokenbiryani_keys.h"
@@ -620,7 +620,7 @@ ngx_http_tokenbiryani_redis_load(ngx_shm_zone_t *shm_zone,
         goto failed;
     }
 
-    ngx_http_tokenbiryani_rcap_load(c, tmcf, &n);
+    ngx_http_tokenbiryani_rpeers_load(c, tmcf, &n);
 
     ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
                   "tokenbiryani: the store %V (namespace \"%V\", instance "

@@ -25,7 +25,7 @@
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_redis.h"
 #include "ngx_http_tokenbiryani_redis_store.h"
-#include "ngx_http_tokenbiryani_redis_capacity.h"
+#include "ngx_http_tokenbiryani_redis_peers.h"
 #include "ngx_http_tokenbiryani_redis_history.h"
 #include "ngx_http_tokenbiryani_redis_zone.h"
 #include "ngx_http_tokenbiryani_keys.h"
@@ -127,7 +127,9 @@ const ngx_http_tokenbiryani_store_ops_t
     ngx_http_tokenbiryani_redis_init_worker,
     ngx_http_tokenbiryani_redis_exit_worker,
     ngx_http_tokenbiryani_redis_post,
-    ngx_http_tokenbiryani_redis_flush_now
+    ngx_http_tokenbiryani_redis_flush_now,
+    ngx_http_tokenbiryani_rpeers_owner_get,
+    ngx_http_tokenbiryani_rpeers_owner_put
 };
 
 
@@ -765,9 +767,9 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
          * belongs to, what its keys and conversations ran up, or its
          * asking for ours: in the message
          */
-        ngx_http_tokenbiryani_rcap_message(rs->tmcf, msg->str[0],
-                                           (u_char *) msg->str + 2,
-                                           msg->len - 2);
+        ngx_http_tokenbiryani_rpeers_message(rs->tmcf, msg->str[0],
+                                             (u_char *) msg->str + 2,
+                                             msg->len - 2);
         return;
     }
 
@@ -866,7 +868,7 @@ ngx_http_tokenbiryani_rstore_message(ngx_http_tokenbiryani_redis_t *rd,
         ngx_http_tokenbiryani_rstore_resync(rs);
 
         /* and what the other instances ran up, told again */
-        ngx_http_tokenbiryani_rcap_subscribed();
+        ngx_http_tokenbiryani_rpeers_subscribed();
         return;
     }
 
@@ -1490,7 +1492,7 @@ ngx_http_tokenbiryani_rstore_elect(ngx_event_t *ev)
     {
         rs->sub_started = 1;
         ngx_http_tokenbiryani_redis_start(&rs->sub);
-        ngx_http_tokenbiryani_rcap_start(rs->tmcf, &rs->cmd, &rs->n, ev->log);
+        ngx_http_tokenbiryani_rpeers_start(rs->tmcf, ev->log);
     }
 
     if (rs->resync && rs->sub.state == NGX_HTTP_TB_REDIS_READY
@@ -1537,6 +1539,7 @@ ngx_http_tokenbiryani_redis_init_worker(ngx_cycle_t *cycle,
     rs->sub.down = ngx_http_tokenbiryani_rstore_sub_down;
     rs->sub.data = rs;
 
+    ngx_http_tokenbiryani_rpeers_init_worker(&rs->cmd, &rs->n);
     ngx_http_tokenbiryani_redis_start(&rs->cmd);
 
     rs->elect.handler = ngx_http_tokenbiryani_rstore_elect;
@@ -1566,7 +1569,7 @@ ngx_http_tokenbiryani_redis_exit_worker(ngx_cycle_t *cycle,
         ngx_del_timer(&rs->elect);
     }
 
-    ngx_http_tokenbiryani_rcap_stop();
+    ngx_http_tokenbiryani_rpeers_stop();
     ngx_http_tokenbiryani_redis_stop(&rs->sub);
     ngx_http_tokenbiryani_redis_stop(&rs->cmd);
 

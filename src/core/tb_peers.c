@@ -1,6 +1,6 @@
 /*
- * What a gateway tells the others of its keys and conversations, as lines
- * (see tb_told.h):
+ * What a gateway tells the peers of its keys and conversations, as lines
+ * (see tb_peers.h):
  *
  *   k <key> <cost> <turns> <reserved> <reserved turns> <rpm>
  *   c <session> <cost> <turns> <reserved> <reserved turns> <all cost>
@@ -14,17 +14,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tb_told.h"
+#include "tb_peers.h"
 
 
-#define TB_TOLD_DIGITS        18
+#define TB_PEER_DIGITS        18
 
 
-static const char  tb_told_hex[] = "0123456789abcdef";
+static const char  tb_peer_hex[] = "0123456789abcdef";
 
 
 static char *
-tb_told_name(char *p, const char *name)
+tb_peer_name(char *p, const char *name)
 {
     size_t  i, n;
 
@@ -36,8 +36,8 @@ tb_told_name(char *p, const char *name)
     }
 
     for (i = 0; i < n; i++) {
-        *p++ = tb_told_hex[(unsigned char) name[i] >> 4];
-        *p++ = tb_told_hex[(unsigned char) name[i] & 0xf];
+        *p++ = tb_peer_hex[(unsigned char) name[i] >> 4];
+        *p++ = tb_peer_hex[(unsigned char) name[i] & 0xf];
     }
 
     return p;
@@ -45,7 +45,7 @@ tb_told_name(char *p, const char *name)
 
 
 size_t
-tb_told_key_print(const tb_told_key_t *k, char *buf)
+tb_peer_key_print(const tb_peer_key_t *k, char *buf)
 {
     return (size_t) sprintf(buf, "k %016llx %lld %lld %lld %lld %lld",
                             (unsigned long long) k->key,
@@ -58,7 +58,7 @@ tb_told_key_print(const tb_told_key_t *k, char *buf)
 
 
 size_t
-tb_told_session_print(const tb_told_session_t *s, char *buf)
+tb_peer_session_print(const tb_peer_session_t *s, char *buf)
 {
     char  *p;
 
@@ -75,9 +75,9 @@ tb_told_session_print(const tb_told_session_t *s, char *buf)
                       (long long) s->tokens[2], (long long) s->tokens[3],
                       (long long) s->first_ms, (long long) s->last_ms);
 
-    p = tb_told_name(p, s->key);
+    p = tb_peer_name(p, s->key);
     *p++ = ' ';
-    p = tb_told_name(p, s->account);
+    p = tb_peer_name(p, s->account);
 
     return (size_t) (p - buf);
 }
@@ -88,11 +88,11 @@ tb_told_session_print(const tb_told_session_t *s, char *buf)
 typedef struct {
     const char  *p;
     const char  *end;
-} tb_told_cur_t;
+} tb_peer_cur_t;
 
 
 static int
-tb_told_space(tb_told_cur_t *c)
+tb_peer_space(tb_peer_cur_t *c)
 {
     if (c->p == c->end || *c->p != ' ') {
         return 0;
@@ -105,7 +105,7 @@ tb_told_space(tb_told_cur_t *c)
 
 
 static int
-tb_told_num(tb_told_cur_t *c, int64_t *v)
+tb_peer_num(tb_peer_cur_t *c, int64_t *v)
 {
     int      digits;
     int64_t  x;
@@ -115,7 +115,7 @@ tb_told_num(tb_told_cur_t *c, int64_t *v)
     for (digits = 0; c->p < c->end && *c->p >= '0' && *c->p <= '9';
          digits++)
     {
-        if (digits == TB_TOLD_DIGITS) {
+        if (digits == TB_PEER_DIGITS) {
             return 0;
         }
 
@@ -130,7 +130,7 @@ tb_told_num(tb_told_cur_t *c, int64_t *v)
 
 
 static int
-tb_told_xdigit(int ch)
+tb_peer_xdigit(int ch)
 {
     if (ch >= '0' && ch <= '9') {
         return ch - '0';
@@ -145,7 +145,7 @@ tb_told_xdigit(int ch)
 
 
 static int
-tb_told_id(tb_told_cur_t *c, uint64_t *v)
+tb_peer_id(tb_peer_cur_t *c, uint64_t *v)
 {
     int       i, d;
     uint64_t  x;
@@ -157,7 +157,7 @@ tb_told_id(tb_told_cur_t *c, uint64_t *v)
     x = 0;
 
     for (i = 0; i < 16; i++) {
-        d = tb_told_xdigit(*c->p++);
+        d = tb_peer_xdigit(*c->p++);
 
         if (d < 0) {
             return 0;
@@ -174,7 +174,7 @@ tb_told_id(tb_told_cur_t *c, uint64_t *v)
 
 /* a name in hex ("-": none), up to the next space or the end */
 static int
-tb_told_name_scan(tb_told_cur_t *c, char *name)
+tb_peer_name_scan(tb_peer_cur_t *c, char *name)
 {
     int     hi, lo;
     size_t  n;
@@ -190,8 +190,8 @@ tb_told_name_scan(tb_told_cur_t *c, char *name)
             return 0;
         }
 
-        hi = tb_told_xdigit(c->p[0]);
-        lo = tb_told_xdigit(c->p[1]);
+        hi = tb_peer_xdigit(c->p[0]);
+        lo = tb_peer_xdigit(c->p[1]);
 
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
             /* no NUL inside a name */
@@ -209,22 +209,22 @@ tb_told_name_scan(tb_told_cur_t *c, char *name)
 
 
 static int
-tb_told_spend(tb_told_cur_t *c, tb_told_spend_t *s)
+tb_peer_spend(tb_peer_cur_t *c, tb_peer_spend_t *s)
 {
-    return tb_told_space(c) && tb_told_num(c, &s->window_cost)
-           && tb_told_space(c) && tb_told_num(c, &s->window_turns)
-           && tb_told_space(c) && tb_told_num(c, &s->reserved)
-           && tb_told_space(c) && tb_told_num(c, &s->reserved_turns);
+    return tb_peer_space(c) && tb_peer_num(c, &s->window_cost)
+           && tb_peer_space(c) && tb_peer_num(c, &s->window_turns)
+           && tb_peer_space(c) && tb_peer_num(c, &s->reserved)
+           && tb_peer_space(c) && tb_peer_num(c, &s->reserved_turns);
 }
 
 
 int
-tb_told_scan(const char *p, size_t len, tb_told_key_t *k,
-    tb_told_session_t *s)
+tb_peer_scan(const char *p, size_t len, tb_peer_key_t *k,
+    tb_peer_session_t *s)
 {
     int            i;
     char           kind;
-    tb_told_cur_t  c;
+    tb_peer_cur_t  c;
 
     c.p = p;
     c.end = p + len;
@@ -236,14 +236,14 @@ tb_told_scan(const char *p, size_t len, tb_told_key_t *k,
     kind = *c.p++;
 
     if (kind == 'k') {
-        memset(k, 0, sizeof(tb_told_key_t));
+        memset(k, 0, sizeof(tb_peer_key_t));
 
-        if (tb_told_space(&c) && tb_told_id(&c, &k->key)
-            && tb_told_spend(&c, &k->spend)
-            && tb_told_space(&c) && tb_told_num(&c, &k->rpm)
+        if (tb_peer_space(&c) && tb_peer_id(&c, &k->key)
+            && tb_peer_spend(&c, &k->spend)
+            && tb_peer_space(&c) && tb_peer_num(&c, &k->rpm)
             && c.p == c.end)
         {
-            return TB_TOLD_KEY;
+            return TB_PEER_KEY;
         }
 
         return 0;
@@ -253,31 +253,31 @@ tb_told_scan(const char *p, size_t len, tb_told_key_t *k,
         return 0;
     }
 
-    memset(s, 0, sizeof(tb_told_session_t));
+    memset(s, 0, sizeof(tb_peer_session_t));
 
-    if (!(tb_told_space(&c) && tb_told_id(&c, &s->session)
-          && tb_told_spend(&c, &s->spend)
-          && tb_told_space(&c) && tb_told_num(&c, &s->cost)
-          && tb_told_space(&c) && tb_told_num(&c, &s->turns)
-          && tb_told_space(&c) && tb_told_num(&c, &s->unpriced)))
+    if (!(tb_peer_space(&c) && tb_peer_id(&c, &s->session)
+          && tb_peer_spend(&c, &s->spend)
+          && tb_peer_space(&c) && tb_peer_num(&c, &s->cost)
+          && tb_peer_space(&c) && tb_peer_num(&c, &s->turns)
+          && tb_peer_space(&c) && tb_peer_num(&c, &s->unpriced)))
     {
         return 0;
     }
 
     for (i = 0; i < 4; i++) {
-        if (!(tb_told_space(&c) && tb_told_num(&c, &s->tokens[i]))) {
+        if (!(tb_peer_space(&c) && tb_peer_num(&c, &s->tokens[i]))) {
             return 0;
         }
     }
 
-    if (tb_told_space(&c) && tb_told_num(&c, &s->first_ms)
-        && tb_told_space(&c) && tb_told_num(&c, &s->last_ms)
-        && tb_told_space(&c) && tb_told_name_scan(&c, s->key)
+    if (tb_peer_space(&c) && tb_peer_num(&c, &s->first_ms)
+        && tb_peer_space(&c) && tb_peer_num(&c, &s->last_ms)
+        && tb_peer_space(&c) && tb_peer_name_scan(&c, s->key)
         && s->key[0] != '\0'
-        && tb_told_space(&c) && tb_told_name_scan(&c, s->account)
+        && tb_peer_space(&c) && tb_peer_name_scan(&c, s->account)
         && c.p == c.end)
     {
-        return TB_TOLD_SESSION;
+        return TB_PEER_SESSION;
     }
 
     return 0;

@@ -1,5 +1,5 @@
 /*
- * What one gateway tells the others that share its pool (store.backend:
+ * What one gateway tells the peers that share its pool (store.backend:
  * redis) of what its keys and conversations ran up, so that caps and key
  * rpm hold on the sum of every gateway: a key's and a conversation's
  * spend window (settled cost and turns) and what their requests in flight
@@ -13,8 +13,8 @@
  * Plain C, no nginx headers.
  */
 
-#ifndef TB_TOLD_H
-#define TB_TOLD_H
+#ifndef TB_PEERS_H
+#define TB_PEERS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -27,20 +27,20 @@ typedef struct {
     int64_t                   window_turns;
     int64_t                   reserved;       /* nanodollars, in flight */
     int64_t                   reserved_turns;
-} tb_told_spend_t;
+} tb_peer_spend_t;
 
 
 typedef struct {
     uint64_t                  key;            /* the key's name hashed */
-    tb_told_spend_t           spend;
+    tb_peer_spend_t           spend;
     int64_t                   rpm;            /* admitted in the last
                                                  minute */
-} tb_told_key_t;
+} tb_peer_key_t;
 
 
 typedef struct {
     uint64_t                  session;
-    tb_told_spend_t           spend;
+    tb_peer_spend_t           spend;
     int64_t                   cost;           /* every turn, nanodollars */
     int64_t                   turns;
     int64_t                   unpriced;
@@ -49,22 +49,22 @@ typedef struct {
     int64_t                   last_ms;
     char                      key[TB_ID_MAX + 1];      /* its key's name */
     char                      account[TB_ID_MAX + 1];  /* "": none */
-} tb_told_session_t;
+} tb_peer_session_t;
 
 
-#define TB_TOLD_KEY           1
-#define TB_TOLD_SESSION       2
+#define TB_PEER_KEY           1
+#define TB_PEER_SESSION       2
 
 /* a line's length at most, without its newline */
-#define TB_TOLD_LINE_MAX      (2 + 17 + 15 * 21 + 2 * (2 * TB_ID_MAX + 1))
+#define TB_PEER_LINE_MAX      (2 + 17 + 15 * 21 + 2 * (2 * TB_ID_MAX + 1))
 
 /* one record as a line (no newline, no NUL): its length */
-size_t tb_told_key_print(const tb_told_key_t *k, char *buf);
-size_t tb_told_session_print(const tb_told_session_t *s, char *buf);
+size_t tb_peer_key_print(const tb_peer_key_t *k, char *buf);
+size_t tb_peer_session_print(const tb_peer_session_t *s, char *buf);
 
-/* one line (without its newline): TB_TOLD_KEY or _SESSION, 0 malformed */
-int tb_told_scan(const char *p, size_t len, tb_told_key_t *k,
-    tb_told_session_t *s);
+/* one line (without its newline): TB_PEER_KEY or _SESSION, 0 malformed */
+int tb_peer_scan(const char *p, size_t len, tb_peer_key_t *k,
+    tb_peer_session_t *s);
 
 
-#endif /* TB_TOLD_H */
+#endif /* TB_PEERS_H */

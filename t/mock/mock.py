@@ -27,6 +27,7 @@ import threading
 import time
 import traceback
 
+import mock_batches
 import mock_platforms
 from mock_api import (log_err, compact, num, http_date, State,
                       validate_request, analyse_prompt, cache_lookup,
@@ -119,6 +120,8 @@ class Mock(Control, Scripting):
         self.state = state
         self.config = state.config
         self.platforms = mock_platforms.Platforms(self, sys.modules[__name__])
+        self.batches = mock_batches.Batches(self)
+        self.words = WORDS
 
     # ---------------------------------------------------------- connection
 
@@ -161,8 +164,11 @@ class Mock(Control, Scripting):
     def loop(self, conn):
         while not conn.closed:
             idle = num(self.config.top("idle_timeout_seconds"), 300, 0.1)
-            max_body = num(self.config.top("max_body_bytes"),
-                           32 * 1024 * 1024, 0)
+            max_body = {
+                None: num(self.config.top("max_body_bytes"),
+                          32 * 1024 * 1024, 0),
+                mock_batches.PREFIX: num(self.config.top(
+                    "batch_max_body_bytes"), 256 * 1024 * 1024, 0)}
             conn.sock.settimeout(idle)
             try:
                 req = read_request(conn, max_body)
@@ -421,6 +427,8 @@ class Mock(Control, Scripting):
                 return self.send_error(conn, req, entry, gen, cred, 405,
                                        "invalid_request_error",
                                        "Method Not Allowed", now=now)
+        elif self.batches.owns(p):
+            pass                # its methods checked once it is known
         elif p == "/v1/models" or p.startswith("/v1/models/"):
             if req.method != "GET":
                 return self.send_error(conn, req, entry, gen, cred, 405,
@@ -445,6 +453,9 @@ class Mock(Control, Scripting):
 
         if p.startswith("/v1/models"):
             return self.models(conn, req, entry, gen, cred, mode, mode_ms)
+        if self.batches.owns(p):
+            return self.batches.serve(conn, req, entry, gen, cred, body_obj,
+                                      mode, mode_ms, now)
 
         # ---- body
         if body_obj is None:

@@ -183,6 +183,8 @@ class State:
             self.refused_total = 0
             self.bad_requests = 0
             self.creds = {}
+            self.batches = {}       # id -> mock_batches.Batch
+            self.batch_ops = {}     # org -> times of its batch operations
             self.scripts = {}
             self.log = []
             if self.log_file is not None:

@@ -6,6 +6,7 @@ Standard library only.
 
 import json
 import threading
+import time
 import traceback
 
 from mock_api import log_err, error_obj
@@ -29,6 +30,7 @@ BUILTIN_TOP = {
     "strict_credentials": False,
     "event_delay_ms": 0,
     "max_body_bytes": 32 * 1024 * 1024,
+    "batch_max_body_bytes": 256 * 1024 * 1024,
     "idle_timeout_seconds": 300,
     "bedrock": {},                 # keys, api_keys, region (mock_platforms)
     "google": {},                  # keys, token_uri, token_ttl, project
@@ -135,8 +137,10 @@ class Control:
                 return reply(200, self.config.data)
             if p == "/_mock/stats" and req.method == "GET":
                 return reply(200, st.stats())
+            if p == "/_mock/batches" and req.method == "GET":
+                return reply(200, self.batches.report(time.time()))
             if p in ("/_mock/log", "/_mock/reset", "/_mock/config",
-                     "/_mock/stats"):
+                     "/_mock/stats", "/_mock/batches"):
                 return reply(405, error_obj("invalid_request_error",
                                             "method not allowed"))
             return reply(404, error_obj("not_found_error",

@@ -176,8 +176,9 @@ def read_chunked(rf, max_body):
             raise BadRequest("bad chunk terminator")
 
 
-def read_request(conn, max_body):
-    """A Request, or None at a clean EOF between requests."""
+def read_request(conn, limits):
+    """A Request, or None at a clean EOF between requests.  limits: the
+    most a body may have, by path prefix (None: any other path)."""
     rf = conn.rfile
     line = _readline(rf)
     skipped = 0
@@ -238,6 +239,11 @@ def read_request(conn, max_body):
     req.target = target
     req.path = target.split("?", 1)[0]
     req.body = b""
+    max_body = limits[None]
+    for prefix, most in limits.items():
+        if prefix and (req.path == prefix
+                       or req.path.startswith(prefix + "/")):
+            max_body = most
 
     tokens = [t.strip().lower() for t in hd.get("connection", "").split(",")]
     if version == "HTTP/1.1":

@@ -1291,6 +1291,167 @@ def t_signal(env):
 
 # --------------------------------------------------------------------------
 
+def batch_api(env, method, path, body=None, cred="sk-main", qs=""):
+    h = {"x-api-key": cred, "content-type": "application/json"}
+    return api(env, method, "/v1/messages/batches" + path + qs, body, h)
+
+
+def until_ended(env, bid, cred="sk-main"):
+    """the batch polled as a client does, until it ends (or 5 s)"""
+    deadline = time.monotonic() + 5
+    o = None
+    while time.monotonic() < deadline:
+        _, _, o, _ = batch_api(env, "GET", "/" + bid, cred=cred)
+        if not isinstance(o, dict) or o.get("processing_status") == "ended":
+            break
+        time.sleep(0.02)
+    return o
+
+
+def t_batches(env):
+    section("message batches")
+    reset(env)
+    config(env, {"credentials": {"sk-b1": {"org": "org-b1",
+                                           "batch_processing_ms": 100},
+                                 "sk-b2": {"org": "org-b2"},
+                                 "sk-slow": {"org": "org-b1",
+                                             "batch_processing_ms": 60000,
+                                             "batch_cancel_ms": 50},
+                                 "sk-exp": {"org": "org-b3",
+                                            "batch_processing_ms": 60000,
+                                            "batch_expire_ms": 50},
+                                 "sk-val": {"org": "org-b4",
+                                            "batch_max_requests": 3},
+                                 "sk-few": {"org": "org-b5",
+                                            "batch_requests_limit": 2}}})
+    reqs = [{"custom_id": "ok-%d" % i,
+             "params": msg_body("hello %d" % i, max_tokens=5)}
+            for i in range(3)]
+    reqs.append({"custom_id": "bad", "params": {"model": MODEL,
+                                                "messages": []}})
+    st, h, o, _ = batch_api(env, "POST", "", {"requests": reqs}, "sk-b1")
+    check(st == 200 and o.get("type") == "message_batch",
+          "create: 200 message_batch (%s %r)" % (st, o))
+    bid = o.get("id", "")
+    check(bid.startswith("msgbatch_"), "create: a msgbatch_ id (%r)" % bid)
+    check(o.get("processing_status") == "in_progress" and
+          o.get("results_url") is None and o.get("ended_at") is None,
+          "create: in_progress, no results_url yet (%r)" % o)
+    check(o.get("request_counts", {}).get("processing") == 4,
+          "create: 4 processing (%r)" % o.get("request_counts"))
+    check(RFC3339.match(o.get("created_at", "")) and
+          RFC3339.match(o.get("expires_at", "")), "create: RFC 3339 times")
+    st, _, e, _ = batch_api(env, "GET", "/%s/results" % bid, cred="sk-b1")
+    check(st == 400, "results before the end: 400 (%s)" % st)
+    st, _, e, _ = batch_api(env, "DELETE", "/" + bid, cred="sk-b1")
+    check(st == 400, "delete while processing: 400 (%s)" % st)
+    for cred in ("sk-b2",):
+        for m, suffix in (("GET", ""), ("GET", "/results"),
+                          ("POST", "/cancel"), ("DELETE", "")):
+            st, _, e, _ = batch_api(env, m, "/" + bid + suffix, cred=cred)
+            check(st == 404, "another org: %s %s is 404 (%s)"
+                  % (m, suffix or "/", st))
+            check_error_shape(e, "not_found_error", "another org")
+    st, _, e, _ = batch_api(env, "GET", "/msgbatch_nope", cred="sk-b1")
+    check(st == 404, "unknown id: 404 (%s)" % st)
+    o = until_ended(env, bid, "sk-b1")
+    check(o and o.get("processing_status") == "ended",
+          "ended after its processing time (%r)" % o)
+    check(o and o.get("request_counts") ==
+          {"processing": 0, "succeeded": 3, "errored": 1, "canceled": 0,
+           "expired": 0}, "counts at the end (%r)" % (o or {}).get(
+              "request_counts"))
+    check(o and (o.get("results_url") or "").endswith(
+        "/v1/messages/batches/%s/results" % bid), "results_url at the end")
+    st, h, _, raw = batch_api(env, "GET", "/%s/results" % bid, cred="sk-b1")
+    lines = [json.loads(x) for x in raw.splitlines() if x.strip()]
+    check(st == 200 and len(lines) == 4, "results: 4 lines (%s %d)"
+          % (st, len(lines)))
+    types = sorted(ln["result"]["type"] for ln in lines)
+    check(types == ["errored", "succeeded", "succeeded", "succeeded"],
+          "results: types (%r)" % types)
+    ok = [ln for ln in lines if ln["result"]["type"] == "succeeded"]
+    check(all(ln["result"]["message"]["usage"]["output_tokens"] == 5
+              for ln in ok), "results: max_tokens held")
+    rep = api(env, "GET", "/_mock/batches")[2]
+    mine = [b for b in rep["batches"] if b["id"] == bid]
+    check(mine and mine[0]["usage"]["output_tokens"] == 15 and
+          mine[0]["usage"]["input_tokens"] == sum(
+              ln["result"]["message"]["usage"]["input_tokens"] for ln in ok),
+          "/_mock/batches: the usage the results carry")
+    # the list, one organisation's only, newest first, by pages
+    ids = [bid]
+    for i in range(2):
+        st, _, o, _ = batch_api(env, "POST", "", {"requests": reqs[:1]},
+                                "sk-b1")
+        ids.insert(0, o["id"])
+    batch_api(env, "POST", "", {"requests": reqs[:1]}, "sk-b2")
+    st, _, o, _ = batch_api(env, "GET", "", cred="sk-b1", qs="?limit=2")
+    check(st == 200 and [b["id"] for b in o["data"]] == ids[:2] and
+          o["has_more"] is True and o["first_id"] == ids[0],
+          "list: newest first, limit, has_more (%r)" % o)
+    st, _, o, _ = batch_api(env, "GET", "", cred="sk-b1",
+                            qs="?limit=2&after_id=" + ids[1])
+    check(st == 200 and [b["id"] for b in o["data"]] == ids[2:] and
+          o["has_more"] is False, "list: after_id (%r)" % o)
+    st, _, o, _ = batch_api(env, "GET", "", cred="sk-b1",
+                            qs="?before_id=" + ids[2])
+    check(st == 200 and [b["id"] for b in o["data"]] == ids[:2],
+          "list: before_id (%r)" % o)
+    st, _, o, _ = batch_api(env, "GET", "", cred="sk-b1", qs="?limit=0")
+    check(st == 400, "list: limit 0 is 400 (%s)" % st)
+    # cancel: canceling, then ended with the rest canceled
+    st, _, o, _ = batch_api(env, "POST", "", {"requests": reqs}, "sk-slow")
+    sid = o["id"]
+    st, _, o, _ = batch_api(env, "POST", "/%s/cancel" % sid, cred="sk-slow")
+    check(st == 200 and o.get("processing_status") == "canceling" and
+          o.get("cancel_initiated_at"), "cancel: canceling (%r)" % o)
+    o = until_ended(env, sid, "sk-slow")
+    check(o and o["request_counts"]["canceled"] == 4,
+          "cancel: the rest canceled (%r)" % o)
+    st, _, o, _ = batch_api(env, "POST", "/%s/cancel" % sid, cred="sk-slow")
+    check(st == 400, "cancel once ended: 400 (%s)" % st)
+    st, _, o, _ = batch_api(env, "DELETE", "/" + sid, cred="sk-slow")
+    check(st == 200 and o == {"id": sid, "type": "message_batch_deleted"},
+          "delete once ended (%r)" % o)
+    st, _, o, _ = batch_api(env, "GET", "/" + sid, cred="sk-slow")
+    check(st == 404, "deleted: 404 (%s)" % st)
+    # expiry
+    st, _, o, _ = batch_api(env, "POST", "", {"requests": reqs}, "sk-exp")
+    o = until_ended(env, o["id"], "sk-exp")
+    check(o and o["request_counts"]["expired"] == 4,
+          "expired (%r)" % o)
+    # what a create checks
+    for body, what in ((b"{", "invalid JSON"),
+                       ({}, "requests: Field required"),
+                       ({"requests": []}, "at least 1 item"),
+                       ({"requests": [{"custom_id": "a b",
+                                       "params": {}}]}, "custom_id"),
+                       ({"requests": [reqs[0], reqs[0]]}, "Duplicate"),
+                       ({"requests": [{"custom_id": "x"}]}, "params: Field"),
+                       ({"requests": reqs[:1], "x": 1}, "x: Extra inputs"),
+                       ({"requests": reqs}, "at most 3 items")):
+        st, _, e, _ = batch_api(env, "POST", "", body, "sk-val")
+        check(st == 400 and what in (e or {}).get("error", {}).get(
+            "message", ""), "create, %s: 400 (%s %r)" % (what, st, e))
+    before = len(api(env, "GET", "/_mock/batches")[2]["batches"])
+    check(before == 6, "refused creates made no batch (%d)" % before)
+    for i in range(2):
+        st, _, _, _ = batch_api(env, "GET", "", cred="sk-few")
+        check(st == 200, "batch window: operation %d served" % i)
+    st, h, e, _ = batch_api(env, "GET", "", cred="sk-few")
+    check(st == 429 and h.get("retry-after", "").isdigit(),
+          "batch window: the third 429 with retry-after (%s)" % st)
+    check_error_shape(e, "rate_limit_error", "batch window")
+    st, _, e, _ = batch_api(env, "PUT", "", {}, "sk-b1")
+    check(st == 405, "PUT: 405 (%s)" % st)
+    st, _, e, _ = batch_api(env, "GET", "/%s/other" % bid, cred="sk-b1")
+    check(st == 404, "an unknown sub-path: 404 (%s)" % st)
+    reset(env)
+    st, _, e, _ = batch_api(env, "GET", "/" + bid, cred="sk-b1")
+    check(st == 404, "reset forgets the batches (%s)" % st)
+
+
 def main():
     t_start = time.monotonic()
 
@@ -1354,7 +1515,7 @@ def main():
 
     for t in (t_basic_json, t_sse, t_keepalive, t_error_steps,
               t_stream_steps, t_scripts, t_window, t_cache,
-              t_other_endpoints, t_http_edges, t_tls, t_logfile,
+              t_other_endpoints, t_batches, t_http_edges, t_tls, t_logfile,
               t_concurrency, t_reset, t_signal):
         try:
             t(env)

@@ -278,7 +278,7 @@ bench-soak: build
 
 # libFuzzer + ASan + UBSan on every parser of src/core, FUZZ_SECONDS each;
 # the seeds are in t/fuzz/corpus/, what the fuzzers find in build/fuzz/
-FUZZERS      := body sse headers classify config keyspec usage redisurl news peers \
+FUZZERS      := body sse headers classify config keyspec usage redisurl news peers batch \
                 evstream sigv4 provider record
 FUZZ_SECONDS ?= 60
 

@@ -1,0 +1,431 @@
+/*
+ * The Message Batches API's documents (see tb_batch.h), on the JSON
+ * walker the Messages body scanner uses (tb_json_int.h).
+ */
+
+
+#include <stdio.h>
+#include <string.h>
+
+#include "tb_batch.h"
+#include "tb_json_int.h"
+
+
+/* a member of an object the walk was asked for: which, and where */
+typedef struct {
+    const char               *const  *names;    /* NULL-terminated */
+    unsigned                  seen;             /* a bit a name */
+    int                       field;            /* the one taken, -1 */
+    const char               *dup;              /* given twice, the first */
+    tb_span_t                 spans[8];
+} tb_batch_members_t;
+
+
+static int
+tb_batch_key(tb_json_walk_t *w, const unsigned char *k, size_t len,
+    unsigned esc)
+{
+    size_t               n;
+    unsigned             i;
+    tb_batch_members_t  *m;
+
+    m = w->data;
+    m->field = -1;
+
+    for (i = 0; m->names[i]; i++) {
+        n = strlen(m->names[i]);
+
+        if (esc ? !tb_json_key_eq(k, k + len, m->names[i], n)
+                : len != n || memcmp(k, m->names[i], n) != 0)
+        {
+            continue;
+        }
+
+        /* parsers disagree on which of two counts: refused, not guessed */
+
+        if (m->seen & (1u << i)) {
+            if (m->dup == NULL) {
+                m->dup = m->names[i];
+            }
+
+            return 0;
+        }
+
+        m->seen |= 1u << i;
+        m->field = (int) i;
+        return 1;
+    }
+
+    return 0;
+}
+
+
+static void
+tb_batch_value(tb_json_walk_t *w, const unsigned char *v, size_t len)
+{
+    tb_batch_members_t  *m;
+
+    m = w->data;
+
+    if (m->field >= 0) {
+        m->spans[m->field].off = (size_t) (v - w->start);
+        m->spans[m->field].len = len;
+    }
+}
+
+
+/*
+ * The members named of one JSON object at p: 0, or -1 when it is not one
+ * valid object (err_off where).  A member given twice is m->dup.
+ */
+static int
+tb_batch_members(const unsigned char *p, size_t len,
+    tb_batch_members_t *m, tb_json_walk_t *w)
+{
+    m->seen = 0;
+    m->field = -1;
+    m->dup = NULL;
+    memset(m->spans, 0, sizeof(m->spans));
+
+    tb_json_walk_init(w, p, len, tb_batch_key, tb_batch_value, m);
+
+    if (tb_json_walk(w) != 0) {
+        return -1;
+    }
+
+    if (*tb_json_ws(w->start, w->end) != '{') {
+        w->err = "expected an object";
+        w->err_off = 0;
+        return -1;
+    }
+
+    return 0;
+}
+
+
+int
+tb_batch_id_ok(const char *id, size_t len)
+{
+    size_t  i;
+
+    if (len == 0 || len > TB_BATCH_ID_MAX) {
+        return 0;
+    }
+
+    for (i = 0; i < len; i++) {
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z')
+              || (id[i] >= '0' && id[i] <= '9') || id[i] == '_'
+              || id[i] == '-'))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* one request of the list: {"custom_id": "...", "params": {...}} */
+static int
+tb_batch_request(const unsigned char *p, size_t len, size_t i,
+    tb_batch_each_pt each, void *data, char *err, size_t errlen)
+{
+    size_t                n;
+    tb_json_walk_t        w;
+    tb_batch_members_t    m;
+    const unsigned char  *v;
+    char                  cid[TB_BATCH_CUSTOM_ID_MAX + 2];
+
+    static const char *const  names[] = { "custom_id", "params", NULL };
+
+    m.names = names;
+
+    if (tb_batch_members(p, len, &m, &w) != 0) {
+        snprintf(err, errlen, "requests.%zu: expected an object", i);
+        return -1;
+    }
+
+    if (m.dup) {
+        snprintf(err, errlen, "requests.%zu.%s: given more than once", i,
+                 m.dup);
+        return -1;
+    }
+
+    if (m.spans[0].len == 0) {
+        snprintf(err, errlen, "requests.%zu.custom_id: Field required", i);
+        return -1;
+    }
+
+    v = p + m.spans[0].off;
+
+    if (*v != '"') {
+        snprintf(err, errlen, "requests.%zu.custom_id: expected a string",
+                 i);
+        return -1;
+    }
+
+    n = tb_json_unescape(v + 1, v + m.spans[0].len - 1, cid, sizeof(cid));
+
+    if (n > TB_BATCH_CUSTOM_ID_MAX || !tb_batch_id_ok(cid, n)) {
+        snprintf(err, errlen, "requests.%zu.custom_id: 1 to 64 of letters, "
+                 "digits, '_' and '-'", i);
+        return -1;
+    }
+
+    if (m.spans[1].len == 0) {
+        snprintf(err, errlen, "requests.%zu.params: Field required", i);
+        return -1;
+    }
+
+    v = p + m.spans[1].off;
+
+    if (*v != '{') {
+        snprintf(err, errlen, "requests.%zu.params: expected an object", i);
+        return -1;
+    }
+
+    return each(data, i, cid, v, m.spans[1].len, err, errlen);
+}
+
+
+int
+tb_batch_scan(const unsigned char *p, size_t len, size_t max,
+    tb_batch_each_pt each, void *data, size_t *n, char *err, size_t errlen)
+{
+    size_t                i;
+    tb_json_walk_t        w;
+    tb_batch_members_t    m;
+    const unsigned char  *q, *end, *next;
+
+    static const char *const  names[] = { "requests", NULL };
+
+    if (errlen > 0) {
+        err[0] = '\0';
+    }
+
+    *n = 0;
+
+    if (p == NULL) {
+        p = (const unsigned char *) "";
+        len = 0;
+    }
+
+    m.names = names;
+
+    if (tb_batch_members(p, len, &m, &w) != 0) {
+        if (w.err_off == 0 && strcmp(w.err, "expected an object") == 0) {
+            snprintf(err, errlen, "request body must be a JSON object");
+
+        } else {
+            snprintf(err, errlen, "request body is not valid JSON: %s at "
+                     "byte %zu", w.err, w.err_off);
+        }
+
+        return -1;
+    }
+
+    if (m.dup) {
+        snprintf(err, errlen, "requests: given more than once in the "
+                 "request body");
+        return -1;
+    }
+
+    if (m.spans[0].len == 0) {
+        snprintf(err, errlen, "requests: Field required");
+        return -1;
+    }
+
+    q = p + m.spans[0].off;
+    end = q + m.spans[0].len;
+
+    if (*q != '[') {
+        snprintf(err, errlen, "requests: expected a list");
+        return -1;
+    }
+
+    /* the list is valid JSON: its elements are walked without checks */
+
+    q = tb_json_ws(q + 1, end);
+
+    for (i = 0; *q != ']'; i++) {
+
+        if (i == max) {
+            snprintf(err, errlen, "requests: at most %zu requests in a "
+                     "batch", max);
+            return -1;
+        }
+
+        next = tb_json_skip(q, end);
+
+        if (tb_batch_request(q, (size_t) (next - q), i, each, data, err,
+                             errlen)
+            != 0)
+        {
+            return -1;
+        }
+
+        q = tb_json_ws(next, end);
+
+        if (*q == ',') {
+            q = tb_json_ws(q + 1, end);
+        }
+    }
+
+    if (i == 0) {
+        snprintf(err, errlen, "requests: at least one request");
+        return -1;
+    }
+
+    *n = i;
+
+    return 0;
+}
+
+
+/* tb_batch_object() */
+
+int
+tb_batch_object(const unsigned char *p, size_t len, tb_batch_obj_t *o)
+{
+    size_t                i;
+    int64_t               v;
+    tb_json_walk_t        w;
+    tb_batch_members_t    m;
+    const unsigned char  *s;
+    char                  buf[32];
+
+    static const char *const  names[] = {
+        "id", "type", "processing_status", "request_counts", "results_url",
+        NULL
+    };
+
+    static const char *const  counts[] = {
+        "processing", "succeeded", "errored", "canceled", "expired"
+    };
+
+    static const char *const  states[] = {
+        NULL, "in_progress", "canceling", "ended"
+    };
+
+    memset(o, 0, sizeof(tb_batch_obj_t));
+
+    for (i = 0; i < TB_BATCH_NCOUNTS; i++) {
+        o->counts[i] = -1;
+    }
+
+    m.names = names;
+
+    if (p == NULL || tb_batch_members(p, len, &m, &w) != 0 || m.dup
+        || m.spans[0].len == 0 || m.spans[1].len == 0)
+    {
+        return -1;
+    }
+
+    s = p + m.spans[1].off;
+
+    if (m.spans[1].len != sizeof("\"message_batch\"") - 1
+        || memcmp(s, "\"message_batch\"", m.spans[1].len) != 0)
+    {
+        return -1;
+    }
+
+    s = p + m.spans[0].off;
+
+    if (*s != '"') {
+        return -1;
+    }
+
+    o->id_len = tb_json_unescape(s + 1, s + m.spans[0].len - 1, o->id,
+                                 sizeof(o->id));
+
+    if (o->id_len > TB_BATCH_ID_MAX || !tb_batch_id_ok(o->id, o->id_len)) {
+        o->id[0] = '\0';
+        o->id_len = 0;
+        return -1;
+    }
+
+    s = p + m.spans[2].off;
+
+    if (m.spans[2].len && *s == '"') {
+        (void) tb_json_unescape(s + 1, s + m.spans[2].len - 1, buf,
+                                sizeof(buf));
+
+        for (i = 1; i < sizeof(states) / sizeof(states[0]); i++) {
+            if (strcmp(buf, states[i]) == 0) {
+                o->status = (tb_batch_status_e) i;
+            }
+        }
+    }
+
+    if (m.spans[3].len) {
+        for (i = 0; i < TB_BATCH_NCOUNTS; i++) {
+            if (tb_json_get_int(p + m.spans[3].off, m.spans[3].len,
+                                counts[i], &v)
+                == 0 && v >= 0)
+            {
+                o->counts[i] = v;
+            }
+        }
+    }
+
+    if (m.spans[4].len && p[m.spans[4].off] == '"') {
+        o->results_url = m.spans[4];
+    }
+
+    return 0;
+}
+
+
+/* tb_batch_result() */
+
+int
+tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r)
+{
+    size_t  n;
+    char    type[16];
+
+    static const char *const  types[] = {
+        NULL, "succeeded", "errored", "canceled", "expired"
+    };
+
+    memset(r, 0, sizeof(tb_batch_result_t));
+    tb_usage_init(&r->usage);
+
+    if (p == NULL || tb_json_validate(p, len) != 0
+        || *tb_json_ws(p, p + len) != '{'
+        || tb_json_get_str(p, len, "result.type", type, sizeof(type), &n)
+           != 0
+        || n >= sizeof(type))
+    {
+        return -1;
+    }
+
+    for (n = 1; n < sizeof(types) / sizeof(types[0]); n++) {
+        if (strcmp(type, types[n]) == 0) {
+            r->type = (tb_result_type_e) n;
+        }
+    }
+
+    if (r->type == TB_RESULT_UNKNOWN) {
+        return -1;
+    }
+
+    if (r->type != TB_RESULT_SUCCEEDED) {
+        return 0;
+    }
+
+    if (tb_json_get_str(p, len, "result.message.model", r->model,
+                        sizeof(r->model), &n)
+        != 0
+        || n > TB_MODEL_MAX
+        || tb_usage_merge(&r->usage, p, len, "result.message.usage") != 0
+        || r->usage.input_tokens < 0 || r->usage.output_tokens < 0)
+    {
+        r->model[0] = '\0';
+        tb_usage_init(&r->usage);
+        r->type = TB_RESULT_UNKNOWN;
+        return -1;
+    }
+
+    return 0;
+}

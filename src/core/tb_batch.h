@@ -1,0 +1,108 @@
+/*
+ * The Message Batches API's documents, read without building a tree:
+ *
+ *  - tb_batch_scan(): a create body ({"requests": [{"custom_id": ...,
+ *    "params": {...}}, ...]}) checked as far as the gateway acts on it -
+ *    one valid document, each request an object with a custom_id the API
+ *    takes and a params object, no member it reads given twice, at most
+ *    max requests - and each request's params handed to the caller (whose
+ *    key scopes and estimates apply to every one of them);
+ *  - tb_batch_object(): a message_batch object as the upstream answers
+ *    it: its id, status, counts, and where its results_url is;
+ *  - tb_batch_result(): one line of a batch's results (JSONL): its type,
+ *    and a succeeded one's model and usage.
+ *
+ * Plain C, no nginx headers.
+ */
+
+#ifndef TB_BATCH_H
+#define TB_BATCH_H
+
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tb_json.h"
+#include "tb_body.h"
+
+
+#define TB_BATCH_MAX_REQUESTS  100000     /* the API's, a batch */
+#define TB_BATCH_ID_MAX        128        /* a batch's id, at most */
+#define TB_BATCH_CUSTOM_ID_MAX 64
+
+
+/*
+ * A request of a batch: its index, its custom_id (NUL-terminated), its
+ * params (the object, braces included).  0 to go on, -1 to stop (err set
+ * by the callee: the scan returns -1 with it).
+ */
+typedef int (*tb_batch_each_pt)(void *data, size_t i, const char *custom_id,
+    const unsigned char *params, size_t plen, char *err, size_t errlen);
+
+/*
+ * 0 with *n the number of requests, or -1 with a message for the client
+ * in err ("requests: expected a list", "requests.3.custom_id: ...").
+ */
+int tb_batch_scan(const unsigned char *p, size_t len, size_t max,
+    tb_batch_each_pt each, void *data, size_t *n, char *err, size_t errlen);
+
+
+/* an id the API gave (or a path names): 1 to 128 of [A-Za-z0-9_-] */
+int tb_batch_id_ok(const char *id, size_t len);
+
+
+typedef enum {
+    TB_BATCH_UNKNOWN = 0,
+    TB_BATCH_IN_PROGRESS,
+    TB_BATCH_CANCELING,
+    TB_BATCH_ENDED
+} tb_batch_status_e;
+
+enum {
+    TB_BATCH_PROCESSING = 0,
+    TB_BATCH_SUCCEEDED,
+    TB_BATCH_ERRORED,
+    TB_BATCH_CANCELED,
+    TB_BATCH_EXPIRED,
+    TB_BATCH_NCOUNTS
+};
+
+typedef struct {
+    char                      id[TB_BATCH_ID_MAX + 1];
+    size_t                    id_len;
+    tb_batch_status_e         status;
+    int64_t                   counts[TB_BATCH_NCOUNTS];   /* -1: absent */
+    tb_span_t                 results_url;    /* the value as sent (quotes
+                                                 included); len 0: absent */
+} tb_batch_obj_t;
+
+/*
+ * A message_batch object: 0 when it is one valid JSON object of type
+ * "message_batch" with an id tb_batch_id_ok() takes, else -1.
+ */
+int tb_batch_object(const unsigned char *p, size_t len, tb_batch_obj_t *o);
+
+
+typedef enum {
+    TB_RESULT_UNKNOWN = 0,
+    TB_RESULT_SUCCEEDED,
+    TB_RESULT_ERRORED,
+    TB_RESULT_CANCELED,
+    TB_RESULT_EXPIRED
+} tb_result_type_e;
+
+typedef struct {
+    tb_result_type_e          type;
+    char                      model[TB_MODEL_MAX + 1];  /* succeeded: "" */
+    tb_usage_t                usage;                    /* succeeded */
+} tb_batch_result_t;
+
+/*
+ * One line of a batch's results (without its newline): 0 when it is one
+ * valid JSON object with a result of a known type (a succeeded one with
+ * its message's usage), else -1.
+ */
+int tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r);
+
+
+#endif /* TB_BATCH_H */

@@ -1,0 +1,90 @@
+/*
+ * libFuzzer: the Message Batches API's documents (tb_batch.c) - a create
+ * body scanned (every request handed over is a custom_id the API takes and
+ * a params object that is itself one valid JSON document inside the
+ * input, at most max of them, and none once the scan refuses), a
+ * message_batch object and a results line read (never outside the input).
+ */
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tb_batch.h"
+
+
+typedef struct {
+    const uint8_t  *data;
+    size_t          size;
+    size_t          n;
+} seen_t;
+
+
+static int
+each(void *data, size_t i, const char *custom_id, const unsigned char *p,
+    size_t len, char *err, size_t errlen)
+{
+    seen_t  *s = data;
+
+    if (i != s->n++
+        || !tb_batch_id_ok(custom_id, strlen(custom_id))
+        || strlen(custom_id) > TB_BATCH_CUSTOM_ID_MAX
+        || p < s->data || p + len > s->data + s->size
+        || len < 2 || p[0] != '{' || p[len - 1] != '}'
+        || tb_json_validate(p, len) != 0)
+    {
+        abort();
+    }
+
+    return 0;
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    size_t             n;
+    seen_t             s;
+    tb_batch_obj_t     o;
+    tb_batch_result_t  r;
+    char               err[256];
+
+    s.data = data;
+    s.size = size;
+    s.n = 0;
+
+    if (tb_batch_scan(data, size, 8, each, &s, &n, err, sizeof(err)) == 0) {
+        if (n == 0 || n > 8 || n != s.n) {
+            abort();
+        }
+
+    } else if (n != 0 || err[0] == '\0') {
+        abort();
+    }
+
+    if (tb_batch_object(data, size, &o) == 0) {
+        if (!tb_batch_id_ok(o.id, o.id_len) || strlen(o.id) != o.id_len
+            || o.results_url.off + o.results_url.len > size)
+        {
+            abort();
+        }
+
+    } else if (o.id_len != 0) {
+        abort();
+    }
+
+    if (tb_batch_result(data, size, &r) == 0) {
+        if (r.type == TB_RESULT_UNKNOWN
+            || (r.type == TB_RESULT_SUCCEEDED
+                && (r.usage.input_tokens < 0 || r.usage.output_tokens < 0)))
+        {
+            abort();
+        }
+
+    } else if (r.type != TB_RESULT_UNKNOWN) {
+        abort();
+    }
+
+    return 0;
+}

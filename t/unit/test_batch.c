@@ -1,0 +1,306 @@
+/*
+ * Unit tests: the Message Batches API's documents (tb_batch.c) - a create
+ * body checked as far as the gateway acts on it and each request's params
+ * handed over whole, a message_batch object read, a results line read.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tb_test.h"
+#include "tb_batch.h"
+
+
+#define S(s)  (const unsigned char *) (s), sizeof(s) - 1
+
+
+typedef struct {
+    size_t    n;
+    char      ids[8][TB_BATCH_CUSTOM_ID_MAX + 1];
+    char      params[8][128];
+    int       stop_at;               /* -1: never */
+} seen_t;
+
+
+static int
+each(void *data, size_t i, const char *custom_id, const unsigned char *p,
+    size_t len, char *err, size_t errlen)
+{
+    seen_t  *s = data;
+
+    if ((int) i == s->stop_at) {
+        snprintf(err, errlen, "requests.%zu.params.model: not allowed", i);
+        return -1;
+    }
+
+    if (s->n < 8) {
+        snprintf(s->ids[s->n], sizeof(s->ids[0]), "%s", custom_id);
+        snprintf(s->params[s->n], sizeof(s->params[0]), "%.*s", (int) len,
+                 (const char *) p);
+    }
+
+    s->n++;
+
+    return 0;
+}
+
+
+static int
+scan(const char *body, size_t max, seen_t *s, size_t *n, char *err)
+{
+    memset(s, 0, sizeof(seen_t));
+    s->stop_at = -1;
+
+    return tb_batch_scan((const unsigned char *) body, strlen(body), max,
+                         each, s, n, err, 256);
+}
+
+
+TB_TEST(scan_hands_over_each_request)
+{
+    size_t  n;
+    seen_t  s;
+    char    err[256];
+
+    TB_CHECK_INT(scan("{\"requests\": [ {\"custom_id\": \"a-1\", \"params\": "
+                      "{\"model\": \"m\", \"max_tokens\": 5}},"
+                      "{\"params\": {\"model\":\"x\"}, \"custom_id\":"
+                      "\"b\\u005f2\"} ] }", 10, &s, &n, err), 0);
+    TB_CHECK_INT(n, 2);
+    TB_CHECK_INT(s.n, 2);
+    TB_CHECK(strcmp(s.ids[0], "a-1") == 0);
+    TB_CHECK(strcmp(s.ids[1], "b_2") == 0);
+    TB_CHECK(strcmp(s.params[0], "{\"model\": \"m\", \"max_tokens\": 5}")
+             == 0);
+    TB_CHECK(strcmp(s.params[1], "{\"model\":\"x\"}") == 0);
+
+    /* other members of a request or the body are the upstream's to judge */
+    TB_CHECK_INT(scan("{\"requests\":[{\"custom_id\":\"a\",\"params\":{},"
+                      "\"x\":1}],\"y\":[]}", 10, &s, &n, err), 0);
+    TB_CHECK_INT(n, 1);
+}
+
+
+TB_TEST(scan_refuses)
+{
+    size_t       n;
+    seen_t       s;
+    char         err[256];
+    unsigned     i;
+
+    static const struct {
+        const char  *body;
+        const char  *err;
+    } bad[] = {
+        { "", "request body is not valid JSON" },
+        { "{\"requests\":[}", "request body is not valid JSON" },
+        { "[]", "request body must be a JSON object" },
+        { "{}", "requests: Field required" },
+        { "{\"requests\":{}}", "requests: expected a list" },
+        { "{\"requests\":[]}", "requests: at least one request" },
+        { "{\"requests\":[1]}", "requests.0: expected an object" },
+        { "{\"requests\":[{\"params\":{}}]}",
+          "requests.0.custom_id: Field required" },
+        { "{\"requests\":[{\"custom_id\":1,\"params\":{}}]}",
+          "requests.0.custom_id: expected a string" },
+        { "{\"requests\":[{\"custom_id\":\"a b\",\"params\":{}}]}",
+          "requests.0.custom_id: 1 to 64" },
+        { "{\"requests\":[{\"custom_id\":\"\",\"params\":{}}]}",
+          "requests.0.custom_id: 1 to 64" },
+        { "{\"requests\":[{\"custom_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"params\":{}}]}",
+          "requests.0.custom_id: 1 to 64" },
+        { "{\"requests\":[{\"custom_id\":\"a\\u0000\",\"params\":{}}]}",
+          "requests.0.custom_id: 1 to 64" },
+        { "{\"requests\":[{\"custom_id\":\"a\"}]}",
+          "requests.0.params: Field required" },
+        { "{\"requests\":[{\"custom_id\":\"a\",\"params\":[]}]}",
+          "requests.0.params: expected an object" },
+        { "{\"requests\":[{\"custom_id\":\"a\",\"params\":{},"
+          "\"params\":{}}]}", "requests.0.params: given more than once" },
+        { "{\"requests\":[{\"custom_id\":\"a\",\"p\\u0061rams\":{},"
+          "\"params\":{}}]}", "requests.0.params: given more than once" },
+        { "{\"requests\":[],\"requests\":[{\"custom_id\":\"a\","
+          "\"params\":{}}]}", "requests: given more than once" },
+        { "{\"requests\":[{\"custom_id\":\"a\",\"params\":{}},"
+          "{\"custom_id\":\"b\",\"params\":{}},"
+          "{\"custom_id\":\"c\",\"params\":{}}]}",
+          "requests: at most 2 requests" }
+    };
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (scan(bad[i].body, 2, &s, &n, err) != -1
+            || strncmp(err, bad[i].err, strlen(bad[i].err)) != 0)
+        {
+            TB_FAIL_AT("%s: got \"%s\"", bad[i].body, err);
+        }
+
+        TB_CHECK_INT(n, 0);
+    }
+
+    /* the callee's refusal stops the scan with its words */
+    memset(&s, 0, sizeof(s));
+    s.stop_at = 1;
+    TB_CHECK_INT(tb_batch_scan(S("{\"requests\":[{\"custom_id\":\"a\","
+                                 "\"params\":{}},{\"custom_id\":\"b\","
+                                 "\"params\":{}},{\"custom_id\":\"c\","
+                                 "\"params\":{}}]}"), 10, each, &s, &n, err,
+                               sizeof(err)), -1);
+    TB_CHECK(strcmp(err, "requests.1.params.model: not allowed") == 0);
+    TB_CHECK_INT(s.n, 1);
+    TB_CHECK_INT(n, 0);
+
+    /* nothing is handed over from a document broken after its list */
+    memset(&s, 0, sizeof(s));
+    s.stop_at = -1;
+    TB_CHECK_INT(tb_batch_scan(S("{\"requests\":[{\"custom_id\":\"a\","
+                                 "\"params\":{}}], \"x\": tru}"), 10, each,
+                               &s, &n, err, sizeof(err)), -1);
+    TB_CHECK_INT(s.n, 0);
+}
+
+
+TB_TEST(scan_many)
+{
+    size_t   i, n, len;
+    seen_t   s;
+    char    *body, *p, err[256];
+
+    body = malloc(64 * 1001 + 64);
+    TB_CHECK(body != NULL);
+    if (body == NULL) {
+        return;
+    }
+
+    p = body + sprintf(body, "{\"requests\":[");
+
+    for (i = 0; i < 1000; i++) {
+        p += sprintf(p, "%s{\"custom_id\":\"r%zu\",\"params\":{}}",
+                     i ? "," : "", i);
+    }
+
+    p += sprintf(p, "]}");
+    len = (size_t) (p - body);
+
+    memset(&s, 0, sizeof(s));
+    s.stop_at = -1;
+    TB_CHECK_INT(tb_batch_scan((unsigned char *) body, len, 1000, each, &s,
+                               &n, err, sizeof(err)), 0);
+    TB_CHECK_INT(n, 1000);
+    TB_CHECK_INT(s.n, 1000);
+    TB_CHECK_INT(tb_batch_scan((unsigned char *) body, len, 999, each, &s,
+                               &n, err, sizeof(err)), -1);
+
+    free(body);
+}
+
+
+TB_TEST(object_read)
+{
+    tb_batch_obj_t  o;
+
+    static const char  doc[] =
+        "{\"id\":\"msgbatch_013Zva2CMHLNnXjNJJKqJ2EF\","
+        "\"type\":\"message_batch\",\"processing_status\":\"ended\","
+        "\"request_counts\":{\"processing\":0,\"succeeded\":50,"
+        "\"errored\":30,\"canceled\":10,\"expired\":10},"
+        "\"results_url\":\"https://api.anthropic.com/v1/messages/batches/"
+        "msgbatch_013Zva2CMHLNnXjNJJKqJ2EF/results\","
+        "\"created_at\":\"2024-08-20T18:37:24.100435Z\"}";
+
+    TB_CHECK_INT(tb_batch_object(S(doc), &o), 0);
+    TB_CHECK(strcmp(o.id, "msgbatch_013Zva2CMHLNnXjNJJKqJ2EF") == 0);
+    TB_CHECK_INT(o.id_len, 33);
+    TB_CHECK_INT(o.status, TB_BATCH_ENDED);
+    TB_CHECK_INT(o.counts[TB_BATCH_PROCESSING], 0);
+    TB_CHECK_INT(o.counts[TB_BATCH_SUCCEEDED], 50);
+    TB_CHECK_INT(o.counts[TB_BATCH_EXPIRED], 10);
+    TB_CHECK(o.results_url.len > 0
+             && memcmp(doc + o.results_url.off, "\"https://", 9) == 0
+             && doc[o.results_url.off + o.results_url.len - 1] == '"');
+
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"b\",\"type\":\"message_batch\","
+                                   "\"processing_status\":\"in_progress\","
+                                   "\"results_url\":null}"), &o), 0);
+    TB_CHECK_INT(o.status, TB_BATCH_IN_PROGRESS);
+    TB_CHECK_INT(o.results_url.len, 0);
+    TB_CHECK_INT(o.counts[TB_BATCH_SUCCEEDED], -1);
+
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"b\",\"type\":\"message_batch\","
+                                   "\"processing_status\":\"new\"}"), &o),
+                 0);
+    TB_CHECK_INT(o.status, TB_BATCH_UNKNOWN);
+
+    /* not one: another type, an id a path could not carry, twice, broken */
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"b\",\"type\":\"message\"}"),
+                                 &o), -1);
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"../b\","
+                                   "\"type\":\"message_batch\"}"), &o), -1);
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"b%2f\","
+                                   "\"type\":\"message_batch\"}"), &o), -1);
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"\","
+                                   "\"type\":\"message_batch\"}"), &o), -1);
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"a\",\"id\":\"b\","
+                                   "\"type\":\"message_batch\"}"), &o), -1);
+    TB_CHECK_INT(tb_batch_object(S("{\"id\":\"b\","
+                                   "\"type\":\"message_batch\""), &o), -1);
+    TB_CHECK_INT(tb_batch_object(S("{\"type\":\"message_batch\"}"), &o), -1);
+    TB_CHECK_INT(tb_batch_object(NULL, 0, &o), -1);
+    TB_CHECK(o.id[0] == '\0');
+}
+
+
+TB_TEST(result_read)
+{
+    tb_batch_result_t  r;
+
+    TB_CHECK_INT(tb_batch_result(S(
+        "{\"custom_id\":\"a\",\"result\":{\"type\":\"succeeded\","
+        "\"message\":{\"id\":\"msg_1\",\"type\":\"message\","
+        "\"model\":\"claude-sonnet-4-6\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"hi\"}],\"usage\":{\"input_tokens\":10,"
+        "\"cache_read_input_tokens\":3,\"output_tokens\":7}}}}"), &r), 0);
+    TB_CHECK_INT(r.type, TB_RESULT_SUCCEEDED);
+    TB_CHECK(strcmp(r.model, "claude-sonnet-4-6") == 0);
+    TB_CHECK_INT(r.usage.input_tokens, 10);
+    TB_CHECK_INT(r.usage.cache_read_input_tokens, 3);
+    TB_CHECK_INT(r.usage.output_tokens, 7);
+
+    TB_CHECK_INT(tb_batch_result(S(
+        "{\"custom_id\":\"a\",\"result\":{\"type\":\"errored\",\"error\":"
+        "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\","
+        "\"message\":\"x\"}}}}"), &r), 0);
+    TB_CHECK_INT(r.type, TB_RESULT_ERRORED);
+    TB_CHECK_INT(r.usage.input_tokens, -1);
+    TB_CHECK_INT(tb_batch_result(S("{\"custom_id\":\"a\",\"result\":"
+                                   "{\"type\":\"canceled\"}}"), &r), 0);
+    TB_CHECK_INT(r.type, TB_RESULT_CANCELED);
+    TB_CHECK_INT(tb_batch_result(S("{\"custom_id\":\"a\",\"result\":"
+                                   "{\"type\":\"expired\"}}"), &r), 0);
+    TB_CHECK_INT(r.type, TB_RESULT_EXPIRED);
+
+    /* not one: a succeeded one without its usage, an unknown type, broken */
+    TB_CHECK_INT(tb_batch_result(S("{\"custom_id\":\"a\",\"result\":"
+                                   "{\"type\":\"succeeded\",\"message\":"
+                                   "{\"model\":\"m\"}}}"), &r), -1);
+    TB_CHECK_INT(r.type, TB_RESULT_UNKNOWN);
+    TB_CHECK_INT(tb_batch_result(S("{\"custom_id\":\"a\",\"result\":"
+                                   "{\"type\":\"exploded\"}}"), &r), -1);
+    TB_CHECK_INT(tb_batch_result(S("{\"custom_id\":\"a\",\"result\":"
+                                   "{\"type\":\"canceled\"}"), &r), -1);
+    TB_CHECK_INT(tb_batch_result(S("[]"), &r), -1);
+    TB_CHECK_INT(tb_batch_result(NULL, 0, &r), -1);
+}
+
+
+int
+main(void)
+{
+    TB_RUN(scan_hands_over_each_request);
+    TB_RUN(scan_refuses);
+    TB_RUN(scan_many);
+    TB_RUN(object_read);
+    TB_RUN(result_read);
+
+    return tb_test_done();
+}

@@ -28,6 +28,7 @@ import time
 import traceback
 
 import mock_batches
+import mock_files
 import mock_platforms
 from mock_api import (log_err, compact, num, http_date, State,
                       validate_request, analyse_prompt, cache_lookup,
@@ -121,6 +122,7 @@ class Mock(Control, Scripting):
         self.config = state.config
         self.platforms = mock_platforms.Platforms(self, sys.modules[__name__])
         self.batches = mock_batches.Batches(self)
+        self.files = mock_files.Files(self)
         self.words = WORDS
 
     # ---------------------------------------------------------- connection
@@ -168,7 +170,8 @@ class Mock(Control, Scripting):
                 None: num(self.config.top("max_body_bytes"),
                           32 * 1024 * 1024, 0),
                 mock_batches.PREFIX: num(self.config.top(
-                    "batch_max_body_bytes"), 256 * 1024 * 1024, 0)}
+                    "batch_max_body_bytes"), 256 * 1024 * 1024, 0),
+                mock_files.PREFIX: mock_files.MAX_BYTES + 65536}
             conn.sock.settimeout(idle)
             try:
                 req = read_request(conn, max_body)
@@ -427,7 +430,7 @@ class Mock(Control, Scripting):
                 return self.send_error(conn, req, entry, gen, cred, 405,
                                        "invalid_request_error",
                                        "Method Not Allowed", now=now)
-        elif self.batches.owns(p):
+        elif self.batches.owns(p) or self.files.owns(p):
             pass                # its methods checked once it is known
         elif p == "/v1/models" or p.startswith("/v1/models/"):
             if req.method != "GET":
@@ -456,6 +459,9 @@ class Mock(Control, Scripting):
         if self.batches.owns(p):
             return self.batches.serve(conn, req, entry, gen, cred, body_obj,
                                       mode, mode_ms, now)
+        if self.files.owns(p):
+            return self.files.serve(conn, req, entry, gen, cred, mode,
+                                    mode_ms, now)
 
         # ---- body
         if body_obj is None:
@@ -477,6 +483,11 @@ class Mock(Control, Scripting):
         if err:
             return self.send_error(conn, req, entry, gen, cred, 400,
                                    "invalid_request_error", err, now=now)
+        unknown = self.files.unknown(cred, body_obj)
+        if unknown is not None:
+            return self.send_error(conn, req, entry, gen, cred, 404,
+                                   "not_found_error",
+                                   "File not found: %s" % unknown, now=now)
         try:
             total, bps = analyse_prompt(body_obj)
         except (ValueError, TypeError, RecursionError) as e:

@@ -184,6 +184,7 @@ class State:
             self.bad_requests = 0
             self.creds = {}
             self.batches = {}       # id -> mock_batches.Batch
+            self.files = {}         # id -> mock_files.File
             self.batch_ops = {}     # org -> times of its batch operations
             self.scripts = {}
             self.log = []

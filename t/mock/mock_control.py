@@ -139,8 +139,14 @@ class Control:
                 return reply(200, st.stats())
             if p == "/_mock/batches" and req.method == "GET":
                 return reply(200, self.batches.report(time.time()))
+            if p == "/_mock/files" and req.method == "GET":
+                with st.lock:
+                    every = list(st.files.values())
+                return reply(200, {"files": [
+                    dict(f.obj(), org=f.org, deleted=f.deleted)
+                    for f in every]})
             if p in ("/_mock/log", "/_mock/reset", "/_mock/config",
-                     "/_mock/stats", "/_mock/batches"):
+                     "/_mock/stats", "/_mock/batches", "/_mock/files"):
                 return reply(405, error_obj("invalid_request_error",
                                             "method not allowed"))
             return reply(404, error_obj("not_found_error",

@@ -1308,6 +1308,109 @@ def until_ended(env, bid, cred="sk-main"):
     return o
 
 
+def multipart(name, data, ctype="application/pdf", field="file",
+              boundary="tbBoundary7"):
+    body = ("--%s\r\nContent-Disposition: form-data; name=\"%s\"; "
+            "filename=\"%s\"\r\nContent-Type: %s\r\n\r\n"
+            % (boundary, field, name, ctype)).encode() + data + \
+        ("\r\n--%s--\r\n" % boundary).encode()
+    return body, "multipart/form-data; boundary=%s" % boundary
+
+
+def files_api(env, method, path, body=None, cred="sk-main", ctype=None,
+              beta=True, qs=""):
+    h = {"x-api-key": cred}
+    if beta:
+        h["anthropic-beta"] = "files-api-2025-04-14"
+    if ctype:
+        h["content-type"] = ctype
+    return api(env, method, "/v1/files" + path + qs, body, h)
+
+
+def t_files(env):
+    section("files")
+    reset(env)
+    config(env, {"credentials": {"sk-f1": {"org": "org-f1"},
+                                 "sk-f2": {"org": "org-f2"},
+                                 "sk-dl": {"org": "org-f3",
+                                           "files_downloadable": True,
+                                           "files_max_bytes": 10}}})
+    data = b"%PDF-1.4 mock document"
+    body, ct = multipart("doc.pdf", data)
+    st, _, o, _ = files_api(env, "POST", "", body, "sk-f1", ct)
+    check(st == 200 and o.get("type") == "file" and
+          o.get("filename") == "doc.pdf" and
+          o.get("mime_type") == "application/pdf" and
+          o.get("size_bytes") == len(data) and
+          o.get("downloadable") is False and
+          RFC3339.match(o.get("created_at", "")),
+          "upload: the file object (%s %r)" % (st, o))
+    fid = o.get("id", "")
+    lg = last_log(env)
+    check(lg.get("file_id") == fid and lg.get("file_sha256") ==
+          hashlib.sha256(data).hexdigest(), "upload: logged with its hash")
+    st, _, o, _ = files_api(env, "GET", "/" + fid, cred="sk-f1")
+    check(st == 200 and o.get("id") == fid, "retrieve (%s)" % st)
+    st, _, o, _ = files_api(env, "GET", "/%s/content" % fid, cred="sk-f1")
+    check(st == 400, "content of an uploaded file: 400 (%s)" % st)
+    for m, suffix in (("GET", ""), ("GET", "/content"), ("DELETE", "")):
+        st, _, e, _ = files_api(env, m, "/" + fid + suffix, cred="sk-f2")
+        check(st == 404, "another org: %s %s is 404 (%s)"
+              % (m, suffix or "/", st))
+        check_error_shape(e, "not_found_error", "another org's file")
+    # a Messages request naming it: its own org only
+    ref = msg_body()
+    ref["messages"] = [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "file", "file_id": fid}},
+        {"type": "text", "text": "summarise"}]}]
+    st, _, o, _ = post(env, ref, cred="sk-f1")
+    check(st == 200, "messages naming its own file: 200 (%s)" % st)
+    st, _, e, _ = post(env, ref, cred="sk-f2")
+    check(st == 404, "messages naming another org's file: 404 (%s)" % st)
+    check_error_shape(e, "not_found_error", "another org's file_id")
+    # the list, newest first
+    body2, ct2 = multipart("b.txt", b"text", "text/plain")
+    st, _, o2, _ = files_api(env, "POST", "", body2, "sk-f1", ct2)
+    st, _, o, _ = files_api(env, "GET", "", cred="sk-f1", qs="?limit=1")
+    check(st == 200 and [f["id"] for f in o["data"]] == [o2["id"]] and
+          o["has_more"] is True, "list: newest first, by pages (%r)" % o)
+    st, _, o, _ = files_api(env, "GET", "", cred="sk-f2")
+    check(st == 200 and o["data"] == [], "list: another org sees none")
+    # what an upload checks
+    for b, c, what in ((body[:-10], ct, "cut short"),
+                       (multipart("x", b"1", field="other")[0],
+                        multipart("x", b"1", field="other")[1], "no file"),
+                       (multipart("", b"1")[0], multipart("", b"1")[1],
+                        "no filename"),
+                       (b"{}", "application/json", "not multipart")):
+        st, _, e, _ = files_api(env, "POST", "", b, "sk-f1", c)
+        check(st == 400, "upload %s: 400 (%s)" % (what, st))
+        check_error_shape(e, "invalid_request_error", "upload " + what)
+    st, _, e, _ = files_api(env, "POST", "", body, "sk-f1", ct, beta=False)
+    check(st == 400, "no beta header: 400 (%s)" % st)
+    st, _, e, _ = files_api(env, "POST", "", body, "sk-dl", ct)
+    check(st == 413, "over files_max_bytes: 413 (%s)" % st)
+    small, cs = multipart("s.txt", b"0123", "text/plain")
+    st, _, o, _ = files_api(env, "POST", "", small, "sk-dl", cs)
+    st, h, _, raw = files_api(env, "GET", "/%s/content" % o["id"],
+                              cred="sk-dl")
+    check(st == 200 and raw == b"0123" and
+          h.get("content-type") == "text/plain",
+          "a downloadable file's content (%s %r)" % (st, raw))
+    st, _, o, _ = files_api(env, "DELETE", "/" + fid, cred="sk-f1")
+    check(st == 200 and o == {"id": fid, "type": "file_deleted"},
+          "delete (%r)" % o)
+    st, _, o, _ = files_api(env, "GET", "/" + fid, cred="sk-f1")
+    check(st == 404, "deleted: 404 (%s)" % st)
+    st, _, o, _ = post(env, ref, cred="sk-f1")
+    check(st == 404, "messages naming a deleted file: 404 (%s)" % st)
+    rep = api(env, "GET", "/_mock/files")[2]
+    check(len(rep["files"]) == 3 and
+          sorted(f["org"] for f in rep["files"]) ==
+          ["org-f1", "org-f1", "org-f3"], "/_mock/files (%r)" % rep)
+    reset(env)
+
+
 def t_batches(env):
     section("message batches")
     reset(env)
@@ -1515,7 +1618,7 @@ def main():
 
     for t in (t_basic_json, t_sse, t_keepalive, t_error_steps,
               t_stream_steps, t_scripts, t_window, t_cache,
-              t_other_endpoints, t_batches, t_http_edges, t_tls, t_logfile,
+              t_other_endpoints, t_batches, t_files, t_http_edges, t_tls, t_logfile,
               t_concurrency, t_reset, t_signal):
         try:
             t(env)

@@ -18,9 +18,8 @@
 
 
 /*
- * What a peer sharing the pool said one of its keys or
- * conversations ran up (tb_peers.h), kept as that peer's until it says
- * again
+ * What a peer sharing the pool said one of its keys or conversations ran
+ * up (tb_peers.h), kept as that peer's until it says again
  */
 typedef struct {
     uint64_t                       who;           /* the peer; 0 */
@@ -436,8 +435,8 @@ void ngx_http_tokenbiryani_caps_settle_locked(
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
 
-/* what the peers said a key admitted in the last minute.  Under
- * the lock. */
+/* what the peers said a key admitted in the last minute.  Under the
+ * lock. */
 ngx_uint_t ngx_http_tokenbiryani_keystate_peers_rpm(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key, int64_t now);
 

@@ -29,6 +29,7 @@ typedef struct {
     ngx_http_tokenbiryani_job_t        *running;    /* the thread's */
     ngx_http_tokenbiryani_job_t        *pending;
     ngx_http_tokenbiryani_job_t       **last;
+    ngx_http_tokenbiryani_job_t         open;       /* the worker's open */
 } ngx_http_tokenbiryani_sqlite_writer_t;
 
 
@@ -336,10 +337,7 @@ ngx_http_tokenbiryani_sqlite_init_worker(ngx_cycle_t *cycle,
      * files a worker may not be allowed to make again.
      */
 
-    job = ngx_calloc(sizeof(ngx_http_tokenbiryani_job_t), cycle->log);
-    if (job == NULL) {
-        return NGX_ERROR;
-    }
+    job = &w->open;
 
     job->op = NGX_HTTP_TB_JOB_OPEN;
     job->done = ngx_http_tokenbiryani_sqlite_opened;
@@ -360,8 +358,6 @@ ngx_http_tokenbiryani_sqlite_opened(ngx_http_tokenbiryani_job_t *job)
                       "yet (it is tried again with each write): %s",
                       job->err);
     }
-
-    ngx_free(job);
 }
 
 

@@ -454,6 +454,21 @@ ngx_http_tokenbiryani_header_next(ngx_http_tokenbiryani_hiter_t *it)
 }
 
 
+/*
+ * A timer of the worker's own: cancelable, so that it never keeps a worker
+ * that is shutting down alive (a handler that wants it again re-arms it).
+ */
+static ngx_inline void
+ngx_http_tokenbiryani_timer_init(ngx_event_t *ev,
+    ngx_event_handler_pt handler, void *data, ngx_log_t *log)
+{
+    ev->handler = handler;
+    ev->data = data;
+    ev->log = log;
+    ev->cancelable = 1;
+}
+
+
 /* a run of a chunked body's data: NGX_OK for more, NGX_DECLINED to stop */
 typedef ngx_int_t (*ngx_http_tokenbiryani_chunk_pt)(void *data, u_char *p,
     size_t n);

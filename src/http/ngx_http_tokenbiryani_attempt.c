@@ -72,10 +72,9 @@ ngx_http_tokenbiryani_attempt_init_worker(ngx_cycle_t *cycle,
 {
     ngx_queue_init(&ngx_http_tokenbiryani_waiters);
 
-    ngx_http_tokenbiryani_tick.handler = ngx_http_tokenbiryani_tick_handler;
-    ngx_http_tokenbiryani_tick.data = tmcf;
-    ngx_http_tokenbiryani_tick.log = cycle->log;
-    ngx_http_tokenbiryani_tick.cancelable = 1;
+    ngx_http_tokenbiryani_timer_init(&ngx_http_tokenbiryani_tick,
+                                     ngx_http_tokenbiryani_tick_handler, tmcf,
+                                     cycle->log);
 
     return NGX_OK;
 }

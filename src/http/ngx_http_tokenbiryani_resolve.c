@@ -77,12 +77,9 @@ ngx_http_tokenbiryani_resolve_init_worker(ngx_cycle_t *cycle,
         rs->timeout = (clcf->resolver_timeout == NGX_CONF_UNSET_MSEC)
                       ? 30000 : clcf->resolver_timeout;
 
-        rs->timer.handler = ngx_http_tokenbiryani_resolve_start;
-        rs->timer.data = rs;
-        rs->timer.log = cycle->log;
-
-        /* it must not keep a worker that is shutting down alive */
-        rs->timer.cancelable = 1;
+        ngx_http_tokenbiryani_timer_init(&rs->timer,
+                                         ngx_http_tokenbiryani_resolve_start,
+                                         rs, cycle->log);
 
         /* the addresses loaded came with no TTL: ask soon */
         ngx_add_timer(&rs->timer, tmcf->resolver_ttl_min);

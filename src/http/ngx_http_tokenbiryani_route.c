@@ -513,15 +513,12 @@ ngx_http_tokenbiryani_route_init_worker(ngx_cycle_t *cycle,
 
     ev = &ngx_http_tokenbiryani_lease_event;
 
-    ev->handler = ngx_http_tokenbiryani_lease_timer;
-    ev->data = tmcf;
-    ev->log = cycle->log;
-
     /*
      * It must not keep a worker that is shutting down alive, yet it goes
      * on while such a worker still serves: cancelable, and re-armed always.
      */
-    ev->cancelable = 1;
+    ngx_http_tokenbiryani_timer_init(ev, ngx_http_tokenbiryani_lease_timer,
+                                     tmcf, cycle->log);
 
     /* what a worker that died before this one started left: at once */
     ngx_http_tokenbiryani_lease_reap(tmcf, ngx_http_tokenbiryani_now_ms());

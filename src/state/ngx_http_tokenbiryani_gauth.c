@@ -150,10 +150,9 @@ ngx_http_tokenbiryani_gauth_init_worker(ngx_cycle_t *cycle,
         g->task->event.data = g;
         g->task->event.log = cycle->log;
 
-        g->timer.handler = ngx_http_tokenbiryani_gauth_fetch;
-        g->timer.data = g;
-        g->timer.log = cycle->log;
-        g->timer.cancelable = 1;
+        ngx_http_tokenbiryani_timer_init(&g->timer,
+                                         ngx_http_tokenbiryani_gauth_fetch, g,
+                                         cycle->log);
 
         a[i].gauth = g;
         a[i].token_next = ngx_http_tokenbiryani_now_ms();

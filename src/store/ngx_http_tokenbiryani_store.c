@@ -473,10 +473,11 @@ ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
     f = &ngx_http_tokenbiryani_flusher;
 
     f->tmcf = tmcf;
-    f->timer.handler = ngx_http_tokenbiryani_flush_timer;
-    f->timer.data = tmcf;    /* nginx's debug log reads it as a connection */
-    f->timer.log = cycle->log;
-    f->timer.cancelable = 1;
+
+    /* data: tmcf (nginx's debug log reads it as a connection) */
+    ngx_http_tokenbiryani_timer_init(&f->timer,
+                                     ngx_http_tokenbiryani_flush_timer, tmcf,
+                                     cycle->log);
 
     ngx_add_timer(&f->timer, NGX_HTTP_TB_FLUSH_TICK_MS);
 

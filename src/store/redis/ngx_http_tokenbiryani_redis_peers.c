@@ -204,10 +204,9 @@ ngx_http_tokenbiryani_rpeers_start(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     rc->tmcf = tmcf;
 
-    rc->tick.handler = ngx_http_tokenbiryani_rpeers_tick;
-    rc->tick.data = rc;
-    rc->tick.log = log;
-    rc->tick.cancelable = 1;
+    ngx_http_tokenbiryani_timer_init(&rc->tick,
+                                     ngx_http_tokenbiryani_rpeers_tick, rc,
+                                     log);
 
     ngx_add_timer(&rc->tick, 1);
 }

@@ -1542,10 +1542,9 @@ ngx_http_tokenbiryani_redis_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_rpeers_init_worker(&rs->cmd, &rs->n);
     ngx_http_tokenbiryani_redis_start(&rs->cmd);
 
-    rs->elect.handler = ngx_http_tokenbiryani_rstore_elect;
-    rs->elect.data = rs;
-    rs->elect.log = cycle->log;
-    rs->elect.cancelable = 1;
+    ngx_http_tokenbiryani_timer_init(&rs->elect,
+                                     ngx_http_tokenbiryani_rstore_elect, rs,
+                                     cycle->log);
 
     ngx_add_timer(&rs->elect, 1);
 

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "tb_awscred.h"
+#include "tb_parse.h"
 
 
 #define TB_AWSCRED_MAX        (1024 * 1024)
@@ -66,10 +67,7 @@ tb_awscred_parse(const char *text, size_t len, const char *profile,
     end = text + len;
 
     for ( /* void */ ; p < end; p = nl + 1) {
-        nl = memchr(p, '\n', (size_t) (end - p));
-        if (nl == NULL) {
-            nl = end;
-        }
+        nl = tb_find_end(p, end, '\n');
 
         s = tb_ac_trim(p, nl, &se);
 

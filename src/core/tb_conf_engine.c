@@ -26,6 +26,7 @@
 #include <yaml.h>
 
 #include "tb_conf_int.h"
+#include "tb_parse.h"
 
 
 
@@ -356,10 +357,7 @@ tb_conf_expand(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     while (p < end) {
 
         if (*p != '$' || p + 1 == end || p[1] != '{') {
-            q = memchr(p + 1, '$', (size_t) (end - p - 1));
-            if (q == NULL) {
-                q = end;
-            }
+            q = tb_find_end(p + 1, end, '$');
 
             /* cannot fail: the buffer holds the whole scalar */
             (void) tb_conf_buf_add(&buf, &n, &cap, p, (size_t) (q - p));

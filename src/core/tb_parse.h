@@ -3,6 +3,7 @@
  * upstreams' rate-limit headers and retry-after and for the client's
  * headers.  Every function reads exactly [p, p + len), tolerates the
  * surrounding whitespace a header value may have, and returns 0 or -1.
+ * Last, the byte helpers the parsers of core/ share.
  *
  * Plain C, no nginx headers.
  */
@@ -12,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 
 /* "2026-11-29T20:40:59Z", "...59.123+02:00" → epoch ms; 0 or -1 */
@@ -39,6 +41,17 @@ void tb_ascii_lower(unsigned char *dst, const unsigned char *src, size_t n);
 
 /* n bytes → 2n lowercase hex digits in out (no NUL) */
 void tb_format_hex(const unsigned char *p, size_t n, char *out);
+
+/* the first byte c in [p, end), or end: where an item of a list ends */
+static inline const void *
+tb_find_end(const void *p, const void *end, int c)
+{
+    const void  *q;
+
+    q = memchr(p, c, (size_t) ((const char *) end - (const char *) p));
+
+    return q ? q : end;
+}
 
 
 #endif /* TB_PARSE_H */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "tb_provider.h"
+#include "tb_parse.h"
 #include "tb_json_int.h"
 
 
@@ -91,10 +92,7 @@ tb_pb_betas(tb_pbody_t *b, const char *betas, size_t blen)
     end = betas + blen;
 
     while (p < end) {
-        comma = memchr(p, ',', (size_t) (end - p));
-        if (comma == NULL) {
-            comma = end;
-        }
+        comma = tb_find_end(p, end, ',');
 
         for (s = p; s < comma && (*s == ' ' || *s == '\t'); s++) {
             /* void */

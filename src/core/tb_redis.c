@@ -7,6 +7,7 @@
 #include <ctype.h>
 
 #include "tb_redis.h"
+#include "tb_parse.h"
 
 
 #define TB_REDIS_PORT         6379
@@ -222,10 +223,7 @@ tb_redis_url_parse(tb_redis_url_t *u, const char *url, char *err,
         host++;
 
     } else {
-        hend = memchr(host, ':', slash - host);
-        if (hend == NULL) {
-            hend = slash;
-        }
+        hend = tb_find_end(host, slash, ':');
 
         port = hend;
     }

@@ -289,20 +289,14 @@ tb_sv_query(const unsigned char *q, size_t qlen, unsigned char *enc,
     end = q + qlen;
 
     while (p < end) {
-        amp = memchr(p, '&', (size_t) (end - p));
-        if (amp == NULL) {
-            amp = end;
-        }
+        amp = tb_find_end(p, end, '&');
 
         if (amp > p) {
             if (n == TB_SIGV4_PAIRS_MAX) {
                 return -1;
             }
 
-            eq = memchr(p, '=', (size_t) (amp - p));
-            if (eq == NULL) {
-                eq = amp;
-            }
+            eq = tb_find_end(p, amp, '=');
 
             pairs[n].name = enc + w;
             pairs[n].name_len = tb_sv_reencode(enc, &w, p,

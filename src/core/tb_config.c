@@ -32,6 +32,7 @@
 #include "tb_conf_int.h"
 #include "tb_gauth.h"
 #include "tb_hash.h"
+#include "tb_parse.h"
 #include "tb_provider.h"
 #include "tb_ratelimit.h"
 
@@ -566,14 +567,6 @@ tb_conf_replenishment(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 
 
 static int
-tb_conf_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')
-           || (c >= 'A' && c <= 'F');
-}
-
-
-static int
 tb_conf_alnum(char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
@@ -641,7 +634,7 @@ tb_conf_url(tb_conf_ctx_t *ctx, tb_account_conf_t *a, const char *url,
         }
 
         for (q = h; q < hend; q++) {
-            if (!tb_conf_hex(*q) && *q != ':' && *q != '.') {
+            if (tb_hex_digit(*q) < 0 && *q != ':' && *q != '.') {
                 break;
             }
         }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "tb_json_int.h"
+#include "tb_parse.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -612,8 +613,8 @@ tb_json_scan_utf8(const unsigned char *p, const unsigned char *end)
 static int
 tb_json_hex4(const unsigned char *p, const unsigned char *end, unsigned *v)
 {
-    unsigned       i, d;
-    unsigned char  c;
+    int       d;
+    unsigned  i;
 
     if (end - p < 4) {
         return -1;
@@ -622,22 +623,12 @@ tb_json_hex4(const unsigned char *p, const unsigned char *end, unsigned *v)
     *v = 0;
 
     for (i = 0; i < 4; i++) {
-        c = p[i];
-
-        if (c >= '0' && c <= '9') {
-            d = c - '0';
-
-        } else if (c >= 'a' && c <= 'f') {
-            d = c - 'a' + 10;
-
-        } else if (c >= 'A' && c <= 'F') {
-            d = c - 'A' + 10;
-
-        } else {
+        d = tb_hex_digit(p[i]);
+        if (d < 0) {
             return -1;
         }
 
-        *v = (*v << 4) | d;
+        *v = (*v << 4) | (unsigned) d;
     }
 
     return 0;

@@ -42,6 +42,25 @@ void tb_ascii_lower(unsigned char *dst, const unsigned char *src, size_t n);
 /* n bytes → 2n lowercase hex digits in out (no NUL) */
 void tb_format_hex(const unsigned char *p, size_t n, char *out);
 
+/* the value of a hex digit of either case, or -1 */
+static inline int
+tb_hex_digit(int c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+
+    return -1;
+}
+
 /* the first byte c in [p, end), or end: where an item of a list ends */
 static inline const void *
 tb_find_end(const void *p, const void *end, int c)

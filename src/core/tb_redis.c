@@ -22,19 +22,6 @@ tb_redis_err(char *err, size_t errsize, const char *msg)
 }
 
 
-static int
-tb_redis_hex(int c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-
-    c = tolower(c);
-
-    return (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-}
-
-
 /* [p, last) percent-decoded into dst: 0, or -1 when malformed or long */
 static int
 tb_redis_decode(char *dst, size_t size, const char *p, const char *last)
@@ -52,8 +39,8 @@ tb_redis_decode(char *dst, size_t size, const char *p, const char *last)
                 return -1;
             }
 
-            hi = tb_redis_hex((unsigned char) p[1]);
-            lo = tb_redis_hex((unsigned char) p[2]);
+            hi = tb_hex_digit((unsigned char) p[1]);
+            lo = tb_hex_digit((unsigned char) p[2]);
 
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
                 return -1;

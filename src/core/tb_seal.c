@@ -26,25 +26,6 @@ static const char  tb_b64[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 
-static int
-tb_hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-
-    return -1;
-}
-
-
 static size_t
 tb_b64_encode(const unsigned char *p, size_t n, char *out)
 {
@@ -174,8 +155,8 @@ tb_seal_key_parse(tb_seal_key_t *k, const char *hex, size_t len)
     }
 
     for (i = 0; i < TB_SEAL_KEY_LEN; i++) {
-        hi = tb_hexval((unsigned char) hex[2 * i]);
-        lo = tb_hexval((unsigned char) hex[2 * i + 1]);
+        hi = tb_hex_digit((unsigned char) hex[2 * i]);
+        lo = tb_hex_digit((unsigned char) hex[2 * i + 1]);
 
         if (hi < 0 || lo < 0) {
             OPENSSL_cleanse(k->key, sizeof(k->key));

@@ -86,23 +86,6 @@ tb_sv_encode(tb_sv_out_t *o, const unsigned char *p, size_t n,
 }
 
 
-static int
-tb_sv_hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-
-    c |= 0x20;
-
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-
-    return -1;
-}
-
-
 /* %XX decoded into d (as long as the source at most); a stray '%' stays */
 static size_t
 tb_sv_decode(unsigned char *d, const unsigned char *p, size_t n)
@@ -112,8 +95,8 @@ tb_sv_decode(unsigned char *d, const unsigned char *p, size_t n)
 
     for (i = 0, w = 0; i < n; i++) {
         if (p[i] == '%' && i + 2 < n
-            && (hi = tb_sv_hexval(p[i + 1])) >= 0
-            && (lo = tb_sv_hexval(p[i + 2])) >= 0)
+            && (hi = tb_hex_digit(p[i + 1])) >= 0
+            && (lo = tb_hex_digit(p[i + 2])) >= 0)
         {
             d[w++] = (unsigned char) (hi << 4 | lo);
             i += 2;

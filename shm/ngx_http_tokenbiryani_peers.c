@@ -160,35 +160,6 @@ ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_peers_adopt(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *id, size_t len, const u_char fingerprint[8],
-    const tb_account_news_t *news, uint64_t who, int64_t now)
-{
-    unsigned             taken;
-    tb_account_state_t  *st;
-
-    taken = 0;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    st = ngx_http_tokenbiryani_peers_account_locked(zone->sh, id, len,
-                                                fingerprint);
-    if (st) {
-        taken = tb_account_adopt(st, news, who, now) | 0x100;
-    }
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    if (taken) {
-        /* a window read more recently may hold more than was thought */
-        ngx_http_tokenbiryani_capacity_changed(zone, now);
-    }
-
-    return taken != 0;
-}
-
-
-ngx_uint_t
 ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max)
 {
@@ -223,15 +194,16 @@ ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
 
 
 ngx_uint_t
-ngx_http_tokenbiryani_peers_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
+ngx_http_tokenbiryani_peers_adopt(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len, const u_char fingerprint[8],
-    const u_char *org, size_t org_len, int64_t now)
+    const tb_account_news_t *news, const u_char *org, size_t org_len,
+    uint64_t who, int64_t now)
 {
     ngx_uint_t                    moved;
     tb_account_state_t           *st;
     ngx_http_tokenbiryani_shm_t  *sh;
 
-    if (org_len == 0) {
+    if (news == NULL && org_len == 0) {
         return 0;
     }
 
@@ -242,9 +214,14 @@ ngx_http_tokenbiryani_peers_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
 
     st = ngx_http_tokenbiryani_peers_account_locked(sh, id, len, fingerprint);
 
-    if (st) {
+    if (st && news) {
+        /* a window read more recently may hold more than was thought */
+        (void) tb_account_adopt(st, news, who, now);
+        moved = 1;
+
+    } else if (st) {
         /* what the other read of it is as good as an answer here; theirs,
-         * already told */
+         * already told; a domain left may hold more than was thought */
         moved = ngx_http_tokenbiryani_zone_learn_org_locked(sh, st, org,
                                                             org_len, 1);
     }
@@ -252,7 +229,6 @@ ngx_http_tokenbiryani_peers_adopt_org(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (moved) {
-        /* a domain left may hold more than was thought */
         ngx_http_tokenbiryani_capacity_changed(zone, now);
     }
 

@@ -202,21 +202,11 @@ ngx_uint_t ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now, ngx_http_tokenbiryani_news_t *out, ngx_uint_t max);
 
 /*
- * another gateway's news of an account (who: the gateway, by a hash of its
- * name); 1 if this zone has the account
- */
-ngx_uint_t ngx_http_tokenbiryani_peers_adopt(
-    ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
-    const u_char fingerprint[8], const tb_account_news_t *news, uint64_t who,
-    int64_t now);
-
-/*
  * The organisation an account's answers named: its capacity domain is
  * the same on every gateway that shares the pool, whichever of them read
  * the answer.  The accounts whose organisation the peers have not been
  * told (max at most, each told once; all again after
- * ngx_http_tokenbiryani_peers_retell()), and another gateway's word of
- * one: 1 if it moved this zone's domains.
+ * ngx_http_tokenbiryani_peers_retell()).
  */
 typedef struct {
     char                           id[TB_ID_MAX + 1];
@@ -226,10 +216,17 @@ typedef struct {
 
 ngx_uint_t ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max);
-ngx_uint_t ngx_http_tokenbiryani_peers_adopt_org(
+
+/*
+ * Another gateway's word of an account (who: the gateway, by a hash of its
+ * name): its news, or (news NULL) the organisation its answers named.  1
+ * if this zone has the account and took the news, or if the organisation
+ * moved this zone's domains.
+ */
+ngx_uint_t ngx_http_tokenbiryani_peers_adopt(
     ngx_http_tokenbiryani_zone_t *zone, const u_char *id, size_t len,
-    const u_char fingerprint[8], const u_char *org, size_t org_len,
-    int64_t now);
+    const u_char fingerprint[8], const tb_account_news_t *news,
+    const u_char *org, size_t org_len, uint64_t who, int64_t now);
 
 /*
  * What the keys and conversations ran up, told to the peers

@@ -730,9 +730,9 @@ ngx_http_tokenbiryani_rpeers_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
             }
         }
 
-        (void) ngx_http_tokenbiryani_peers_adopt_org(&tmcf->zone, id, id_len,
-                                                     fingerprint, p, last - p,
-                                                     now);
+        (void) ngx_http_tokenbiryani_peers_adopt(&tmcf->zone, id, id_len,
+                                                 fingerprint, NULL, p,
+                                                 last - p, who, now);
         return;
     }
 
@@ -741,7 +741,8 @@ ngx_http_tokenbiryani_rpeers_message(ngx_http_tokenbiryani_main_conf_t *tmcf,
     }
 
     (void) ngx_http_tokenbiryani_peers_adopt(&tmcf->zone, id, id_len,
-                                             fingerprint, &news, who, now);
+                                             fingerprint, &news, NULL, 0,
+                                             who, now);
 }
 
 

@@ -447,12 +447,8 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
 
         rate = tb_est_undershoot_rate(copies[i], 1);
 
-        if (rate >= 0) {
-            cJSON_AddNumberToObject(m, "undershoot_rate", rate);
-
-        } else {
-            cJSON_AddNullToObject(m, "undershoot_rate");
-        }
+        ngx_http_tokenbiryani_add_number_or_null(m, "undershoot_rate",
+                                                 rate >= 0, rate);
 
         /* the input estimate: tokens per 1,000 text bytes once calibrated */
 

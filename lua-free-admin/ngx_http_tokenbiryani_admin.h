@@ -69,6 +69,10 @@ ngx_int_t ngx_http_tokenbiryani_store_json(ngx_http_request_t *r,
 cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
     u_char *data, size_t len);
 
+/* n added to obj as name where it is known, or null where it is not */
+cJSON *ngx_http_tokenbiryani_add_number_or_null(cJSON *obj, const char *name,
+    ngx_uint_t known, double n);
+
 /*
  * A new document with one member, name, made by add (cJSON_AddArrayTo-
  * Object, cJSON_AddObjectToObject): the member, the document in *root; or

@@ -291,13 +291,9 @@ ngx_http_tokenbiryani_admin_account_record(ngx_http_request_t *r,
     cJSON_AddBoolToObject(acct, "observable_limits",
                           a->conf->observable_limits);
 
-    if (a->conf->spend_cap_usd >= 0) {
-        cJSON_AddNumberToObject(acct, "spend_cap_usd",
-                                a->conf->spend_cap_usd);
-
-    } else {
-        cJSON_AddNullToObject(acct, "spend_cap_usd");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(acct, "spend_cap_usd",
+                                             a->conf->spend_cap_usd >= 0,
+                                             a->conf->spend_cap_usd);
 
     m = cJSON_AddArrayToObject(acct, "models");
     if (m == NULL) {

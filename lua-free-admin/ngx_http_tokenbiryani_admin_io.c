@@ -72,6 +72,15 @@ ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name, u_char *data,
 
 
 cJSON *
+ngx_http_tokenbiryani_add_number_or_null(cJSON *obj, const char *name,
+    ngx_uint_t known, double n)
+{
+    return known ? cJSON_AddNumberToObject(obj, name, n)
+                 : cJSON_AddNullToObject(obj, name);
+}
+
+
+cJSON *
 ngx_http_tokenbiryani_json_doc(cJSON **root, const char *name,
     cJSON *(*add)(cJSON *obj, const char *name))
 {

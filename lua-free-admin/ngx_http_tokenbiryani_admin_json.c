@@ -151,13 +151,8 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
         cJSON_AddStringToObject(acct, "reason", reason);
     }
 
-    if (until > now) {
-        cJSON_AddNumberToObject(acct, "until_in",
-                                (double) (until - now) / 1000);
-
-    } else {
-        cJSON_AddNullToObject(acct, "until_in");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(acct, "until_in", until > now,
+                                             (double) (until - now) / 1000);
 
     if (*state == TB_STATE_DISABLED) {
         cJSON_AddStringToObject(acct, "disabled_reason", reason);
@@ -173,19 +168,13 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     /* since when it fails, and when it last answered well: "3 of 4
      * failing to connect; last success 2 min ago" */
 
-    if (s.failing_since_ms && s.failing_since_ms <= now) {
-        cJSON_AddNumberToObject(acct, "failing_for",
-                                (double) (now - s.failing_since_ms) / 1000);
-    } else {
-        cJSON_AddNullToObject(acct, "failing_for");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(acct, "failing_for",
+        s.failing_since_ms && s.failing_since_ms <= now,
+        (double) (now - s.failing_since_ms) / 1000);
 
-    if (s.last_success_ms && s.last_success_ms <= now) {
-        cJSON_AddNumberToObject(acct, "last_success_ago",
-                                (double) (now - s.last_success_ms) / 1000);
-    } else {
-        cJSON_AddNullToObject(acct, "last_success_ago");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(acct, "last_success_ago",
+        s.last_success_ms && s.last_success_ms <= now,
+        (double) (now - s.last_success_ms) / 1000);
 
     w = cJSON_AddObjectToObject(acct, "breaker");
     if (w == NULL) {
@@ -198,14 +187,11 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     cJSON_AddBoolToObject(w, "probe_in_flight", s.breaker.probe != 0);
     cJSON_AddNumberToObject(w, "opened_total", (double) s.breaker.opened_total);
 
-    if (bs == TB_BREAKER_OPEN) {
-        cJSON_AddNumberToObject(w, "half_open_in",
-                (double) (tb_breaker_half_open_at(&s.breaker,
-                                                  &tmcf->zone.breaker, now)
-                          - now) / 1000);
-    } else {
-        cJSON_AddNullToObject(w, "half_open_in");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(w, "half_open_in",
+        bs == TB_BREAKER_OPEN,
+        (double) (tb_breaker_half_open_at(&s.breaker, &tmcf->zone.breaker,
+                                          now)
+                  - now) / 1000);
 
     m = cJSON_AddArrayToObject(acct, "rejected_models");
     if (m == NULL) {
@@ -236,12 +222,9 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
 
     cJSON_AddNumberToObject(w, "max", (double) a->conf->max_concurrency);
 
-    if (s.ceiling && (int64_t) s.ceiling < a->conf->max_concurrency) {
-        cJSON_AddNumberToObject(w, "learned", (double) s.ceiling);
-
-    } else {
-        cJSON_AddNullToObject(w, "learned");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(w, "learned",
+        s.ceiling && (int64_t) s.ceiling < a->conf->max_concurrency,
+        (double) s.ceiling);
 
     if (s.org[0] || s.mirror.org[0]) {
         cJSON_AddStringToObject(acct, "organization_id",
@@ -282,21 +265,13 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     w = ngx_http_tokenbiryani_window_json(&ws->mirror.w[TB_WIN_OUTPUT], now);
     cJSON_AddItemToObject(limits, "output_tokens", w);
 
-    if (ws->mirror.retry_after_ms > now) {
-        cJSON_AddNumberToObject(limits, "retry_after_in",
-                             (double) (ws->mirror.retry_after_ms - now) / 1000);
+    ngx_http_tokenbiryani_add_number_or_null(limits, "retry_after_in",
+        ws->mirror.retry_after_ms > now,
+        (double) (ws->mirror.retry_after_ms - now) / 1000);
 
-    } else {
-        cJSON_AddNullToObject(limits, "retry_after_in");
-    }
-
-    if (ws->mirror.observed_ms) {
-        cJSON_AddNumberToObject(limits, "observed_ago",
-                                (double) (now - ws->mirror.observed_ms) / 1000);
-
-    } else {
-        cJSON_AddNullToObject(limits, "observed_ago");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(limits, "observed_ago",
+        ws->mirror.observed_ms != 0,
+        (double) (now - ws->mirror.observed_ms) / 1000);
 
     cJSON_AddNumberToObject(acct, "headroom",
                             tb_headroom(a->conf, ws, now));
@@ -367,12 +342,9 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
     cJSON_AddNumberToObject(acct, "failures_total",
                             (double) s.failures_total);
 
-    if (s.last_status) {
-        cJSON_AddNumberToObject(acct, "last_status", (double) s.last_status);
-
-    } else {
-        cJSON_AddNullToObject(acct, "last_status");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(acct, "last_status",
+                                             s.last_status != 0,
+                                             (double) s.last_status);
 
     return acct;
 
@@ -395,19 +367,12 @@ ngx_http_tokenbiryani_window_json(const tb_window_t *win, int64_t now)
         return NULL;
     }
 
-    if (win->limit >= 0) {
-        cJSON_AddNumberToObject(w, "limit", (double) win->limit);
+    ngx_http_tokenbiryani_add_number_or_null(w, "limit", win->limit >= 0,
+                                             (double) win->limit);
 
-    } else {
-        cJSON_AddNullToObject(w, "limit");
-    }
-
-    if (win->remaining >= 0) {
-        cJSON_AddNumberToObject(w, "remaining", (double) win->remaining);
-
-    } else {
-        cJSON_AddNullToObject(w, "remaining");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(w, "remaining",
+                                             win->remaining >= 0,
+                                             (double) win->remaining);
 
     if (win->reset_ms) {
         cJSON_AddNumberToObject(w, "reset_in",
@@ -519,12 +484,8 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
 
     cJSON_AddNumberToObject(obj, "latency_ms", (double) rec->latency_ms);
 
-    if (rec->ttft_ms >= 0) {
-        cJSON_AddNumberToObject(obj, "ttft_ms", (double) rec->ttft_ms);
-
-    } else {
-        cJSON_AddNullToObject(obj, "ttft_ms");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(obj, "ttft_ms", rec->ttft_ms >= 0,
+                                             (double) rec->ttft_ms);
 
     cJSON_AddNumberToObject(obj, "queued_ms", (double) rec->queued_ms);
     cJSON_AddStringToObject(obj, "priority",
@@ -540,12 +501,9 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         cJSON_AddNumberToObject(d, "waits", (double) rec->queued);
         cJSON_AddNumberToObject(d, "waited_ms", (double) rec->queued_ms);
 
-        if (rec->woken_ms >= 0) {
-            cJSON_AddNumberToObject(d, "woken_ms", (double) rec->woken_ms);
-
-        } else {
-            cJSON_AddNullToObject(d, "woken_ms");
-        }
+        ngx_http_tokenbiryani_add_number_or_null(d, "woken_ms",
+                                                 rec->woken_ms >= 0,
+                                                 (double) rec->woken_ms);
     }
     cJSON_AddStringToObject(obj, "affinity",
                             tb_affinity_name((tb_affinity_e) rec->affinity));
@@ -615,12 +573,9 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         id = ngx_http_tokenbiryani_slot_id(r, rec->attempts[i].slot);
         cJSON_AddStringToObject(item, "account", id ? id : "?");
 
-        if (rec->attempts[i].status) {
-            cJSON_AddNumberToObject(item, "status", rec->attempts[i].status);
-
-        } else {
-            cJSON_AddNullToObject(item, "status");
-        }
+        ngx_http_tokenbiryani_add_number_or_null(item, "status",
+                                                 rec->attempts[i].status != 0,
+                                                 rec->attempts[i].status);
 
         cJSON_AddStringToObject(item, "kind",
                         ngx_http_tokenbiryani_kind_name(rec->attempts[i].kind));
@@ -629,12 +584,8 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
 
         /* what came before it, and what sent it there */
 
-        if (i) {
-            cJSON_AddNumberToObject(item, "waited_ms",
-                                    rec->attempts[i].waited_ms);
-        } else {
-            cJSON_AddNullToObject(item, "waited_ms");
-        }
+        ngx_http_tokenbiryani_add_number_or_null(item, "waited_ms", i != 0,
+                                                 rec->attempts[i].waited_ms);
 
         cJSON_AddNumberToObject(item, "eligible", rec->attempts[i].eligible);
         cJSON_AddNumberToObject(item, "score",
@@ -679,13 +630,9 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     cJSON_AddStringToObject(d, "affinity",
                             tb_affinity_name((tb_affinity_e) rec->affinity));
 
-    if (rec->soonest > rec->decided_ms) {
-        cJSON_AddNumberToObject(d, "soonest_available_in",
-                        (double) (rec->soonest - rec->decided_ms) / 1000);
-
-    } else {
-        cJSON_AddNullToObject(d, "soonest_available_in");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(d, "soonest_available_in",
+        rec->soonest > rec->decided_ms,
+        (double) (rec->soonest - rec->decided_ms) / 1000);
 
     cJSON_AddNumberToObject(d, "accounts", rec->candidates);
 

@@ -176,12 +176,9 @@ ngx_http_tokenbiryani_admin_horizon(ngx_http_request_t *r)
         }
     }
 
-    if (reset) {
-        cJSON_AddNumberToObject(root, "next_reset_seconds",
-                                (double) (reset - now) / 1000);
-    } else {
-        cJSON_AddNullToObject(root, "next_reset_seconds");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(root, "next_reset_seconds",
+                                             reset != 0,
+                                             (double) (reset - now) / 1000);
 
     obj = cJSON_AddObjectToObject(root, "queue");
     if (obj == NULL) {

@@ -411,12 +411,9 @@ ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r)
     cJSON_AddNumberToObject(root, "runaway_turns",
                             (double) cf->sessions_runaway_turns);
 
-    if (cf->sessions_runaway_spend_usd >= 0) {
-        cJSON_AddNumberToObject(root, "runaway_spend_usd",
-                                cf->sessions_runaway_spend_usd);
-    } else {
-        cJSON_AddNullToObject(root, "runaway_spend_usd");
-    }
+    ngx_http_tokenbiryani_add_number_or_null(root, "runaway_spend_usd",
+        cf->sessions_runaway_spend_usd >= 0,
+        cf->sessions_runaway_spend_usd);
 
     cJSON_AddNumberToObject(root, "total", (double) zs.nsessions);
     cJSON_AddNumberToObject(root, "evicted", (double) zs.sessions_evicted);

@@ -34,6 +34,8 @@ static void ngx_http_tokenbiryani_usage_add(tb_usage_row_t *to,
     const tb_usage_row_t *u);
 static cJSON *ngx_http_tokenbiryani_usage_json(cJSON *obj,
     const tb_usage_row_t *u);
+static cJSON *ngx_http_tokenbiryani_usage_totals(cJSON *obj,
+    const tb_usage_row_t *u);
 
 
 /* a read of the store: answered as a write is, and never refused */
@@ -280,18 +282,12 @@ ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
     for (j = 0; j < ngroups; j++) {
         g = cJSON_GetArrayItem(groups, (int) j);
 
-        if (ngx_http_tokenbiryani_usage_json(
-                cJSON_AddObjectToObject(g, "totals"), &gt[j]) == NULL)
-        {
+        if (ngx_http_tokenbiryani_usage_totals(g, &gt[j]) == NULL) {
             goto failed;
         }
     }
 
-    if (ngx_http_tokenbiryani_usage_json(cJSON_AddObjectToObject(root,
-                                                                 "totals"),
-                                         &total)
-        == NULL)
-    {
+    if (ngx_http_tokenbiryani_usage_totals(root, &total) == NULL) {
         goto failed;
     }
 
@@ -350,6 +346,16 @@ ngx_http_tokenbiryani_usage_json(cJSON *obj, const tb_usage_row_t *u)
                                    : 0);
 
     return obj;
+}
+
+
+/* obj's "totals": what its rows add up to, u */
+
+static cJSON *
+ngx_http_tokenbiryani_usage_totals(cJSON *obj, const tb_usage_row_t *u)
+{
+    return ngx_http_tokenbiryani_usage_json(
+               cJSON_AddObjectToObject(obj, "totals"), u);
 }
 
 

@@ -16,34 +16,6 @@
 #define NGX_HTTP_TB_MINUTE_MS          60000
 
 
-/*
- * The live account another gateway speaks of: the same id with the same
- * credential (the same id with another credential is another account).
- * Under the lock.
- */
-
-static tb_account_state_t *
-ngx_http_tokenbiryani_peers_account_locked(ngx_http_tokenbiryani_shm_t *sh,
-    const u_char *id, size_t len, const u_char fingerprint[8])
-{
-    ngx_uint_t           i;
-    tb_account_state_t  *st;
-
-    for (i = 0; i < sh->nslots; i++) {
-        st = sh->slots[i];
-
-        if (st->live && ngx_strlen(st->id) == len
-            && ngx_strncmp(st->id, id, len) == 0
-            && ngx_memcmp(st->fingerprint, fingerprint, 8) == 0)
-        {
-            return st;
-        }
-    }
-
-    return NULL;
-}
-
-
 void
 ngx_http_tokenbiryani_peers_withhold(ngx_http_tokenbiryani_zone_t *zone,
     uint32_t withheld, ngx_uint_t peers, int64_t now)
@@ -199,6 +171,7 @@ ngx_http_tokenbiryani_peers_adopt(ngx_http_tokenbiryani_zone_t *zone,
     const tb_account_news_t *news, const u_char *org, size_t org_len,
     uint64_t who, int64_t now)
 {
+    ngx_int_t                     i;
     ngx_uint_t                    moved;
     tb_account_state_t           *st;
     ngx_http_tokenbiryani_shm_t  *sh;
@@ -212,7 +185,13 @@ ngx_http_tokenbiryani_peers_adopt(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    st = ngx_http_tokenbiryani_peers_account_locked(sh, id, len, fingerprint);
+    /*
+     * the live account it speaks of: the same id with the same credential
+     * (the same id with another credential is another account)
+     */
+
+    i = ngx_http_tokenbiryani_zone_find_locked(sh, id, len, fingerprint, 1);
+    st = (i >= 0) ? sh->slots[i] : NULL;
 
     if (st && news) {
         /* a window read more recently may hold more than was thought */

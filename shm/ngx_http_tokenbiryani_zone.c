@@ -92,12 +92,38 @@ ngx_http_tokenbiryani_evictor_add(ngx_http_tokenbiryani_zone_t *zone,
     }
 }
 
+
+ngx_int_t
+ngx_http_tokenbiryani_zone_find_locked(ngx_http_tokenbiryani_shm_t *sh,
+    const u_char *id, size_t len, const u_char *fingerprint, ngx_uint_t live)
+{
+    ngx_uint_t           i;
+    tb_account_state_t  *st;
+
+    for (i = 0; i < sh->nslots; i++) {
+        st = sh->slots[i];
+
+        if ((st->live || !live)
+            && ngx_strlen(st->id) == len
+            && ngx_strncmp(st->id, id, len) == 0
+            && (fingerprint == NULL
+                || ngx_memcmp(st->fingerprint, fingerprint, 8) == 0))
+        {
+            return (ngx_int_t) i;
+        }
+    }
+
+    return -1;
+}
+
+
 tb_account_state_t *
 ngx_http_tokenbiryani_zone_slot_locked(ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool, ngx_http_tokenbiryani_zone_account_t *za,
     ngx_uint_t *index)
 {
-    ngx_uint_t           i, n;
+    ngx_int_t            found;
+    ngx_uint_t           n;
     tb_account_state_t  *slot, **slots;
 
     /*
@@ -107,16 +133,11 @@ ngx_http_tokenbiryani_zone_slot_locked(ngx_http_tokenbiryani_shm_t *sh,
      * previous configuration finish on the old one.
      */
 
-    for (i = 0; i < sh->nslots; i++) {
-        slot = sh->slots[i];
-
-        if (ngx_strlen(slot->id) == za->id_len
-            && ngx_strncmp(slot->id, za->id, za->id_len) == 0
-            && ngx_memcmp(slot->fingerprint, za->fingerprint, 8) == 0)
-        {
-            *index = i;
-            return slot;
-        }
+    found = ngx_http_tokenbiryani_zone_find_locked(sh, za->id, za->id_len,
+                                                   za->fingerprint, 0);
+    if (found >= 0) {
+        *index = (ngx_uint_t) found;
+        return sh->slots[found];
     }
 
     if (sh->nslots == sh->slots_size) {
@@ -192,6 +213,7 @@ ngx_int_t
 ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len)
 {
+    ngx_int_t                             found;
     ngx_uint_t                            i;
     ngx_http_tokenbiryani_shm_t          *sh;
     tb_account_state_t                   *slot;
@@ -205,24 +227,25 @@ ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (i = 0; i < sh->nslots; i++) {
-        if (ngx_strlen(sh->slots[i]->id) == len
-            && ngx_strncmp(sh->slots[i]->id, id, len) == 0)
-        {
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-            return (ngx_int_t) i;
+    /* the id's slot, whatever its credential, or a new one */
+
+    found = ngx_http_tokenbiryani_zone_find_locked(sh, id, len, NULL, 0);
+
+    if (found < 0) {
+        ngx_memzero(&za, sizeof(za));
+        za.id = (u_char *) id;
+        za.id_len = len;
+
+        slot = ngx_http_tokenbiryani_zone_slot_locked(sh, zone->shpool, &za,
+                                                      &i);
+        if (slot) {
+            found = (ngx_int_t) i;
         }
     }
 
-    ngx_memzero(&za, sizeof(za));
-    za.id = (u_char *) id;
-    za.id_len = len;
-
-    slot = ngx_http_tokenbiryani_zone_slot_locked(sh, zone->shpool, &za, &i);
-
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    return slot ? (ngx_int_t) i : -1;
+    return found;
 }
 
 
@@ -230,31 +253,15 @@ ngx_int_t
 ngx_http_tokenbiryani_zone_slot_find(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len)
 {
-    ngx_int_t                     found;
-    ngx_uint_t                    i;
-    tb_account_state_t           *st;
-    ngx_http_tokenbiryani_shm_t  *sh;
-
-    sh = zone->sh;
+    ngx_int_t  found;
 
     if (len == 0 || len > TB_ID_MAX) {
         return -1;
     }
 
-    found = -1;
-
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (i = 0; i < sh->nslots; i++) {
-        st = sh->slots[i];
-
-        if (st->live && ngx_strlen(st->id) == len
-            && ngx_strncmp(st->id, id, len) == 0)
-        {
-            found = (ngx_int_t) i;
-            break;
-        }
-    }
+    found = ngx_http_tokenbiryani_zone_find_locked(zone->sh, id, len, NULL, 1);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 

@@ -368,6 +368,15 @@ typedef struct {
 ngx_uint_t ngx_http_tokenbiryani_owner_gone(
     ngx_http_tokenbiryani_owners_t *owners, ngx_pid_t pid);
 
+/*
+ * The index of the slot of account id (len bytes): a live one only (live),
+ * with that credential and host fingerprint (not NULL); or -1.  Under the
+ * lock.
+ */
+ngx_int_t ngx_http_tokenbiryani_zone_find_locked(
+    ngx_http_tokenbiryani_shm_t *sh, const u_char *id, size_t len,
+    const u_char *fingerprint, ngx_uint_t live);
+
 /* the slot of an account id and fingerprint, made when new; NULL: no
  * memory.  Under the lock. */
 tb_account_state_t *ngx_http_tokenbiryani_zone_slot_locked(

@@ -526,12 +526,11 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
     tb_account_state_t                    s;
     ngx_http_tokenbiryani_store_state_t   st;
     tb_state_e                          state;
-    ngx_http_tokenbiryani_ctx_t        *ctx;
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
-    ctx = ngx_http_tokenbiryani_create_ctx(r);
-    if (ctx == NULL) {
+    /* the context: what sends the answer marks it as its own */
+    if (ngx_http_tokenbiryani_create_ctx(r) == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

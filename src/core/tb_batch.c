@@ -130,13 +130,14 @@ static int
 tb_batch_request(const unsigned char *p, size_t len, size_t i,
     tb_batch_each_pt each, void *data, char *err, size_t errlen)
 {
-    size_t                n;
+    size_t                n, k;
     tb_json_walk_t        w;
     tb_batch_members_t    m;
     const unsigned char  *v;
     char                  cid[TB_BATCH_CUSTOM_ID_MAX + 2];
 
     static const char *const  names[] = { "custom_id", "params", NULL };
+    static const char         open[] = { '"', '{' };
 
     m.names = names;
 
@@ -151,19 +152,23 @@ tb_batch_request(const unsigned char *p, size_t len, size_t i,
         return -1;
     }
 
-    if (m.spans[0].len == 0) {
-        snprintf(err, errlen, "requests.%zu.custom_id: Field required", i);
-        return -1;
+    /* each member there, of its type: a string, an object */
+
+    for (k = 0; k < 2; k++) {
+        if (m.spans[k].len == 0) {
+            snprintf(err, errlen, "requests.%zu.%s: Field required", i,
+                     names[k]);
+            return -1;
+        }
+
+        if (p[m.spans[k].off] != open[k]) {
+            snprintf(err, errlen, "requests.%zu.%s: expected %s", i,
+                     names[k], open[k] == '"' ? "a string" : "an object");
+            return -1;
+        }
     }
 
     v = p + m.spans[0].off;
-
-    if (*v != '"') {
-        snprintf(err, errlen, "requests.%zu.custom_id: expected a string",
-                 i);
-        return -1;
-    }
-
     n = tb_json_unescape(v + 1, v + m.spans[0].len - 1, cid, sizeof(cid));
 
     if (n > TB_BATCH_CUSTOM_ID_MAX || !tb_batch_id_ok(cid, n)) {
@@ -172,17 +177,7 @@ tb_batch_request(const unsigned char *p, size_t len, size_t i,
         return -1;
     }
 
-    if (m.spans[1].len == 0) {
-        snprintf(err, errlen, "requests.%zu.params: Field required", i);
-        return -1;
-    }
-
     v = p + m.spans[1].off;
-
-    if (*v != '{') {
-        snprintf(err, errlen, "requests.%zu.params: expected an object", i);
-        return -1;
-    }
 
     return each(data, i, cid, v, m.spans[1].len, err, errlen);
 }

@@ -80,6 +80,10 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
         ngx_queue_init(&sh->sess_lru);
         ngx_queue_init(&sh->sess_dirty);
 
+        ngx_rbtree_init(&sh->obj_tree, &sh->obj_sentinel,
+                        ngx_rbtree_insert_value);
+        ngx_queue_init(&sh->obj_queue);
+
         shpool->data = sh;
 
         len = sizeof(" in tokenbiryani zone \"\"") + shm_zone->shm.name.len;

@@ -25,6 +25,7 @@
 #include "tb_estimator.h"
 #include "tb_peers.h"
 #include "tb_record.h"
+#include "tb_batch.h"
 
 
 #define NGX_HTTP_TB_REQUEST_ID_LEN     28      /* "tbr_" + 24 hex */
@@ -993,6 +994,69 @@ ngx_uint_t ngx_http_tokenbiryani_store_flusher(
     ngx_http_tokenbiryani_zone_t *zone, ngx_pid_t pid);
 void ngx_http_tokenbiryani_store_unelect(ngx_http_tokenbiryani_zone_t *zone,
     ngx_pid_t pid);
+
+
+/*
+ * Objects the upstream keeps for the account that made them
+ * (shm/ngx_http_tokenbiryani_objects.c): a message batch, a file.
+ */
+
+#define NGX_HTTP_TB_OBJECT_BATCH       1
+#define NGX_HTTP_TB_OBJECT_FILE        2
+#define NGX_HTTP_TB_OBJECT_ID_MAX      TB_BATCH_ID_MAX
+#define NGX_HTTP_TB_OBJECT_COUNTS      TB_BATCH_NCOUNTS
+
+typedef struct {
+    ngx_uint_t                     kind;          /* NGX_HTTP_TB_OBJECT_* */
+    ngx_uint_t                     status;        /* a batch's
+                                                     tb_batch_status_e */
+    ngx_uint_t                     over;          /* a batch that ended */
+    ngx_int_t                      slot;          /* its account's */
+    uint64_t                       key;           /* its key's name hashed;
+                                                     0: open mode */
+    int64_t                        created_ms;
+    int64_t                        seen_ms;       /* its state, read then */
+    int64_t                        reserved;      /* nanodollars held for
+                                                     it on the ledgers */
+    int64_t                        charged;       /* nanodollars */
+    int64_t                        counts[NGX_HTTP_TB_OBJECT_COUNTS];
+    size_t                         id_len;
+    u_char                         id[NGX_HTTP_TB_OBJECT_ID_MAX + 1];
+    u_char                         key_name[TB_ID_MAX + 1];
+} ngx_http_tokenbiryani_object_view_t;
+
+/*
+ * NGX_OK; NGX_DECLINED when its id is known already; NGX_BUSY when max are
+ * kept and none is over; NGX_ERROR: no memory
+ */
+ngx_int_t ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max);
+
+/* a copy in *out: NGX_OK, or NGX_DECLINED when it is not known */
+ngx_int_t ngx_http_tokenbiryani_object_get(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t kind, const u_char *id, size_t len,
+    ngx_http_tokenbiryani_object_view_t *out);
+
+/* what the upstream said of it now (counts: -1 for one not said) */
+ngx_int_t ngx_http_tokenbiryani_object_seen(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
+    size_t len, ngx_uint_t status,
+    const int64_t counts[NGX_HTTP_TB_OBJECT_COUNTS], int64_t now);
+
+ngx_int_t ngx_http_tokenbiryani_object_remove(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
+    size_t len);
+
+/*
+ * Newest first, of kind and key (0: every key's), after the one named
+ * (NULL: from the newest): at most max in out, *more set when there are
+ * more
+ */
+ngx_uint_t ngx_http_tokenbiryani_object_list(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, uint64_t key,
+    const u_char *after, size_t after_len,
+    ngx_http_tokenbiryani_object_view_t *out, ngx_uint_t max,
+    ngx_uint_t *more);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_SHM_H_INCLUDED_ */

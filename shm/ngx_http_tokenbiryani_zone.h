@@ -307,6 +307,14 @@ struct ngx_http_tokenbiryani_shm_s {
     /* conversations, and the ledgers' sequence of charges */
     ngx_rbtree_t                   sess_tree;
     ngx_rbtree_node_t              sess_sentinel;
+
+    /* objects the upstream keeps for an account: batches, files */
+    ngx_rbtree_t                   obj_tree;
+    ngx_rbtree_node_t              obj_sentinel;
+    ngx_queue_t                    obj_queue;     /* newest first */
+    ngx_uint_t                     nobjects;
+    uint64_t                       objects_gen;
+    uint64_t                       objects_dropped;
     ngx_queue_t                    sess_lru;
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;
@@ -326,6 +334,14 @@ struct ngx_http_tokenbiryani_shm_s {
     /* the console's sign-in tickets (ngx_http_tokenbiryani_tickets.c) */
     ngx_http_tokenbiryani_ticket_slot_t  tickets[NGX_HTTP_TB_TICKETS];
 };
+
+
+/* an object the upstream keeps (..._objects.c), in the zone */
+typedef struct {
+    ngx_rbtree_node_t              node;          /* key: its id hashed */
+    ngx_queue_t                    queue;
+    ngx_http_tokenbiryani_object_view_t  v;
+} ngx_http_tokenbiryani_object_t;
 
 
 /* a conversation changed: to be told to the peers */

@@ -69,6 +69,7 @@
 #define NGX_HTTP_TB_MESSAGES           1
 #define NGX_HTTP_TB_COUNT_TOKENS       2
 #define NGX_HTTP_TB_MODELS             3
+#define NGX_HTTP_TB_BATCHES            4      /* ..._batches.c */
 
 /* ctx->marks[], per account */
 #define NGX_HTTP_TB_MARK_TRIED         0x01  /* left out of the decisions */
@@ -352,6 +353,8 @@ typedef struct {
     tb_body_t                      body;
 
     void                          *admin_data;  /* an admin write's */
+    void                          *object;      /* a batch request's:
+                                                   ..._objreq_t */
 
     /* the accounts there were when it began: the ones it may use */
     ngx_uint_t                     naccounts;
@@ -418,6 +421,7 @@ typedef struct {
     unsigned                       rewrite_body:1;
     unsigned                       costed:1;      /* cost is settled */
     unsigned                       no_own_headers:1;  /* x-tokenbiryani-* */
+    unsigned                       object_body:1; /* a batch's, rewritten */
 } ngx_http_tokenbiryani_ctx_t;
 
 

@@ -112,6 +112,16 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
         }
     }
 
+    if (ctx->object_body) {
+        /* a batch's answer, rewritten: its own length */
+        r->headers_out.content_length_n = ctx->resp.held;
+
+        if (r->headers_out.content_length) {
+            r->headers_out.content_length->hash = 0;
+            r->headers_out.content_length = NULL;
+        }
+    }
+
     value.data = ctx->request_id;
     value.len = NGX_HTTP_TB_REQUEST_ID_LEN;
 

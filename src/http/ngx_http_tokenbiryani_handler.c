@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "ngx_http_tokenbiryani_handler.h"
+#include "ngx_http_tokenbiryani_batches.h"
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_route.h"
 #include "ngx_http_tokenbiryani_attempt.h"
@@ -32,6 +33,8 @@ static ngx_uint_t ngx_http_tokenbiryani_has_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_refuse_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r);
+static void ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_tokenbiryani_body_unmap(void *data);
@@ -98,14 +101,29 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
         ctx->kind = NGX_HTTP_TB_MODELS;
 
     } else {
-        return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
-                   "not_found_error",
-                   "tokenbiryani serves /v1/messages, "
-                   "/v1/messages/count_tokens and /v1/models, not %V", uri);
+        rc = ngx_http_tokenbiryani_object_path(r, ctx);
+
+        if (rc == NGX_DECLINED) {
+            return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
+                       "not_found_error",
+                       "tokenbiryani serves /v1/messages, "
+                       "/v1/messages/count_tokens, /v1/messages/batches and "
+                       "/v1/models, not %V", uri);
+        }
+
+        if (rc != NGX_OK) {
+            return ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL);
+        }
     }
 
-    if (ctx->kind == NGX_HTTP_TB_MODELS) {
-        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+    if (ctx->kind == NGX_HTTP_TB_MODELS
+        || (ctx->kind == NGX_HTTP_TB_BATCHES
+            && ((ngx_http_tokenbiryani_objreq_t *) ctx->object)->op
+               != NGX_HTTP_TB_OBJ_CREATE))
+    {
+        if (ctx->kind == NGX_HTTP_TB_MODELS
+            && !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)))
+        {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_ALLOWED,
                        "invalid_request_error",
                        "%V expects GET, not %V", uri, &r->method_name);
@@ -223,6 +241,43 @@ ngx_http_tokenbiryani_refuse_body(ngx_http_request_t *r)
 }
 
 
+/* a batch request, its body read: answered here, or routed */
+
+static void
+ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
+{
+    ngx_int_t                        rc;
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    o = ctx->object;
+
+    if (o->op == NGX_HTTP_TB_OBJ_CREATE
+        && ngx_http_tokenbiryani_body_bytes(r, body) != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    rc = ngx_http_tokenbiryani_object_begin(r, ctx, body);
+
+    if (rc == NGX_DONE) {
+        return;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_tokenbiryani_send_error(r, rc, NULL,
+                                                                   NULL));
+        return;
+    }
+
+    ctx->route.body = *body;
+
+    ngx_http_tokenbiryani_route_begin(r);
+}
+
+
 static void
 ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
 {
@@ -241,6 +296,11 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
 
     body.len = 0;
     body.data = (u_char *) "";
+
+    if (ctx->kind == NGX_HTTP_TB_BATCHES) {
+        ngx_http_tokenbiryani_batch_begin(r, ctx, &body);
+        return;
+    }
 
     if (ctx->kind != NGX_HTTP_TB_MODELS) {
 

@@ -16,6 +16,7 @@
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_events.h"
+#include "ngx_http_tokenbiryani_batches.h"
 #include "tb_hash.h"
 
 
@@ -72,6 +73,7 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     u_char                             *pool;
     int64_t                             input, output, max_tokens, text;
     int64_t                             fixed;
+    ngx_int_t                           pin;
     ngx_uint_t                          i, n, calibrated;
     tb_cand_t                          *c;
     ngx_http_tokenbiryani_account_t    *a;
@@ -90,9 +92,11 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    /* what the decisions of this request read of each account */
+    /* what the decisions of this request read of each account: a batch's
+     * own account only, once it has one */
 
     pool = ctx->pool;
+    pin = ctx->object ? ngx_http_tokenbiryani_object_pin(ctx) : -1;
 
     for (i = 0; i < n; i++) {
         c = &ctx->route.cands[i];
@@ -110,7 +114,8 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->domain = 0;
         c->removed = a[i].retired;
         c->tried = 0;
-        c->in_pool = pool ? pool[i] : 1;
+        c->in_pool = (pin >= 0) ? (a[i].slot == (ngx_uint_t) pin)
+                                : (pool ? pool[i] : 1);
     }
 
     if (ctx->kind != NGX_HTTP_TB_MESSAGES) {

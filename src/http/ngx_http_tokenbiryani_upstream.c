@@ -16,6 +16,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_upstream.h"
+#include "ngx_http_tokenbiryani_batches.h"
 #include "ngx_http_tokenbiryani_outcome.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_platform.h"
@@ -1054,8 +1055,20 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
 
     resp->whole = 1;
 
-    if (ctx->kind == NGX_HTTP_TB_MESSAGES && u->headers_in.chunked) {
+    if (ctx->kind != NGX_HTTP_TB_COUNT_TOKENS
+        && ctx->kind != NGX_HTTP_TB_MODELS && u->headers_in.chunked)
+    {
         ngx_http_tokenbiryani_unchunk(ctx);
+    }
+
+    /* a batch's answer: the batch kept, its results_url made the gateway's */
+
+    if (ctx->kind == NGX_HTTP_TB_BATCHES
+        && ngx_http_tokenbiryani_object_answered(r, ctx) != NGX_OK)
+    {
+        return ngx_http_tokenbiryani_upstream_invalid(r, ctx,
+                   "answered 2xx with a body that is not the batch asked for",
+                   NGX_HTTP_UPSTREAM_INVALID_HEADER);
     }
 
     /* a Message is read once: valid JSON, and its usage */

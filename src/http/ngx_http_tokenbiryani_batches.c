@@ -1,0 +1,538 @@
+/*
+ * The Message Batches API through the pool (see
+ * ngx_http_tokenbiryani_batches.h).
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_batches.h"
+#include "ngx_http_tokenbiryani_error.h"
+#include "tb_batch.h"
+#include "tb_keys.h"
+
+
+#define NGX_HTTP_TB_BATCHES_PATH       "/v1/messages/batches"
+
+/* the batches the zone keeps at most: past it, the oldest that ended */
+#define NGX_HTTP_TB_OBJECTS_MAX        65536
+
+#define NGX_HTTP_TB_LIST_MAX           1000
+
+
+static ngx_int_t ngx_http_tokenbiryani_object_list_answer(
+    ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    u_char                          *p, *end, *slash;
+    size_t                           len;
+    ngx_uint_t                       op;
+    ngx_str_t                       *uri;
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    uri = &r->uri;
+    len = sizeof(NGX_HTTP_TB_BATCHES_PATH) - 1;
+
+    if (uri->len < len
+        || ngx_strncmp(uri->data, NGX_HTTP_TB_BATCHES_PATH, len) != 0
+        || (uri->len > len && uri->data[len] != '/'))
+    {
+        return NGX_DECLINED;
+    }
+
+    p = uri->data + len + 1;
+    end = uri->data + uri->len;
+
+    if (uri->len <= len + 1) {
+        /* the collection */
+        op = (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) ? NGX_HTTP_TB_OBJ_LIST
+             : (r->method == NGX_HTTP_POST) ? NGX_HTTP_TB_OBJ_CREATE : 0;
+        p = end;
+        slash = end;
+
+    } else {
+        slash = ngx_strlchr(p, end, '/');
+        if (slash == NULL) {
+            slash = end;
+        }
+
+        if (!tb_batch_id_ok((char *) p, slash - p)) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
+                "not_found_error", "message_batch not found");
+            return NGX_HTTP_NOT_FOUND;
+        }
+
+        if (slash == end) {
+            op = (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))
+                 ? NGX_HTTP_TB_OBJ_GET
+                 : (r->method == NGX_HTTP_DELETE) ? NGX_HTTP_TB_OBJ_DELETE : 0;
+
+        } else if (end - slash == sizeof("/cancel") - 1
+                   && ngx_strncmp(slash, "/cancel", end - slash) == 0)
+        {
+            op = (r->method == NGX_HTTP_POST) ? NGX_HTTP_TB_OBJ_CANCEL : 0;
+
+        } else if (end - slash == sizeof("/results") - 1
+                   && ngx_strncmp(slash, "/results", end - slash) == 0)
+        {
+            op = (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))
+                 ? NGX_HTTP_TB_OBJ_RESULTS : 0;
+
+        } else {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
+                "not_found_error", "tokenbiryani serves no %V", uri);
+            return NGX_HTTP_NOT_FOUND;
+        }
+    }
+
+    if (op == 0) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_ALLOWED,
+            "invalid_request_error", "%V does not take %V", uri,
+            &r->method_name);
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    o = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_objreq_t));
+    if (o == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    o->op = op;
+    o->found.kind = NGX_HTTP_TB_OBJECT_BATCH;
+    o->found.slot = -1;
+    o->found.id_len = slash - p;
+    ngx_memcpy(o->found.id, p, o->found.id_len);
+
+    if (op != NGX_HTTP_TB_OBJ_LIST) {
+        /* only the list reads a query string: nothing else is sent on */
+        r->args.len = 0;
+    }
+
+    ctx->kind = NGX_HTTP_TB_BATCHES;
+    ctx->object = o;
+
+    return NGX_OK;
+}
+
+
+/* a create's requests, each checked against the key's scopes */
+
+typedef struct {
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+    ngx_uint_t                    forbidden;
+} ngx_http_tokenbiryani_batch_check_t;
+
+
+static int
+ngx_http_tokenbiryani_batch_each(void *data, size_t i, const char *custom_id,
+    const unsigned char *params, size_t plen, char *err, size_t errlen)
+{
+    tb_body_t                             body;
+    ngx_http_tokenbiryani_ctx_t          *ctx;
+    ngx_http_tokenbiryani_batch_check_t  *bc;
+    char                                  why[256];
+
+    bc = data;
+    ctx = bc->ctx;
+
+    if (tb_scan_body(params, plen, &body, why, sizeof(why)) != 0) {
+        ngx_snprintf((u_char *) err, errlen, "requests.%uz.params: %s%Z", i,
+                     why);
+        return -1;
+    }
+
+    if (!body.has_model) {
+        ngx_snprintf((u_char *) err, errlen,
+                     "requests.%uz.params.model: Field required%Z", i);
+        return -1;
+    }
+
+    if (body.stream) {
+        ngx_snprintf((u_char *) err, errlen, "requests.%uz.params.stream: "
+                     "a batch's requests do not stream%Z", i);
+        return -1;
+    }
+
+    if (ctx->key
+        && !tb_models_match(ctx->key->models.items, ctx->key->models.n,
+                            body.model, body.model_len))
+    {
+        bc->forbidden = 1;
+        ngx_snprintf((u_char *) err, errlen, "key \"%s\" may not use model "
+                     "\"%s\" (requests.%uz)%Z", ctx->key->name, body.model,
+                     i);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
+{
+    size_t                                n;
+    ngx_http_tokenbiryani_objreq_t       *o;
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
+    ngx_http_tokenbiryani_batch_check_t   bc;
+    char                                  err[512];
+
+    o = ctx->object;
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    switch (o->op) {
+
+    case NGX_HTTP_TB_OBJ_LIST:
+        return ngx_http_tokenbiryani_object_list_answer(r, ctx);
+
+    case NGX_HTTP_TB_OBJ_CREATE:
+        bc.ctx = ctx;
+        bc.forbidden = 0;
+
+        if (tb_batch_scan(body->data, body->len, TB_BATCH_MAX_REQUESTS,
+                          ngx_http_tokenbiryani_batch_each, &bc, &n, err,
+                          sizeof(err))
+            != 0)
+        {
+            ngx_http_tokenbiryani_set_error(r,
+                bc.forbidden ? NGX_HTTP_FORBIDDEN : NGX_HTTP_BAD_REQUEST,
+                bc.forbidden ? "permission_error" : "invalid_request_error",
+                "%s", err);
+            return bc.forbidden ? NGX_HTTP_FORBIDDEN : NGX_HTTP_BAD_REQUEST;
+        }
+
+        o->requests = n;
+        return NGX_OK;
+
+    default:
+        break;
+    }
+
+    /*
+     * Another key's batch is answered as an unknown one: nothing says it
+     * exists.  An admin key reaches every batch.
+     */
+
+    if (ngx_http_tokenbiryani_object_get(&tmcf->zone,
+                                         NGX_HTTP_TB_OBJECT_BATCH,
+                                         o->found.id, o->found.id_len,
+                                         &o->found)
+        != NGX_OK
+        || (!ctx->admin && o->found.key != ctx->key_hash))
+    {
+        o->found.slot = -1;
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
+            "not_found_error", "message_batch not found: %*s",
+            o->found.id_len, o->found.id);
+        return NGX_HTTP_NOT_FOUND;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_pin(ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    o = ctx->object;
+
+    if (o == NULL || o->op == NGX_HTTP_TB_OBJ_CREATE) {
+        return -1;
+    }
+
+    return o->found.slot;
+}
+
+
+/*
+ * The results_url the upstream gave points at the upstream: a client that
+ * follows it would send its gateway key there.  It is made to point at
+ * this gateway, by the Host the client used.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const tb_batch_obj_t *b)
+{
+    u_char     *p, *body, c;
+    size_t      len, i;
+    ngx_str_t  *host, scheme;
+
+    /* the Host as the client sent it, port too: a name, an address */
+
+    host = r->headers_in.host ? &r->headers_in.host->value : NULL;
+
+    for (i = 0; host && i < host->len; i++) {
+        c = host->data[i];
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ':'
+              || c == '[' || c == ']'))
+        {
+            host = NULL;
+        }
+    }
+
+    if (host && host->len == 0) {
+        host = NULL;
+    }
+
+    if (host == NULL) {
+        /* nowhere to point it: none at all beats the upstream's */
+        len = ctx->resp.held - b->results_url.len + sizeof("null") - 1;
+
+    } else {
+#if (NGX_HTTP_SSL)
+        if (r->connection->ssl) {
+            ngx_str_set(&scheme, "https");
+        } else
+#endif
+        {
+            ngx_str_set(&scheme, "http");
+        }
+
+        len = ctx->resp.held - b->results_url.len
+              + sizeof("\"://" NGX_HTTP_TB_BATCHES_PATH "//results\"") - 1
+              + scheme.len + host->len + b->id_len;
+    }
+
+    body = ngx_pnalloc(r->pool, len);
+    if (body == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(body, ctx->hold, b->results_url.off);
+
+    if (host == NULL) {
+        p = ngx_cpymem(p, "null", 4);
+
+    } else {
+        p = ngx_sprintf(p, "\"%V://%V" NGX_HTTP_TB_BATCHES_PATH "/%*s/results\"",
+                        &scheme, host, b->id_len, b->id);
+    }
+
+    p = ngx_cpymem(p, ctx->hold + b->results_url.off + b->results_url.len,
+                   ctx->resp.held - b->results_url.off - b->results_url.len);
+
+    ctx->hold = body;
+    ctx->hold_size = len;
+    ctx->resp.held = p - body;
+    r->upstream->headers_in.content_length_n = ctx->resp.held;
+    ctx->object_body = 1;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    int64_t                              now;
+    ngx_int_t                            rc;
+    tb_batch_obj_t                       b;
+    ngx_http_tokenbiryani_objreq_t      *o;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
+    ngx_http_tokenbiryani_object_view_t  v;
+
+    o = ctx->object;
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (o->op == NGX_HTTP_TB_OBJ_RESULTS) {
+        return NGX_OK;
+    }
+
+    if (o->op == NGX_HTTP_TB_OBJ_DELETE) {
+        /* {"id": ..., "type": "message_batch_deleted"}: forgotten here */
+        (void) ngx_http_tokenbiryani_object_remove(&tmcf->zone,
+                                                   NGX_HTTP_TB_OBJECT_BATCH,
+                                                   o->found.id,
+                                                   o->found.id_len);
+        return NGX_OK;
+    }
+
+    if (tb_batch_object(ctx->hold, ctx->resp.held, &b) != 0) {
+        return NGX_ERROR;
+    }
+
+    if (o->op != NGX_HTTP_TB_OBJ_CREATE) {
+        if (b.id_len != o->found.id_len
+            || ngx_memcmp(b.id, o->found.id, b.id_len) != 0)
+        {
+            /* the account answered for another batch than the one asked */
+            return NGX_ERROR;
+        }
+
+        (void) ngx_http_tokenbiryani_object_seen(&tmcf->zone,
+                                                 NGX_HTTP_TB_OBJECT_BATCH,
+                                                 o->found.id, o->found.id_len,
+                                                 b.status, b.counts, now);
+
+    } else {
+        ngx_memzero(&v, sizeof(v));
+        v.kind = NGX_HTTP_TB_OBJECT_BATCH;
+        v.status = b.status;
+        v.over = (b.status == TB_BATCH_ENDED);
+        v.slot = ctx->account->slot;
+        v.key = ctx->key_hash;
+        v.created_ms = now;
+        v.seen_ms = now;
+        ngx_memcpy(v.counts, b.counts, sizeof(v.counts));
+        v.id_len = b.id_len;
+        ngx_memcpy(v.id, b.id, b.id_len);
+
+        if (ctx->key) {
+            ngx_cpystrn(v.key_name, (u_char *) ctx->key->name,
+                        sizeof(v.key_name));
+        }
+
+        rc = ngx_http_tokenbiryani_object_add(&tmcf->zone, &v,
+                                              NGX_HTTP_TB_OBJECTS_MAX);
+
+        if (rc != NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "tokenbiryani: batch \"%s\" made on account "
+                          "\"%V\" could not be kept (%s): its key cannot "
+                          "reach it through the gateway", b.id,
+                          &ctx->account->id,
+                          rc == NGX_DECLINED ? "its id is known already"
+                          : rc == NGX_BUSY ? "the zone keeps as many "
+                                             "batches as it may"
+                          : "no memory");
+        }
+    }
+
+    if (b.results_url.len) {
+        return ngx_http_tokenbiryani_object_results_url(r, ctx, &b);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the list: the gateway's own answer, of the key's batches only */
+
+static u_char *
+ngx_http_tokenbiryani_object_json(u_char *p,
+    const ngx_http_tokenbiryani_object_view_t *v)
+{
+    ngx_tm_t    tm;
+    ngx_uint_t  i;
+
+    static const char  *states[] = {
+        "in_progress", "in_progress", "canceling", "ended"
+    };
+
+    static const char  *counts[] = {
+        "processing", "succeeded", "errored", "canceled", "expired"
+    };
+
+    p = ngx_sprintf(p, "{\"id\":\"%*s\",\"type\":\"message_batch\","
+                    "\"processing_status\":\"%s\",\"request_counts\":{",
+                    v->id_len, v->id,
+                    states[v->status < 4 ? v->status : 0]);
+
+    for (i = 0; i < NGX_HTTP_TB_OBJECT_COUNTS; i++) {
+        p = ngx_sprintf(p, "%s\"%s\":%L", i ? "," : "", counts[i],
+                        v->counts[i] > 0 ? v->counts[i] : 0);
+    }
+
+    ngx_gmtime(v->created_ms / 1000, &tm);
+
+    return ngx_sprintf(p, "},\"created_at\":\"%4d-%02d-%02dT%02d:%02d:%02dZ\","
+                       "\"results_url\":null}",
+                       tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
+                       tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec);
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_object_list_answer(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    u_char                               *p;
+    ngx_int_t                             limit;
+    ngx_str_t                             json, value;
+    ngx_uint_t                            i, n, more;
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
+    ngx_http_tokenbiryani_object_view_t  *v;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    limit = 20;
+
+    if (ngx_http_arg(r, (u_char *) "limit", 5, &value) == NGX_OK) {
+        limit = ngx_atoi(value.data, value.len);
+
+        if (limit < 1 || limit > NGX_HTTP_TB_LIST_MAX) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+                "invalid_request_error",
+                "limit: an integer from 1 to 1000");
+            return NGX_HTTP_BAD_REQUEST;
+        }
+    }
+
+    if (ngx_http_arg(r, (u_char *) "before_id", 9, &value) == NGX_OK) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+            "invalid_request_error",
+            "before_id: the gateway pages its list forward only, with "
+            "after_id");
+        return NGX_HTTP_BAD_REQUEST;
+    }
+
+    if (ngx_http_arg(r, (u_char *) "after_id", 8, &value) != NGX_OK) {
+        value.len = 0;
+    }
+
+    v = ngx_palloc(r->pool,
+                   limit * sizeof(ngx_http_tokenbiryani_object_view_t));
+    if (v == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    n = ngx_http_tokenbiryani_object_list(&tmcf->zone,
+                                          NGX_HTTP_TB_OBJECT_BATCH,
+                                          ctx->admin ? 0 : ctx->key_hash,
+                                          value.len ? value.data : NULL,
+                                          value.len, v, (ngx_uint_t) limit,
+                                          &more);
+
+    json.data = ngx_pnalloc(r->pool, 128 + n * (512 + 2 * TB_BATCH_ID_MAX));
+    if (json.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_sprintf(json.data, "{\"data\":[");
+
+    for (i = 0; i < n; i++) {
+        if (i) {
+            *p++ = ',';
+        }
+
+        p = ngx_http_tokenbiryani_object_json(p, &v[i]);
+    }
+
+    p = ngx_sprintf(p, "],\"has_more\":%s,", more ? "true" : "false");
+
+    if (n) {
+        p = ngx_sprintf(p, "\"first_id\":\"%*s\",\"last_id\":\"%*s\"}",
+                        v[0].id_len, v[0].id, v[n - 1].id_len, v[n - 1].id);
+
+    } else {
+        p = ngx_sprintf(p, "\"first_id\":null,\"last_id\":null}");
+    }
+
+    json.len = p - json.data;
+
+    ngx_http_finalize_request(r,
+                         ngx_http_tokenbiryani_send_json(r, NGX_HTTP_OK, &json));
+
+    return NGX_DONE;
+}

@@ -1,0 +1,63 @@
+/*
+ * The Message Batches API through the pool: a batch is pinned to the
+ * account that holds it and private to the key that made it.  Its path
+ * read at the handler; a create's body checked against the key's scopes;
+ * every other operation sent to the batch's account only, or answered
+ * with the 404 an unknown id gets when the key is not its own; the list
+ * answered by the gateway, the key's own batches only; what the upstream
+ * says of a batch kept in the zone (shm/ngx_http_tokenbiryani_objects.c).
+ */
+
+#ifndef _NGX_HTTP_TOKENBIRYANI_BATCHES_H_INCLUDED_
+#define _NGX_HTTP_TOKENBIRYANI_BATCHES_H_INCLUDED_
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_shm.h"
+
+
+#define NGX_HTTP_TB_OBJ_CREATE         1
+#define NGX_HTTP_TB_OBJ_LIST           2
+#define NGX_HTTP_TB_OBJ_GET            3
+#define NGX_HTTP_TB_OBJ_CANCEL         4
+#define NGX_HTTP_TB_OBJ_DELETE         5
+#define NGX_HTTP_TB_OBJ_RESULTS        6
+
+/* a batch request's own (ctx->object) */
+typedef struct {
+    ngx_uint_t                     op;            /* NGX_HTTP_TB_OBJ_* */
+    ngx_uint_t                     requests;      /* a create's */
+    ngx_http_tokenbiryani_object_view_t  found;   /* the batch it names */
+} ngx_http_tokenbiryani_objreq_t;
+
+
+/*
+ * At the handler: NGX_DECLINED when the path is not a batch's; NGX_OK with
+ * ctx->kind NGX_HTTP_TB_BATCHES and ctx->object set; otherwise the status
+ * of the error set (a method the path does not take, an id no batch can
+ * have).
+ */
+ngx_int_t ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * Once the body is read (body: a create's): NGX_OK to be routed (pinned
+ * to the batch's account but for a create), NGX_DONE when the gateway
+ * answered (the list), else the status of the error set.
+ */
+ngx_int_t ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
+
+/* the zone slot a batch request must go to, or -1 for any (a create) */
+ngx_int_t ngx_http_tokenbiryani_object_pin(ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * A whole 2xx answer to a batch request (held in ctx->hold): the batch it
+ * describes kept, its state noted, a deleted one forgotten.  NGX_OK, or
+ * NGX_ERROR when the answer is not the object the API sends.
+ */
+ngx_int_t ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+
+#endif /* _NGX_HTTP_TOKENBIRYANI_BATCHES_H_INCLUDED_ */

@@ -1,0 +1,196 @@
+# The Message Batches API through the pool: a batch is pinned to the account
+# that made it and private to the key that made it.  Another key's
+# retrieve, results, cancel and delete get the 404 an unknown id gets, and
+# nothing of theirs goes upstream; the list is the key's own; a create is
+# checked against the key's scopes for every request in it; the results_url
+# a client follows points at the gateway, never at the upstream.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+our $Yaml = pool_yaml(accounts => 2, keys => [
+    { key => 'key-one', name => 'one' },
+    { key => 'key-two', name => 'two' },
+    { key => 'key-haiku', name => 'haiku', models => '["claude-haiku-*"]' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }]);
+
+sub batch {
+    my ($key, $method, $path, $body) = @_;
+    my $r = http_request(method => $method, path => "/v1/messages/batches$path",
+                         headers => { 'x-api-key' => $key, 'anthropic-version' => '2023-06-01',
+                                      'content-type' => 'application/json' },
+                         defined $body ? (body => ref $body ? json_encode($body) : $body) : ());
+    ($r->{status}, scalar eval { json_decode($r->{body}) }, $r);
+}
+
+sub requests_of {
+    my ($n, %o) = @_;
+    +{ requests => [map { +{ custom_id => "r$_",
+                              params => { model => $o{model} // 'claude-sonnet-4-6', max_tokens => 5,
+                                          messages => [{ role => 'user', content => "hello $_" }] } } }
+                    1 .. $n] };
+}
+
+sub not_found_ok {
+    my ($status, $e, $what) = @_;
+    is($status, 404, "$what: 404");
+    is($e->{error}{type}, 'not_found_error', "$what: not_found_error");
+    like($e->{error}{message} // '', qr/^message_batch not found/, "$what: as an unknown id");
+}
+
+sub until_ended {
+    my ($key, $id) = @_;
+    my $o;
+    poll_until(10, sub { (undef, $o) = batch($key, "GET", "/$id"); ($o->{processing_status} // "") eq "ended" });
+    $o;
+}
+
+gateway_suite(yaml => $Yaml);
+run_tests();
+
+__DATA__
+
+=== TEST 1: a batch is its key's: another key gets the 404 an unknown id gets, and nothing goes upstream
+--- check
+mock_config({ defaults => { batch_processing_ms => 100 } });
+my ($st, $b, $r) = batch('key-one', 'POST', '', requests_of(3));
+is($st, 200, 'created');
+like($b->{id} // '', qr/^msgbatch_/, 'a batch id');
+is($b->{results_url}, undef, 'no results_url while it runs');
+my $account = $r->{headers}{'x-tokenbiryani-account'};
+like($account // '', qr/^a[12]$/, 'made on one account');
+my $seen = scalar @{ mock_log() };
+for my $op (['GET', ''], ['GET', '/results'], ['POST', '/cancel'], ['DELETE', '']) {
+    my ($s, $e) = batch('key-two', $op->[0], "/$b->{id}$op->[1]");
+    not_found_ok($s, $e, "another key: $op->[0] $op->[1]");
+    my ($s2, $e2) = batch('key-two', $op->[0], "/msgbatch_nosuchbatch$op->[1]");
+    is($e2->{error}{message} =~ s/msgbatch_\w+//r, $e->{error}{message} =~ s/msgbatch_\w+//r,
+       "$op->[0] $op->[1]: the same words as for an id that never was");
+}
+is(scalar @{ mock_log() }, $seen, 'none of it went upstream');
+my ($s, $o) = batch('key-one', 'GET', "/$b->{id}");
+is($s, 200, 'its own key reads it');
+is($o->{id}, $b->{id}, 'the same batch');
+($s, $o) = batch('admin-key', 'GET', "/$b->{id}");
+is($s, 200, 'an admin key reads it');
+
+
+
+=== TEST 2: every operation goes to the account that holds the batch
+--- check
+mock_config({ defaults => { batch_processing_ms => 50 } });
+my %made;
+for my $i (1 .. 6) {
+    my ($st, $b, $r) = batch($i % 2 ? 'key-one' : 'key-two', 'POST', '', requests_of(1));
+    is($st, 200, "batch $i created");
+    $made{ $b->{id} } = [$i % 2 ? 'key-one' : 'key-two', $r->{headers}{'x-tokenbiryani-account'}];
+}
+my %accounts = map { $_->[1] => 1 } values %made;
+is(scalar keys %accounts, 2, 'the batches were made on both accounts');
+for my $id (sort keys %made) {
+    my ($key, $acct) = @{ $made{$id} };
+    my $from = scalar @{ mock_log() };
+    for (1 .. 3) {
+        my ($st, $o, $r) = batch($key, 'GET', "/$id");
+        is($st, 200, "$id: read");
+        is($r->{headers}{'x-tokenbiryani-account'}, $acct, "$id: from $acct, its account");
+    }
+    is_deeply(credentials_of(mock_log($from)), [("sk-$acct") x 3], "$id: sent with $acct\'s credential only");
+}
+
+
+
+=== TEST 3: the list is the key's own; an admin key sees every batch
+--- check
+my (%mine);
+for my $key ('key-one', 'key-one', 'key-two') {
+    my ($st, $b) = batch($key, 'POST', '', requests_of(1));
+    push @{ $mine{$key} }, $b->{id};
+}
+my ($st, $l) = batch('key-one', 'GET', '');
+is($st, 200, 'listed');
+is_deeply([map { $_->{id} } @{ $l->{data} }], [reverse @{ $mine{'key-one'} }], 'one sees its two, newest first');
+is($l->{first_id}, $mine{'key-one'}[1], 'first_id');
+($st, $l) = batch('key-two', 'GET', '');
+is_deeply([map { $_->{id} } @{ $l->{data} }], $mine{'key-two'}, 'two sees its one');
+($st, $l) = batch('admin-key', 'GET', '');
+is(scalar @{ $l->{data} }, 3, 'the admin sees all three');
+($st, $l) = batch('key-one', 'GET', '?limit=1');
+is(scalar @{ $l->{data} }, 1, 'limit');
+ok($l->{has_more}, 'has_more');
+($st, $l) = batch('key-one', 'GET', "?limit=1&after_id=$l->{last_id}");
+is_deeply([map { $_->{id} } @{ $l->{data} }], [$mine{'key-one'}[0]], 'after_id pages on');
+ok(!$l->{has_more}, 'the last page');
+my $e;
+($st, $e) = batch('key-one', 'GET', '?limit=0');
+is($st, 400, 'limit 0: 400');
+
+
+
+=== TEST 4: once it ended, its results_url is the gateway's, and its results come through it
+--- check
+mock_config({ defaults => { batch_processing_ms => 50 } });
+my ($st, $b) = batch('key-one', 'POST', '', requests_of(4));
+my $o = until_ended('key-one', $b->{id});
+is($o->{processing_status}, 'ended', 'ended');
+is($o->{results_url}, "http://localhost/v1/messages/batches/$b->{id}/results",
+   'its results_url points at the gateway, by the Host the client used');
+my $port = server_port();
+for my $host ("127.0.0.1:$port", "[::1]:$port") {
+    my $r = http_request(method => 'GET', path => "/v1/messages/batches/$b->{id}",
+                         headers => { 'x-api-key' => 'key-one', Host => $host });
+    is(json_decode($r->{body})->{results_url}, "http://$host/v1/messages/batches/$b->{id}/results",
+       "Host $host: the same");
+}
+unlike($o->{results_url}, qr/anthropic\.com/, 'never at the upstream');
+my ($s, undef, $r) = batch('key-one', 'GET', "/$b->{id}/results");
+is($s, 200, 'results');
+my @lines = map { json_decode($_) } grep { length } split /\n/, $r->{body};
+is(scalar @lines, 4, 'a line a request');
+is_deeply([sort map { $_->{custom_id} } @lines], [qw(r1 r2 r3 r4)], 'every custom_id');
+($s) = batch('key-one', 'DELETE', "/$b->{id}");
+is($s, 200, 'deleted');
+my $e;
+($s, $e) = batch('key-one', 'GET', "/$b->{id}");
+not_found_ok($s, $e, 'after the delete');
+
+
+
+=== TEST 5: a create is checked against the key's scopes, request by request; bad input never goes upstream
+--- check
+my $seen = scalar @{ mock_log() };
+my ($st, $e) = batch('key-haiku', 'POST', '', requests_of(2));
+is($st, 403, 'a sonnet request in a haiku key\'s batch: 403');
+is($e->{error}{type}, 'permission_error', 'permission_error');
+like($e->{error}{message}, qr/may not use model "claude-sonnet-4-6" \(requests\.0\)/, 'naming the request');
+my $mixed = requests_of(2, model => 'claude-haiku-4-5');
+$mixed->{requests}[1]{params}{model} = 'claude-opus-4-6';
+($st, $e) = batch('key-haiku', 'POST', '', $mixed);
+is($st, 403, 'one request of two out of scope: 403');
+like($e->{error}{message}, qr/\(requests\.1\)/, 'the second named');
+for my $bad (['{', qr/not valid JSON/], ['[]', qr/must be a JSON object/], ['{}', qr/requests: Field required/],
+             ['{"requests":[]}', qr/at least one/],
+             ['{"requests":[{"custom_id":"a b","params":{}}]}', qr/custom_id/],
+             ['{"requests":[{"custom_id":"a","params":{"max_tokens":5}}]}', qr/model: Field required/],
+             ['{"requests":[{"custom_id":"a","params":{"model":"claude-sonnet-4-6","stream":true}}]}',
+              qr/do not stream/],
+             ['{"requests":[{"custom_id":"a","params":{"model":"m","model":"claude-sonnet-4-6"}}]}',
+              qr/more than once/]) {
+    ($st, $e) = batch('key-one', 'POST', '', $bad->[0]);
+    is($st, 400, "$bad->[0]: 400");
+    like($e->{error}{message} // '', $bad->[1], "$bad->[0]: says why");
+}
+($st, $e) = batch('key-one', 'GET', '/../../v1/models');
+ok($st == 400 || $st == 404, 'a path with dot-segments is refused');
+($st, $e) = batch('key-one', 'PUT', '');
+is($st, 405, 'PUT: 405');
+($st, $e) = batch('key-one', 'GET', '/msgbatch_x/other');
+is($st, 404, 'an unknown sub-path: 404');
+($st, $e) = batch('key-one', 'GET', '/msgbatch_x', '{"a":1}');
+is($st, 400, 'a body on a GET: 400');
+is(scalar @{ mock_log() }, $seen, 'nothing went upstream');

@@ -69,7 +69,7 @@ ngx_http_tokenbiryani_object_drop_over_locked(
     {
         o = ngx_queue_data(q, ngx_http_tokenbiryani_object_t, queue);
 
-        if (o->v.over && o->v.reserved == 0) {
+        if (o->v.over && o->v.settled) {
             ngx_http_tokenbiryani_object_delete_locked(zone, o);
             sh->objects_dropped++;
             return 1;
@@ -77,6 +77,80 @@ ngx_http_tokenbiryani_object_drop_over_locked(
     }
 
     return 0;
+}
+
+
+static void
+ngx_http_tokenbiryani_object_hold_locked(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_object_view_t *v, int64_t cost)
+{
+    tb_account_state_t                *st;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    st = (v->slot >= 0 && (ngx_uint_t) v->slot < zone->sh->nslots)
+         ? zone->sh->slots[v->slot] : NULL;
+    ks = v->key ? ngx_http_tokenbiryani_keystate_locked(zone, v->key) : NULL;
+
+    if (st) {
+        st->spend.reserved += cost;
+        st->news = 1;
+    }
+
+    if (ks) {
+        ks->spend.reserved += cost;
+    }
+}
+
+
+/* its hold released, and what it cost charged (NULL: nothing), once */
+static void
+ngx_http_tokenbiryani_object_settle_locked(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_object_t *o,
+    const ngx_http_tokenbiryani_charge_t *charge)
+{
+    tb_account_state_t                *st;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    if (o->v.settled) {
+        return;
+    }
+
+    st = (o->v.slot >= 0 && (ngx_uint_t) o->v.slot < zone->sh->nslots)
+         ? zone->sh->slots[o->v.slot] : NULL;
+    ks = o->v.key ? ngx_http_tokenbiryani_keystate_locked(zone, o->v.key)
+                  : NULL;
+
+    ngx_http_tokenbiryani_caps_settle_locked(zone, ks, NULL, st, o->v.slot,
+                                             o->v.reserved, charge);
+
+    o->v.settled = 1;
+    o->v.charged = charge ? charge->cost : 0;
+    o->v.reserved = 0;
+    zone->sh->objects_gen++;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_settle(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t kind, const u_char *id, size_t len,
+    const ngx_http_tokenbiryani_charge_t *charge)
+{
+    ngx_int_t                        rc;
+    ngx_http_tokenbiryani_object_t  *o;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    o = ngx_http_tokenbiryani_object_find_locked(zone->sh, kind, id, len);
+
+    rc = (o == NULL) ? NGX_DECLINED : o->v.settled ? NGX_DONE : NGX_OK;
+
+    if (rc == NGX_OK) {
+        ngx_http_tokenbiryani_object_settle_locked(zone, o, charge);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return rc;
 }
 
 
@@ -122,6 +196,12 @@ ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     o->v = *in;
+
+    if (in->reserved > 0) {
+        /* what the batch may cost, held on its account's and key's ledgers
+         * until its results are charged */
+        ngx_http_tokenbiryani_object_hold_locked(zone, &o->v, in->reserved);
+    }
 
     o->node.key = (ngx_rbtree_key_t) tb_hash64(NGX_HTTP_TB_OBJECT_SEED,
                                                in->id, in->id_len);
@@ -194,8 +274,9 @@ ngx_http_tokenbiryani_object_seen(ngx_http_tokenbiryani_zone_t *zone,
 
 ngx_int_t
 ngx_http_tokenbiryani_object_remove(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_uint_t kind, const u_char *id, size_t len)
+    ngx_uint_t kind, const u_char *id, size_t len, int64_t now)
 {
+    ngx_http_tokenbiryani_charge_t   charge;
     ngx_http_tokenbiryani_object_t  *o;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -203,6 +284,15 @@ ngx_http_tokenbiryani_object_remove(ngx_http_tokenbiryani_zone_t *zone,
     o = ngx_http_tokenbiryani_object_find_locked(zone->sh, kind, id, len);
 
     if (o) {
+        if (!o->v.settled) {
+            /* gone before its results were read: what it held is what it
+             * is taken to have cost */
+            charge.at_ms = now;
+            charge.cost = o->v.reserved;
+            ngx_memzero(charge.tokens, sizeof(charge.tokens));
+            ngx_http_tokenbiryani_object_settle_locked(zone, o, &charge);
+        }
+
         ngx_http_tokenbiryani_object_delete_locked(zone, o);
         zone->sh->objects_gen++;
     }

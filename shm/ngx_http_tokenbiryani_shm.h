@@ -1019,6 +1019,7 @@ typedef struct {
     int64_t                        reserved;      /* nanodollars held for
                                                      it on the ledgers */
     int64_t                        charged;       /* nanodollars */
+    ngx_uint_t                     settled;       /* its hold released */
     int64_t                        counts[NGX_HTTP_TB_OBJECT_COUNTS];
     size_t                         id_len;
     u_char                         id[NGX_HTTP_TB_OBJECT_ID_MAX + 1];
@@ -1026,8 +1027,9 @@ typedef struct {
 } ngx_http_tokenbiryani_object_view_t;
 
 /*
- * NGX_OK; NGX_DECLINED when its id is known already; NGX_BUSY when max are
- * kept and none is over; NGX_ERROR: no memory
+ * NGX_OK, with in->reserved (nanodollars) held on its account's and key's
+ * ledgers; NGX_DECLINED when its id is known already; NGX_BUSY when max
+ * are kept and none is over; NGX_ERROR: no memory
  */
 ngx_int_t ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max);
@@ -1043,9 +1045,18 @@ ngx_int_t ngx_http_tokenbiryani_object_seen(
     size_t len, ngx_uint_t status,
     const int64_t counts[NGX_HTTP_TB_OBJECT_COUNTS], int64_t now);
 
+/* a batch not yet charged is charged what it held (deleted unread) */
 ngx_int_t ngx_http_tokenbiryani_object_remove(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
-    size_t len);
+    size_t len, int64_t now);
+
+/*
+ * Its hold released and what it cost charged, once: NGX_OK; NGX_DONE when
+ * it was already; NGX_DECLINED: not known
+ */
+ngx_int_t ngx_http_tokenbiryani_object_settle(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
+    size_t len, const ngx_http_tokenbiryani_charge_t *charge);
 
 /*
  * Newest first, of kind and key (0: every key's), after the one named

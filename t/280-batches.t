@@ -194,3 +194,52 @@ is($st, 404, 'an unknown sub-path: 404');
 ($st, $e) = batch('key-one', 'GET', '/msgbatch_x', '{"a":1}');
 is($st, 400, 'a body on a GET: 400');
 is(scalar @{ mock_log() }, $seen, 'nothing went upstream');
+
+
+
+=== TEST 6: a batch's estimate is held against its key's cap while it runs; its results charge what it used at half price, once
+--- user_files eval
+main::pool_yaml(accounts => 1, yaml => "pricing: builtin\n", keys => [
+    { key => 'key-one', name => 'one', spend_cap_usd => '0.01' },
+    { key => 'key-tiny', name => 'tiny', spend_cap_usd => '0.0000001' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+mock_config({ defaults => { batch_processing_ms => 50 } });
+sub key_spend { (grep { $_->{name} eq $_[0] } @{ pool_status()->{keys} })[0]{spend} }
+my ($st, $b) = batch('key-one', 'POST', '', requests_of(3));
+is($st, 200, 'created');
+my $held = key_spend('one')->{in_flight_usd};
+ok($held > 0, "its estimate held on the key while it runs (\$$held)");
+ok($held >= 3 * 5 * 15000 / 2 / 1e9, 'at least its requests\' max_tokens at half the output price');
+until_ended('key-one', $b->{id});
+my ($s, undef, $r) = batch('key-one', 'GET', "/$b->{id}/results");
+is($s, 200, 'results read');
+my $want = 0;
+for (grep { length } split /\n/, $r->{body}) {
+    my $u = json_decode($_)->{result}{message}{usage};
+    $want += $u->{input_tokens} * 3000 + $u->{output_tokens} * 15000;
+}
+my $sp = key_spend('one');
+is($sp->{in_flight_usd}, 0, 'the hold released');
+ok(abs($sp->{window_usd} - $want / 2 / 1e9) < 1e-12, "charged what the results used at half price ($sp->{window_usd} vs " . $want / 2 / 1e9 . ')');
+($s) = batch('key-one', 'GET', "/$b->{id}/results");
+is(key_spend('one')->{window_usd}, $sp->{window_usd}, 'read again: not charged twice');
+# a batch whose estimate the cap cannot hold is refused, and nothing goes upstream
+my $seen = scalar @{ mock_log() };
+my $big = requests_of(2);
+$_->{params}{max_tokens} = 1000 for @{ $big->{requests} };
+my $e;
+($s, $e) = batch('key-tiny', 'POST', '', $big);
+is($s, 429, 'over the key\'s cap: 429');
+like($e->{error}{message} // '', qr/spend cap/, 'naming the cap');
+is(scalar @{ mock_log() }, $seen, 'nothing went upstream');
+# deleted before its results are read: what it held is what it is charged
+my $before = key_spend('one')->{window_usd};
+($st, $b) = batch('key-one', 'POST', '', requests_of(2));
+$held = key_spend('one')->{in_flight_usd};
+until_ended('key-one', $b->{id});
+($s) = batch('key-one', 'DELETE', "/$b->{id}");
+is($s, 200, 'deleted unread');
+$sp = key_spend('one');
+is($sp->{in_flight_usd}, 0, 'nothing held');
+ok(abs($sp->{window_usd} - $before - $held) < 1e-12, 'charged what it held');

@@ -9,6 +9,9 @@
 #include "ngx_http_tokenbiryani_error.h"
 #include "tb_batch.h"
 #include "tb_keys.h"
+#include "tb_price.h"
+#include "tb_session.h"
+#include "tb_ledger.h"
 
 
 #define NGX_HTTP_TB_BATCHES_PATH       "/v1/messages/batches"
@@ -21,6 +24,8 @@
 
 static ngx_int_t ngx_http_tokenbiryani_object_list_answer(
     ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
+static ngx_int_t ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
 
 
 ngx_int_t
@@ -121,9 +126,37 @@ ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
 /* a create's requests, each checked against the key's scopes */
 
 typedef struct {
-    ngx_http_tokenbiryani_ctx_t  *ctx;
-    ngx_uint_t                    forbidden;
+    ngx_http_tokenbiryani_ctx_t        *ctx;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    ngx_uint_t                          forbidden;
+    int64_t                             cost;     /* nanodollars, at the
+                                                     batch price */
 } ngx_http_tokenbiryani_batch_check_t;
+
+
+/* what a request of a batch may cost: its input estimate and its whole
+ * max_tokens, at half the model's price (the batch price) */
+
+static int64_t
+ngx_http_tokenbiryani_batch_estimate(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const unsigned char *params, size_t plen, const tb_body_t *body)
+{
+    tb_cost_usage_t          cu;
+    const tb_model_price_t  *price;
+
+    price = tb_price_find(&tmcf->prices, tmcf->builtin, body->model,
+                          body->model_len);
+    if (price == NULL) {
+        /* unpriced: counted as nothing, as a Message of it would be */
+        return 0;
+    }
+
+    ngx_memzero(&cu, sizeof(cu));
+    cu.input = tb_estimate_input(params, plen, body);
+    cu.output = body->max_tokens >= 0 ? body->max_tokens : 1024;
+
+    return tb_cost(price, &cu, 0) / 2;
+}
 
 
 static int
@@ -167,7 +200,57 @@ ngx_http_tokenbiryani_batch_each(void *data, size_t i, const char *custom_id,
         return -1;
     }
 
+    bc->cost += ngx_http_tokenbiryani_batch_estimate(bc->tmcf, params, plen,
+                                                     &body);
+
     return 0;
+}
+
+
+/*
+ * A batch whose estimate its key's cap cannot hold is refused before it is
+ * sent: unlike a Message, it may cost many requests' worth at once.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_batch_cap(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    int64_t                            held, cap;
+    ngx_http_tokenbiryani_objreq_t    *o;
+    ngx_http_tokenbiryani_key_spend_t  ks;
+    char                               h[32], c[32], e[32];
+
+    o = ctx->object;
+
+    if (ctx->key == NULL || ctx->key->spend_cap_usd < 0) {
+        return NGX_OK;
+    }
+
+    ngx_http_tokenbiryani_key_spend(&tmcf->zone, ctx->key_hash,
+                                    ngx_http_tokenbiryani_now_ms(), &ks);
+
+    held = ks.window_cost + ks.reserved + ks.others;
+    cap = tb_usd_to_nd(ctx->key->spend_cap_usd);
+
+    if (held + o->estimate <= cap) {
+        return NGX_OK;
+    }
+
+    (void) tb_usd_format(held, h, sizeof(h));
+    (void) tb_usd_format(cap, c, sizeof(c));
+    (void) tb_usd_format(o->estimate, e, sizeof(e));
+
+    ctx->final = 1;
+
+    ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        "key \"%s\" has spent $%s of its $%s spend cap (spend_cap_usd), and "
+        "this batch of %ui requests may cost up to $%s at the batch price: "
+        "send a smaller batch, or raise the cap", ctx->key->name, h, c,
+        o->requests, e);
+
+    return NGX_HTTP_TOO_MANY_REQUESTS;
 }
 
 
@@ -191,7 +274,9 @@ ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
 
     case NGX_HTTP_TB_OBJ_CREATE:
         bc.ctx = ctx;
+        bc.tmcf = tmcf;
         bc.forbidden = 0;
+        bc.cost = 0;
 
         if (tb_batch_scan(body->data, body->len, TB_BATCH_MAX_REQUESTS,
                           ngx_http_tokenbiryani_batch_each, &bc, &n, err,
@@ -206,7 +291,9 @@ ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
         }
 
         o->requests = n;
-        return NGX_OK;
+        o->estimate = bc.cost;
+
+        return ngx_http_tokenbiryani_batch_cap(r, ctx, tmcf);
 
     default:
         break;
@@ -232,6 +319,27 @@ ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
     }
 
     return NGX_OK;
+}
+
+
+void
+ngx_http_tokenbiryani_object_need(ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    o = ctx->object;
+
+    if (o->op != NGX_HTTP_TB_OBJ_CREATE || ctx->key == NULL) {
+        return;
+    }
+
+    /* the batch's estimate, reserved against the key's and the account's
+     * caps by the lease, then held for the batch once it is made */
+
+    ctx->route.need.cost = o->estimate;
+    ctx->caps.key_cap = tb_usd_to_nd(ctx->key->spend_cap_usd);
+    ctx->caps.key_name = (u_char *) ctx->key->name;
+    ctx->caps.key_name_len = ngx_strlen(ctx->key->name);
 }
 
 
@@ -330,6 +438,82 @@ ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
 }
 
 
+/*
+ * A batch's results, whole: each succeeded request's usage at the batch
+ * price, charged once for the batch (its hold released).  Results too
+ * large to hold go on as they come and leave the hold in place.
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    u_char                             *p, *end, *nl;
+    int64_t                             cost;
+    tb_cost_usage_t                     cu;
+    tb_batch_result_t                   res;
+    const tb_model_price_t             *price;
+    ngx_http_tokenbiryani_charge_t      charge;
+    ngx_http_tokenbiryani_objreq_t     *o;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    o = ctx->object;
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (!ctx->resp.whole) {
+        return NGX_OK;
+    }
+
+    ngx_memzero(&charge, sizeof(charge));
+    charge.at_ms = now;
+
+    p = ctx->hold;
+    end = ctx->hold + ctx->resp.held;
+
+    for ( /* void */ ; p < end; p = nl + 1) {
+        nl = ngx_strlchr(p, end, '\n');
+        if (nl == NULL) {
+            nl = end;
+        }
+
+        if (nl == p || tb_batch_result(p, nl - p, &res) != 0
+            || res.type != TB_RESULT_SUCCEEDED)
+        {
+            continue;
+        }
+
+        charge.tokens[0] += res.usage.input_tokens;
+        charge.tokens[1] += res.usage.output_tokens;
+        charge.tokens[2] += ngx_max(res.usage.cache_read_input_tokens, 0);
+        charge.tokens[3] += ngx_max(res.usage.cache_creation_input_tokens,
+                                    0);
+
+        price = tb_price_find(&tmcf->prices, tmcf->builtin, res.model,
+                              ngx_strlen(res.model));
+        if (price == NULL) {
+            continue;
+        }
+
+        cu.input = res.usage.input_tokens;
+        cu.output = res.usage.output_tokens;
+        cu.cache_read = ngx_max(res.usage.cache_read_input_tokens, 0);
+        cu.cache_write = ngx_max(res.usage.cache_creation_input_tokens, 0);
+        cu.cache_write_1h = ngx_max(res.usage.cache_creation_1h_input_tokens,
+                                    0);
+
+        cost = tb_cost(price, &cu, 0);
+        charge.cost += cost / 2;
+    }
+
+    (void) ngx_http_tokenbiryani_object_settle(&tmcf->zone,
+                                               NGX_HTTP_TB_OBJECT_BATCH,
+                                               o->found.id, o->found.id_len,
+                                               &charge);
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
@@ -346,7 +530,7 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
     now = ngx_http_tokenbiryani_now_ms();
 
     if (o->op == NGX_HTTP_TB_OBJ_RESULTS) {
-        return NGX_OK;
+        return ngx_http_tokenbiryani_object_charge(r, ctx, now);
     }
 
     if (o->op == NGX_HTTP_TB_OBJ_DELETE) {
@@ -354,7 +538,7 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         (void) ngx_http_tokenbiryani_object_remove(&tmcf->zone,
                                                    NGX_HTTP_TB_OBJECT_BATCH,
                                                    o->found.id,
-                                                   o->found.id_len);
+                                                   o->found.id_len, now);
         return NGX_OK;
     }
 
@@ -384,6 +568,7 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         v.key = ctx->key_hash;
         v.created_ms = now;
         v.seen_ms = now;
+        v.reserved = o->estimate;
         ngx_memcpy(v.counts, b.counts, sizeof(v.counts));
         v.id_len = b.id_len;
         ngx_memcpy(v.id, b.id, b.id_len);

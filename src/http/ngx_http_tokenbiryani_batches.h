@@ -27,6 +27,8 @@
 typedef struct {
     ngx_uint_t                     op;            /* NGX_HTTP_TB_OBJ_* */
     ngx_uint_t                     requests;      /* a create's */
+    int64_t                        estimate;      /* its cost at most:
+                                                     nanodollars */
     ngx_http_tokenbiryani_object_view_t  found;   /* the batch it names */
 } ngx_http_tokenbiryani_objreq_t;
 
@@ -47,6 +49,9 @@ ngx_int_t ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
  */
 ngx_int_t ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
+
+/* a create's need: its estimated cost, against its key's cap */
+void ngx_http_tokenbiryani_object_need(ngx_http_tokenbiryani_ctx_t *ctx);
 
 /* the zone slot a batch request must go to, or -1 for any (a create) */
 ngx_int_t ngx_http_tokenbiryani_object_pin(ngx_http_tokenbiryani_ctx_t *ctx);

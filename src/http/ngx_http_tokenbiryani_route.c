@@ -121,6 +121,11 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     if (ctx->kind != NGX_HTTP_TB_MESSAGES) {
         /* one concurrency slot and no tokens: their limits are their own */
         ngx_memzero(&ctx->route.need, sizeof(tb_need_t));
+
+        if (ctx->object) {
+            ngx_http_tokenbiryani_object_need(ctx);
+        }
+
         return NGX_OK;
     }
 

@@ -243,3 +243,34 @@ is($s, 200, 'deleted unread');
 $sp = key_spend('one');
 is($sp->{in_flight_usd}, 0, 'nothing held');
 ok(abs($sp->{window_usd} - $before - $held) < 1e-12, 'charged what it held');
+
+
+
+=== TEST 7: results too large to hold go on as they come, and are charged line by line as they pass, once
+--- user_files eval
+main::pool_yaml(accounts => 1, yaml => "pricing: builtin\nretry:\n  hold_response_bytes: 1024\n", keys => [
+    { key => 'key-one', name => 'one', spend_cap_usd => '1' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+mock_config({ defaults => { batch_processing_ms => 50 } });
+sub key_spend { (grep { $_->{name} eq $_[0] } @{ pool_status()->{keys} })[0]{spend} }
+my ($st, $b) = batch('key-one', 'POST', '', requests_of(60));
+is($st, 200, 'created');
+ok(key_spend('one')->{in_flight_usd} > 0, 'its estimate held');
+until_ended('key-one', $b->{id});
+my ($s, undef, $r) = batch('key-one', 'GET', "/$b->{id}/results");
+is($s, 200, 'results');
+ok(length($r->{body}) > 10 * 1024, 'larger than the gateway holds (' . length($r->{body}) . ' bytes)');
+my @lines = map { json_decode($_) } grep { length } split /\n/, $r->{body};
+is(scalar @lines, 60, 'every line came through');
+my $want = 0;
+$want += $_->{result}{message}{usage}{input_tokens} * 3000 + $_->{result}{message}{usage}{output_tokens} * 15000
+    for @lines;
+my $sp = key_spend('one');
+is($sp->{in_flight_usd}, 0, 'the hold released');
+ok(abs($sp->{window_usd} - $want / 2 / 1e9) < 1e-12, "charged what the lines used at half price ($sp->{window_usd})");
+my $usage = (grep { $_->{id} eq $b->{id} } @{ TB::Nginx::_mock_call(GET => 'batches')->{batches} })[0]{usage};
+is($usage->{output_tokens}, 60 * 5, 'the mock\'s own count agrees on the output');
+($s) = batch('key-one', 'GET', "/$b->{id}/results");
+is($s, 200, 'read again');
+is(key_spend('one')->{window_usd}, $sp->{window_usd}, 'not charged twice');

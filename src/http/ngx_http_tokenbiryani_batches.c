@@ -26,6 +26,9 @@ static ngx_int_t ngx_http_tokenbiryani_object_list_answer(
     ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
+static void ngx_http_tokenbiryani_result_line(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *p, size_t len,
+    ngx_http_tokenbiryani_charge_t *charge);
 
 
 ngx_int_t
@@ -438,10 +441,47 @@ ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
 }
 
 
+/* one line of a batch's results: a succeeded request's usage, at the
+ * batch price, added to charge (any other line adds nothing) */
+
+static void
+ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const u_char *p, size_t len, ngx_http_tokenbiryani_charge_t *charge)
+{
+    tb_cost_usage_t          cu;
+    tb_batch_result_t        res;
+    const tb_model_price_t  *price;
+
+    if (tb_batch_result(p, len, &res) != 0
+        || res.type != TB_RESULT_SUCCEEDED)
+    {
+        return;
+    }
+
+    cu.input = res.usage.input_tokens;
+    cu.output = res.usage.output_tokens;
+    cu.cache_read = ngx_max(res.usage.cache_read_input_tokens, 0);
+    cu.cache_write = ngx_max(res.usage.cache_creation_input_tokens, 0);
+    cu.cache_write_1h = ngx_max(res.usage.cache_creation_1h_input_tokens, 0);
+
+    charge->tokens[0] += cu.input;
+    charge->tokens[1] += cu.output;
+    charge->tokens[2] += cu.cache_read;
+    charge->tokens[3] += cu.cache_write;
+
+    price = tb_price_find(&tmcf->prices, tmcf->builtin, res.model,
+                          ngx_strlen(res.model));
+
+    if (price) {
+        charge->cost += tb_cost(price, &cu, 0) / 2;
+    }
+}
+
+
 /*
  * A batch's results, whole: each succeeded request's usage at the batch
  * price, charged once for the batch (its hold released).  Results too
- * large to hold go on as they come and leave the hold in place.
+ * large to hold are read as they pass (ngx_http_tokenbiryani_object_bytes).
  */
 
 static ngx_int_t
@@ -449,10 +489,6 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
 {
     u_char                             *p, *end, *nl;
-    int64_t                             cost;
-    tb_cost_usage_t                     cu;
-    tb_batch_result_t                   res;
-    const tb_model_price_t             *price;
     ngx_http_tokenbiryani_charge_t      charge;
     ngx_http_tokenbiryani_objreq_t     *o;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -476,33 +512,9 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
             nl = end;
         }
 
-        if (nl == p || tb_batch_result(p, nl - p, &res) != 0
-            || res.type != TB_RESULT_SUCCEEDED)
-        {
-            continue;
+        if (nl > p) {
+            ngx_http_tokenbiryani_result_line(tmcf, p, nl - p, &charge);
         }
-
-        charge.tokens[0] += res.usage.input_tokens;
-        charge.tokens[1] += res.usage.output_tokens;
-        charge.tokens[2] += ngx_max(res.usage.cache_read_input_tokens, 0);
-        charge.tokens[3] += ngx_max(res.usage.cache_creation_input_tokens,
-                                    0);
-
-        price = tb_price_find(&tmcf->prices, tmcf->builtin, res.model,
-                              ngx_strlen(res.model));
-        if (price == NULL) {
-            continue;
-        }
-
-        cu.input = res.usage.input_tokens;
-        cu.output = res.usage.output_tokens;
-        cu.cache_read = ngx_max(res.usage.cache_read_input_tokens, 0);
-        cu.cache_write = ngx_max(res.usage.cache_creation_input_tokens, 0);
-        cu.cache_write_1h = ngx_max(res.usage.cache_creation_1h_input_tokens,
-                                    0);
-
-        cost = tb_cost(price, &cu, 0);
-        charge.cost += cost / 2;
     }
 
     (void) ngx_http_tokenbiryani_object_settle(&tmcf->zone,
@@ -511,6 +523,127 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
                                                &charge);
 
     return NGX_OK;
+}
+
+
+/* the longest results line read as it passes (a Message of 128k tokens
+ * of output is some 600 KB) */
+#define NGX_HTTP_TB_RESULT_LINE_MAX    (8 * 1024 * 1024)
+
+
+void
+ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last)
+{
+    u_char                             *nl, *line;
+    size_t                              n, size;
+    ngx_http_tokenbiryani_objreq_t     *o;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    o = ctx->object;
+
+    if (o->op != NGX_HTTP_TB_OBJ_RESULTS || ctx->resp.whole
+        || r->upstream->headers_in.status_n != NGX_HTTP_OK)
+    {
+        return;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    while (p < last) {
+        nl = ngx_strlchr(p, last, '\n');
+        n = (nl ? nl : last) - p;
+
+        if (o->skipping) {
+            /* the rest of a line too long to read: passed over */
+
+        } else if (o->line_len + n > NGX_HTTP_TB_RESULT_LINE_MAX) {
+            o->lost++;
+            o->skipping = 1;
+            o->line_len = 0;
+
+        } else {
+            if (o->line_len + n > o->line_size) {
+                size = ngx_max(ngx_max(2 * o->line_size, o->line_len + n),
+                               4096);
+
+                line = ngx_pnalloc(r->pool, size);
+                if (line == NULL) {
+                    o->lost++;
+                    o->skipping = 1;
+                    o->line_len = 0;
+                    goto next;
+                }
+
+                ngx_memcpy(line, o->line, o->line_len);
+                o->line = line;
+                o->line_size = size;
+            }
+
+            ngx_memcpy(o->line + o->line_len, p, n);
+            o->line_len += n;
+        }
+
+    next:
+
+        if (nl == NULL) {
+            break;
+        }
+
+        if (!o->skipping && o->line_len) {
+            ngx_http_tokenbiryani_result_line(tmcf, o->line, o->line_len,
+                                              &o->charge);
+        }
+
+        o->skipping = 0;
+        o->line_len = 0;
+        p = nl + 1;
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_http_tokenbiryani_objreq_t     *o;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    o = ctx->object;
+
+    if (o->op != NGX_HTTP_TB_OBJ_RESULTS || ctx->resp.whole
+        || r->upstream->headers_in.status_n != NGX_HTTP_OK)
+    {
+        return;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (o->line_len && !o->skipping) {
+        /* the last line, without its newline */
+        ngx_http_tokenbiryani_result_line(tmcf, o->line, o->line_len,
+                                          &o->charge);
+        o->line_len = 0;
+    }
+
+    if (o->lost) {
+        /* a line it could not read: what the batch held is what it is
+         * taken to have cost, if that is more */
+        o->charge.cost = ngx_max(o->charge.cost, o->found.reserved);
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "tokenbiryani: %ui lines of batch \"%*s\"'s results "
+                      "were longer than the gateway reads: it is charged "
+                      "what it held", o->lost, o->found.id_len,
+                      o->found.id);
+    }
+
+    o->charge.at_ms = ngx_http_tokenbiryani_now_ms();
+
+    (void) ngx_http_tokenbiryani_object_settle(&tmcf->zone,
+                                               NGX_HTTP_TB_OBJECT_BATCH,
+                                               o->found.id, o->found.id_len,
+                                               &o->charge);
 }
 
 

@@ -29,6 +29,14 @@ typedef struct {
     ngx_uint_t                     requests;      /* a create's */
     int64_t                        estimate;      /* its cost at most:
                                                      nanodollars */
+
+    /* results too large to hold, read line by line as they pass */
+    u_char                        *line;
+    size_t                         line_len;
+    size_t                         line_size;
+    ngx_uint_t                     lost;          /* lines not read */
+    ngx_uint_t                     skipping;      /* in one of them */
+    ngx_http_tokenbiryani_charge_t charge;
     ngx_http_tokenbiryani_object_view_t  found;   /* the batch it names */
 } ngx_http_tokenbiryani_objreq_t;
 
@@ -55,6 +63,17 @@ void ngx_http_tokenbiryani_object_need(ngx_http_tokenbiryani_ctx_t *ctx);
 
 /* the zone slot a batch request must go to, or -1 for any (a create) */
 ngx_int_t ngx_http_tokenbiryani_object_pin(ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * Results on their way to the client when they were too large to hold:
+ * each line's usage added as it passes (bytes), charged once they end
+ * (done)
+ */
+void ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last);
+void ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
 
 /*
  * A whole 2xx answer to a batch request (held in ctx->hold): the batch it

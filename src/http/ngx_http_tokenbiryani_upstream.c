@@ -1321,6 +1321,10 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
         if (u->length == 0) {
             ctx->resp.done = 1;
             u->keepalive = !u->headers_in.connection_close && !overlong;
+
+            if (ctx->object) {
+                ngx_http_tokenbiryani_object_done(r, ctx);
+            }
         }
 
         return rc;
@@ -1384,6 +1388,10 @@ ngx_http_tokenbiryani_input_filter(void *data, ssize_t bytes)
             u->keepalive = !u->headers_in.connection_close;
             u->length = 0;
 
+            if (ctx->object) {
+                ngx_http_tokenbiryani_object_done(r, ctx);
+            }
+
             if (buf->pos != buf->last || ctx->resp.overlong) {
                 ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                               "tokenbiryani: account \"%V\" sent data after "
@@ -1420,6 +1428,11 @@ ngx_http_tokenbiryani_body_bytes_in(ngx_http_request_t *r,
     unsigned  seen;
 
     if (ctx->sse == NULL || !ctx->resp.is_sse) {
+        if (ctx->object) {
+            /* a batch's results, too large to hold: read as they pass */
+            ngx_http_tokenbiryani_object_bytes(r, ctx, p, last);
+        }
+
         return;
     }
 

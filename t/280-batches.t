@@ -43,6 +43,8 @@ sub not_found_ok {
     like($e->{error}{message} // '', qr/^message_batch not found/, "$what: as an unknown id");
 }
 
+sub key_spend { (grep { $_->{name} eq $_[0] } @{ pool_status()->{keys} })[0]{spend} }
+
 sub until_ended {
     my ($key, $id) = @_;
     my $o;
@@ -205,7 +207,6 @@ main::pool_yaml(accounts => 1, yaml => "pricing: builtin\n", keys => [
     { key => 'admin-key', name => 'admin', admin => 'true' }])
 --- check
 mock_config({ defaults => { batch_processing_ms => 50 } });
-sub key_spend { (grep { $_->{name} eq $_[0] } @{ pool_status()->{keys} })[0]{spend} }
 my ($st, $b) = batch('key-one', 'POST', '', requests_of(3));
 is($st, 200, 'created');
 my $held = key_spend('one')->{in_flight_usd};
@@ -253,7 +254,6 @@ main::pool_yaml(accounts => 1, yaml => "pricing: builtin\nretry:\n  hold_respons
     { key => 'admin-key', name => 'admin', admin => 'true' }])
 --- check
 mock_config({ defaults => { batch_processing_ms => 50 } });
-sub key_spend { (grep { $_->{name} eq $_[0] } @{ pool_status()->{keys} })[0]{spend} }
 my ($st, $b) = batch('key-one', 'POST', '', requests_of(60));
 is($st, 200, 'created');
 ok(key_spend('one')->{in_flight_usd} > 0, 'its estimate held');

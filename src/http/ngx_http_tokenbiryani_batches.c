@@ -575,7 +575,10 @@ ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
                     goto next;
                 }
 
-                ngx_memcpy(line, o->line, o->line_len);
+                if (o->line_len) {
+                    ngx_memcpy(line, o->line, o->line_len);
+                }
+
                 o->line = line;
                 o->line_size = size;
             }

@@ -13,7 +13,7 @@ workers(2);
 no_shuffle();
 mock_start();
 
-our $Yaml = pool_yaml(accounts => 2, keys => [
+our $Yaml = pool_yaml(accounts => 2, yaml => "batch:\n  api: true\n", keys => [
     { key => 'key-one', name => 'one' },
     { key => 'key-two', name => 'two' },
     { key => 'key-haiku', name => 'haiku', models => '["claude-haiku-*"]' },
@@ -57,7 +57,22 @@ run_tests();
 
 __DATA__
 
-=== TEST 1: a batch is its key's: another key gets the 404 an unknown id gets, and nothing goes upstream
+=== TEST 1: off unless batch.api says so: the 404 the gateway gives any path it does not serve, nothing upstream
+--- user_files eval
+main::pool_yaml(accounts => 1, keys => [{ key => 'key-one', name => 'one' }])
+--- check
+for my $op (['POST', '', main::requests_of(1)], ['GET', ''], ['GET', '/msgbatch_x'],
+            ['GET', '/msgbatch_x/results'], ['POST', '/msgbatch_x/cancel'], ['DELETE', '/msgbatch_x']) {
+    my ($st, $e) = main::batch('key-one', @$op);
+    is($st, 404, "$op->[0] $op->[1]: 404");
+    like($e->{error}{message} // '', qr/serves \/v1\/messages, \/v1\/messages\/count_tokens and \/v1\/models, not/,
+         "$op->[0] $op->[1]: a path it does not serve");
+}
+is(scalar @{ mock_log() }, 0, 'nothing went upstream');
+
+
+
+=== TEST 2: a batch is its key's: another key gets the 404 an unknown id gets, and nothing goes upstream
 --- check
 mock_config({ defaults => { batch_processing_ms => 100 } });
 my ($st, $b, $r) = batch('key-one', 'POST', '', requests_of(3));
@@ -83,7 +98,7 @@ is($s, 200, 'an admin key reads it');
 
 
 
-=== TEST 2: every operation goes to the account that holds the batch
+=== TEST 3: every operation goes to the account that holds the batch
 --- check
 mock_config({ defaults => { batch_processing_ms => 50 } });
 my %made;
@@ -107,7 +122,7 @@ for my $id (sort keys %made) {
 
 
 
-=== TEST 3: the list is the key's own; an admin key sees every batch
+=== TEST 4: the list is the key's own; an admin key sees every batch
 --- check
 my (%mine);
 for my $key ('key-one', 'key-one', 'key-two') {
@@ -134,7 +149,7 @@ is($st, 400, 'limit 0: 400');
 
 
 
-=== TEST 4: once it ended, its results_url is the gateway's, and its results come through it
+=== TEST 5: once it ended, its results_url is the gateway's, and its results come through it
 --- check
 mock_config({ defaults => { batch_processing_ms => 50 } });
 my ($st, $b) = batch('key-one', 'POST', '', requests_of(4));
@@ -163,7 +178,7 @@ not_found_ok($s, $e, 'after the delete');
 
 
 
-=== TEST 5: a create is checked against the key's scopes, request by request; bad input never goes upstream
+=== TEST 6: a create is checked against the key's scopes, request by request; bad input never goes upstream
 --- check
 my $seen = scalar @{ mock_log() };
 my ($st, $e) = batch('key-haiku', 'POST', '', requests_of(2));
@@ -199,9 +214,9 @@ is(scalar @{ mock_log() }, $seen, 'nothing went upstream');
 
 
 
-=== TEST 6: a batch's estimate is held against its key's cap while it runs; its results charge what it used at half price, once
+=== TEST 7: a batch's estimate is held against its key's cap while it runs; its results charge what it used at half price, once
 --- user_files eval
-main::pool_yaml(accounts => 1, yaml => "pricing: builtin\n", keys => [
+main::pool_yaml(accounts => 1, yaml => "batch:\n  api: true\npricing: builtin\n", keys => [
     { key => 'key-one', name => 'one', spend_cap_usd => '0.01' },
     { key => 'key-tiny', name => 'tiny', spend_cap_usd => '0.0000001' },
     { key => 'admin-key', name => 'admin', admin => 'true' }])
@@ -247,9 +262,9 @@ ok(abs($sp->{window_usd} - $before - $held) < 1e-12, 'charged what it held');
 
 
 
-=== TEST 7: results too large to hold go on as they come, and are charged line by line as they pass, once
+=== TEST 8: results too large to hold go on as they come, and are charged line by line as they pass, once
 --- user_files eval
-main::pool_yaml(accounts => 1, yaml => "pricing: builtin\nretry:\n  hold_response_bytes: 1024\n", keys => [
+main::pool_yaml(accounts => 1, yaml => "batch:\n  api: true\npricing: builtin\nretry:\n  hold_response_bytes: 1024\n", keys => [
     { key => 'key-one', name => 'one', spend_cap_usd => '1' },
     { key => 'admin-key', name => 'admin', admin => 'true' }])
 --- check

@@ -77,6 +77,7 @@ TB_BIT_SETTER(tb_config_t, server_allow_remote)
 TB_BIT_SETTER(tb_config_t, server_allow_private_hosts)
 TB_BIT_SETTER(tb_config_t, output_estimate_adaptive)
 TB_BIT_SETTER(tb_config_t, batch_enabled)
+TB_BIT_SETTER(tb_config_t, batch_api)
 TB_BIT_SETTER(tb_config_t, cache_auto_breakpoint)
 TB_BIT_SETTER(tb_config_t, pacing_enabled)
 TB_BIT_SETTER(tb_config_t, pacing_prefer_batch_lane_when_ahead)
@@ -235,6 +236,7 @@ static const tb_conf_field_t  tb_conf_queue[] = {
 
 static const tb_conf_field_t  tb_conf_batch[] = {
     TB_BOOL("enabled", batch_enabled, 0),
+    TB_BOOL("api", batch_api, 0),
     TB_NUM("poll_interval_seconds", TB_CF, batch_poll_interval_seconds, 2,
            TB_GT0),
     TB_NUM("cost_multiplier", TB_CF, batch_cost_multiplier, .5, TB_GE0),

@@ -209,6 +209,7 @@ typedef struct {
 
     /* batch */
     unsigned                  batch_enabled:1;                 /* false */
+    unsigned                  batch_api:1;                     /* false */
     double                    batch_poll_interval_seconds;     /* 2 */
     double                    batch_cost_multiplier;           /* 0.5 */
 

@@ -101,14 +101,17 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
         ctx->kind = NGX_HTTP_TB_MODELS;
 
     } else {
-        rc = ngx_http_tokenbiryani_object_path(r, ctx);
+        /* the Message Batches API, when batch.api is on */
+        rc = tmcf->tbcf->batch_api ? ngx_http_tokenbiryani_object_path(r, ctx)
+                                   : NGX_DECLINED;
 
         if (rc == NGX_DECLINED) {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                        "not_found_error",
                        "tokenbiryani serves /v1/messages, "
-                       "/v1/messages/count_tokens, /v1/messages/batches and "
-                       "/v1/models, not %V", uri);
+                       "/v1/messages/count_tokens%s and /v1/models, not %V",
+                       tmcf->tbcf->batch_api ? ", /v1/messages/batches" : "",
+                       uri);
         }
 
         if (rc != NGX_OK) {

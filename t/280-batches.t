@@ -289,3 +289,24 @@ is($usage->{output_tokens}, 60 * 5, 'the mock\'s own count agrees on the output'
 ($s) = batch('key-one', 'GET', "/$b->{id}/results");
 is($s, 200, 'read again');
 is(key_spend('one')->{window_usd}, $sp->{window_usd}, 'not charged twice');
+
+
+
+=== TEST 9: a create answered with an error is retried; one that failed once sent, before an error was read, is not sent again
+--- check
+my $from = scalar @{ mock_log() };
+my $r = http_request(method => 'POST', path => '/v1/messages/batches', body => json_encode(requests_of(1)),
+                     headers => { 'x-api-key' => 'key-one', 'content-type' => 'application/json',
+                                  'x-mock-script' => '529,ok', 'x-mock-script-id' => "b9-$$-1" });
+is($r->{status}, 200, 'a 529 is retried, and the batch made');
+my @sent = grep { $_->{path} eq '/v1/messages/batches' } @{ mock_log($from) };
+is(scalar @sent, 2, 'sent twice: the 529, then the batch');
+$from = scalar @{ mock_log() };
+$r = http_request(method => 'POST', path => '/v1/messages/batches', body => json_encode(requests_of(1)),
+                  headers => { 'x-api-key' => 'key-one', 'content-type' => 'application/json',
+                               'x-mock-script' => 'reset,ok', 'x-mock-script-id' => "b9-$$-2" });
+ok($r->{status} >= 500, "a connection reset once sent: the gateway's error ($r->{status})");
+@sent = grep { $_->{path} eq '/v1/messages/batches' } @{ mock_log($from) };
+is(scalar @sent, 1, 'sent once: never twice');
+like(error_log_since_block_start(), qr/batch create sent to account "a[12]" failed before its answer was read: it is not sent again/,
+     'the log says why');

@@ -18,6 +18,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_attempt.h"
+#include "ngx_http_tokenbiryani_batches.h"
 #include "ngx_http_tokenbiryani_admit.h"
 #include "ngx_http_tokenbiryani_route.h"
 #include "ngx_http_tokenbiryani_upstream.h"
@@ -260,7 +261,9 @@ ngx_http_tokenbiryani_attempt_failed(ngx_http_request_t *r,
     a = ctx->account;
     now = ngx_http_tokenbiryani_now_ms();
 
-    if (r->connection->error || ctx->committed) {
+    if (r->connection->error || ctx->committed
+        || (ctx->object && ngx_http_tokenbiryani_object_made(r, ctx)))
+    {
         pc->tries = 0;
         ngx_http_tokenbiryani_event_settlement(r, ctx, a, NGX_HTTP_TB_NEXT_RETURNED);
         return;

@@ -346,6 +346,30 @@ ngx_http_tokenbiryani_object_need(ngx_http_tokenbiryani_ctx_t *ctx)
 }
 
 
+ngx_uint_t
+ngx_http_tokenbiryani_object_made(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    o = ctx->object;
+
+    if (o->op != NGX_HTTP_TB_OBJ_CREATE || !r->upstream->request_sent
+        || ctx->resp.status.code >= 400)
+    {
+        /* nothing sent, or an error said: no batch was made */
+        return 0;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "tokenbiryani: a batch create sent to account \"%V\" "
+                  "failed before its answer was read: it is not sent "
+                  "again, which could make a second batch", &ctx->account->id);
+
+    return 1;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_object_pin(ngx_http_tokenbiryani_ctx_t *ctx)
 {

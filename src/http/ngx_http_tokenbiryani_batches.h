@@ -61,6 +61,14 @@ ngx_int_t ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
 /* a create's need: its estimated cost, against its key's cap */
 void ngx_http_tokenbiryani_object_need(ngx_http_tokenbiryani_ctx_t *ctx);
 
+/*
+ * A create's attempt that failed once it was sent, without an error
+ * status: the batch may have been made, and one sent again could make a
+ * second.  1: not to be retried.
+ */
+ngx_uint_t ngx_http_tokenbiryani_object_made(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
 /* the zone slot a batch request must go to, or -1 for any (a create) */
 ngx_int_t ngx_http_tokenbiryani_object_pin(ngx_http_tokenbiryani_ctx_t *ctx);
 

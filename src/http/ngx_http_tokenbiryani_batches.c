@@ -555,6 +555,22 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
 #define NGX_HTTP_TB_RESULT_LINE_MAX    (8 * 1024 * 1024)
 
 
+/* a batch's results, answered 200 and too large to hold: read as they
+ * pass */
+
+static ngx_uint_t
+ngx_http_tokenbiryani_results_passing(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    o = ctx->object;
+
+    return o->op == NGX_HTTP_TB_OBJ_RESULTS && !ctx->resp.whole
+           && r->upstream->headers_in.status_n == NGX_HTTP_OK;
+}
+
+
 void
 ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last)
@@ -564,14 +580,11 @@ ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
     ngx_http_tokenbiryani_objreq_t     *o;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
-    o = ctx->object;
-
-    if (o->op != NGX_HTTP_TB_OBJ_RESULTS || ctx->resp.whole
-        || r->upstream->headers_in.status_n != NGX_HTTP_OK)
-    {
+    if (!ngx_http_tokenbiryani_results_passing(r, ctx)) {
         return;
     }
 
+    o = ctx->object;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     while (p < last) {
@@ -636,14 +649,11 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
     ngx_http_tokenbiryani_objreq_t     *o;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
-    o = ctx->object;
-
-    if (o->op != NGX_HTTP_TB_OBJ_RESULTS || ctx->resp.whole
-        || r->upstream->headers_in.status_n != NGX_HTTP_OK)
-    {
+    if (!ngx_http_tokenbiryani_results_passing(r, ctx)) {
         return;
     }
 
+    o = ctx->object;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     if (o->line_len && !o->skipping) {

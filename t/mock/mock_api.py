@@ -452,3 +452,27 @@ def error_obj(etype, message, seq=None, details=None):
     if seq is not None:
         o["request_id"] = "req_mock_%d" % seq
     return o
+
+
+def list_page(target, objs, what):
+    """A list request's page of objs (each with created and id), newest
+    first, by limit, before_id and after_id as the API pages: (page,
+    has_more), or the 400's message"""
+    qs = target.split("?", 1)[1] if "?" in target else ""
+    q = dict(kv.partition("=")[::2] for kv in qs.split("&") if kv)
+    try:
+        limit = int(q.get("limit", "20"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 1000:
+        return "limit: Input should be between 1 and 1000"
+    objs = sorted(objs, key=lambda o: (o.created, o.id), reverse=True)
+    ids = [o.id for o in objs]
+    for k in ("before_id", "after_id"):
+        if k in q and q[k] not in ids:
+            return "%s: no %s %s" % (k, what, q[k])
+    if "before_id" in q:
+        i = ids.index(q["before_id"])
+        return objs[max(0, i - limit):i], i - limit > 0
+    i = ids.index(q["after_id"]) + 1 if "after_id" in q else 0
+    return objs[i:i + limit], i + limit < len(objs)

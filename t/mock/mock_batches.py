@@ -21,7 +21,8 @@ import math
 import re
 import time
 
-from mock_api import compact, num, rfc3339, validate_request, analyse_prompt
+from mock_api import (compact, num, rfc3339, validate_request,
+                      analyse_prompt, list_page)
 from mock_wire import response_head, chunk
 
 PREFIX = "/v1/messages/batches"
@@ -329,36 +330,13 @@ class Batches:
         return self.ok(a, b.obj(now), mode, mode_ms)
 
     def list(self, a, org, req, mode, mode_ms, now):
-        qs = req.target.split("?", 1)[1] if "?" in req.target else ""
-        q = {}
-        for kv in qs.split("&"):
-            k, _, v = kv.partition("=")
-            if k:
-                q[k] = v
-        try:
-            limit = int(q.get("limit", "20"))
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= 1000:
-            return self.err(a, 400, "invalid_request_error",
-                            "limit: Input should be between 1 and 1000")
         with self.mock.state.lock:
             mine = [b for b in self.mock.state.batches.values()
                     if b.org == org and not b.deleted]
-        mine.sort(key=lambda b: (b.created, b.id), reverse=True)
-        ids = [b.id for b in mine]
-        for k in ("before_id", "after_id"):
-            if k in q and q[k] not in ids:
-                return self.err(a, 400, "invalid_request_error",
-                                "%s: no message_batch %s" % (k, q[k]))
-        if "before_id" in q:
-            i = ids.index(q["before_id"])
-            page = mine[max(0, i - limit):i]
-            more = i - limit > 0
-        else:
-            i = ids.index(q["after_id"]) + 1 if "after_id" in q else 0
-            page = mine[i:i + limit]
-            more = i + limit < len(mine)
+        got = list_page(req.target, mine, "message_batch")
+        if isinstance(got, str):
+            return self.err(a, 400, "invalid_request_error", got)
+        page, more = got
         obj = {"data": [b.obj(now) for b in page], "has_more": more,
                "first_id": page[0].id if page else None,
                "last_id": page[-1].id if page else None}

@@ -16,7 +16,7 @@ Standard library only.
 import hashlib
 import re
 
-from mock_api import num, rfc3339
+from mock_api import num, rfc3339, list_page
 
 PREFIX = "/v1/files"
 BETA = "files-api-2025-04-14"
@@ -183,30 +183,13 @@ class Files:
         return ok(f.obj())
 
     def list(self, req, org, err, ok):
-        qs = req.target.split("?", 1)[1] if "?" in req.target else ""
-        q = dict(kv.partition("=")[::2] for kv in qs.split("&") if kv)
-        try:
-            limit = int(q.get("limit", "20"))
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= 1000:
-            return err(400, "invalid_request_error",
-                       "limit: Input should be between 1 and 1000")
         with self.mock.state.lock:
             mine = [f for f in self.mock.state.files.values()
                     if f.org == org and not f.deleted]
-        mine.sort(key=lambda f: (f.created, f.id), reverse=True)
-        ids = [f.id for f in mine]
-        for k in ("before_id", "after_id"):
-            if k in q and q[k] not in ids:
-                return err(400, "invalid_request_error",
-                           "%s: no file %s" % (k, q[k]))
-        if "before_id" in q:
-            i = ids.index(q["before_id"])
-            page, more = mine[max(0, i - limit):i], i - limit > 0
-        else:
-            i = ids.index(q["after_id"]) + 1 if "after_id" in q else 0
-            page, more = mine[i:i + limit], i + limit < len(mine)
+        got = list_page(req.target, mine, "file")
+        if isinstance(got, str):
+            return err(400, "invalid_request_error", got)
+        page, more = got
         return ok({"data": [f.obj() for f in page], "has_more": more,
                    "first_id": page[0].id if page else None,
                    "last_id": page[-1].id if page else None})

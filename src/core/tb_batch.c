@@ -9,6 +9,7 @@
 
 #include "tb_batch.h"
 #include "tb_json_int.h"
+#include "tb_parse.h"
 
 
 /* a member of an object the walk was asked for: which, and where */
@@ -423,4 +424,186 @@ tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r)
     }
 
     return 0;
+}
+
+
+/* what an object record may hold (the same rules both ways) */
+static int
+tb_object_rec_ok(const tb_object_rec_t *o)
+{
+    size_t  i;
+
+    if ((o->kind != TB_OBJECT_BATCH && o->kind != TB_OBJECT_FILE)
+        || o->status < TB_BATCH_UNKNOWN || o->status > TB_BATCH_ENDED
+        || (o->over != 0 && o->over != 1)
+        || (o->settled != 0 && o->settled != 1)
+        || o->created_ms < 0 || o->seen_ms < 0
+        || o->reserved < 0 || o->charged < 0
+        || o->account[0] == '\0')
+    {
+        return 0;
+    }
+
+    for (i = 0; i < TB_BATCH_NCOUNTS; i++) {
+        if (o->counts[i] < -1) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+size_t
+tb_object_rec_encode(const tb_object_rec_t *o, char *out, size_t size)
+{
+    int  n;
+
+    if (!tb_object_rec_ok(o)
+        || strlen(o->account) > TB_ID_MAX || strlen(o->key) > TB_ID_MAX)
+    {
+        return 0;
+    }
+
+    n = snprintf(out, size,
+                 "o1 %d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld "
+                 "%lld %zu:%s %zu:%s",
+                 o->kind, o->status, o->over, o->settled,
+                 (long long) o->created_ms, (long long) o->seen_ms,
+                 (long long) o->reserved, (long long) o->charged,
+                 (long long) o->counts[0], (long long) o->counts[1],
+                 (long long) o->counts[2], (long long) o->counts[3],
+                 (long long) o->counts[4], strlen(o->account), o->account,
+                 strlen(o->key), o->key);
+
+    return (n > 0 && (size_t) n < size) ? (size_t) n : 0;
+}
+
+
+/* one number and the space after it (none after the last): 0 or -1 */
+static int
+tb_object_rec_num(const char **pp, const char *end, int64_t *v)
+{
+    int         neg;
+    uint64_t    n;
+    const char  *p, *start;
+
+    p = *pp;
+    neg = (p < end && *p == '-');
+    p += neg;
+    start = p;
+    n = 0;
+
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (n > (uint64_t) (INT64_MAX / 10)
+            || (p - start > 0 && start[0] == '0'))
+        {
+            return -1;
+        }
+
+        n = n * 10 + (uint64_t) (*p++ - '0');
+
+        if (n > (uint64_t) INT64_MAX) {
+            return -1;
+        }
+    }
+
+    if (p == start || p == end || *p != ' ' || (neg && n == 0)) {
+        return -1;
+    }
+
+    *v = neg ? -(int64_t) n : (int64_t) n;
+    *pp = p + 1;
+
+    return 0;
+}
+
+
+/* "<len>:<text>" into buf (TB_ID_MAX + 1): 0 or -1 */
+static int
+tb_object_rec_str(const char **pp, const char *end, char *buf)
+{
+    int64_t      n;
+    const char  *p, *colon;
+
+    p = *pp;
+    colon = tb_find_end(p, end, ':');
+
+    if (colon == end || colon == p || colon - p > 2
+        || (colon - p == 2 && p[0] == '0'))
+    {
+        return -1;
+    }
+
+    for (n = 0; p < colon; p++) {
+        if (*p < '0' || *p > '9') {
+            return -1;
+        }
+
+        n = n * 10 + (*p - '0');
+    }
+
+    p = colon + 1;
+
+    if (n > TB_ID_MAX || end - p < n || memchr(p, '\0', (size_t) n)) {
+        return -1;
+    }
+
+    memcpy(buf, p, (size_t) n);
+    buf[n] = '\0';
+    *pp = p + n;
+
+    return 0;
+}
+
+
+int
+tb_object_rec_decode(const char *p, size_t len, tb_object_rec_t *o)
+{
+    size_t       i;
+    int64_t      v[4 + 4 + TB_BATCH_NCOUNTS];
+    const char  *end;
+
+    end = p + len;
+
+    if (len < 3 || memcmp(p, "o1 ", 3) != 0) {
+        return -1;
+    }
+
+    p += 3;
+
+    for (i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        if (tb_object_rec_num(&p, end, &v[i]) != 0) {
+            return -1;
+        }
+    }
+
+    if (v[0] > 2 || v[0] < 0 || v[1] > 3 || v[1] < 0 || v[2] > 1 || v[2] < 0
+        || v[3] > 1 || v[3] < 0)
+    {
+        return -1;
+    }
+
+    o->kind = (int) v[0];
+    o->status = (int) v[1];
+    o->over = (int) v[2];
+    o->settled = (int) v[3];
+    o->created_ms = v[4];
+    o->seen_ms = v[5];
+    o->reserved = v[6];
+    o->charged = v[7];
+
+    for (i = 0; i < TB_BATCH_NCOUNTS; i++) {
+        o->counts[i] = v[8 + i];
+    }
+
+    if (tb_object_rec_str(&p, end, o->account) != 0
+        || p == end || *p++ != ' '
+        || tb_object_rec_str(&p, end, o->key) != 0
+        || p != end)
+    {
+        return -1;
+    }
+
+    return tb_object_rec_ok(o) ? 0 : -1;
 }

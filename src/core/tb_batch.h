@@ -10,7 +10,10 @@
  *  - tb_batch_object(): a message_batch object as the upstream answers
  *    it: its id, status, counts, and where its results_url is;
  *  - tb_batch_result(): one line of a batch's results (JSONL): its type,
- *    and a succeeded one's model and usage.
+ *    and a succeeded one's model and usage;
+ *  - tb_object_rec_encode() and _decode(): what the gateway keeps of an
+ *    object the upstream holds (a batch, a file), as the payload of the
+ *    record a store keeps (tb_record.h), read back strictly.
  *
  * Plain C, no nginx headers.
  */
@@ -24,6 +27,7 @@
 
 #include "tb_json.h"
 #include "tb_body.h"
+#include "tb_account.h"
 
 
 #define TB_BATCH_MAX_REQUESTS  100000     /* the API's, a batch */
@@ -103,6 +107,47 @@ typedef struct {
  * its message's usage), else -1.
  */
 int tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r);
+
+
+
+/*
+ * What the gateway keeps of an object the upstream holds for one account:
+ *
+ *     o1 <kind> <status> <over> <settled> <created_ms> <seen_ms>
+ *        <reserved> <charged> <5 counts> <len>:<account> <len>:<key>
+ *
+ * on one line, single spaces, decimal numbers (a count is -1 when never
+ * said), the account's id and the key's name each after its length (the
+ * key's empty in open mode).
+ */
+
+#define TB_OBJECT_BATCH        1
+#define TB_OBJECT_FILE         2
+
+typedef struct {
+    int                       kind;         /* TB_OBJECT_* */
+    int                       status;       /* tb_batch_status_e */
+    int                       over;         /* 0 or 1 */
+    int                       settled;      /* 0 or 1 */
+    int64_t                   created_ms;
+    int64_t                   seen_ms;
+    int64_t                   reserved;     /* nanodollars, >= 0 */
+    int64_t                   charged;      /* nanodollars, >= 0 */
+    int64_t                   counts[TB_BATCH_NCOUNTS];   /* >= -1 */
+    char                      account[TB_ID_MAX + 1];     /* not empty */
+    char                      key[TB_ID_MAX + 1];
+} tb_object_rec_t;
+
+#define TB_OBJECT_REC_MAX                                                   \
+    (3 + 4 * 2 + (2 + 4 + TB_BATCH_NCOUNTS) * 21 + 2 * (4 + TB_ID_MAX))
+
+/* its text into out (NUL-terminated): the length, or 0 when it does not
+ * fit in size bytes or is not one decode() would take */
+size_t tb_object_rec_encode(const tb_object_rec_t *o, char *out, size_t size);
+
+/* 0 when [p, p + len) is exactly one such line, every field in range;
+ * else -1 */
+int tb_object_rec_decode(const char *p, size_t len, tb_object_rec_t *o);
 
 
 #endif /* TB_BATCH_H */

@@ -3,7 +3,9 @@
  * body scanned (every request handed over is a custom_id the API takes and
  * a params object that is itself one valid JSON document inside the
  * input, at most max of them, and none once the scan refuses), a
- * message_batch object and a results line read (never outside the input).
+ * message_batch object and a results line read (never outside the input),
+ * and an object's record read back: one that is taken is written again
+ * byte for byte (the text is canonical), every field in range.
  */
 
 #include <stdint.h>
@@ -47,8 +49,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t             n;
     seen_t             s;
     tb_batch_obj_t     o;
+    tb_object_rec_t    rec;
     tb_batch_result_t  r;
-    char               err[256];
+    char               err[256], again[TB_OBJECT_REC_MAX + 1];
 
     s.data = data;
     s.size = size;
@@ -83,6 +86,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
 
     } else if (r.type != TB_RESULT_UNKNOWN) {
+        abort();
+    }
+
+    if (tb_object_rec_decode((const char *) data, size, &rec) == 0
+        && (tb_object_rec_encode(&rec, again, sizeof(again)) != size
+            || memcmp(again, data, size) != 0))
+    {
         abort();
     }
 

@@ -293,6 +293,85 @@ TB_TEST(result_read)
 }
 
 
+TB_TEST(object_record)
+{
+    size_t           i, n;
+    tb_object_rec_t  o, back;
+    char             buf[TB_OBJECT_REC_MAX + 1], t[TB_OBJECT_REC_MAX + 8];
+
+    static const char  *bad[] = {
+        "",
+        "o1",
+        "o2 1 1 0 0 1 2 3 4 5 6 7 8 9 2:a1 0:",
+        "o1 3 1 0 0 1 2 3 4 5 6 7 8 9 2:a1 0:",          /* kind */
+        "o1 1 4 0 0 1 2 3 4 5 6 7 8 9 2:a1 0:",          /* status */
+        "o1 1 1 2 0 1 2 3 4 5 6 7 8 9 2:a1 0:",          /* over */
+        "o1 1 1 0 0 -1 2 3 4 5 6 7 8 9 2:a1 0:",         /* created */
+        "o1 1 1 0 0 1 2 -3 4 5 6 7 8 9 2:a1 0:",         /* reserved */
+        "o1 1 1 0 0 1 2 3 4 -2 6 7 8 9 2:a1 0:",         /* a count */
+        "o1 1 1 0 0 01 2 3 4 5 6 7 8 9 2:a1 0:",         /* leading 0 */
+        "o1 1 1 0 0 1  2 3 4 5 6 7 8 9 2:a1 0:",         /* two spaces */
+        "o1 1 1 0 0 1 2 3 4 5 6 7 8 9 0: 0:",            /* no account */
+        "o1 1 1 0 0 1 2 3 4 5 6 7 8 9 3:a1 0:",          /* too long */
+        "o1 1 1 0 0 1 2 3 4 5 6 7 8 9 1:a1 0:",          /* too short */
+        "o1 1 1 0 0 1 2 3 4 5 6 7 8 9 2:a1 0: ",         /* after */
+        "o1 1 1 0 0 1 2 3 4 5 6 7 8 9 2:a1",             /* no key */
+        "o1 1 1 0 0 1 2 3 4 5 6 7 8 9 65:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 0:",
+        "o1 1 1 0 0 99999999999999999999 2 3 4 5 6 7 8 9 2:a1 0:",
+        "o1 1 1 0 0 9223372036854775808 2 3 4 5 6 7 8 9 2:a1 0:",
+    };
+
+    memset(&o, 0, sizeof(o));
+    o.kind = TB_OBJECT_BATCH;
+    o.status = TB_BATCH_IN_PROGRESS;
+    o.created_ms = 1764460000123LL;
+    o.seen_ms = INT64_MAX;
+    o.reserved = 1500000000LL;
+    o.counts[0] = 3;
+    o.counts[1] = -1;
+    o.counts[4] = 0;
+    strcpy(o.account, "acct one:x");   /* a space and a colon */
+    strcpy(o.key, "tenant-1");
+
+    n = tb_object_rec_encode(&o, buf, sizeof(buf));
+    TB_CHECK(n > 0 && n == strlen(buf));
+    memset(&back, 0, sizeof(back));
+    TB_CHECK_INT(tb_object_rec_decode(buf, n, &back), 0);
+    TB_CHECK(memcmp(&o, &back, sizeof(o)) == 0);
+
+    /* every shorter text is refused, and a cut one never read past */
+    for (i = 0; i < n; i++) {
+        memcpy(t, buf, i);
+        TB_CHECK_INT(tb_object_rec_decode(t, i, &back), -1);
+    }
+
+    /* open mode: no key */
+    o.key[0] = '\0';
+    n = tb_object_rec_encode(&o, buf, sizeof(buf));
+    TB_CHECK(n > 0);
+    TB_CHECK_INT(tb_object_rec_decode(buf, n, &back), 0);
+    TB_CHECK_STR(back.key, "");
+
+    /* too small a buffer, an object out of range: nothing */
+    TB_CHECK_INT(tb_object_rec_encode(&o, buf, 10), 0);
+    o.status = 9;
+    TB_CHECK_INT(tb_object_rec_encode(&o, buf, sizeof(buf)), 0);
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (tb_object_rec_decode(bad[i], strlen(bad[i]), &back) != -1) {
+            TB_FAIL_AT("decoded: \"%s\"", bad[i]);
+        }
+    }
+
+    n = strlen("o1 1 1 0 0 1 2 3 4 5 6 7 8 9 2:a1 0:");
+    TB_CHECK_INT(tb_object_rec_decode("o1 1 1 0 0 1 2 3 4 5 6 7 8 9 2:a1 0:",
+                                      n, &back), 0);
+    TB_CHECK_INT(back.counts[4], 9);
+    TB_CHECK_STR(back.account, "a1");
+}
+
+
 int
 main(void)
 {
@@ -301,6 +380,7 @@ main(void)
     TB_RUN(scan_many);
     TB_RUN(object_read);
     TB_RUN(result_read);
+    TB_RUN(object_record);
 
     return tb_test_done();
 }

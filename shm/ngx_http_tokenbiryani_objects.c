@@ -121,11 +121,16 @@ ngx_http_tokenbiryani_object_settle_locked(ngx_http_tokenbiryani_zone_t *zone,
                   : NULL;
 
     ngx_http_tokenbiryani_caps_settle_locked(zone, ks, NULL, st, o->v.slot,
-                                             o->v.reserved, charge);
+                                             o->v.held ? o->v.reserved : 0,
+                                             charge);
 
     o->v.settled = 1;
-    o->v.charged = charge ? charge->cost : 0;
-    o->v.reserved = 0;
+    o->v.held = 0;
+
+    if (charge) {
+        o->v.charged = charge->cost;
+    }
+
     zone->sh->objects_gen++;
 }
 
@@ -154,50 +159,40 @@ ngx_http_tokenbiryani_object_settle(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-ngx_int_t
-ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
+static ngx_int_t
+ngx_http_tokenbiryani_object_add_locked(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max)
 {
-    ngx_int_t                        rc;
-    ngx_slab_pool_t                 *shpool;
+    ngx_queue_t                     *q;
     ngx_http_tokenbiryani_shm_t     *sh;
-    ngx_http_tokenbiryani_object_t  *o;
-
-    if (in->id_len == 0 || in->id_len > NGX_HTTP_TB_OBJECT_ID_MAX) {
-        return NGX_ERROR;
-    }
+    ngx_http_tokenbiryani_object_t  *o, *next;
 
     sh = zone->sh;
-    shpool = zone->shpool;
-
-    ngx_shmtx_lock(&shpool->mutex);
 
     if (ngx_http_tokenbiryani_rbtree_find(&sh->obj_tree,
             tb_hash64(NGX_HTTP_TB_OBJECT_SEED, in->id, in->id_len))
         != NULL)
     {
         /* known already (or another id of the same hash: refused too) */
-        rc = NGX_DECLINED;
-        goto done;
+        return NGX_DECLINED;
     }
 
     if (sh->nobjects >= max
         && !ngx_http_tokenbiryani_object_drop_over_locked(zone))
     {
-        rc = NGX_BUSY;
-        goto done;
+        return NGX_BUSY;
     }
 
     o = ngx_http_tokenbiryani_alloc_locked(zone,
                                      sizeof(ngx_http_tokenbiryani_object_t));
     if (o == NULL) {
-        rc = NGX_ERROR;
-        goto done;
+        return NGX_ERROR;
     }
 
     o->v = *in;
+    o->v.held = (in->held && in->reserved > 0 && !in->settled);
 
-    if (in->reserved > 0) {
+    if (o->v.held) {
         /* what the batch may cost, held on its account's and key's ledgers
          * until its results are charged */
         ngx_http_tokenbiryani_object_hold_locked(zone, &o->v, in->reserved);
@@ -206,17 +201,150 @@ ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
     o->node.key = (ngx_rbtree_key_t) tb_hash64(NGX_HTTP_TB_OBJECT_SEED,
                                                in->id, in->id_len);
     ngx_rbtree_insert(&sh->obj_tree, &o->node);
-    ngx_queue_insert_head(&sh->obj_queue, &o->queue);
+
+    /* newest first: a new one at the head, one read back in its place */
+    for (q = ngx_queue_head(&sh->obj_queue);
+         q != ngx_queue_sentinel(&sh->obj_queue);
+         q = ngx_queue_next(q))
+    {
+        next = ngx_queue_data(q, ngx_http_tokenbiryani_object_t, queue);
+
+        if (next->v.created_ms <= in->created_ms) {
+            break;
+        }
+    }
+
+    /* (the macro reads its first argument more than once) */
+    q = ngx_queue_prev(q);
+    ngx_queue_insert_after(q, &o->queue);
     sh->nobjects++;
     sh->objects_gen++;
 
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max)
+{
+    ngx_int_t  rc;
+
+    if (in->id_len == 0 || in->id_len > NGX_HTTP_TB_OBJECT_ID_MAX) {
+        return NGX_ERROR;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    rc = ngx_http_tokenbiryani_object_add_locked(zone, in, max);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return rc;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_adopt(ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max)
+{
+    ngx_int_t                        rc;
+    ngx_http_tokenbiryani_object_t  *o;
+
+    if (in->id_len == 0 || in->id_len > NGX_HTTP_TB_OBJECT_ID_MAX) {
+        return NGX_ERROR;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    o = ngx_http_tokenbiryani_object_find_locked(zone->sh, in->kind, in->id,
+                                                 in->id_len);
+
+    if (o == NULL) {
+        rc = ngx_http_tokenbiryani_object_add_locked(zone, in, max);
+        goto done;
+    }
+
+    if (o->v.slot != in->slot || o->v.key != in->key) {
+        /* an id is made once, on one account for one key */
+        rc = NGX_ABORT;
+        goto done;
+    }
+
+    if (in->gen <= o->v.gen) {
+        rc = NGX_DONE;
+        goto done;
+    }
+
+    o->v.gen = in->gen;
+    o->v.status = in->status;
+    o->v.over = in->over;
+    o->v.seen_ms = in->seen_ms;
+    ngx_memcpy(o->v.counts, in->counts, sizeof(o->v.counts));
+
+    if (in->settled && !o->v.settled) {
+        /* its results read, and charged, by another gateway: what is held
+         * for it here is let go */
+        ngx_http_tokenbiryani_object_settle_locked(zone, o, NULL);
+        o->v.charged = in->charged;
+    }
+
+    zone->sh->objects_gen++;
     rc = NGX_OK;
 
 done:
 
-    ngx_shmtx_unlock(&shpool->mutex);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return rc;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_record(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t kind, const u_char *id, size_t len, int64_t now,
+    tb_object_rec_t *rec, uint64_t *gen)
+{
+    ngx_uint_t                       i;
+    tb_account_state_t              *st;
+    ngx_http_tokenbiryani_object_t  *o;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    o = ngx_http_tokenbiryani_object_find_locked(zone->sh, kind, id, len);
+
+    if (o == NULL) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return NGX_DECLINED;
+    }
+
+    o->v.gen = tb_rec_next_gen(o->v.gen, now);
+    *gen = o->v.gen;
+
+    st = (o->v.slot >= 0 && (ngx_uint_t) o->v.slot < zone->sh->nslots)
+         ? zone->sh->slots[o->v.slot] : NULL;
+
+    rec->kind = (int) o->v.kind;
+    rec->status = (int) o->v.status;
+    rec->over = o->v.over ? 1 : 0;
+    rec->settled = o->v.settled ? 1 : 0;
+    rec->created_ms = o->v.created_ms;
+    rec->seen_ms = o->v.seen_ms;
+    rec->reserved = o->v.reserved;
+    rec->charged = o->v.charged;
+
+    for (i = 0; i < NGX_HTTP_TB_OBJECT_COUNTS; i++) {
+        rec->counts[i] = o->v.counts[i];
+    }
+
+    ngx_cpystrn((u_char *) rec->account, st ? (u_char *) st->id
+                                            : (u_char *) "",
+                sizeof(rec->account));
+    ngx_cpystrn((u_char *) rec->key, o->v.key_name, sizeof(rec->key));
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return NGX_OK;
 }
 
 
@@ -231,7 +359,7 @@ ngx_http_tokenbiryani_object_get(ngx_http_tokenbiryani_zone_t *zone,
 
     o = ngx_http_tokenbiryani_object_find_locked(zone->sh, kind, id, len);
 
-    if (o) {
+    if (o && out) {
         *out = o->v;
     }
 
@@ -246,6 +374,7 @@ ngx_http_tokenbiryani_object_seen(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t kind, const u_char *id, size_t len, ngx_uint_t status,
     const int64_t counts[NGX_HTTP_TB_OBJECT_COUNTS], int64_t now)
 {
+    ngx_int_t                        rc;
     ngx_uint_t                       i;
     ngx_http_tokenbiryani_object_t  *o;
 
@@ -253,22 +382,31 @@ ngx_http_tokenbiryani_object_seen(ngx_http_tokenbiryani_zone_t *zone,
 
     o = ngx_http_tokenbiryani_object_find_locked(zone->sh, kind, id, len);
 
-    if (o) {
-        o->v.status = (u_char) status;
-        o->v.seen_ms = now;
-
-        for (i = 0; counts && i < NGX_HTTP_TB_OBJECT_COUNTS; i++) {
-            if (counts[i] >= 0) {
-                o->v.counts[i] = counts[i];
-            }
-        }
-
-        zone->sh->objects_gen++;
+    if (o == NULL) {
+        rc = NGX_DECLINED;
+        goto done;
     }
+
+    rc = (o->v.status == status) ? NGX_DONE : NGX_OK;
+
+    o->v.status = status;
+    o->v.over = o->v.over || status == TB_BATCH_ENDED;
+    o->v.seen_ms = now;
+
+    for (i = 0; counts && i < NGX_HTTP_TB_OBJECT_COUNTS; i++) {
+        if (counts[i] >= 0 && o->v.counts[i] != counts[i]) {
+            o->v.counts[i] = counts[i];
+            rc = NGX_OK;
+        }
+    }
+
+    zone->sh->objects_gen++;
+
+done:
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    return o ? NGX_OK : NGX_DECLINED;
+    return rc;
 }
 
 
@@ -285,10 +423,10 @@ ngx_http_tokenbiryani_object_remove(ngx_http_tokenbiryani_zone_t *zone,
 
     if (o) {
         if (!o->v.settled) {
-            /* gone before its results were read: what it held is what it
-             * is taken to have cost */
+            /* gone before its results were read: what it held here is what
+             * it is taken to have cost (another gateway's hold, there) */
             charge.at_ms = now;
-            charge.cost = o->v.reserved;
+            charge.cost = o->v.held ? o->v.reserved : 0;
             ngx_memzero(charge.tokens, sizeof(charge.tokens));
             ngx_http_tokenbiryani_object_settle_locked(zone, o, &charge);
         }

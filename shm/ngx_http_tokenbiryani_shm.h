@@ -1020,6 +1020,10 @@ typedef struct {
                                                      it on the ledgers */
     int64_t                        charged;       /* nanodollars */
     ngx_uint_t                     settled;       /* its hold released */
+    ngx_uint_t                     held;          /* reserved is held in
+                                                     this zone */
+    uint64_t                       gen;           /* its record's, in the
+                                                     store (tb_record.h) */
     int64_t                        counts[NGX_HTTP_TB_OBJECT_COUNTS];
     size_t                         id_len;
     u_char                         id[NGX_HTTP_TB_OBJECT_ID_MAX + 1];
@@ -1028,24 +1032,47 @@ typedef struct {
 
 /*
  * NGX_OK, with in->reserved (nanodollars) held on its account's and key's
- * ledgers; NGX_DECLINED when its id is known already; NGX_BUSY when max
- * are kept and none is over; NGX_ERROR: no memory
+ * ledgers when in->held; NGX_DECLINED when its id is known already;
+ * NGX_BUSY when max are kept and none is over; NGX_ERROR: no memory
  */
 ngx_int_t ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max);
 
-/* a copy in *out: NGX_OK, or NGX_DECLINED when it is not known */
+/*
+ * Its record as the store is to keep it now, of the next generation (the
+ * zone's from now): NGX_OK; NGX_DECLINED when it is not known
+ */
+ngx_int_t ngx_http_tokenbiryani_object_record(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
+    size_t len, int64_t now, tb_object_rec_t *rec, uint64_t *gen);
+
+/*
+ * A record read back from the store (checked, in->gen its generation):
+ * added as object_add() adds (its hold, when in->held and it is not
+ * settled), or what is newer of it taken - its state, and settled: its
+ * hold here released, its charge made where its results were read.
+ * NGX_DONE: the zone had it as new already; NGX_ABORT: it names another
+ * account or key than the zone's of that id (refused).
+ */
+ngx_int_t ngx_http_tokenbiryani_object_adopt(
+    ngx_http_tokenbiryani_zone_t *zone,
+    const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max);
+
+/* a copy in *out (unless NULL): NGX_OK, or NGX_DECLINED when it is not
+ * known */
 ngx_int_t ngx_http_tokenbiryani_object_get(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t kind, const u_char *id, size_t len,
     ngx_http_tokenbiryani_object_view_t *out);
 
-/* what the upstream said of it now (counts: -1 for one not said) */
+/* what the upstream said of it now (counts: -1 for one not said):
+ * NGX_OK; NGX_DONE when that is what the zone had; NGX_DECLINED: not
+ * known */
 ngx_int_t ngx_http_tokenbiryani_object_seen(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
     size_t len, ngx_uint_t status,
     const int64_t counts[NGX_HTTP_TB_OBJECT_COUNTS], int64_t now);
 
-/* a batch not yet charged is charged what it held (deleted unread) */
+/* a batch not yet charged is charged what it held here (deleted unread) */
 ngx_int_t ngx_http_tokenbiryani_object_remove(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
     size_t len, int64_t now);

@@ -55,6 +55,7 @@
 #define TB_REC_ACCOUNT      'a'         /* an account added at runtime */
 #define TB_REC_SETTING      's'         /* a runtime setting */
 #define TB_REC_OWNER        'o'         /* a conversation's owner */
+#define TB_REC_OBJECT       'b'         /* a batch or a file, by its id */
 
 #define TB_MSG_MAC_HEX       32
 #define TB_MSG_SKEW_MS       30000      /* how old a message may be */

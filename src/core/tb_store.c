@@ -42,6 +42,10 @@ static const char  tb_store_schema[] =
     "  data   BLOB NOT NULL,"
     "  PRIMARY KEY (kind, seq)"
     ") WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tb_objects ("
+    "  id     TEXT PRIMARY KEY NOT NULL,"
+    "  value  TEXT NOT NULL"
+    ");"
     "CREATE TABLE IF NOT EXISTS tb_slots ("
     "  slot   INTEGER PRIMARY KEY NOT NULL,"
     "  id     TEXT NOT NULL"
@@ -578,6 +582,46 @@ tb_store_accounts(tb_store_t *s, tb_store_account_pt cb, void *data)
     return tb_store_rows(s, "read the accounts", "SELECT id, spec, sealed "
                          "FROM tb_accounts ORDER BY rowid",
                          tb_store_account_row, &cb, data);
+}
+
+
+int
+tb_store_object_put(tb_store_t *s, const char *id, const char *value)
+{
+    return tb_store_run(s, "write an object",
+                        "INSERT INTO tb_objects (id, value) VALUES (?, ?) "
+                        "ON CONFLICT (id) DO UPDATE SET value = "
+                        "excluded.value", "tt", id, value);
+}
+
+
+int
+tb_store_object_delete(tb_store_t *s, const char *id)
+{
+    return tb_store_run(s, "delete an object",
+                        "DELETE FROM tb_objects WHERE id = ?", "t", id);
+}
+
+
+static int
+tb_store_object_row(sqlite3_stmt *st, const void *cb, void *data)
+{
+    if (tb_store_col(st, 0) == NULL || tb_store_col(st, 1) == NULL) {
+        return 0;
+    }
+
+    return (*(const tb_store_object_pt *) cb)(data, tb_store_col(st, 0),
+               (size_t) sqlite3_column_bytes(st, 0), tb_store_col(st, 1),
+               (size_t) sqlite3_column_bytes(st, 1));
+}
+
+
+int
+tb_store_objects(tb_store_t *s, tb_store_object_pt cb, void *data)
+{
+    return tb_store_rows(s, "read the objects", "SELECT id, value "
+                         "FROM tb_objects ORDER BY rowid",
+                         tb_store_object_row, &cb, data);
 }
 
 

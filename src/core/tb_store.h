@@ -74,6 +74,19 @@ typedef int (*tb_store_account_pt)(void *data, const char *id,
 int tb_store_accounts(tb_store_t *s, tb_store_account_pt cb, void *data);
 
 /*
+ * An object the upstream keeps (a batch, a file): its id and its record
+ * (the envelope, tb_record.h), put in place of the one before.
+ */
+int tb_store_object_put(tb_store_t *s, const char *id, const char *value);
+int tb_store_object_delete(tb_store_t *s, const char *id);
+
+typedef int (*tb_store_object_pt)(void *data, const char *id, size_t len,
+    const char *value, size_t vlen);
+
+/* every stored object, in the order they were first written */
+int tb_store_objects(tb_store_t *s, tb_store_object_pt cb, void *data);
+
+/*
  * History: inspector records (TB_STORE_RECORDS) and events
  * (TB_STORE_EVENTS), each a numbered blob of the layout its writer
  * names; the newest keep of a kind are kept.

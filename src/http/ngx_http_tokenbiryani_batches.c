@@ -7,6 +7,7 @@
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_batches.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_store.h"
 #include "tb_batch.h"
 #include "tb_keys.h"
 #include "tb_price.h"
@@ -15,9 +16,6 @@
 
 
 #define NGX_HTTP_TB_BATCHES_PATH       "/v1/messages/batches"
-
-/* the batches the zone keeps at most: past it, the oldest that ended */
-#define NGX_HTTP_TB_OBJECTS_MAX        65536
 
 #define NGX_HTTP_TB_LIST_MAX           1000
 
@@ -502,6 +500,25 @@ ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
+/* charged once (its hold released), and the store told */
+
+static void
+ngx_http_tokenbiryani_object_settled(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_objreq_t *o,
+    const ngx_http_tokenbiryani_charge_t *charge)
+{
+    if (ngx_http_tokenbiryani_object_settle(&tmcf->zone,
+                                            NGX_HTTP_TB_OBJECT_BATCH,
+                                            o->found.id, o->found.id_len,
+                                            charge)
+        == NGX_OK)
+    {
+        ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
+                                           o->found.id, o->found.id_len, 0);
+    }
+}
+
+
 /*
  * A batch's results, whole: each succeeded request's usage at the batch
  * price, charged once for the batch (its hold released).  Results too
@@ -541,10 +558,7 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
         }
     }
 
-    (void) ngx_http_tokenbiryani_object_settle(&tmcf->zone,
-                                               NGX_HTTP_TB_OBJECT_BATCH,
-                                               o->found.id, o->found.id_len,
-                                               &charge);
+    ngx_http_tokenbiryani_object_settled(tmcf, o, &charge);
 
     return NGX_OK;
 }
@@ -677,10 +691,7 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
 
     o->charge.at_ms = ngx_http_tokenbiryani_now_ms();
 
-    (void) ngx_http_tokenbiryani_object_settle(&tmcf->zone,
-                                               NGX_HTTP_TB_OBJECT_BATCH,
-                                               o->found.id, o->found.id_len,
-                                               &o->charge);
+    ngx_http_tokenbiryani_object_settled(tmcf, o, &o->charge);
 }
 
 
@@ -705,10 +716,18 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
 
     if (o->op == NGX_HTTP_TB_OBJ_DELETE) {
         /* {"id": ..., "type": "message_batch_deleted"}: forgotten here */
-        (void) ngx_http_tokenbiryani_object_remove(&tmcf->zone,
-                                                   NGX_HTTP_TB_OBJECT_BATCH,
-                                                   o->found.id,
-                                                   o->found.id_len, now);
+        if (ngx_http_tokenbiryani_object_remove(&tmcf->zone,
+                                                NGX_HTTP_TB_OBJECT_BATCH,
+                                                o->found.id,
+                                                o->found.id_len, now)
+            == NGX_OK)
+        {
+            ngx_http_tokenbiryani_store_object(tmcf,
+                                               NGX_HTTP_TB_OBJECT_BATCH,
+                                               o->found.id,
+                                               o->found.id_len, 1);
+        }
+
         return NGX_OK;
     }
 
@@ -724,10 +743,19 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        (void) ngx_http_tokenbiryani_object_seen(&tmcf->zone,
-                                                 NGX_HTTP_TB_OBJECT_BATCH,
-                                                 o->found.id, o->found.id_len,
-                                                 b.status, b.counts, now);
+        if (ngx_http_tokenbiryani_object_seen(&tmcf->zone,
+                                              NGX_HTTP_TB_OBJECT_BATCH,
+                                              o->found.id, o->found.id_len,
+                                              b.status, b.counts, now)
+            == NGX_OK)
+        {
+            /* what changed, kept: a poll that finds it as it was writes
+             * nothing */
+            ngx_http_tokenbiryani_store_object(tmcf,
+                                               NGX_HTTP_TB_OBJECT_BATCH,
+                                               o->found.id,
+                                               o->found.id_len, 0);
+        }
 
     } else {
         ngx_memzero(&v, sizeof(v));
@@ -739,6 +767,7 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         v.created_ms = now;
         v.seen_ms = now;
         v.reserved = o->estimate;
+        v.held = 1;
         ngx_memcpy(v.counts, b.counts, sizeof(v.counts));
         v.id_len = b.id_len;
         ngx_memcpy(v.id, b.id, b.id_len);
@@ -761,6 +790,11 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
                           : rc == NGX_BUSY ? "the zone keeps as many "
                                              "batches as it may"
                           : "no memory");
+
+        } else {
+            ngx_http_tokenbiryani_store_object(tmcf,
+                                               NGX_HTTP_TB_OBJECT_BATCH,
+                                               v.id, v.id_len, 0);
         }
     }
 

@@ -35,6 +35,7 @@ static void ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_route_begin(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
+static void ngx_http_tokenbiryani_batch_known(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_bytes(ngx_http_request_t *r,
     ngx_str_t *body);
 static void ngx_http_tokenbiryani_body_unmap(void *data);
@@ -250,8 +251,8 @@ static void
 ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
 {
-    ngx_int_t                        rc;
-    ngx_http_tokenbiryani_objreq_t  *o;
+    ngx_http_tokenbiryani_objreq_t     *o;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     o = ctx->object;
 
@@ -261,6 +262,40 @@ ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
+
+    ctx->route.body = *body;
+
+    if (o->op != NGX_HTTP_TB_OBJ_CREATE && o->op != NGX_HTTP_TB_OBJ_LIST) {
+        tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+        /* a batch another gateway made, that this one has not heard of
+         * yet: asked of the store first */
+        if (ngx_http_tokenbiryani_object_get(&tmcf->zone,
+                                             NGX_HTTP_TB_OBJECT_BATCH,
+                                             o->found.id, o->found.id_len,
+                                             NULL)
+            != NGX_OK
+            && ngx_http_tokenbiryani_store_object_get(r, o->found.id,
+                   o->found.id_len, ngx_http_tokenbiryani_batch_known)
+               == NGX_AGAIN)
+        {
+            return;
+        }
+    }
+
+    ngx_http_tokenbiryani_batch_known(r);
+}
+
+
+static void
+ngx_http_tokenbiryani_batch_known(ngx_http_request_t *r)
+{
+    ngx_int_t                     rc;
+    ngx_str_t                    *body;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+    body = &ctx->route.body;
 
     rc = ngx_http_tokenbiryani_object_begin(r, ctx, body);
 
@@ -274,8 +309,6 @@ ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
                                                                    NULL));
         return;
     }
-
-    ctx->route.body = *body;
 
     ngx_http_tokenbiryani_route_begin(r);
 }

@@ -73,11 +73,13 @@ const ngx_http_tokenbiryani_store_ops_t  ngx_http_tokenbiryani_sqlite_ops = {
     ngx_http_tokenbiryani_sqlite_post,
     ngx_http_tokenbiryani_sqlite_flush_now,
     NULL,                               /* no peers: the zone knows all */
+    NULL,
     NULL
 };
 
 
-static ngx_http_tokenbiryani_sqlite_writer_t  ngx_http_tokenbiryani_sqlite_writer;
+static ngx_http_tokenbiryani_sqlite_writer_t
+    ngx_http_tokenbiryani_sqlite_writer;
 
 #endif
 
@@ -239,6 +241,21 @@ ngx_http_tokenbiryani_sqlite_adopted_back(tb_store_t *db,
 }
 
 
+/* a stored object into the new zone (refused ones said, left out) */
+static int
+ngx_http_tokenbiryani_sqlite_load_object(void *data, const char *id,
+    size_t len, const char *value, size_t vlen)
+{
+    ngx_http_tokenbiryani_store_load_t *ld = data;
+
+    (void) ngx_http_tokenbiryani_store_object_in(ld->tmcf, ld->log,
+                                                 (const u_char *) id, len,
+                                                 (const u_char *) value,
+                                                 vlen, 1);
+    return 0;
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_sqlite_load(ngx_shm_zone_t *shm_zone,
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t fresh)
@@ -282,6 +299,14 @@ ngx_http_tokenbiryani_sqlite_load(ngx_shm_zone_t *shm_zone,
                   "tokenbiryani: the store \"%V\" loaded: %ui minted keys, "
                   "%ui accounts%s", &tmcf->store_path, ld.keys, ld.accounts,
                   ld.skipped ? " (some left out, see above)" : "");
+
+    if (tb_store_objects(db, ngx_http_tokenbiryani_sqlite_load_object, &ld)
+        != TB_STORE_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, shm_zone->shm.log, 0,
+                      "tokenbiryani: %s: the batches kept before are not "
+                      "known until it can be read", tb_store_error(db));
+    }
 
     ngx_http_tokenbiryani_sqlite_load_settings(db, &ld);
     ngx_http_tokenbiryani_sqlite_adopted_back(db, &ld);
@@ -452,8 +477,8 @@ ngx_http_tokenbiryani_sqlite_run(ngx_http_tokenbiryani_sqlite_writer_t *w)
 
 /* in the store's thread: a bucket read, kept (malloc: no pool here) */
 static int
-ngx_http_tokenbiryani_sqlite_usage_point(void *data, int64_t t, const char *group,
-    const tb_usage_row_t *u)
+ngx_http_tokenbiryani_sqlite_usage_point(void *data, int64_t t,
+    const char *group, const tb_usage_row_t *u)
 {
     ngx_http_tokenbiryani_job_t *job = data;
 
@@ -518,12 +543,14 @@ ngx_http_tokenbiryani_sqlite_thread(void *data, ngx_log_t *log)
         switch (job->op) {
 
         case NGX_HTTP_TB_JOB_KEY_INSERT:
-            rc = tb_store_key_insert(w->db, job->u.record.name, job->u.record.digest,
+            rc = tb_store_key_insert(w->db, job->u.record.name,
+                                     job->u.record.digest,
                                      job->u.record.spec);
             break;
 
         case NGX_HTTP_TB_JOB_KEY_UPDATE:
-            rc = tb_store_key_update(w->db, job->u.record.name, job->u.record.spec);
+            rc = tb_store_key_update(w->db, job->u.record.name,
+                                     job->u.record.spec);
             break;
 
         case NGX_HTTP_TB_JOB_KEY_DELETE:
@@ -531,16 +558,28 @@ ngx_http_tokenbiryani_sqlite_thread(void *data, ngx_log_t *log)
             break;
 
         case NGX_HTTP_TB_JOB_SETTING:
-            rc = tb_store_meta_put(w->db, job->u.record.name, job->u.record.spec);
+            rc = tb_store_meta_put(w->db, job->u.record.name,
+                                   job->u.record.spec);
             break;
 
         case NGX_HTTP_TB_JOB_ACCOUNT_PUT:
-            rc = tb_store_account_put(w->db, job->u.record.name, job->u.record.spec,
-                                      job->u.record.sealed, (int) job->u.record.create);
+            rc = tb_store_account_put(w->db, job->u.record.name,
+                                      job->u.record.spec,
+                                      job->u.record.sealed,
+                                      (int) job->u.record.create);
             break;
 
         case NGX_HTTP_TB_JOB_ACCOUNT_DELETE:
             rc = tb_store_account_delete(w->db, job->u.record.name);
+            break;
+
+        case NGX_HTTP_TB_JOB_OBJECT_PUT:
+            rc = tb_store_object_put(w->db, job->u.record.name,
+                                     job->u.record.spec);
+            break;
+
+        case NGX_HTTP_TB_JOB_OBJECT_DELETE:
+            rc = tb_store_object_delete(w->db, job->u.record.name);
             break;
 
         case NGX_HTTP_TB_JOB_OPEN:
@@ -549,8 +588,8 @@ ngx_http_tokenbiryani_sqlite_thread(void *data, ngx_log_t *log)
 
         case NGX_HTTP_TB_JOB_USAGE:
             rc = tb_store_usage(w->db, job->u.usage.from, job->u.usage.step,
-                                job->u.usage.by, ngx_http_tokenbiryani_sqlite_usage_point,
-                                job);
+                                job->u.usage.by,
+                                ngx_http_tokenbiryani_sqlite_usage_point, job);
             break;
 
         default: /* NGX_HTTP_TB_JOB_FLUSH */

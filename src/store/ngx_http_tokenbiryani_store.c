@@ -13,6 +13,7 @@
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "tb_keyspec.h"
+#include "tb_hash.h"
 
 /* the history: written by one worker, elected, a tenth of a ring at a time */
 typedef struct {
@@ -1092,5 +1093,225 @@ ngx_http_tokenbiryani_store_wrote(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "tokenbiryani: the store \"%V\" is written again",
                       &tmcf->store_shown);
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_store_object_done(ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_http_tokenbiryani_main_conf_t *tmcf = job->data;
+
+    ngx_http_tokenbiryani_store_wrote(tmcf,
+                                      job->rc == TB_STORE_ERROR ? job->err
+                                                                : NULL,
+                                      ngx_cycle->log);
+    ngx_free(job);
+}
+
+
+void
+ngx_http_tokenbiryani_store_object(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_uint_t kind, const u_char *id, size_t len, ngx_uint_t gone)
+{
+    u_char                       *p;
+    size_t                        plen, size;
+    uint64_t                      gen;
+    tb_object_rec_t               rec;
+    ngx_http_tokenbiryani_job_t  *job;
+    char                          payload[TB_OBJECT_REC_MAX + 1];
+
+    if (!ngx_http_tokenbiryani_store_on(tmcf) || !tmcf->rec.set
+        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
+    {
+        return;
+    }
+
+    plen = 0;
+    gen = 0;
+
+    if (!gone) {
+        if (ngx_http_tokenbiryani_object_record(&tmcf->zone, kind, id, len,
+                                                ngx_http_tokenbiryani_now_ms(),
+                                                &rec, &gen)
+            != NGX_OK)
+        {
+            return;
+        }
+
+        plen = tb_object_rec_encode(&rec, payload, sizeof(payload));
+        if (plen == 0) {
+            return;
+        }
+    }
+
+    /* the job, its id and its record's envelope in one allocation */
+
+    size = sizeof(ngx_http_tokenbiryani_job_t) + len + 1
+           + TB_REC_ENVELOPE_LEN(plen) + 1;
+
+    job = ngx_alloc(size, ngx_cycle->log);
+    if (job == NULL) {
+        return;
+    }
+
+    ngx_memzero(job, sizeof(ngx_http_tokenbiryani_job_t));
+
+    p = (u_char *) (job + 1);
+    job->u.record.name = (char *) p;
+    p = ngx_cpymem(p, id, len);
+    *p++ = '\0';
+
+    if (gone) {
+        job->op = NGX_HTTP_TB_JOB_OBJECT_DELETE;
+
+    } else {
+        job->op = NGX_HTTP_TB_JOB_OBJECT_PUT;
+        job->u.record.spec = (char *) p;
+
+        if (tb_rec_wrap(&tmcf->rec, TB_REC_OBJECT, (const char *) id, len,
+                        NULL, 0, gen, payload, plen, (char *) p,
+                        TB_REC_ENVELOPE_LEN(plen) + 1)
+            == 0)
+        {
+            ngx_free(job);
+            return;
+        }
+    }
+
+    job->done = ngx_http_tokenbiryani_store_object_done;
+    job->data = tmcf;
+
+    if (ngx_http_tokenbiryani_store_post(tmcf, job) != NGX_OK) {
+        ngx_http_tokenbiryani_store_wrote(tmcf, job->err[0] ? job->err
+                                          : "the write cannot be queued",
+                                          ngx_cycle->log);
+        ngx_free(job);
+    }
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_object_in(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log, const u_char *id, size_t len, const u_char *text,
+    size_t tlen, ngx_uint_t load)
+{
+    size_t                               plen;
+    ngx_int_t                            rc;
+    const char                          *payload, *why;
+    tb_object_rec_t                      rec;
+    ngx_http_tokenbiryani_object_view_t  v;
+
+    if (!tb_batch_id_ok((const char *) id, len)) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "tokenbiryani: an object in the store is refused: its "
+                      "id is not one the API gives");
+        ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_tokenbiryani_record_check(tmcf, log, TB_REC_OBJECT,
+                                           "object", id, len, NULL, 0,
+                                           text, tlen, NULL)
+        != NGX_OK)
+    {
+        /* said, and counted */
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(&v, sizeof(v));
+
+    payload = tb_rec_payload((const char *) text, tlen, &plen, &v.gen);
+
+    if (tb_object_rec_decode(payload, plen, &rec) != 0) {
+        why = "its record cannot be read";
+        goto refused;
+    }
+
+    v.kind = (rec.kind == TB_OBJECT_BATCH) ? NGX_HTTP_TB_OBJECT_BATCH
+                                           : NGX_HTTP_TB_OBJECT_FILE;
+    v.status = (ngx_uint_t) rec.status;
+    v.over = (ngx_uint_t) rec.over;
+    v.settled = (ngx_uint_t) rec.settled;
+    v.held = load;
+    v.created_ms = rec.created_ms;
+    v.seen_ms = rec.seen_ms;
+    v.reserved = rec.reserved;
+    v.charged = rec.charged;
+    ngx_memcpy(v.counts, rec.counts, sizeof(v.counts));
+    v.id_len = len;
+    ngx_memcpy(v.id, id, len);
+
+    /* its account by id: one since removed is kept, at the start, so that
+     * its batches are still answered for */
+    v.slot = load
+             ? ngx_http_tokenbiryani_zone_slot_of(&tmcf->zone,
+                   (u_char *) rec.account, ngx_strlen(rec.account))
+             : ngx_http_tokenbiryani_zone_slot_find(&tmcf->zone,
+                   (u_char *) rec.account, ngx_strlen(rec.account));
+
+    if (rec.key[0]) {
+        v.key = tb_hash64(0, rec.key, ngx_strlen(rec.key));
+        ngx_cpystrn(v.key_name, (u_char *) rec.key, sizeof(v.key_name));
+    }
+
+    rc = ngx_http_tokenbiryani_object_adopt(&tmcf->zone, &v,
+                                            NGX_HTTP_TB_OBJECTS_MAX);
+
+    if (rc == NGX_OK || rc == NGX_DONE) {
+        return NGX_OK;
+    }
+
+    why = (rc == NGX_ABORT) ? "the zone has that id on another account or "
+                              "key"
+          : (rc == NGX_BUSY) ? "the zone keeps as many objects as it may"
+          : (rc == NGX_DECLINED) ? "another id of the same hash is kept"
+          : "no memory";
+
+refused:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0,
+                  "tokenbiryani: object \"%*s\" in the store is refused: %s",
+                  len, id, why);
+
+    ngx_http_tokenbiryani_count_refused(&tmcf->zone, 0);
+
+    return NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_object_get(ngx_http_request_t *r,
+    const u_char *id, size_t len,
+    ngx_http_tokenbiryani_store_resume_pt resume)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (tmcf->store_ops == NULL || tmcf->store_ops->object_get == NULL) {
+        return NGX_OK;
+    }
+
+    return tmcf->store_ops->object_get(r, id, len, resume);
+}
+
+
+void
+ngx_http_tokenbiryani_store_object_gone(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len)
+{
+    int64_t  now;
+
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (ngx_http_tokenbiryani_object_remove(&tmcf->zone,
+                                            NGX_HTTP_TB_OBJECT_BATCH, id,
+                                            len, now)
+        != NGX_OK)
+    {
+        (void) ngx_http_tokenbiryani_object_remove(&tmcf->zone,
+                                                   NGX_HTTP_TB_OBJECT_FILE,
+                                                   id, len, now);
     }
 }

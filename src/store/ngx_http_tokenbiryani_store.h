@@ -29,6 +29,8 @@
 #define NGX_HTTP_TB_JOB_ACCOUNT_DELETE 7
 #define NGX_HTTP_TB_JOB_USAGE          9      /* a read of the history */
 #define NGX_HTTP_TB_JOB_OPEN           10     /* the connection, no more */
+#define NGX_HTTP_TB_JOB_OBJECT_PUT     11     /* name: an object's id */
+#define NGX_HTTP_TB_JOB_OBJECT_DELETE  12
 
 
 /* one bucket of the usage history, of one group */
@@ -50,7 +52,8 @@ typedef void (*ngx_http_tokenbiryani_store_resume_pt)(ngx_http_request_t *r);
 typedef void (*ngx_http_tokenbiryani_job_done_pt)(
     ngx_http_tokenbiryani_job_t *job);
 
-/* NGX_HTTP_TB_JOB_KEY_*, _SETTING, _ACCOUNT_*: one runtime record */
+/* NGX_HTTP_TB_JOB_KEY_*, _SETTING, _ACCOUNT_*, _OBJECT_*: one runtime
+ * record */
 typedef struct {
     const char                        *name;
     const u_char                      *digest;     /* a key's */
@@ -255,6 +258,10 @@ struct ngx_http_tokenbiryani_store_ops_s {
     void (*owner_put)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         uint64_t session, const ngx_str_t *account, int64_t cached,
         ngx_uint_t share);
+    /* an object the zone does not know, as the peers wrote it (NULL: a
+     * store no other gateway shares) */
+    ngx_int_t (*object_get)(ngx_http_request_t *r, const u_char *id,
+        size_t len, ngx_http_tokenbiryani_store_resume_pt resume);
 };
 
 /*
@@ -295,6 +302,46 @@ ngx_int_t ngx_http_tokenbiryani_store_owner_get(ngx_http_request_t *r,
 void ngx_http_tokenbiryani_store_owner_put(
     ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session,
     const ngx_str_t *account, int64_t cached, ngx_uint_t share);
+
+/*
+ * An object the upstream keeps (a batch, a file) as the zone has it now,
+ * written to the store in its record (TB_REC_OBJECT), or its removal
+ * (gone): a write nobody waits for, its failure said as the store's are.
+ * No store, or no secret key: nothing.
+ */
+void ngx_http_tokenbiryani_store_object(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t kind,
+    const u_char *id, size_t len, ngx_uint_t gone);
+
+/*
+ * An object's record read back from the store (its id, its text) checked
+ * as strictly as what a tenant sends, and put into the zone; refused with
+ * one line in the log (counted) when it is not this gateway's or cannot be
+ * read.  load: the master's read (its hold taken again; an account since
+ * removed kept by its id); else another gateway's news of it.
+ */
+ngx_int_t ngx_http_tokenbiryani_store_object_in(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log,
+    const u_char *id, size_t len, const u_char *text, size_t tlen,
+    ngx_uint_t load);
+
+/*
+ * An object the zone does not know (id), from the store another gateway
+ * wrote it to, into the zone.  NGX_OK: go on now with what the zone has;
+ * NGX_AGAIN: resume(r) is called from the event loop once it is answered
+ * (or has failed).
+ */
+ngx_int_t ngx_http_tokenbiryani_store_object_get(ngx_http_request_t *r,
+    const u_char *id, size_t len,
+    ngx_http_tokenbiryani_store_resume_pt resume);
+
+/* an object another gateway removed, removed here (what it held here
+ * charged) */
+void ngx_http_tokenbiryani_store_object_gone(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len);
+
+/* the most objects the zone keeps */
+#define NGX_HTTP_TB_OBJECTS_MAX        65536
 
 /*
  * Queues a write; job->done is called from the event loop once it is

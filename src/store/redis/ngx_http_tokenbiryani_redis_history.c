@@ -158,7 +158,7 @@ ngx_http_tokenbiryani_rnames(ngx_pool_t *pool, ngx_str_t *ns,
 
     static const char  *shared[] = { "keys", "accounts", "sealed", "meta",
                                      "epoch", "changes", "instances",
-                                     "shares" };
+                                     "shares", "objects" };
     static const char  *own[] = { "records", "events", "slots", "layout",
                                   "flushed", "ledgers", "sessions",
                                   "sessions_t" };

@@ -27,6 +27,7 @@ typedef struct {
     char                               *changes;     /* N:changes */
     char                               *instances;   /* N:instances */
     char                               *shares;      /* N:shares */
+    char                               *objects;     /* N:objects */
     char                               *records;     /* N:i:I:records */
     char                               *events;      /* N:i:I:events */
     char                               *slots;       /* N:i:I:slots */

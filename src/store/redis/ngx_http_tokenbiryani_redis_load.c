@@ -379,6 +379,92 @@ ngx_http_tokenbiryani_redis_full(redisReply *r, char *err, size_t size)
 }
 
 
+/* an object's record and when it was made, for the order they are read
+ * back in (the lists' order: oldest first in, newest at the head) */
+typedef struct {
+    int64_t                             created_ms;
+    redisReply                         *id;
+    redisReply                         *value;
+} ngx_http_tokenbiryani_robject_t;
+
+
+static int ngx_libc_cdecl
+ngx_http_tokenbiryani_robject_cmp(const void *a, const void *b)
+{
+    const ngx_http_tokenbiryani_robject_t  *x = a, *y = b;
+
+    return (x->created_ms > y->created_ms) - (x->created_ms < y->created_ms);
+}
+
+
+static void
+ngx_http_tokenbiryani_redis_read_objects(redisContext *c,
+    ngx_http_tokenbiryani_rnames_t *n, ngx_http_tokenbiryani_store_load_t *ld)
+{
+    size_t                            plen;
+    ngx_uint_t                        i, nobj;
+    redisReply                       *r;
+    const char                       *payload;
+    tb_object_rec_t                   rec;
+    ngx_http_tokenbiryani_robject_t  *all;
+    char                              err[512];
+
+    r = ngx_http_tokenbiryani_redis_get(c, "HGETALL", n->objects, err,
+                                        sizeof(err));
+    if (r == NULL) {
+        ngx_log_error(NGX_LOG_ERR, ld->log, 0, "tokenbiryani: %s: the "
+                      "batches kept before are not known until Redis "
+                      "answers", err);
+        return;
+    }
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+        freeReplyObject(r);
+        return;
+    }
+
+    all = ngx_alloc(r->elements / 2 * sizeof(ngx_http_tokenbiryani_robject_t),
+                    ld->log);
+    if (all == NULL) {
+        freeReplyObject(r);
+        return;
+    }
+
+    nobj = 0;
+
+    for (i = 0; i + 1 < r->elements; i += 2) {
+        if (r->element[i]->type != REDIS_REPLY_STRING
+            || r->element[i + 1]->type != REDIS_REPLY_STRING)
+        {
+            continue;
+        }
+
+        /* the order only: each is checked when it is read into the zone */
+        payload = tb_rec_payload(r->element[i + 1]->str,
+                                 r->element[i + 1]->len, &plen, NULL);
+
+        all[nobj].created_ms =
+            (tb_object_rec_decode(payload, plen, &rec) == 0)
+            ? rec.created_ms : 0;
+        all[nobj].id = r->element[i];
+        all[nobj].value = r->element[i + 1];
+        nobj++;
+    }
+
+    ngx_qsort(all, nobj, sizeof(ngx_http_tokenbiryani_robject_t),
+              ngx_http_tokenbiryani_robject_cmp);
+
+    for (i = 0; i < nobj; i++) {
+        (void) ngx_http_tokenbiryani_store_object_in(ld->tmcf, ld->log,
+                   (u_char *) all[i].id->str, all[i].id->len,
+                   (u_char *) all[i].value->str, all[i].value->len, 1);
+    }
+
+    ngx_free(all);
+    freeReplyObject(r);
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_redis_read(redisContext *c,
     ngx_http_tokenbiryani_main_conf_t *tmcf,
@@ -527,6 +613,10 @@ ngx_http_tokenbiryani_redis_read(redisContext *c,
     }
 
     freeReplyObject(r);
+
+    /* the batches and files the upstream keeps */
+
+    ngx_http_tokenbiryani_redis_read_objects(c, n, ld);
 
     /* the strategy set at runtime */
 

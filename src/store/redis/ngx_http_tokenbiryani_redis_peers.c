@@ -753,12 +753,16 @@ static const char  ngx_http_tokenbiryani_lua_owner[] =
     "return 1";
 
 
+/* a request that waits for what the peers know: a conversation's owner
+ * (session), or an object (id) */
 typedef struct {
     ngx_http_request_t                    *request;    /* NULL: it ended */
     ngx_pool_cleanup_t                    *cln;
     ngx_http_tokenbiryani_store_resume_pt  resume;
     ngx_http_tokenbiryani_main_conf_t     *tmcf;
     uint64_t                               session;
+    size_t                                 id_len;
+    u_char                                 id[NGX_HTTP_TB_OBJECT_ID_MAX];
 } ngx_http_tokenbiryani_rpeers_wait_t;
 
 
@@ -786,8 +790,16 @@ ngx_http_tokenbiryani_rpeers_owned(ngx_http_tokenbiryani_redis_t *rd,
     resume = w->resume;
 
     if (reply && reply->type == REDIS_REPLY_STRING) {
-        ngx_http_tokenbiryani_rzone_owner(w->tmcf, w->session,
-                                          (u_char *) reply->str, reply->len);
+        if (w->id_len) {
+            (void) ngx_http_tokenbiryani_store_object_in(w->tmcf,
+                       ngx_cycle->log, w->id, w->id_len,
+                       (u_char *) reply->str, reply->len, 0);
+
+        } else {
+            ngx_http_tokenbiryani_rzone_owner(w->tmcf, w->session,
+                                              (u_char *) reply->str,
+                                              reply->len);
+        }
     }
 
     if (r) {
@@ -809,6 +821,55 @@ ngx_http_tokenbiryani_rpeers_owned(ngx_http_tokenbiryani_redis_t *rd,
 }
 
 
+/* argv sent, the request resumed with its answer: NGX_AGAIN; NGX_OK when
+ * it cannot wait (it goes on with what the zone knows) */
+static ngx_int_t
+ngx_http_tokenbiryani_rpeers_wait_for(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_store_resume_pt resume, uint64_t session,
+    const u_char *id, size_t id_len, int argc, const char **argv,
+    const size_t *lens)
+{
+    ngx_pool_cleanup_t                   *cln;
+    ngx_http_tokenbiryani_rpeers_wait_t  *w;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_OK;
+    }
+
+    w = ngx_alloc(sizeof(ngx_http_tokenbiryani_rpeers_wait_t),
+                  r->connection->log);
+    if (w == NULL) {
+        return NGX_OK;
+    }
+
+    w->request = r;
+    w->cln = cln;
+    w->resume = resume;
+    w->tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    w->session = session;
+    w->id_len = id_len;
+
+    if (id_len) {
+        ngx_memcpy(w->id, id, id_len);
+    }
+
+    if (ngx_http_tokenbiryani_redis_send(ngx_http_tokenbiryani_rpeers.cmd,
+                                         ngx_http_tokenbiryani_rpeers_owned,
+                                         w, argc, argv, lens, 0)
+        != NGX_OK)
+    {
+        ngx_free(w);
+        return NGX_OK;
+    }
+
+    cln->handler = ngx_http_tokenbiryani_rpeers_gone;
+    cln->data = w;
+
+    return NGX_AGAIN;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx,
@@ -817,10 +878,8 @@ ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
     int64_t                                cached;
     size_t                                 lens[2];
     const char                            *argv[2];
-    ngx_pool_cleanup_t                    *cln;
     ngx_http_tokenbiryani_redis_t         *rd;
     ngx_http_tokenbiryani_main_conf_t     *tmcf;
-    ngx_http_tokenbiryani_rpeers_wait_t   *w;
     const ngx_http_tokenbiryani_rnames_t  *n;
     u_char                                 key[128];
 
@@ -847,23 +906,6 @@ ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        return NGX_OK;
-    }
-
-    w = ngx_alloc(sizeof(ngx_http_tokenbiryani_rpeers_wait_t),
-                  r->connection->log);
-    if (w == NULL) {
-        return NGX_OK;
-    }
-
-    w->request = r;
-    w->cln = cln;
-    w->resume = resume;
-    w->tmcf = tmcf;
-    w->session = ctx->route.session;
-
     argv[0] = "GET";
     lens[0] = 3;
     argv[1] = (char *) key;
@@ -871,18 +913,38 @@ ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
                            ctx->route.session)
               - key;
 
-    if (ngx_http_tokenbiryani_redis_send(rd, ngx_http_tokenbiryani_rpeers_owned,
-                                         w, 2, argv, lens, 0)
-        != NGX_OK)
+    return ngx_http_tokenbiryani_rpeers_wait_for(r, resume,
+                                                 ctx->route.session, NULL, 0,
+                                                 2, argv, lens);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_rpeers_object_get(ngx_http_request_t *r,
+    const u_char *id, size_t len,
+    ngx_http_tokenbiryani_store_resume_pt resume)
+{
+    size_t                          lens[3];
+    const char                     *argv[3];
+    ngx_http_tokenbiryani_redis_t  *rd;
+
+    rd = ngx_http_tokenbiryani_rpeers.cmd;
+
+    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
+        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
     {
-        ngx_free(w);
         return NGX_OK;
     }
 
-    cln->handler = ngx_http_tokenbiryani_rpeers_gone;
-    cln->data = w;
+    argv[0] = "HGET";
+    lens[0] = 4;
+    argv[1] = ngx_http_tokenbiryani_rpeers.n->objects;
+    lens[1] = ngx_strlen(argv[1]);
+    argv[2] = (const char *) id;
+    lens[2] = len;
 
-    return NGX_AGAIN;
+    return ngx_http_tokenbiryani_rpeers_wait_for(r, resume, 0, id, len, 3,
+                                                 argv, lens);
 }
 
 

@@ -12,8 +12,10 @@
  *     N:epoch      the data set's name: made when Redis has none, so an
  *                  instance that finds another (or none) knows Redis lost
  *                  or replaced what it had
+ *     N:objects    hash  id -> the record of a batch or a file the
+ *                  upstream keeps for one account (tb_batch.h)
  *     N:changes    the channel each write is announced on: "k name",
- *                  "a id", "s name"
+ *                  "a id", "s name", "b id"
  *
  * Every write is one script: the change and its announcement are one
  * step, and an insert of a name that exists or an update of one that does
@@ -86,6 +88,15 @@ static const char  ngx_http_tokenbiryani_lua_account_back[] =
     "if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then "
     "redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) end return 1";
 
+/* KEYS: objects; ARGV: id, channel, record (the announcement last) */
+static const char  ngx_http_tokenbiryani_lua_object_put[] =
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) "
+    "redis.call('PUBLISH', ARGV[2], ARGV[4]) return 1";
+
+static const char  ngx_http_tokenbiryani_lua_object_delete[] =
+    "redis.call('HDEL', KEYS[1], ARGV[1]) "
+    "redis.call('PUBLISH', ARGV[2], ARGV[3]) return 1";
+
 static const char  ngx_http_tokenbiryani_lua_setting[] =
     "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) "
     "redis.call('PUBLISH', ARGV[2], ARGV[4]) return 1";
@@ -129,7 +140,8 @@ const ngx_http_tokenbiryani_store_ops_t
     ngx_http_tokenbiryani_redis_post,
     ngx_http_tokenbiryani_redis_flush_now,
     ngx_http_tokenbiryani_rpeers_owner_get,
-    ngx_http_tokenbiryani_rpeers_owner_put
+    ngx_http_tokenbiryani_rpeers_owner_put,
+    ngx_http_tokenbiryani_rpeers_object_get
 };
 
 
@@ -510,13 +522,18 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
         || job->op == NGX_HTTP_TB_JOB_KEY_DELETE
         || job->op == NGX_HTTP_TB_JOB_SETTING
         || job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
-        || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE)
+        || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE
+        || job->op == NGX_HTTP_TB_JOB_OBJECT_PUT
+        || job->op == NGX_HTTP_TB_JOB_OBJECT_DELETE)
     {
         n = ngx_snprintf((u_char *) plain, sizeof(plain), "%c %s",
                          job->op == NGX_HTTP_TB_JOB_SETTING ? 's'
                          : (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
                             || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE)
-                           ? 'a' : 'k', job->u.record.name)
+                           ? 'a'
+                         : (job->op == NGX_HTTP_TB_JOB_OBJECT_PUT
+                            || job->op == NGX_HTTP_TB_JOB_OBJECT_DELETE)
+                           ? 'b' : 'k', job->u.record.name)
             - (u_char *) plain;
 
         if (tb_msg_sign(&tmcf->rec, plain, n, ngx_http_tokenbiryani_now_ms(),
@@ -593,6 +610,25 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
         } else {
             argv[1] = ngx_http_tokenbiryani_lua_account_delete;
+        }
+
+        argv[argc++] = msg;
+
+        break;
+
+    case NGX_HTTP_TB_JOB_OBJECT_PUT:
+    case NGX_HTTP_TB_JOB_OBJECT_DELETE:
+        argv[argc++] = "1";
+        argv[argc++] = rs->n.objects;
+        argv[argc++] = job->u.record.name;
+        argv[argc++] = rs->n.changes;
+
+        if (job->op == NGX_HTTP_TB_JOB_OBJECT_PUT) {
+            argv[1] = ngx_http_tokenbiryani_lua_object_put;
+            argv[argc++] = job->u.record.spec;
+
+        } else {
+            argv[1] = ngx_http_tokenbiryani_lua_object_delete;
         }
 
         argv[argc++] = msg;
@@ -721,6 +757,20 @@ ngx_http_tokenbiryani_rstore_changed(ngx_http_tokenbiryani_redis_t *rd,
 
         break;
 
+    case 'b':
+        if (reply->type == REDIS_REPLY_STRING) {
+            (void) ngx_http_tokenbiryani_store_object_in(rs->tmcf,
+                       ngx_cycle->log, ch->name, ch->len,
+                       (u_char *) reply->str, reply->len, 0);
+
+        } else if (reply->type == REDIS_REPLY_NIL) {
+            /* removed, by a gateway that signed its saying so */
+            ngx_http_tokenbiryani_store_object_gone(rs->tmcf, ch->name,
+                                                    ch->len);
+        }
+
+        break;
+
     case 'a':
         if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
             ngx_http_tokenbiryani_rzone_account(rs->tmcf, ch->name,
@@ -813,8 +863,10 @@ ngx_http_tokenbiryani_rstore_announced(ngx_http_tokenbiryani_rstore_t *rs,
 
     case 'k':
     case 's':
+    case 'b':
         argv[0] = "HGET";
-        argv[1] = (ch->kind == 'k') ? rs->n.keys : rs->n.meta;
+        argv[1] = (ch->kind == 'k') ? rs->n.keys
+                  : (ch->kind == 'b') ? rs->n.objects : rs->n.meta;
         argv[2] = (char *) ch->name;
         argc = 3;
         break;

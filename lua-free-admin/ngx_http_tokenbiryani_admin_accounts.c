@@ -89,7 +89,7 @@ static ngx_int_t ngx_http_tokenbiryani_accounts_resolved_now(
 static ngx_int_t ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw);
 static void ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_probe_result_t *res, void *data);
+    ngx_http_tokenbiryani_call_result_t *res, void *data);
 static ngx_int_t ngx_http_tokenbiryani_accounts_store(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw);
 static ngx_int_t ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
@@ -1210,7 +1210,8 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
     ngx_uint_t                            i;
     ngx_addr_t                           *addrs;
     tb_account_conf_t                    *ac;
-    ngx_http_tokenbiryani_probe_target_t  t;
+    ngx_http_tokenbiryani_call_target_t   t;
+    ngx_str_t                             model;
     ngx_http_tokenbiryani_main_conf_t    *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -1269,23 +1270,23 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
 
     /* the model: asked for, else the account's first that is not "*" */
 
-    t.model = aw->model;
+    model = aw->model;
 
-    if (t.model.len == 0) {
-        ngx_str_set(&t.model, NGX_HTTP_TB_PROBE_MODEL);
+    if (model.len == 0) {
+        ngx_str_set(&model, NGX_HTTP_TB_PROBE_MODEL);
 
         ac = aw->acct.conf;
 
         for (i = 0; ac && i < ac->models.n; i++) {
             if (ngx_strchr(ac->models.items[i], '*') == NULL) {
-                t.model.data = (u_char *) ac->models.items[i];
-                t.model.len = ngx_strlen(ac->models.items[i]);
+                model.data = (u_char *) ac->models.items[i];
+                model.len = ngx_strlen(ac->models.items[i]);
                 break;
             }
         }
     }
 
-    if (ngx_http_tokenbiryani_probe(r, tmcf, &t,
+    if (ngx_http_tokenbiryani_probe(r, tmcf, &t, &model,
                                     aw->timeout ? aw->timeout
                                                 : NGX_HTTP_TB_PROBE_TIMEOUT,
                                     ngx_http_tokenbiryani_accounts_probed, aw)
@@ -1300,7 +1301,7 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
 
 static void
 ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_probe_result_t *res, void *data)
+    ngx_http_tokenbiryani_call_result_t *res, void *data)
 {
     ngx_http_tokenbiryani_acct_write_t *aw = data;
 

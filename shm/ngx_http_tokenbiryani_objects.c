@@ -487,3 +487,69 @@ ngx_http_tokenbiryani_object_list(ngx_http_tokenbiryani_zone_t *zone,
 
     return n;
 }
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_object_poller(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t pid)
+{
+    ngx_uint_t                       mine;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_owners_t   owners;
+
+    sh = zone->sh;
+    owners.n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (sh->objects_poller == 0
+        || (sh->objects_poller != pid
+            && ngx_http_tokenbiryani_owner_gone(&owners, sh->objects_poller)))
+    {
+        sh->objects_poller = pid;
+    }
+
+    mine = (sh->objects_poller == pid);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return mine;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_object_due(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t before_ms, int64_t now, ngx_http_tokenbiryani_object_view_t *out)
+{
+    ngx_queue_t                     *q;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_object_t  *o, *due;
+
+    sh = zone->sh;
+    due = NULL;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (q = ngx_queue_head(&sh->obj_queue);
+         q != ngx_queue_sentinel(&sh->obj_queue);
+         q = ngx_queue_next(q))
+    {
+        o = ngx_queue_data(q, ngx_http_tokenbiryani_object_t, queue);
+
+        if (o->v.kind == NGX_HTTP_TB_OBJECT_BATCH && o->v.held
+            && !o->v.settled && o->v.seen_ms < before_ms
+            && (due == NULL || o->v.seen_ms < due->v.seen_ms))
+        {
+            due = o;
+        }
+    }
+
+    if (due) {
+        due->v.seen_ms = now;
+        *out = due->v;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return due ? NGX_OK : NGX_DECLINED;
+}

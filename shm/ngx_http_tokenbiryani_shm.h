@@ -1085,6 +1085,20 @@ ngx_int_t ngx_http_tokenbiryani_object_settle(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
     size_t len, const ngx_http_tokenbiryani_charge_t *charge);
 
+/* whether worker pid polls the open batches: elected while the last is
+ * gone */
+ngx_uint_t ngx_http_tokenbiryani_object_poller(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_pid_t pid);
+
+/*
+ * The open batch whose hold is in this zone, not settled, read longest
+ * ago and before before_ms, in *out: NGX_OK (its seen_ms is now from
+ * now: it is not given again until it is due again); NGX_DECLINED: none
+ * is due.
+ */
+ngx_int_t ngx_http_tokenbiryani_object_due(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t before_ms, int64_t now, ngx_http_tokenbiryani_object_view_t *out);
+
 /*
  * Newest first, of kind and key (0: every key's), after the one named
  * (NULL: from the newest): at most max in out, *more set when there are

@@ -315,6 +315,8 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     nobjects;
     uint64_t                       objects_gen;
     uint64_t                       objects_dropped;
+    ngx_pid_t                      objects_poller; /* the worker that polls
+                                                     the open batches */
     ngx_queue_t                    sess_lru;
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;

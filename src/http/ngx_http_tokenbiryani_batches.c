@@ -500,21 +500,17 @@ ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
-/* charged once (its hold released), and the store told */
-
-static void
+void
 ngx_http_tokenbiryani_object_settled(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_http_tokenbiryani_objreq_t *o,
-    const ngx_http_tokenbiryani_charge_t *charge)
+    const u_char *id, size_t len, const ngx_http_tokenbiryani_charge_t *charge)
 {
     if (ngx_http_tokenbiryani_object_settle(&tmcf->zone,
-                                            NGX_HTTP_TB_OBJECT_BATCH,
-                                            o->found.id, o->found.id_len,
+                                            NGX_HTTP_TB_OBJECT_BATCH, id, len,
                                             charge)
         == NGX_OK)
     {
         ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
-                                           o->found.id, o->found.id_len, 0);
+                                           id, len, 0);
     }
 }
 
@@ -558,7 +554,8 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
         }
     }
 
-    ngx_http_tokenbiryani_object_settled(tmcf, o, &charge);
+    ngx_http_tokenbiryani_object_settled(tmcf, o->found.id, o->found.id_len,
+                                         &charge);
 
     return NGX_OK;
 }
@@ -586,56 +583,50 @@ ngx_http_tokenbiryani_results_passing(ngx_http_request_t *r,
 
 
 void
-ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last)
+ngx_http_tokenbiryani_results_read(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_results_t *rd, ngx_pool_t *pool, u_char *p,
+    u_char *last)
 {
-    u_char                             *nl, *line;
-    size_t                              n, size;
-    ngx_http_tokenbiryani_objreq_t     *o;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    if (!ngx_http_tokenbiryani_results_passing(r, ctx)) {
-        return;
-    }
-
-    o = ctx->object;
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    u_char  *nl, *line;
+    size_t   n, size;
 
     while (p < last) {
         nl = ngx_strlchr(p, last, '\n');
         n = (nl ? nl : last) - p;
 
-        if (o->skipping) {
+        if (rd->skipping) {
             /* the rest of a line too long to read: passed over */
 
-        } else if (o->line_len + n > NGX_HTTP_TB_RESULT_LINE_MAX) {
-            o->lost++;
-            o->skipping = 1;
-            o->line_len = 0;
+        } else if (rd->line_len + n > NGX_HTTP_TB_RESULT_LINE_MAX) {
+            rd->lost++;
+            rd->lines++;
+            rd->skipping = 1;
+            rd->line_len = 0;
 
         } else {
-            if (o->line_len + n > o->line_size) {
-                size = ngx_max(ngx_max(2 * o->line_size, o->line_len + n),
+            if (rd->line_len + n > rd->line_size) {
+                size = ngx_max(ngx_max(2 * rd->line_size, rd->line_len + n),
                                4096);
 
-                line = ngx_pnalloc(r->pool, size);
+                line = ngx_pnalloc(pool, size);
                 if (line == NULL) {
-                    o->lost++;
-                    o->skipping = 1;
-                    o->line_len = 0;
+                    rd->lost++;
+                    rd->lines++;
+                    rd->skipping = 1;
+                    rd->line_len = 0;
                     goto next;
                 }
 
-                if (o->line_len) {
-                    ngx_memcpy(line, o->line, o->line_len);
+                if (rd->line_len) {
+                    ngx_memcpy(line, rd->line, rd->line_len);
                 }
 
-                o->line = line;
-                o->line_size = size;
+                rd->line = line;
+                rd->line_size = size;
             }
 
-            ngx_memcpy(o->line + o->line_len, p, n);
-            o->line_len += n;
+            ngx_memcpy(rd->line + rd->line_len, p, n);
+            rd->line_len += n;
         }
 
     next:
@@ -644,15 +635,48 @@ ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
             break;
         }
 
-        if (!o->skipping && o->line_len) {
-            ngx_http_tokenbiryani_result_line(tmcf, o->line, o->line_len,
-                                              &o->charge);
+        if (!rd->skipping && rd->line_len) {
+            ngx_http_tokenbiryani_result_line(tmcf, rd->line, rd->line_len,
+                                              &rd->charge);
+            rd->lines++;
         }
 
-        o->skipping = 0;
-        o->line_len = 0;
+        rd->skipping = 0;
+        rd->line_len = 0;
         p = nl + 1;
     }
+}
+
+
+void
+ngx_http_tokenbiryani_results_end(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_results_t *rd)
+{
+    if (rd->line_len && !rd->skipping) {
+        /* the last line, without its newline */
+        ngx_http_tokenbiryani_result_line(tmcf, rd->line, rd->line_len,
+                                          &rd->charge);
+        rd->lines++;
+        rd->line_len = 0;
+    }
+}
+
+
+void
+ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last)
+{
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    if (!ngx_http_tokenbiryani_results_passing(r, ctx)) {
+        return;
+    }
+
+    o = ctx->object;
+
+    ngx_http_tokenbiryani_results_read(
+        ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),
+        &o->results, r->pool, p, last);
 }
 
 
@@ -661,6 +685,7 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     ngx_http_tokenbiryani_objreq_t     *o;
+    ngx_http_tokenbiryani_results_t    *rd;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     if (!ngx_http_tokenbiryani_results_passing(r, ctx)) {
@@ -668,30 +693,27 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
     }
 
     o = ctx->object;
+    rd = &o->results;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    if (o->line_len && !o->skipping) {
-        /* the last line, without its newline */
-        ngx_http_tokenbiryani_result_line(tmcf, o->line, o->line_len,
-                                          &o->charge);
-        o->line_len = 0;
-    }
+    ngx_http_tokenbiryani_results_end(tmcf, rd);
 
-    if (o->lost) {
+    if (rd->lost) {
         /* a line it could not read: what the batch held is what it is
          * taken to have cost, if that is more */
-        o->charge.cost = ngx_max(o->charge.cost, o->found.reserved);
+        rd->charge.cost = ngx_max(rd->charge.cost, o->found.reserved);
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "tokenbiryani: %ui lines of batch \"%*s\"'s results "
                       "were longer than the gateway reads: it is charged "
-                      "what it held", o->lost, o->found.id_len,
+                      "what it held", rd->lost, o->found.id_len,
                       o->found.id);
     }
 
-    o->charge.at_ms = ngx_http_tokenbiryani_now_ms();
+    rd->charge.at_ms = ngx_http_tokenbiryani_now_ms();
 
-    ngx_http_tokenbiryani_object_settled(tmcf, o, &o->charge);
+    ngx_http_tokenbiryani_object_settled(tmcf, o->found.id, o->found.id_len,
+                                         &rd->charge);
 }
 
 

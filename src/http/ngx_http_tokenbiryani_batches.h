@@ -23,6 +23,21 @@
 #define NGX_HTTP_TB_OBJ_DELETE         5
 #define NGX_HTTP_TB_OBJ_RESULTS        6
 
+/*
+ * A batch's results read line by line as they pass, never held whole:
+ * each succeeded request's usage at the batch price added to charge; a
+ * line longer than the gateway reads is counted lost.
+ */
+typedef struct {
+    u_char                        *line;          /* of a line cut by a */
+    size_t                         line_len;      /* buffer's end */
+    size_t                         line_size;
+    ngx_uint_t                     lines;         /* read, lost ones too */
+    ngx_uint_t                     lost;          /* lines not read */
+    ngx_uint_t                     skipping;      /* in one of them */
+    ngx_http_tokenbiryani_charge_t charge;
+} ngx_http_tokenbiryani_results_t;
+
 /* a batch request's own (ctx->object) */
 typedef struct {
     ngx_uint_t                     op;            /* NGX_HTTP_TB_OBJ_* */
@@ -31,12 +46,7 @@ typedef struct {
                                                      nanodollars */
 
     /* results too large to hold, read line by line as they pass */
-    u_char                        *line;
-    size_t                         line_len;
-    size_t                         line_size;
-    ngx_uint_t                     lost;          /* lines not read */
-    ngx_uint_t                     skipping;      /* in one of them */
-    ngx_http_tokenbiryani_charge_t charge;
+    ngx_http_tokenbiryani_results_t  results;
     ngx_http_tokenbiryani_object_view_t  found;   /* the batch it names */
 } ngx_http_tokenbiryani_objreq_t;
 
@@ -81,6 +91,23 @@ void ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last);
 void ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * Bytes of a batch's results (pool: for a line cut by their end), and
+ * the end of them (the last line, without its newline)
+ */
+void ngx_http_tokenbiryani_results_read(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_results_t *rd, ngx_pool_t *pool, u_char *p,
+    u_char *last);
+void ngx_http_tokenbiryani_results_end(
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_results_t *rd);
+
+/* the results of a batch, read: charged once, the store told */
+void ngx_http_tokenbiryani_object_settled(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    const ngx_http_tokenbiryani_charge_t *charge);
 
 
 /*

@@ -299,9 +299,7 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
 
 failed:
 
-    cJSON_Delete(root);
-
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ngx_http_tokenbiryani_cjson_fail(root);
 }
 
 
@@ -346,8 +344,7 @@ ngx_http_tokenbiryani_admin_requests(ngx_http_request_t *r)
     for (i = 0; i < n; i++) {
         item = ngx_http_tokenbiryani_record_json(r, &recs[i], 0);
         if (item == NULL) {
-            cJSON_Delete(root);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return ngx_http_tokenbiryani_cjson_fail(root);
         }
 
         cJSON_AddItemToArray(arr, item);
@@ -427,15 +424,13 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
 
     models = cJSON_AddObjectToObject(root, "models");
     if (models == NULL) {
-        cJSON_Delete(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_tokenbiryani_cjson_fail(root);
     }
 
     for (i = 0; i < n; i++) {
         m = cJSON_AddObjectToObject(models, copies[i]->model);
         if (m == NULL) {
-            cJSON_Delete(root);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return ngx_http_tokenbiryani_cjson_fail(root);
         }
 
         cJSON_AddNumberToObject(m, "samples", copies[i]->n);
@@ -454,8 +449,7 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
 
         in = cJSON_AddObjectToObject(m, "input");
         if (in == NULL) {
-            cJSON_Delete(root);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return ngx_http_tokenbiryani_cjson_fail(root);
         }
 
         cJSON_AddNumberToObject(in, "samples", copies[i]->in_n);
@@ -653,9 +647,8 @@ ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r)
 failed:
 
     cJSON_Delete(reasons);
-    cJSON_Delete(root);
 
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ngx_http_tokenbiryani_cjson_fail(root);
 }
 
 

@@ -107,6 +107,9 @@ ngx_int_t ngx_http_tokenbiryani_admin_body(ngx_http_request_t *r,
 ngx_int_t ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r,
     ngx_int_t status, cJSON *root);
 
+/* root, a document that could not be made whole, freed: the status */
+ngx_int_t ngx_http_tokenbiryani_cjson_fail(cJSON *root);
+
 
 /*
  * One write of a runtime resource (a key, an account, a setting): its

@@ -442,9 +442,7 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
 
 failed:
 
-    cJSON_Delete(root);
-
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ngx_http_tokenbiryani_cjson_fail(root);
 }
 
 
@@ -578,8 +576,7 @@ ngx_http_tokenbiryani_accounts_write(ngx_http_request_t *r,
                 n = ngx_strlen(item->valuestring);
                 aw->model.data = ngx_pnalloc(r->pool, n);
                 if (aw->model.data == NULL) {
-                    cJSON_Delete(root);
-                    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+                    return ngx_http_tokenbiryani_cjson_fail(root);
                 }
 
                 aw->model.len = n;
@@ -1627,8 +1624,7 @@ ngx_http_tokenbiryani_accounts_answer(ngx_http_request_t *r,
                                              aw->w.name.len)
                == NULL)
         {
-            cJSON_Delete(root);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return ngx_http_tokenbiryani_cjson_fail(root);
         }
 
         return ngx_http_tokenbiryani_send_cjson(r, status, root);

@@ -84,8 +84,7 @@ ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r)
     for (i = 0; i < n; i++) {
         item = ngx_http_tokenbiryani_event_json(r, &evs[i]);
         if (item == NULL) {
-            cJSON_Delete(root);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return ngx_http_tokenbiryani_cjson_fail(root);
         }
 
         cJSON_AddItemToArray(arr, item);
@@ -101,8 +100,7 @@ ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r)
         || cJSON_AddNumberToObject(root, "last", (double)
                ngx_http_tokenbiryani_events_last(&tmcf->zone)) == NULL)
     {
-        cJSON_Delete(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_tokenbiryani_cjson_fail(root);
     }
 
     return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);

@@ -56,6 +56,15 @@ ngx_http_tokenbiryani_send_cjson(ngx_http_request_t *r, ngx_int_t status,
 }
 
 
+ngx_int_t
+ngx_http_tokenbiryani_cjson_fail(cJSON *root)
+{
+    cJSON_Delete(root);
+
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+
 cJSON *
 ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name, u_char *data,
     size_t len)

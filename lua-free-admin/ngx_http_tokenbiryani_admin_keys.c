@@ -266,9 +266,7 @@ ngx_http_tokenbiryani_admin_keys(ngx_http_request_t *r)
 
 failed:
 
-    cJSON_Delete(root);
-
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ngx_http_tokenbiryani_cjson_fail(root);
 }
 
 
@@ -619,8 +617,7 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
         if (cJSON_AddStringToObject(root, "revoked", (char *) w->name.data)
             == NULL)
         {
-            cJSON_Delete(root);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return ngx_http_tokenbiryani_cjson_fail(root);
         }
 
         return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
@@ -632,16 +629,14 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
                          err, sizeof(err))
         != 0)
     {
-        cJSON_Delete(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_tokenbiryani_cjson_fail(root);
     }
 
     rec = ngx_http_tokenbiryani_key_record(&ks, "minted");
     tb_keyspec_free(&ks);
 
     if (rec == NULL) {
-        cJSON_Delete(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_tokenbiryani_cjson_fail(root);
     }
 
     if (kw->op == NGX_HTTP_TB_JOB_KEY_UPDATE) {
@@ -651,8 +646,7 @@ ngx_http_tokenbiryani_keys_apply(ngx_http_request_t *r,
 
     if (cJSON_AddStringToObject(root, "key", kw->secret) == NULL) {
         cJSON_Delete(rec);
-        cJSON_Delete(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_tokenbiryani_cjson_fail(root);
     }
 
     cJSON_AddItemToObject(root, "record", rec);

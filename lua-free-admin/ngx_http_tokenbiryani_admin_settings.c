@@ -286,9 +286,7 @@ ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
 
 failed:
 
-    cJSON_Delete(root);
-
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ngx_http_tokenbiryani_cjson_fail(root);
 }
 
 

@@ -295,9 +295,7 @@ ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
 
 failed:
 
-    cJSON_Delete(root);
-
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ngx_http_tokenbiryani_cjson_fail(root);
 }
 
 
@@ -501,7 +499,5 @@ ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r)
 
 failed:
 
-    cJSON_Delete(root);
-
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return ngx_http_tokenbiryani_cjson_fail(root);
 }

@@ -278,8 +278,7 @@ ngx_http_tokenbiryani_console_mode(ngx_http_request_t *r)
                                  tmcf->keytab.n == 0 && n == 0) == NULL
         || ngx_http_tokenbiryani_console_headers(r, 0) != NGX_OK)
     {
-        cJSON_Delete(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_tokenbiryani_cjson_fail(root);
     }
 
     return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
@@ -505,8 +504,7 @@ ngx_http_tokenbiryani_admin_console_ticket(ngx_http_request_t *r)
         || cJSON_AddNumberToObject(root, "expires_in_seconds",
                                    NGX_HTTP_TB_TICKET_MS / 1000) == NULL)
     {
-        cJSON_Delete(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_tokenbiryani_cjson_fail(root);
     }
 
     return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_CREATED, root);

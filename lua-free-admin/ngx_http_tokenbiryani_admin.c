@@ -472,9 +472,9 @@ ngx_http_tokenbiryani_admin_estimation(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
 {
-    ngx_uint_t                          i;
+    ngx_uint_t                          i, plugin;
     cJSON                              *root, *arr, *item;
-    const tb_strategy_t                *st, *cur, **plugins;
+    const tb_strategy_t                *st, *cur;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -487,16 +487,10 @@ ngx_http_tokenbiryani_admin_strategies(ngx_http_request_t *r)
 
     cur = ngx_http_tokenbiryani_strategy(tmcf);
 
-    for (st = tb_builtin_strategy_table; st->name; st++) {
-        item = ngx_http_tokenbiryani_strategy_json(st, 0, st == cur);
-        cJSON_AddItemToArray(arr, item);
-    }
-
-    plugins = tmcf->plugins.elts;
-
-    for (i = 0; i < tmcf->plugins.nelts; i++) {
-        item = ngx_http_tokenbiryani_strategy_json(plugins[i], 1,
-                                                   plugins[i] == cur);
+    for (i = 0; (st = ngx_http_tokenbiryani_strategy_nth(tmcf, i, &plugin));
+         i++)
+    {
+        item = ngx_http_tokenbiryani_strategy_json(st, plugin, st == cur);
         cJSON_AddItemToArray(arr, item);
     }
 

@@ -180,9 +180,9 @@ ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
 {
-    ngx_uint_t                              i;
+    ngx_uint_t                              i, plugin;
     cJSON                                  *root, *obj, *item, *opts;
-    const tb_strategy_t                    *st, *cur, **plugins;
+    const tb_strategy_t                    *st;
     ngx_http_tokenbiryani_zone_stats_t      zs;
     ngx_http_tokenbiryani_main_conf_t      *tmcf;
     const ngx_http_tokenbiryani_setting_t  *s;
@@ -195,8 +195,6 @@ ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    cur = ngx_http_tokenbiryani_strategy(tmcf);
-
     for (s = ngx_http_tokenbiryani_settings; s->path; s++) {
         item = cJSON_AddObjectToObject(obj, s->path);
         if (item == NULL) {
@@ -204,7 +202,8 @@ ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
         }
 
         if (s->offset == offsetof(tb_config_t, routing_strategy)) {
-            if (cJSON_AddStringToObject(item, "value", cur->name) == NULL
+            if (cJSON_AddStringToObject(item, "value",
+                    ngx_http_tokenbiryani_strategy(tmcf)->name) == NULL
                 || cJSON_AddStringToObject(item, "source",
                        ngx_http_tokenbiryani_strategy_is_runtime(tmcf)
                        ? "runtime"
@@ -218,15 +217,11 @@ ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
                 goto failed;
             }
 
-            for (st = tb_builtin_strategy_table; st->name; st++) {
+            for (i = 0;
+                 (st = ngx_http_tokenbiryani_strategy_nth(tmcf, i, &plugin));
+                 i++)
+            {
                 cJSON_AddItemToArray(opts, cJSON_CreateString(st->name));
-            }
-
-            plugins = tmcf->plugins.elts;
-
-            for (i = 0; i < tmcf->plugins.nelts; i++) {
-                cJSON_AddItemToArray(opts,
-                                     cJSON_CreateString(plugins[i]->name));
             }
 
             continue;

@@ -248,10 +248,11 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
 {
     u_char               *p, *last;
     size_t                i;
+    ngx_uint_t            n, plugin;
     tb_config_t          *tbcf;
     tb_model_price_t     *models;
     ngx_pool_cleanup_t   *cln;
-    const tb_strategy_t  *st, **plugins;
+    const tb_strategy_t  *st;
     char                  err[TB_CONFIG_ERRLEN];
     u_char                names[512];
 
@@ -285,15 +286,12 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
         p = names;
         last = names + sizeof(names);
 
-        for (st = tb_builtin_strategy_table; st->name; st++) {
+        for (n = 0;
+             (st = ngx_http_tokenbiryani_strategy_nth(tmcf, n, &plugin));
+             n++)
+        {
             p = ngx_slprintf(p, last, "%s%s", p == names ? "" : ", ",
                              st->name);
-        }
-
-        plugins = tmcf->plugins.elts;
-
-        for (i = 0; i < tmcf->plugins.nelts; i++) {
-            p = ngx_slprintf(p, last, ", %s", plugins[i]->name);
         }
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

@@ -46,6 +46,33 @@ ngx_http_tokenbiryani_find_strategy(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
+const tb_strategy_t *
+ngx_http_tokenbiryani_strategy_nth(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_uint_t n, ngx_uint_t *plugin)
+{
+    ngx_uint_t            i;
+    const tb_strategy_t  **plugins;
+
+    for (i = 0; tb_builtin_strategy_table[i].name; i++) {
+        if (i == n) {
+            *plugin = 0;
+            return &tb_builtin_strategy_table[i];
+        }
+    }
+
+    n -= i;
+
+    if (n >= tmcf->plugins.nelts) {
+        return NULL;
+    }
+
+    plugins = tmcf->plugins.elts;
+    *plugin = 1;
+
+    return plugins[n];
+}
+
+
 static void
 ngx_http_tokenbiryani_settings_sync(ngx_http_tokenbiryani_main_conf_t *tmcf)
 {

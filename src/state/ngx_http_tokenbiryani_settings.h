@@ -16,6 +16,14 @@
 const tb_strategy_t *ngx_http_tokenbiryani_find_strategy(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const char *name);
 
+/*
+ * the strategies known, built in first, then those other modules
+ * registered: the n-th (*plugin: a module's), or NULL past the last
+ */
+const tb_strategy_t *ngx_http_tokenbiryani_strategy_nth(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t n,
+    ngx_uint_t *plugin);
+
 /* the strategy Messages requests are routed by now */
 const tb_strategy_t *ngx_http_tokenbiryani_strategy(
     ngx_http_tokenbiryani_main_conf_t *tmcf);

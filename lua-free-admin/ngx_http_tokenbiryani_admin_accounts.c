@@ -90,6 +90,14 @@ static ngx_int_t ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw);
 static void ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
     ngx_http_tokenbiryani_call_result_t *res, void *data);
+static ngx_int_t ngx_http_tokenbiryani_accounts_probed_now(
+    ngx_http_request_t *r, ngx_http_tokenbiryani_call_result_t *res,
+    ngx_http_tokenbiryani_acct_write_t *aw);
+static void ngx_http_tokenbiryani_accounts_tested(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_acct_write_t *aw, cJSON *root);
+static ngx_int_t ngx_http_tokenbiryani_accounts_refused(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_call_result_t *res,
+    ngx_http_tokenbiryani_acct_write_t *aw);
 static ngx_int_t ngx_http_tokenbiryani_accounts_store(ngx_http_request_t *r,
     ngx_http_tokenbiryani_acct_write_t *aw);
 static ngx_int_t ngx_http_tokenbiryani_accounts_apply(ngx_http_request_t *r,
@@ -1300,22 +1308,26 @@ static void
 ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
     ngx_http_tokenbiryani_call_result_t *res, void *data)
 {
-    ngx_http_tokenbiryani_acct_write_t *aw = data;
+    ngx_http_tokenbiryani_accounts_finish(r,
+                     ngx_http_tokenbiryani_accounts_probed_now(r, res, data));
+}
 
-    ngx_int_t                           ok;
-    cJSON                              *root, *e;
+
+/* what the probe saw: the answer (a test, a try, a refusal), or the write */
+static ngx_int_t
+ngx_http_tokenbiryani_accounts_probed_now(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_call_result_t *res,
+    ngx_http_tokenbiryani_acct_write_t *aw)
+{
+    cJSON                              *root;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     aw->probed = ngx_http_tokenbiryani_probe_json(res);
     if (aw->probed == NULL) {
-        ngx_http_tokenbiryani_accounts_finish(r,
-                                         NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(aw->probed, "ok"));
 
     if (aw->op == NGX_HTTP_TB_ACCT_TEST) {
         /* what it said is what the account's mirror learns */
@@ -1334,88 +1346,101 @@ ngx_http_tokenbiryani_accounts_probed(ngx_http_request_t *r,
         ngx_http_tokenbiryani_add_str(root, "account", aw->w.name.data,
                                       aw->w.name.len);
 
-        {
-        tb_state_e                        state;
-        cJSON                            *acct, *limits;
-        ngx_http_tokenbiryani_account_t  *a;
+        ngx_http_tokenbiryani_accounts_tested(r, aw, root);
 
-        a = ngx_http_tokenbiryani_account_find(tmcf, aw->w.name.data,
-                                               aw->w.name.len);
-        acct = a ? ngx_http_tokenbiryani_account_json(r, a,
-                                              ngx_http_tokenbiryani_now_ms(),
-                                              &state)
-                 : NULL;
-
-        if (acct) {
-            cJSON_AddStringToObject(root, "state", tb_state_name(state));
-
-            limits = cJSON_DetachItemFromObjectCaseSensitive(acct, "limits");
-            if (limits) {
-                cJSON_AddItemToObject(root, "mirror", limits);
-            }
-
-            cJSON_Delete(acct);
-        }
-        }
-
-        ngx_http_tokenbiryani_accounts_finish(r,
-            ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root));
-        return;
+        return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
     }
 
     if (aw->op == NGX_HTTP_TB_ACCT_TRY) {
         root = aw->probed;
         aw->probed = NULL;
 
-        ngx_http_tokenbiryani_accounts_finish(r,
-            ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root));
+        return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_OK, root);
+    }
+
+    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(aw->probed, "ok"))) {
+        return ngx_http_tokenbiryani_accounts_refused(r, res, aw);
+    }
+
+    return ngx_http_tokenbiryani_accounts_store(r, aw);
+}
+
+
+/* a test's answer: the account's state and mirror as they are now */
+static void
+ngx_http_tokenbiryani_accounts_tested(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_acct_write_t *aw, cJSON *root)
+{
+    tb_state_e                          state;
+    cJSON                              *acct, *limits;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    a = ngx_http_tokenbiryani_account_find(tmcf, aw->w.name.data,
+                                           aw->w.name.len);
+    if (a == NULL) {
         return;
     }
 
-    if (!ok) {
-        /* nothing stored: the error says why, the probe what it saw */
-
-        root = cJSON_CreateObject();
-        e = root ? cJSON_AddObjectToObject(root, "error") : NULL;
-
-        if (e == NULL) {
-            cJSON_Delete(root);
-            ngx_http_tokenbiryani_accounts_finish(r,
-                                         NGX_HTTP_INTERNAL_SERVER_ERROR);
-            return;
-        }
-
-        cJSON_AddStringToObject(root, "type", "error");
-        cJSON_AddStringToObject(e, "type", "invalid_request_error");
-
-        {
-        u_char   msg[512], *p;
-
-        if (res->status) {
-            p = ngx_snprintf(msg, sizeof(msg) - 1, "the upstream refused "
-                             "this credential: %i%s%V%s; nothing was stored "
-                             "(\"probe\": false stores it untested)",
-                             res->status, res->detail.len ? " (" : "",
-                             &res->detail, res->detail.len ? ")" : "");
-        } else {
-            p = ngx_snprintf(msg, sizeof(msg) - 1, "the probe got no "
-                             "answer: %V; nothing was stored (\"probe\": "
-                             "false stores it untested)", &res->error);
-        }
-
-        ngx_http_tokenbiryani_add_str(e, "message", msg, p - msg);
-        }
-
-        cJSON_AddItemToObject(root, "probe", aw->probed);
-        aw->probed = NULL;
-
-        ngx_http_tokenbiryani_accounts_finish(r,
-            ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_BAD_REQUEST, root));
+    acct = ngx_http_tokenbiryani_account_json(r, a,
+                                              ngx_http_tokenbiryani_now_ms(),
+                                              &state);
+    if (acct == NULL) {
         return;
     }
 
-    ngx_http_tokenbiryani_accounts_finish(r,
-                                ngx_http_tokenbiryani_accounts_store(r, aw));
+    cJSON_AddStringToObject(root, "state", tb_state_name(state));
+
+    limits = cJSON_DetachItemFromObjectCaseSensitive(acct, "limits");
+    if (limits) {
+        cJSON_AddItemToObject(root, "mirror", limits);
+    }
+
+    cJSON_Delete(acct);
+}
+
+
+/* nothing stored: the error says why, the probe what it saw */
+static ngx_int_t
+ngx_http_tokenbiryani_accounts_refused(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_call_result_t *res,
+    ngx_http_tokenbiryani_acct_write_t *aw)
+{
+    u_char  *p;
+    cJSON   *root, *e;
+    u_char   msg[512];
+
+    root = cJSON_CreateObject();
+    e = root ? cJSON_AddObjectToObject(root, "error") : NULL;
+
+    if (e == NULL) {
+        return ngx_http_tokenbiryani_cjson_fail(root);
+    }
+
+    cJSON_AddStringToObject(root, "type", "error");
+    cJSON_AddStringToObject(e, "type", "invalid_request_error");
+
+    if (res->status) {
+        p = ngx_snprintf(msg, sizeof(msg) - 1, "the upstream refused "
+                         "this credential: %i%s%V%s; nothing was stored "
+                         "(\"probe\": false stores it untested)",
+                         res->status, res->detail.len ? " (" : "",
+                         &res->detail, res->detail.len ? ")" : "");
+
+    } else {
+        p = ngx_snprintf(msg, sizeof(msg) - 1, "the probe got no "
+                         "answer: %V; nothing was stored (\"probe\": "
+                         "false stores it untested)", &res->error);
+    }
+
+    ngx_http_tokenbiryani_add_str(e, "message", msg, p - msg);
+
+    cJSON_AddItemToObject(root, "probe", aw->probed);
+    aw->probed = NULL;
+
+    return ngx_http_tokenbiryani_send_cjson(r, NGX_HTTP_BAD_REQUEST, root);
 }
 
 

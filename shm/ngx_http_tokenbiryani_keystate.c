@@ -99,14 +99,11 @@ ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
 /* a key's word from its peers: told within a minute */
 
 ngx_uint_t
-ngx_http_tokenbiryani_keystate_peers_rpm(ngx_http_tokenbiryani_zone_t *zone,
-    uint64_t key, int64_t now)
+ngx_http_tokenbiryani_keystate_peers_rpm(ngx_http_tokenbiryani_keystate_t *ks,
+    int64_t now)
 {
-    int64_t                            sum;
-    ngx_uint_t                         i;
-    ngx_http_tokenbiryani_keystate_t  *ks;
-
-    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
+    int64_t     sum;
+    ngx_uint_t  i;
 
     if (ks == NULL) {
         return 0;

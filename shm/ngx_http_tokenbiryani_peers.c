@@ -286,8 +286,7 @@ ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
                                            zone->spend_bucket_ms, NULL);
         out->reserved = ks->spend.reserved;
         out->rpm = ngx_http_tokenbiryani_key_rpm_used(zone->sh, key, now);
-        out->others_rpm = ngx_http_tokenbiryani_keystate_peers_rpm(zone,
-                                                                   key, now);
+        out->others_rpm = ngx_http_tokenbiryani_keystate_peers_rpm(ks, now);
 
         for (i = 0; i < NGX_HTTP_TB_KEY_PEERS; i++) {
             if (ks->peers[i].who && ks->peers[i].at_ms + ttl > now) {

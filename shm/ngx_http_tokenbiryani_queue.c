@@ -436,7 +436,8 @@ ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
         ngx_queue_insert_tail(&sh->rpm, &w->queue);
     }
 
-    others = ngx_http_tokenbiryani_keystate_peers_rpm(zone, key, now);
+    others = ngx_http_tokenbiryani_keystate_peers_rpm(
+                 ngx_http_tokenbiryani_keystate_find(zone, key), now);
 
     slot = -1;
     oldest = 0;

@@ -462,10 +462,10 @@ void ngx_http_tokenbiryani_caps_settle_locked(
 ngx_http_tokenbiryani_keystate_t *ngx_http_tokenbiryani_keystate_locked(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t key);
 
-/* what the peers said a key admitted in the last minute.  Under the
- * lock. */
+/* what the peers said a key (its state ks, or NULL) admitted in the last
+ * minute.  Under the lock. */
 ngx_uint_t ngx_http_tokenbiryani_keystate_peers_rpm(
-    ngx_http_tokenbiryani_zone_t *zone, uint64_t key, int64_t now);
+    ngx_http_tokenbiryani_keystate_t *ks, int64_t now);
 
 
 /*

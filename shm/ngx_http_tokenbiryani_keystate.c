@@ -63,14 +63,11 @@ ngx_http_tokenbiryani_keystate_t *
 ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key)
 {
-    ngx_http_tokenbiryani_shm_t       *sh;
     ngx_http_tokenbiryani_keystate_t  *ks;
 
     if (key == 0) {
         return NULL;
     }
-
-    sh = zone->sh;
 
     ks = ngx_http_tokenbiryani_keystate_find(zone, key);
     if (ks) {
@@ -90,7 +87,7 @@ ngx_http_tokenbiryani_keystate_locked(ngx_http_tokenbiryani_zone_t *zone,
     ks->queued = 0;
     ks->nsessions = 0;
     ngx_memzero(&ks->spend, sizeof(tb_ledger_t));
-    ngx_queue_insert_tail(&sh->keys, &ks->queue);
+    ngx_queue_insert_tail(&zone->sh->keys, &ks->queue);
 
     return ks;
 }

@@ -550,6 +550,42 @@ tbc_key_body(tbc_t *c, const char *name)
 }
 
 
+/* one row of the keys table; a limit that is not set is "—" */
+static void
+tbc_key_row(const cJSON *k)
+{
+    char        *text, rpm[32], cap[32];
+    const char  *m;
+
+    /* the patterns, joined: claude-sonnet-*,claude-haiku-* */
+    text = tbc_join(cJSON_GetObjectItemCaseSensitive(k, "models"));
+
+    if (tbc_num(k, "rpm", -1) >= 0) {
+        snprintf(rpm, sizeof(rpm), "%.0f", tbc_num(k, "rpm", 0));
+
+    } else {
+        strcpy(rpm, "—");
+    }
+
+    if (tbc_num(k, "spend_cap_usd", -1) >= 0) {
+        snprintf(cap, sizeof(cap), "$%.2f", tbc_num(k, "spend_cap_usd", 0));
+
+    } else {
+        strcpy(cap, "—");
+    }
+
+    m = text ? text : "—";
+
+    printf("%-20.20s %-7.7s %-5s %-*.*s %*s %*s\n",
+           tbc_str(k, "name", "?"), tbc_str(k, "source", "?"),
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(k, "admin"))
+           ? "yes" : "no", tbc_w(22, m), tbc_w(22, m), m,
+           tbc_w(5, rpm), rpm, tbc_w(10, cap), cap);
+
+    free(text);
+}
+
+
 int
 tbc_keys(tbc_t *c)
 {
@@ -570,37 +606,8 @@ tbc_keys(tbc_t *c)
         printf("%-20s %-7s %-5s %-22s %5s %10s\n", "KEY", "SOURCE",
                "ADMIN", "MODELS", "RPM", "CAP");
 
-        cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(j, "keys"))
-        {
-            char         rpm[32], cap[32];
-            const char  *m;
-
-            /* the patterns, joined: claude-sonnet-*,claude-haiku-* */
-            text = tbc_join(cJSON_GetObjectItemCaseSensitive(k,
-                                                             "models"));
-
-            if (tbc_num(k, "rpm", -1) >= 0) {
-                snprintf(rpm, sizeof(rpm), "%.0f", tbc_num(k, "rpm", 0));
-            } else {
-                strcpy(rpm, "—");
-            }
-
-            if (tbc_num(k, "spend_cap_usd", -1) >= 0) {
-                snprintf(cap, sizeof(cap), "$%.2f",
-                         tbc_num(k, "spend_cap_usd", 0));
-            } else {
-                strcpy(cap, "—");
-            }
-
-            m = text ? text : "—";
-
-            printf("%-20.20s %-7.7s %-5s %-*.*s %*s %*s\n",
-                   tbc_str(k, "name", "?"), tbc_str(k, "source", "?"),
-                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(k,
-                                                                 "admin"))
-                   ? "yes" : "no", tbc_w(22, m), tbc_w(22, m), m,
-                   tbc_w(5, rpm), rpm, tbc_w(10, cap), cap);
-            free(text);
+        cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(j, "keys")) {
+            tbc_key_row(k);
         }
 
         cJSON_Delete(j);

@@ -358,18 +358,17 @@ ngx_http_tokenbiryani_admin_account_records(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
 {
-    int64_t                              now;
     ngx_uint_t                           j;
     cJSON                               *root, *arr, *acct;
     ngx_array_t                          views;
     uint64_t                             gen;
+    tb_config_t                         *cf;
     ngx_http_tokenbiryani_account_t     *a;
     ngx_http_tokenbiryani_racct_view_t  *v;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
     char                                 err[512];
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-    now = ngx_http_tokenbiryani_now_ms();
 
     arr = ngx_http_tokenbiryani_json_doc(&root, "accounts",
                                          cJSON_AddArrayToObject);
@@ -377,7 +376,8 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (ngx_http_tokenbiryani_admin_account_records(r, arr, now, NULL)
+    if (ngx_http_tokenbiryani_admin_account_records(r, arr,
+                                        ngx_http_tokenbiryani_now_ms(), NULL)
         == NGX_ERROR)
     {
         goto failed;
@@ -421,9 +421,6 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
                 continue;
             }
 
-            {
-            tb_config_t  *cf;
-
             cf = ngx_http_tokenbiryani_racct_open(tmcf, &v[j].id,
                                                   &v[j].spec, &v[j].sealed,
                                                   err, sizeof(err));
@@ -440,7 +437,6 @@ ngx_http_tokenbiryani_accounts_list(ngx_http_request_t *r)
             }
 
             cJSON_AddStringToObject(acct, "reason", err);
-            }
         }
     }
 

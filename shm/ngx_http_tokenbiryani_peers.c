@@ -84,27 +84,42 @@ ngx_http_tokenbiryani_peers_share(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
+/*
+ * The next live account from slot *i on, *i moved past it; NULL: none
+ * left.  Under the lock.
+ */
+static tb_account_state_t *
+ngx_http_tokenbiryani_peers_next(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_uint_t *i)
+{
+    tb_account_state_t  *st;
+
+    while (*i < sh->nslots) {
+        st = sh->slots[(*i)++];
+
+        if (st->live) {
+            return st;
+        }
+    }
+
+    return NULL;
+}
+
+
 ngx_uint_t
 ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
     int64_t now, ngx_http_tokenbiryani_news_t *out, ngx_uint_t max)
 {
-    int64_t                       holds[2];
-    ngx_uint_t                    i, n;
-    tb_account_state_t           *st;
-    ngx_http_tokenbiryani_shm_t  *sh;
+    int64_t              holds[2];
+    ngx_uint_t           i, n;
+    tb_account_state_t  *st;
 
-    sh = zone->sh;
+    i = 0;
     n = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (i = 0; i < sh->nslots && n < max; i++) {
-        st = sh->slots[i];
-
-        if (!st->live) {
-            continue;
-        }
-
+    while (n < max && (st = ngx_http_tokenbiryani_peers_next(zone->sh, &i))) {
         holds[0] = tb_account_held(st, TB_WIN_REQUESTS, now);
         holds[1] = tb_account_held(st, TB_WIN_INPUT, now);
 
@@ -135,19 +150,16 @@ ngx_uint_t
 ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max)
 {
-    ngx_uint_t                    i, n;
-    tb_account_state_t           *st;
-    ngx_http_tokenbiryani_shm_t  *sh;
+    ngx_uint_t           i, n;
+    tb_account_state_t  *st;
 
-    sh = zone->sh;
+    i = 0;
     n = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    for (i = 0; i < sh->nslots && n < max; i++) {
-        st = sh->slots[i];
-
-        if (!st->live || st->org_told || st->org[0] == '\0') {
+    while (n < max && (st = ngx_http_tokenbiryani_peers_next(zone->sh, &i))) {
+        if (st->org_told || st->org[0] == '\0') {
             continue;
         }
 

@@ -56,6 +56,33 @@ tb_est_lower_bound(const uint32_t *a, uint32_t n, uint32_t v)
 }
 
 
+/*
+ * v into a window of size samples kept twice: in the order they came (a
+ * ring, *head its next place) and sorted (*n of them); once the window is
+ * full, the oldest leaves both
+ */
+static void
+tb_est_push(uint32_t *ring, uint32_t *sorted, uint32_t size, uint32_t *head,
+    uint32_t *n, uint32_t v)
+{
+    uint32_t  i;
+
+    if (*n == size) {
+        i = tb_est_lower_bound(sorted, *n, ring[*head]);
+        memmove(&sorted[i], &sorted[i + 1], (*n - i - 1) * sizeof(uint32_t));
+        (*n)--;
+    }
+
+    ring[*head] = v;
+    *head = (*head + 1) % size;
+
+    i = tb_est_lower_bound(sorted, *n, v);
+    memmove(&sorted[i + 1], &sorted[i], (*n - i) * sizeof(uint32_t));
+    sorted[i] = v;
+    (*n)++;
+}
+
+
 uint32_t
 tb_est_nearest_rank(const uint32_t *sorted, uint32_t n, double q)
 {
@@ -77,7 +104,7 @@ void
 tb_est_observe(tb_est_t *e, int64_t leased, int64_t actual)
 {
     uint8_t   *under, old;
-    uint32_t  *ring, *sorted, v, i;
+    uint32_t  *ring, *sorted, v;
 
     if (actual <= 0) {
         return;
@@ -89,21 +116,7 @@ tb_est_observe(tb_est_t *e, int64_t leased, int64_t actual)
 
     v = actual > (int64_t) UINT32_MAX ? UINT32_MAX : (uint32_t) actual;
 
-    if (e->n == e->window) {
-        /* the oldest sample leaves the sorted copy too */
-        i = tb_est_lower_bound(sorted, e->n, ring[e->head]);
-        memmove(&sorted[i], &sorted[i + 1],
-                (e->n - i - 1) * sizeof(uint32_t));
-        e->n--;
-    }
-
-    ring[e->head] = v;
-    e->head = (e->head + 1) % e->window;
-
-    i = tb_est_lower_bound(sorted, e->n, v);
-    memmove(&sorted[i + 1], &sorted[i], (e->n - i) * sizeof(uint32_t));
-    sorted[i] = v;
-    e->n++;
+    tb_est_push(ring, sorted, e->window, &e->head, &e->n, v);
 
     /* was the lease beaten? */
 
@@ -179,7 +192,7 @@ tb_est_lease(const tb_est_t *e, const tb_config_t *cf, int64_t max_tokens)
 void
 tb_est_observe_input(tb_est_t *e, int64_t text_bytes, int64_t tokens)
 {
-    uint32_t  v, i;
+    uint32_t  v;
     uint64_t  r;
 
     if (text_bytes < 64 || tokens <= 0) {
@@ -189,21 +202,8 @@ tb_est_observe_input(tb_est_t *e, int64_t text_bytes, int64_t tokens)
     r = (uint64_t) tokens * 1000000 / (uint64_t) text_bytes;
     v = r > UINT32_MAX ? UINT32_MAX : (uint32_t) r;
 
-    if (e->in_n == TB_EST_INPUT_SAMPLES) {
-        i = tb_est_lower_bound(e->in_sorted, e->in_n, e->in_ring[e->in_head]);
-        memmove(&e->in_sorted[i], &e->in_sorted[i + 1],
-                (e->in_n - i - 1) * sizeof(uint32_t));
-        e->in_n--;
-    }
-
-    e->in_ring[e->in_head] = v;
-    e->in_head = (e->in_head + 1) % TB_EST_INPUT_SAMPLES;
-
-    i = tb_est_lower_bound(e->in_sorted, e->in_n, v);
-    memmove(&e->in_sorted[i + 1], &e->in_sorted[i],
-            (e->in_n - i) * sizeof(uint32_t));
-    e->in_sorted[i] = v;
-    e->in_n++;
+    tb_est_push(e->in_ring, e->in_sorted, TB_EST_INPUT_SAMPLES, &e->in_head,
+                &e->in_n, v);
 }
 
 

@@ -493,27 +493,7 @@ ngx_uint_t
 ngx_http_tokenbiryani_object_poller(ngx_http_tokenbiryani_zone_t *zone,
     ngx_pid_t pid)
 {
-    ngx_uint_t                       mine;
-    ngx_http_tokenbiryani_shm_t     *sh;
-    ngx_http_tokenbiryani_owners_t   owners;
-
-    sh = zone->sh;
-    owners.n = 0;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    if (sh->objects_poller == 0
-        || (sh->objects_poller != pid
-            && ngx_http_tokenbiryani_owner_gone(&owners, sh->objects_poller)))
-    {
-        sh->objects_poller = pid;
-    }
-
-    mine = (sh->objects_poller == pid);
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return mine;
+    return ngx_http_tokenbiryani_elect(zone, &zone->sh->objects_poller, pid);
 }
 
 

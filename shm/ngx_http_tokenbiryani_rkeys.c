@@ -330,27 +330,7 @@ ngx_uint_t
 ngx_http_tokenbiryani_store_flusher(ngx_http_tokenbiryani_zone_t *zone,
     ngx_pid_t pid)
 {
-    ngx_uint_t                            mine;
-    ngx_http_tokenbiryani_owners_t        owners;
-    ngx_http_tokenbiryani_store_state_t  *st;
-
-    st = &zone->sh->store;
-    owners.n = 0;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    if (st->flusher == 0
-        || (st->flusher != pid
-            && ngx_http_tokenbiryani_owner_gone(&owners, st->flusher)))
-    {
-        st->flusher = pid;
-    }
-
-    mine = (st->flusher == pid);
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return mine;
+    return ngx_http_tokenbiryani_elect(zone, &zone->sh->store.flusher, pid);
 }
 
 

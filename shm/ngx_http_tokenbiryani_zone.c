@@ -209,6 +209,31 @@ ngx_http_tokenbiryani_owner_gone(ngx_http_tokenbiryani_owners_t *owners,
 }
 
 
+ngx_uint_t
+ngx_http_tokenbiryani_elect(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t *who, ngx_pid_t pid)
+{
+    ngx_uint_t                      mine;
+    ngx_http_tokenbiryani_owners_t  owners;
+
+    owners.n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (*who == 0
+        || (*who != pid && ngx_http_tokenbiryani_owner_gone(&owners, *who)))
+    {
+        *who = pid;
+    }
+
+    mine = (*who == pid);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return mine;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len)

@@ -386,6 +386,11 @@ typedef struct {
 ngx_uint_t ngx_http_tokenbiryani_owner_gone(
     ngx_http_tokenbiryani_owners_t *owners, ngx_pid_t pid);
 
+/* whether worker pid does what *who names the worker of (0: none):
+ * elected while the last is gone */
+ngx_uint_t ngx_http_tokenbiryani_elect(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t *who, ngx_pid_t pid);
+
 /*
  * The index of the slot of account id (len bytes): a live one only (live),
  * with that credential and host fingerprint (not NULL); or -1.  Under the

@@ -480,40 +480,23 @@ tb_object_rec_encode(const tb_object_rec_t *o, char *out, size_t size)
 }
 
 
-/* one number and the space after it (none after the last): 0 or -1 */
+/* one number and the space after it: 0 or -1 (its form is checked by
+ * writing the whole again) */
 static int
 tb_object_rec_num(const char **pp, const char *end, int64_t *v)
 {
-    int         neg;
-    uint64_t    n;
-    const char  *p, *start;
+    const char  *sp;
 
-    p = *pp;
-    neg = (p < end && *p == '-');
-    p += neg;
-    start = p;
-    n = 0;
+    sp = tb_find_end(*pp, end, ' ');
 
-    while (p < end && *p >= '0' && *p <= '9') {
-        if (n > (uint64_t) (INT64_MAX / 10)
-            || (p - start > 0 && start[0] == '0'))
-        {
-            return -1;
-        }
-
-        n = n * 10 + (uint64_t) (*p++ - '0');
-
-        if (n > (uint64_t) INT64_MAX) {
-            return -1;
-        }
-    }
-
-    if (p == start || p == end || *p != ' ' || (neg && n == 0)) {
+    if (sp == *pp || sp == end
+        || tb_parse_int64((const unsigned char *) *pp, (size_t) (sp - *pp), v)
+           != 0)
+    {
         return -1;
     }
 
-    *v = neg ? -(int64_t) n : (int64_t) n;
-    *pp = p + 1;
+    *pp = sp + 1;
 
     return 0;
 }
@@ -563,6 +546,7 @@ tb_object_rec_decode(const char *p, size_t len, tb_object_rec_t *o)
     size_t       i;
     int64_t      v[4 + 4 + TB_BATCH_NCOUNTS];
     const char  *end;
+    char         again[TB_OBJECT_REC_MAX + 1];
 
     end = p + len;
 
@@ -605,5 +589,10 @@ tb_object_rec_decode(const char *p, size_t len, tb_object_rec_t *o)
         return -1;
     }
 
-    return tb_object_rec_ok(o) ? 0 : -1;
+    /* one text for one object: what this gateway would have written, byte
+     * for byte (no sign, zero, space or width it would not write) */
+
+    return (tb_object_rec_encode(o, again, sizeof(again)) == len
+            && memcmp(again, end - len, len) == 0)
+           ? 0 : -1;
 }

@@ -24,6 +24,7 @@
 #include "ngx_http_tokenbiryani_settings.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_variables.h"
+#include "ngx_http_tokenbiryani_poller.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -972,6 +973,10 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
     }
 
     if (ngx_http_tokenbiryani_store_init_worker(cycle, tmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_tokenbiryani_poller_init_worker(cycle, tmcf) != NGX_OK) {
         return NGX_ERROR;
     }
 

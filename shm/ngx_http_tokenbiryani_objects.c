@@ -499,8 +499,10 @@ ngx_http_tokenbiryani_object_poller(ngx_http_tokenbiryani_zone_t *zone,
 
 ngx_int_t
 ngx_http_tokenbiryani_object_due(ngx_http_tokenbiryani_zone_t *zone,
-    int64_t before_ms, int64_t now, ngx_http_tokenbiryani_object_view_t *out)
+    int64_t before_ms, int64_t now, ngx_http_tokenbiryani_object_view_t *out,
+    u_char account[TB_ID_MAX + 1])
 {
+    tb_account_state_t              *st;
     ngx_queue_t                     *q;
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_object_t  *o, *due;
@@ -527,6 +529,12 @@ ngx_http_tokenbiryani_object_due(ngx_http_tokenbiryani_zone_t *zone,
     if (due) {
         due->v.seen_ms = now;
         *out = due->v;
+
+        st = (due->v.slot >= 0 && (ngx_uint_t) due->v.slot < sh->nslots)
+             ? sh->slots[due->v.slot] : NULL;
+
+        ngx_cpystrn(account, st ? (u_char *) st->id : (u_char *) "",
+                    TB_ID_MAX + 1);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

@@ -1092,12 +1092,14 @@ ngx_uint_t ngx_http_tokenbiryani_object_poller(
 
 /*
  * The open batch whose hold is in this zone, not settled, read longest
- * ago and before before_ms, in *out: NGX_OK (its seen_ms is now from
+ * ago and before before_ms, in *out, its account's id in account: NGX_OK
+ * (its seen_ms is now from
  * now: it is not given again until it is due again); NGX_DECLINED: none
  * is due.
  */
 ngx_int_t ngx_http_tokenbiryani_object_due(ngx_http_tokenbiryani_zone_t *zone,
-    int64_t before_ms, int64_t now, ngx_http_tokenbiryani_object_view_t *out);
+    int64_t before_ms, int64_t now, ngx_http_tokenbiryani_object_view_t *out,
+    u_char account[TB_ID_MAX + 1]);
 
 /*
  * Newest first, of kind and key (0: every key's), after the one named

@@ -310,3 +310,78 @@ ok($r->{status} >= 500, "a connection reset once sent: the gateway's error ($r->
 is(scalar @sent, 1, 'sent once: never twice');
 like(error_log_since_block_start(), qr/batch create sent to account "a[12]" failed before its answer was read: it is not sent again/,
      'the log says why');
+
+
+
+=== TEST 10: a batch that ends with nobody reading its results: the gateway reads them itself, in the background, and charges them once at half price
+--- user_files eval
+main::pool_yaml(accounts => 2, yaml => "batch:\n  api: true\n  poll_interval_seconds: 0.05\npricing: builtin\n", keys => [
+    { key => 'key-one', name => 'one', spend_cap_usd => '5' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+mock_config({ defaults => { batch_processing_ms => 300 } });
+my ($st, $b, $r) = batch('key-one', 'POST', '', requests_of(4));
+is($st, 200, 'created');
+my $acct = $r->{headers}{'x-tokenbiryani-account'};
+my $held = key_spend('one')->{in_flight_usd};
+ok($held > 0, "its estimate held (\$$held)");
+ok(poll_until(10, sub { key_spend('one')->{in_flight_usd} == 0 }), 'the hold let go with no client reading');
+my $sp = key_spend('one');
+my ($mine) = grep { $_->{id} eq $b->{id} } @{ TB::Nginx::_mock_call(GET => 'batches')->{batches} };
+my $want = ($mine->{usage}{input_tokens} * 3000 + $mine->{usage}{output_tokens} * 15000) / 2 / 1e9;
+ok($want > 0 && abs($sp->{window_usd} - $want) < 1e-12,
+   "charged what the mock says the batch used, at half price ($sp->{window_usd} vs $want)");
+my @reads = grep { ($_->{path} // '') =~ m{/\Q$b->{id}\E/results$} } @{ mock_log() };
+is(scalar @reads, 1, 'its results read once');
+is($reads[0]{version}, 'HTTP/1.0', 'in HTTP/1.0: the body ends with the connection, no chunks to undo');
+is_deeply(credentials_of(\@reads), ["sk-$acct"], 'from its account, with its credential');
+my @polls = grep { ($_->{path} // '') eq "/v1/messages/batches/$b->{id}" } @{ mock_log() };
+ok(@polls >= 1 && !grep({ $_->{credential} ne "sk-$acct" } @polls), 'polled on its account only');
+like(TB::Nginx::log_text(), qr/batch "\Q$b->{id}\E" on account "$acct" ended with its results unread: the gateway read them \(4 lines\) and charged \$/,
+     'the log says so');
+($st, my $o) = batch('key-one', 'GET', "/$b->{id}");
+is($o->{processing_status}, 'ended', 'a client reads it as ended');
+my ($s) = batch('key-one', 'GET', "/$b->{id}/results");
+is($s, 200, 'and its results afterwards');
+is(key_spend('one')->{window_usd}, $sp->{window_usd}, 'not charged again');
+
+
+
+=== TEST 11: over TLS, connections kept alive: a batch's every operation on its account, its results chunked to the client and charged once; another left unread, read by the gateway over TLS
+--- http_config eval
+"tokenbiryani_ssl_trusted_certificate \$TEST_NGINX_CA;\n" . $TB::Gateway::HttpConfig
+--- user_files eval
+main::pool_yaml(accounts => [{ id => 'tls', base_url => 'https://localhost:${TEST_NGINX_MOCK_TLS_PORT}' }],
+                yaml => "server:\n  allow_private_hosts: true\nbatch:\n  api: true\n  poll_interval_seconds: 0.05\npricing: builtin\n",
+                keys => [{ key => 'key-one', name => 'one', spend_cap_usd => '5' },
+                         { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+mock_config({ defaults => { batch_processing_ms => 300 } });
+my $from = scalar @{ mock_log() };
+my ($st, $read) = batch('key-one', 'POST', '', requests_of(3));
+is($st, 200, 'one created over TLS');
+my $o = until_ended('key-one', $read->{id});
+my ($s, undef, $r) = batch('key-one', 'GET', "/$read->{id}/results");
+is($s, 200, 'its results read by the client');
+is(scalar(grep { length } split /\n/, $r->{body}), 3, 'a line a request');
+my $after_client = key_spend('one')->{window_usd};
+ok($after_client > 0, 'charged');
+my ($st2, $unread) = batch('key-one', 'POST', '', requests_of(2));
+is($st2, 200, 'another created');
+ok(poll_until(10, sub { key_spend('one')->{in_flight_usd} == 0 }), 'the other\'s hold let go with no client reading');
+ok(key_spend('one')->{window_usd} > $after_client, 'the other charged too');
+my $log = mock_log($from);
+ok(!grep({ !$_->{tls} } @$log), 'every request upstream over TLS');
+is_deeply([sort keys %{{ map { ($_->{credential} // '-') => 1 } @$log }}], ['sk-tls'], 'with the account\'s credential only');
+# the clients' requests, proxied: on connections kept alive (the gateway's
+# own polls are calls of their own, each on a connection it closes)
+my @proxied = grep { ($_->{headers}{'user-agent'} // '') !~ m{^tokenbiryani/} } @$log;
+my %conns = map { ($_->{conn} // '') => 1 } @proxied;
+ok(@proxied >= 4 && keys(%conns) <= 2, 'kept alive: ' . scalar(keys %conns) . ' connection(s) for ' . scalar(@proxied) . ' requests');
+my @bg = grep { ($_->{path} // '') eq "/v1/messages/batches/$unread->{id}/results" } @$log;
+is(scalar @bg, 1, 'the unread one\'s results read once, by the gateway');
+like($bg[0]{headers}{'user-agent'} // '', qr{^tokenbiryani/\S+ batch results$}, 'saying who reads them');
+my $total = key_spend('one')->{window_usd};
+($s) = batch('key-one', 'GET', "/$read->{id}/results");
+is($s, 200, 'the first one\'s results read again');
+is(key_spend('one')->{window_usd}, $total, 'not charged again');

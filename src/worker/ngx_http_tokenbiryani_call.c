@@ -216,6 +216,7 @@ ngx_http_tokenbiryani_call(ngx_pool_t *pool, ngx_log_t *log,
     p->timer.handler = ngx_http_tokenbiryani_call_timeout;
     p->timer.data = p;
     p->timer.log = p->log;
+    p->timer.cancelable = t->background;
 
     p->post.handler = ngx_http_tokenbiryani_call_posted;
     p->post.data = p;

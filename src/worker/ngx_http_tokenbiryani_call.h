@@ -49,6 +49,9 @@ typedef struct {
     ngx_http_tokenbiryani_call_sink_pt  sink;     /* NULL: the body held */
     void                          *sink_data;
     unsigned                       tls:1;
+    unsigned                       background:1;  /* no request waits:
+                                                     a worker that exits
+                                                     does not wait for it */
 } ngx_http_tokenbiryani_call_target_t;
 
 

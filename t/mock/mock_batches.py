@@ -347,15 +347,23 @@ class Batches:
         lines = b.results(now)
         body = b"".join(compact(ln).encode() + b"\n" for ln in lines)
         headers = self.mock.base_headers(entry, "application/binary", cred)
-        headers.append(("transfer-encoding", "chunked"))
-        if not req.keep_alive:
+        # chunked to HTTP/1.1; to HTTP/1.0, which cannot take it, the body
+        # ends with the connection (RFC 9112, 6.1)
+        framed = req.version == "HTTP/1.1"
+        if framed:
+            headers.append(("transfer-encoding", "chunked"))
+        if not req.keep_alive or not framed:
             headers.append(("connection", "close"))
         entry["status"] = 200
         entry["batch_results"] = len(lines)
+        entry["version"] = req.version
         self.mock.finish(entry, gen, body)
         conn.send(response_head(200, headers))
         for i in range(0, len(body), RESULT_CHUNK):
-            conn.send(chunk(body[i:i + RESULT_CHUNK]))
+            piece = body[i:i + RESULT_CHUNK]
+            conn.send(chunk(piece) if framed else piece)
+        if not framed:
+            return False
         conn.send(b"0\r\n\r\n")
         return req.keep_alive
 

@@ -1476,6 +1476,18 @@ def t_batches(env):
     ok = [ln for ln in lines if ln["result"]["type"] == "succeeded"]
     check(all(ln["result"]["message"]["usage"]["output_tokens"] == 5
               for ln in ok), "results: max_tokens held")
+    # to HTTP/1.0 the same lines, not chunked: the body ends with the close
+    c = Client(env.p1)
+    r = c.request("GET", "/v1/messages/batches/%s/results" % bid,
+                  headers={"x-api-key": "sk-b1",
+                           "anthropic-version": "2023-06-01"},
+                  version="1.0")
+    c.close()
+    want = raw.encode() if isinstance(raw, str) else raw
+    check(r.status == 200 and "transfer-encoding" not in r.headers and
+          r.headers.get("connection") == "close" and r.body == want,
+          "results to HTTP/1.0: close-delimited, the same bytes (%r)"
+          % r.headers)
     rep = api(env, "GET", "/_mock/batches")[2]
     mine = [b for b in rep["batches"] if b["id"] == bid]
     check(mine and mine[0]["usage"]["output_tokens"] == 15 and

@@ -1,0 +1,351 @@
+/*
+ * The batches the gateway polls for itself (see
+ * ngx_http_tokenbiryani_poller.h): one batch at a time, a retrieve, then
+ * its results when it has ended, each a call of the worker's own
+ * (ngx_http_tokenbiryani_call.c) in a pool of its own.
+ */
+
+
+#include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_call.h"
+#include "ngx_http_tokenbiryani_poller.h"
+#include "ngx_http_tokenbiryani_batches.h"
+#include "ngx_http_tokenbiryani_store.h"
+#include "ngx_http_tokenbiryani_accounts.h"
+#include "tb_batch.h"
+
+
+/* a batch is asked again after ten ticks at the soonest */
+#define NGX_HTTP_TB_POLL_AGAIN         10
+
+#define NGX_HTTP_TB_POLL_TIMEOUT       60000     /* ms, a call */
+
+
+typedef struct {
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
+    ngx_event_t                           timer;
+    ngx_msec_t                            interval;
+
+    /* the poll under way: its pool (NULL: none), call and batch */
+    ngx_pool_t                           *pool;
+    ngx_http_tokenbiryani_call_target_t   target;
+    ngx_http_tokenbiryani_object_view_t   v;
+    u_char                                account[TB_ID_MAX + 1];
+    ngx_uint_t                            expected;  /* result lines */
+    ngx_http_tokenbiryani_results_t       results;
+} ngx_http_tokenbiryani_poller_t;
+
+
+static void ngx_http_tokenbiryani_poller_tick(ngx_event_t *ev);
+static ngx_int_t ngx_http_tokenbiryani_poller_call(
+    ngx_http_tokenbiryani_poller_t *pl, const char *what,
+    ngx_http_tokenbiryani_call_done_pt done);
+static void ngx_http_tokenbiryani_poller_retrieved(
+    ngx_http_tokenbiryani_call_result_t *res, void *data);
+static ngx_int_t ngx_http_tokenbiryani_poller_sink(void *data, u_char *p,
+    size_t len);
+static void ngx_http_tokenbiryani_poller_read(
+    ngx_http_tokenbiryani_call_result_t *res, void *data);
+static void ngx_http_tokenbiryani_poller_end(
+    ngx_http_tokenbiryani_poller_t *pl, ngx_http_tokenbiryani_call_result_t *res,
+    const char *doing);
+
+
+static ngx_http_tokenbiryani_poller_t  ngx_http_tokenbiryani_poller;
+
+
+ngx_int_t
+ngx_http_tokenbiryani_poller_init_worker(ngx_cycle_t *cycle,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    ngx_http_tokenbiryani_poller_t  *pl;
+
+    if (!tmcf->tbcf->batch_api) {
+        return NGX_OK;
+    }
+
+    pl = &ngx_http_tokenbiryani_poller;
+
+    ngx_memzero(pl, sizeof(ngx_http_tokenbiryani_poller_t));
+
+    pl->tmcf = tmcf;
+    pl->interval = (ngx_msec_t) (tmcf->tbcf->batch_poll_interval_seconds
+                                 * 1000);
+    pl->interval = ngx_max(pl->interval, 1);
+
+    ngx_http_tokenbiryani_timer_init(&pl->timer,
+                                     ngx_http_tokenbiryani_poller_tick, pl,
+                                     cycle->log);
+
+    ngx_add_timer(&pl->timer, pl->interval);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_poller_tick(ngx_event_t *ev)
+{
+    int64_t                             now;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_poller_t     *pl;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    pl = ev->data;
+    tmcf = pl->tmcf;
+
+    if (ngx_exiting || ngx_terminate || ngx_quit) {
+        return;
+    }
+
+    ngx_add_timer(&pl->timer, pl->interval);
+
+    if (pl->pool || !ngx_http_tokenbiryani_object_poller(&tmcf->zone, ngx_pid))
+    {
+        /* one poll at a time, by one worker */
+        return;
+    }
+
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (ngx_http_tokenbiryani_object_due(&tmcf->zone,
+            now - (int64_t) (pl->interval * NGX_HTTP_TB_POLL_AGAIN), now,
+            &pl->v, pl->account)
+        != NGX_OK)
+    {
+        return;
+    }
+
+    ngx_http_tokenbiryani_accounts_sync(tmcf);
+
+    a = ngx_http_tokenbiryani_account_find(tmcf, pl->account,
+                                           ngx_strlen(pl->account));
+
+    if (a == NULL || a->platform || a->naddrs == 0) {
+        /* not an account this worker can ask now: asked again later */
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+                       "tokenbiryani poll: batch \"%*s\" not asked now",
+                       pl->v.id_len, pl->v.id);
+        return;
+    }
+
+    ngx_memzero(&pl->target, sizeof(ngx_http_tokenbiryani_call_target_t));
+
+    pl->target.addrs = a->addrs;
+    pl->target.naddrs = a->naddrs;
+    pl->target.host_header = a->host_header;
+    pl->target.ssl_name = a->ssl_name;
+    pl->target.path_prefix = a->path_prefix;
+    pl->target.auth_header = a->auth_header;
+    pl->target.tls = a->tls;
+    pl->target.background = 1;
+    ngx_str_set(&pl->target.method, "GET");
+
+    pl->pool = ngx_create_pool(4096, ngx_cycle->log);
+    if (pl->pool == NULL) {
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_poller_call(pl, "batch poll",
+                                          ngx_http_tokenbiryani_poller_retrieved)
+        != NGX_OK)
+    {
+        ngx_destroy_pool(pl->pool);
+        pl->pool = NULL;
+    }
+}
+
+
+/* GET /v1/messages/batches/{id}, or .../results for a sink */
+
+static ngx_int_t
+ngx_http_tokenbiryani_poller_call(ngx_http_tokenbiryani_poller_t *pl,
+    const char *what, ngx_http_tokenbiryani_call_done_pt done)
+{
+    u_char  *path;
+
+    path = ngx_pnalloc(pl->pool, sizeof("/v1/messages/batches//results") - 1
+                                 + pl->v.id_len);
+    if (path == NULL) {
+        return NGX_ERROR;
+    }
+
+    pl->target.path.data = path;
+    pl->target.path.len = ngx_sprintf(path, "/v1/messages/batches/%*s%s",
+                                      pl->v.id_len, pl->v.id,
+                                      pl->target.sink ? "/results" : "")
+                          - path;
+    pl->target.what = what;
+
+    if (ngx_http_tokenbiryani_call(pl->pool, ngx_cycle->log, pl->tmcf,
+                                   &pl->target, NGX_HTTP_TB_POLL_TIMEOUT,
+                                   done, pl)
+        == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_poller_retrieved(
+    ngx_http_tokenbiryani_call_result_t *res, void *data)
+{
+    ngx_http_tokenbiryani_poller_t *pl = data;
+
+    int64_t                             now;
+    ngx_uint_t                          i;
+    tb_batch_obj_t                      b;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = pl->tmcf;
+    now = ngx_http_tokenbiryani_now_ms();
+
+    if (res->status == NGX_HTTP_NOT_FOUND) {
+        /* gone from its account (deleted there, or past its keeping):
+         * what it held is what it is taken to have cost */
+        if (ngx_http_tokenbiryani_object_remove(&tmcf->zone,
+                                                NGX_HTTP_TB_OBJECT_BATCH,
+                                                pl->v.id, pl->v.id_len, now)
+            == NGX_OK)
+        {
+            ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
+                                               pl->v.id, pl->v.id_len, 1);
+        }
+
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "tokenbiryani: batch \"%*s\" is gone from account "
+                      "\"%s\": it is forgotten, charged what it held",
+                      pl->v.id_len, pl->v.id, pl->account);
+
+        ngx_http_tokenbiryani_poller_end(pl, NULL, NULL);
+        return;
+    }
+
+    if (res->status != NGX_HTTP_OK
+        || tb_batch_object(res->body.data, res->body.len, &b) != 0
+        || b.id_len != pl->v.id_len
+        || ngx_memcmp(b.id, pl->v.id, b.id_len) != 0)
+    {
+        ngx_http_tokenbiryani_poller_end(pl, res, "reading");
+        return;
+    }
+
+    if (ngx_http_tokenbiryani_object_seen(&tmcf->zone,
+                                          NGX_HTTP_TB_OBJECT_BATCH,
+                                          pl->v.id, pl->v.id_len, b.status,
+                                          b.counts, now)
+        == NGX_OK)
+    {
+        ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
+                                           pl->v.id, pl->v.id_len, 0);
+    }
+
+    if (b.status != TB_BATCH_ENDED) {
+        ngx_http_tokenbiryani_poller_end(pl, NULL, NULL);
+        return;
+    }
+
+    /* ended: its results, a line a request, read as they come */
+
+    pl->expected = 0;
+
+    for (i = TB_BATCH_SUCCEEDED; i < TB_BATCH_NCOUNTS; i++) {
+        pl->expected += (b.counts[i] > 0) ? (ngx_uint_t) b.counts[i] : 0;
+    }
+
+    ngx_memzero(&pl->results, sizeof(ngx_http_tokenbiryani_results_t));
+    pl->target.sink = ngx_http_tokenbiryani_poller_sink;
+    pl->target.sink_data = pl;
+
+    if (ngx_http_tokenbiryani_poller_call(pl, "batch results",
+                                          ngx_http_tokenbiryani_poller_read)
+        != NGX_OK)
+    {
+        ngx_http_tokenbiryani_poller_end(pl, NULL, NULL);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_tokenbiryani_poller_sink(void *data, u_char *p, size_t len)
+{
+    ngx_http_tokenbiryani_poller_t *pl = data;
+
+    ngx_http_tokenbiryani_results_read(pl->tmcf, &pl->results, pl->pool, p,
+                                       p + len);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_tokenbiryani_poller_read(ngx_http_tokenbiryani_call_result_t *res,
+    void *data)
+{
+    ngx_http_tokenbiryani_poller_t *pl = data;
+
+    ngx_http_tokenbiryani_charge_t     *charge;
+    ngx_http_tokenbiryani_results_t    *rd;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    char                                usd[32];
+
+    tmcf = pl->tmcf;
+    rd = &pl->results;
+    charge = &rd->charge;
+
+    ngx_http_tokenbiryani_results_end(tmcf, rd);
+
+    if (res->status != NGX_HTTP_OK || !res->complete
+        || rd->lines < pl->expected)
+    {
+        /* cut short, or not there yet: read whole another time, nothing
+         * of this reading charged */
+        ngx_http_tokenbiryani_poller_end(pl, res, "reading the results of");
+        return;
+    }
+
+    if (rd->lost) {
+        /* a line it could not read: what the batch held, if that is more */
+        charge->cost = ngx_max(charge->cost, pl->v.reserved);
+    }
+
+    charge->at_ms = ngx_http_tokenbiryani_now_ms();
+
+    ngx_http_tokenbiryani_object_settled(tmcf, pl->v.id, pl->v.id_len,
+                                         charge);
+
+    (void) tb_usd_format(charge->cost, usd, sizeof(usd));
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "tokenbiryani: batch \"%*s\" on account \"%s\" ended with "
+                  "its results unread: the gateway read them (%ui lines) "
+                  "and charged $%s at the batch price", pl->v.id_len,
+                  pl->v.id, pl->account, rd->lines, usd);
+
+    ngx_http_tokenbiryani_poller_end(pl, NULL, NULL);
+}
+
+
+/* the poll over (doing: what failed, said at info), its pool gone */
+
+static void
+ngx_http_tokenbiryani_poller_end(ngx_http_tokenbiryani_poller_t *pl,
+    ngx_http_tokenbiryani_call_result_t *res, const char *doing)
+{
+    if (doing) {
+        ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                      "tokenbiryani: %s batch \"%*s\" on account \"%s\" "
+                      "failed (%V%sstatus %i): asked again later", doing,
+                      pl->v.id_len, pl->v.id, pl->account, &res->error,
+                      res->error.len ? ", " : "", res->status);
+    }
+
+    pl->target.sink = NULL;
+    pl->target.sink_data = NULL;
+
+    ngx_destroy_pool(pl->pool);
+    pl->pool = NULL;
+}

@@ -314,7 +314,9 @@ ngx_http_tokenbiryani_call_request(ngx_http_tokenbiryani_call_t *p,
                           NGX_HTTP_TOKENBIRYANI_VERSION " %s" CRLF CRLF,
                           p->what);
 
-    b->last = ngx_cpymem(b->last, t->body.data, t->body.len);
+    if (t->body.len) {
+        b->last = ngx_cpymem(b->last, t->body.data, t->body.len);
+    }
 
     p->out = b;
 

@@ -427,6 +427,122 @@ tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r)
 }
 
 
+/* tb_file_object() */
+
+/* src unescaped into dst (size bytes), cut whole: never in a UTF-8
+ * sequence's middle */
+static void
+tb_file_str(const unsigned char *s, size_t len, char *dst, size_t size)
+{
+    size_t         n;
+    size_t         j, seq;
+    unsigned char  c;
+
+    n = tb_json_unescape(s + 1, s + len - 1, dst, size);
+
+    if (n < size) {
+        return;
+    }
+
+    /* cut: the last character kept, whole or not at all */
+
+    n = size - 1;
+    j = n;
+
+    while (j && ((unsigned char) dst[j - 1] & 0xc0) == 0x80) {
+        j--;
+    }
+
+    if (j == 0) {
+        dst[0] = '\0';
+        return;
+    }
+
+    c = (unsigned char) dst[j - 1];
+    seq = (c < 0x80) ? 1 : (c >= 0xf0) ? 4 : (c >= 0xe0) ? 3 : 2;
+
+    if (c >= 0xc0 && (j - 1) + seq > n) {
+        n = j - 1;
+    }
+
+    dst[n] = '\0';
+}
+
+
+int
+tb_file_object(const unsigned char *p, size_t len, tb_file_obj_t *f)
+{
+    int64_t               v;
+    tb_json_walk_t        w;
+    tb_batch_members_t    m;
+    const unsigned char  *s;
+
+    static const char *const  names[] = {
+        "id", "type", "filename", "mime_type", "size_bytes", "downloadable",
+        NULL
+    };
+
+    memset(f, 0, sizeof(tb_file_obj_t));
+    f->size = -1;
+
+    m.names = names;
+
+    if (p == NULL || tb_batch_members(p, len, &m, &w) != 0 || m.dup
+        || m.spans[0].len < 2 || m.spans[1].len == 0)
+    {
+        return -1;
+    }
+
+    s = p + m.spans[1].off;
+
+    if (!((m.spans[1].len == sizeof("\"file\"") - 1
+           && memcmp(s, "\"file\"", m.spans[1].len) == 0)
+          || (m.spans[1].len == sizeof("\"file_deleted\"") - 1
+              && memcmp(s, "\"file_deleted\"", m.spans[1].len) == 0)))
+    {
+        return -1;
+    }
+
+    s = p + m.spans[0].off;
+
+    if (*s != '"') {
+        return -1;
+    }
+
+    f->id_len = tb_json_unescape(s + 1, s + m.spans[0].len - 1, f->id,
+                                 sizeof(f->id));
+
+    if (f->id_len > TB_BATCH_ID_MAX || !tb_batch_id_ok(f->id, f->id_len)) {
+        memset(f, 0, sizeof(tb_file_obj_t));
+        f->size = -1;
+        return -1;
+    }
+
+    if (m.spans[2].len >= 2 && p[m.spans[2].off] == '"') {
+        tb_file_str(p + m.spans[2].off, m.spans[2].len, f->filename,
+                    sizeof(f->filename));
+    }
+
+    if (m.spans[3].len >= 2 && p[m.spans[3].off] == '"') {
+        tb_file_str(p + m.spans[3].off, m.spans[3].len, f->mime,
+                    sizeof(f->mime));
+    }
+
+    if (m.spans[4].len
+        && tb_json_parse_int(p + m.spans[4].off,
+                             p + m.spans[4].off + m.spans[4].len, &v) == 0
+        && v >= 0)
+    {
+        f->size = v;
+    }
+
+    f->downloadable = (m.spans[5].len == 4
+                       && memcmp(p + m.spans[5].off, "true", 4) == 0);
+
+    return 0;
+}
+
+
 /* what an object record may hold (the same rules both ways) */
 static int
 tb_object_rec_ok(const tb_object_rec_t *o)
@@ -439,7 +555,10 @@ tb_object_rec_ok(const tb_object_rec_t *o)
         || (o->settled != 0 && o->settled != 1)
         || o->created_ms < 0 || o->seen_ms < 0
         || o->reserved < 0 || o->charged < 0
-        || o->account[0] == '\0')
+        || o->account[0] == '\0'
+        || (o->kind == TB_OBJECT_FILE
+            && (o->size < -1
+                || (o->downloadable != 0 && o->downloadable != 1))))
     {
         return 0;
     }
@@ -457,10 +576,12 @@ tb_object_rec_ok(const tb_object_rec_t *o)
 size_t
 tb_object_rec_encode(const tb_object_rec_t *o, char *out, size_t size)
 {
-    int  n;
+    int  n, m;
 
     if (!tb_object_rec_ok(o)
-        || strlen(o->account) > TB_ID_MAX || strlen(o->key) > TB_ID_MAX)
+        || strlen(o->account) > TB_ID_MAX || strlen(o->key) > TB_ID_MAX
+        || strlen(o->filename) > TB_FILE_NAME_MAX
+        || strlen(o->mime) > TB_FILE_MIME_MAX)
     {
         return 0;
     }
@@ -476,7 +597,24 @@ tb_object_rec_encode(const tb_object_rec_t *o, char *out, size_t size)
                  (long long) o->counts[4], strlen(o->account), o->account,
                  strlen(o->key), o->key);
 
-    return (n > 0 && (size_t) n < size) ? (size_t) n : 0;
+    if (n <= 0 || (size_t) n >= size) {
+        return 0;
+    }
+
+    if (o->kind == TB_OBJECT_FILE) {
+        m = snprintf(out + n, size - n, " %lld %d %zu:%s %zu:%s",
+                     (long long) o->size, o->downloadable,
+                     strlen(o->filename), o->filename, strlen(o->mime),
+                     o->mime);
+
+        if (m <= 0 || (size_t) m >= size - n) {
+            return 0;
+        }
+
+        n += m;
+    }
+
+    return (size_t) n;
 }
 
 
@@ -502,19 +640,17 @@ tb_object_rec_num(const char **pp, const char *end, int64_t *v)
 }
 
 
-/* "<len>:<text>" into buf (TB_ID_MAX + 1): 0 or -1 */
+/* "<len>:<text>" into buf (max + 1 bytes): 0 or -1 */
 static int
-tb_object_rec_str(const char **pp, const char *end, char *buf)
+tb_object_rec_str(const char **pp, const char *end, char *buf, size_t max)
 {
-    int64_t      n;
+    size_t       n;
     const char  *p, *colon;
 
     p = *pp;
     colon = tb_find_end(p, end, ':');
 
-    if (colon == end || colon == p || colon - p > 2
-        || (colon - p == 2 && p[0] == '0'))
-    {
+    if (colon == end || colon == p || colon - p > 3) {
         return -1;
     }
 
@@ -523,16 +659,16 @@ tb_object_rec_str(const char **pp, const char *end, char *buf)
             return -1;
         }
 
-        n = n * 10 + (*p - '0');
+        n = n * 10 + (size_t) (*p - '0');
     }
 
     p = colon + 1;
 
-    if (n > TB_ID_MAX || end - p < n || memchr(p, '\0', (size_t) n)) {
+    if (n > max || (size_t) (end - p) < n || memchr(p, '\0', n)) {
         return -1;
     }
 
-    memcpy(buf, p, (size_t) n);
+    memcpy(buf, p, n);
     buf[n] = '\0';
     *pp = p + n;
 
@@ -581,11 +717,35 @@ tb_object_rec_decode(const char *p, size_t len, tb_object_rec_t *o)
         o->counts[i] = v[8 + i];
     }
 
-    if (tb_object_rec_str(&p, end, o->account) != 0
+    o->size = -1;
+    o->downloadable = 0;
+    o->filename[0] = '\0';
+    o->mime[0] = '\0';
+
+    if (tb_object_rec_str(&p, end, o->account, TB_ID_MAX) != 0
         || p == end || *p++ != ' '
-        || tb_object_rec_str(&p, end, o->key) != 0
-        || p != end)
+        || tb_object_rec_str(&p, end, o->key, TB_ID_MAX) != 0)
     {
+        return -1;
+    }
+
+    if (o->kind == TB_OBJECT_FILE) {
+        if (p == end || *p++ != ' '
+            || tb_object_rec_num(&p, end, &v[0]) != 0
+            || tb_object_rec_num(&p, end, &v[1]) != 0
+            || v[1] < 0 || v[1] > 1
+            || tb_object_rec_str(&p, end, o->filename, TB_FILE_NAME_MAX) != 0
+            || p == end || *p++ != ' '
+            || tb_object_rec_str(&p, end, o->mime, TB_FILE_MIME_MAX) != 0)
+        {
+            return -1;
+        }
+
+        o->size = v[0];
+        o->downloadable = (int) v[1];
+    }
+
+    if (p != end) {
         return -1;
     }
 

@@ -110,6 +110,30 @@ int tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r);
 
 
 
+/* the Files API's file object, as far as the gateway keeps it */
+
+#define TB_FILE_NAME_MAX       255
+#define TB_FILE_MIME_MAX       127
+
+typedef struct {
+    char                      id[TB_BATCH_ID_MAX + 1];
+    size_t                    id_len;
+    char                      filename[TB_FILE_NAME_MAX + 1];
+    char                      mime[TB_FILE_MIME_MAX + 1];
+    int64_t                   size;           /* bytes, -1: not said */
+    int                       downloadable;
+} tb_file_obj_t;
+
+/*
+ * A file object ({"id", "type": "file", "filename", "mime_type",
+ * "size_bytes", "downloadable", ...}) or the answer to its deletion
+ * ("type": "file_deleted"): 0 when it is one valid JSON object of either
+ * type with an id tb_batch_id_ok() takes (a name or a type longer than
+ * the gateway keeps is cut, never at a UTF-8 sequence's middle), else -1.
+ */
+int tb_file_object(const unsigned char *p, size_t len, tb_file_obj_t *f);
+
+
 /*
  * What the gateway keeps of an object the upstream holds for one account:
  *
@@ -118,7 +142,9 @@ int tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r);
  *
  * on one line, single spaces, decimal numbers (a count is -1 when never
  * said), the account's id and the key's name each after its length (the
- * key's empty in open mode).
+ * key's empty in open mode); a file's then goes on
+ *
+ *        <size> <downloadable> <len>:<filename> <len>:<mime type>
  */
 
 #define TB_OBJECT_BATCH        1
@@ -136,10 +162,16 @@ typedef struct {
     int64_t                   counts[TB_BATCH_NCOUNTS];   /* >= -1 */
     char                      account[TB_ID_MAX + 1];     /* not empty */
     char                      key[TB_ID_MAX + 1];
+    int64_t                   size;         /* a file's, >= -1 (read
+                                               back: -1 for a batch) */
+    int                       downloadable; /* a file's, 0 or 1 */
+    char                      filename[TB_FILE_NAME_MAX + 1];
+    char                      mime[TB_FILE_MIME_MAX + 1];
 } tb_object_rec_t;
 
 #define TB_OBJECT_REC_MAX                                                   \
-    (3 + 4 * 2 + (2 + 4 + TB_BATCH_NCOUNTS) * 21 + 2 * (4 + TB_ID_MAX))
+    (3 + 4 * 2 + (2 + 4 + TB_BATCH_NCOUNTS) * 21 + 2 * (4 + TB_ID_MAX)      \
+     + 21 + 2 + 2 * 5 + TB_FILE_NAME_MAX + TB_FILE_MIME_MAX)
 
 /* its text into out (NUL-terminated): the length, or 0 when it does not
  * fit in size bytes or is not one decode() would take */

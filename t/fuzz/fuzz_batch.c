@@ -4,7 +4,9 @@
  * a params object that is itself one valid JSON document inside the
  * input, at most max of them, and none once the scan refuses), a
  * message_batch object and a results line read (never outside the input),
- * and an object's record read back: one that is taken is written again
+ * a file object read (its id one the API gives, its names cut within
+ * their bounds), and an object's record read back: one that is taken is
+ * written again
  * byte for byte (the text is canonical), every field in range.
  */
 
@@ -49,6 +51,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t             n;
     seen_t             s;
     tb_batch_obj_t     o;
+    tb_file_obj_t      f;
     tb_object_rec_t    rec;
     tb_batch_result_t  r;
     char               err[256], again[TB_OBJECT_REC_MAX + 1];
@@ -86,6 +89,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
 
     } else if (r.type != TB_RESULT_UNKNOWN) {
+        abort();
+    }
+
+    if (tb_file_object(data, size, &f) == 0
+        && (!tb_batch_id_ok(f.id, f.id_len) || strlen(f.id) != f.id_len
+            || strlen(f.filename) > TB_FILE_NAME_MAX
+            || strlen(f.mime) > TB_FILE_MIME_MAX || f.size < -1))
+    {
         abort();
     }
 

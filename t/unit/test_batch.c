@@ -333,6 +333,7 @@ TB_TEST(object_record)
     o.counts[4] = 0;
     strcpy(o.account, "acct one:x");   /* a space and a colon */
     strcpy(o.key, "tenant-1");
+    o.size = -1;                        /* what a batch reads back */
 
     n = tb_object_rec_encode(&o, buf, sizeof(buf));
     TB_CHECK(n > 0 && n == strlen(buf));
@@ -372,6 +373,87 @@ TB_TEST(object_record)
 }
 
 
+TB_TEST(file_object_and_record)
+{
+    size_t           n;
+    tb_file_obj_t    f;
+    tb_object_rec_t  o, back;
+    char             buf[TB_OBJECT_REC_MAX + 1], name[600];
+
+    static const char  doc[] =
+        "{\"id\":\"file_011CNha8iCJcU1wXNR6q4V8w\",\"type\":\"file\","
+        "\"filename\":\"r\\u00e9sum\\u00e9 1.pdf\",\"mime_type\":"
+        "\"application/pdf\",\"size_bytes\":1024,\"created_at\":"
+        "\"2025-01-01T00:00:00Z\",\"downloadable\":false}";
+
+    TB_CHECK_INT(tb_file_object((const unsigned char *) doc, strlen(doc), &f),
+                 0);
+    TB_CHECK_STR(f.id, "file_011CNha8iCJcU1wXNR6q4V8w");
+    TB_CHECK_STR(f.filename, "r\xc3\xa9sum\xc3\xa9 1.pdf");
+    TB_CHECK_STR(f.mime, "application/pdf");
+    TB_CHECK_INT(f.size, 1024);
+    TB_CHECK_INT(f.downloadable, 0);
+
+#define DOC(s)  tb_file_object((const unsigned char *) (s), strlen(s), &f)
+    TB_CHECK_INT(DOC("{\"id\":\"file_1\",\"type\":\"file_deleted\"}"), 0);
+    TB_CHECK_INT(f.size, -1);
+    TB_CHECK_INT(DOC("{\"id\":\"file_1\",\"type\":\"message_batch\"}"), -1);
+    TB_CHECK_INT(DOC("{\"id\":\"file 1\",\"type\":\"file\"}"), -1);
+    TB_CHECK_INT(DOC("{\"id\":\"file_1\",\"id\":\"file_2\",\"type\":\"file\"}"),
+                 -1);
+    TB_CHECK_INT(DOC("{\"id\":\"file_1\",\"type\":\"file\""), -1);
+    TB_CHECK_INT(DOC("{\"type\":\"file\"}"), -1);
+    TB_CHECK_INT(DOC("{\"id\":\"file_1\",\"type\":\"file\",\"size_bytes\":-4,"
+                     "\"downloadable\":true}"), 0);
+    TB_CHECK_INT(f.size, -1);
+    TB_CHECK_INT(f.downloadable, 1);
+
+    /* a name longer than kept: cut whole, never in a UTF-8 sequence */
+    memset(name, 0, sizeof(name));
+    strcpy(name, "{\"id\":\"file_1\",\"type\":\"file\",\"filename\":\"ab");
+    for (n = 0; n < 200; n++) {
+        strcat(name, "\xc3\xa9");
+    }
+    strcat(name, "\"}");
+    TB_CHECK_INT(DOC(name), 0);
+    TB_CHECK_INT((int) strlen(f.filename), 254);
+#undef DOC
+
+    /* its record: the file's fields after the key's, read back the same */
+    memset(&o, 0, sizeof(o));
+    o.kind = TB_OBJECT_FILE;
+    o.created_ms = 1;
+    o.seen_ms = 2;
+    o.counts[0] = -1;
+    strcpy(o.account, "a1");
+    strcpy(o.key, "one");
+    o.size = 1024;
+    o.downloadable = 1;
+    strcpy(o.filename, "two words: x.pdf");
+    strcpy(o.mime, "application/pdf");
+
+    n = tb_object_rec_encode(&o, buf, sizeof(buf));
+    TB_CHECK(n > 0);
+    TB_CHECK_STR(buf + n - strlen(" 1024 1 16:two words: x.pdf "
+                                  "15:application/pdf"),
+                 " 1024 1 16:two words: x.pdf 15:application/pdf");
+    memset(&back, 0, sizeof(back));
+    TB_CHECK_INT(tb_object_rec_decode(buf, n, &back), 0);
+    TB_CHECK(memcmp(&o, &back, sizeof(o)) == 0);
+
+    /* a batch's record with a file's fields after it, or a file's without */
+#define DEC(s)  tb_object_rec_decode((s), strlen(s), &back)
+    TB_CHECK_INT(DEC("o1 1 1 0 0 1 2 3 4 5 6 7 8 9 2:a1 0: 1 0 0: 0:"), -1);
+    TB_CHECK_INT(DEC("o1 2 0 0 0 1 2 3 4 5 6 7 8 9 2:a1 0:"), -1);
+    TB_CHECK_INT(DEC("o1 2 0 0 0 1 2 3 4 5 6 7 8 9 2:a1 0: 5 2 0: 0:"), -1);
+    TB_CHECK_INT(DEC("o1 2 0 0 0 1 2 3 4 5 6 7 8 9 2:a1 0: 5 1 0: 0:"), 0);
+    TB_CHECK_INT(DEC("o1 2 0 0 0 1 2 3 4 5 6 7 8 9 2:a1 0: 5 1 1:x 0:"), 0);
+    TB_CHECK_STR(back.filename, "x");
+    TB_CHECK_INT(DEC("o1 2 0 0 0 1 2 3 4 5 6 7 8 9 2:a1 0: 5 1 2:x 0:"), -1);
+#undef DEC
+}
+
+
 int
 main(void)
 {
@@ -381,6 +463,7 @@ main(void)
     TB_RUN(object_read);
     TB_RUN(result_read);
     TB_RUN(object_record);
+    TB_RUN(file_object_and_record);
 
     return tb_test_done();
 }

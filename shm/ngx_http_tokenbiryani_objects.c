@@ -342,6 +342,13 @@ ngx_http_tokenbiryani_object_record(ngx_http_tokenbiryani_zone_t *zone,
                 sizeof(rec->account));
     ngx_cpystrn((u_char *) rec->key, o->v.key_name, sizeof(rec->key));
 
+    rec->size = (o->v.kind == NGX_HTTP_TB_OBJECT_FILE) ? o->v.size : -1;
+    rec->downloadable = (o->v.kind == NGX_HTTP_TB_OBJECT_FILE
+                         && o->v.downloadable);
+    ngx_cpystrn((u_char *) rec->filename, o->v.filename,
+                sizeof(rec->filename));
+    ngx_cpystrn((u_char *) rec->mime, o->v.mime, sizeof(rec->mime));
+
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return NGX_OK;

@@ -1028,6 +1028,12 @@ typedef struct {
     size_t                         id_len;
     u_char                         id[NGX_HTTP_TB_OBJECT_ID_MAX + 1];
     u_char                         key_name[TB_ID_MAX + 1];
+
+    /* a file's */
+    int64_t                        size;          /* bytes, -1: not said */
+    ngx_uint_t                     downloadable;
+    u_char                         filename[TB_FILE_NAME_MAX + 1];
+    u_char                         mime[TB_FILE_MIME_MAX + 1];
 } ngx_http_tokenbiryani_object_view_t;
 
 /*

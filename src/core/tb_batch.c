@@ -543,6 +543,90 @@ tb_file_object(const unsigned char *p, size_t len, tb_file_obj_t *f)
 }
 
 
+/* tb_file_refs() */
+
+typedef struct {
+    tb_file_ref_t            *refs;
+    size_t                    max;
+    size_t                    n;
+} tb_file_refs_t;
+
+
+static int
+tb_file_refs_key(tb_json_walk_t *w, const unsigned char *k, size_t len,
+    unsigned esc)
+{
+    return esc ? tb_json_key_eq(k, k + len, "file_id", 7)
+               : (len == 7 && memcmp(k, "file_id", 7) == 0);
+}
+
+
+static void
+tb_file_refs_value(tb_json_walk_t *w, const unsigned char *v, size_t len)
+{
+    size_t           n;
+    tb_file_ref_t   *ref;
+    tb_file_refs_t  *fr;
+    char             id[TB_BATCH_ID_MAX + 2];
+
+    fr = w->data;
+
+    if (*v != '"') {
+        return;
+    }
+
+    n = tb_json_unescape(v + 1, v + len - 1, id, sizeof(id));
+
+    if (n < 5 || memcmp(id, "file_", 5) != 0) {
+        return;
+    }
+
+    if (fr->n++ >= fr->max) {
+        return;
+    }
+
+    ref = &fr->refs[fr->n - 1];
+
+    if (n > TB_BATCH_ID_MAX || !tb_batch_id_ok(id, n)) {
+        ref->id[0] = '\0';
+        ref->id_len = 0;
+        return;
+    }
+
+    memcpy(ref->id, id, n + 1);
+    ref->id_len = n;
+}
+
+
+int
+tb_file_refs(const unsigned char *p, size_t len, tb_file_ref_t *refs,
+    size_t max, size_t *n)
+{
+    tb_json_walk_t  w;
+    tb_file_refs_t  fr;
+
+    fr.refs = refs;
+    fr.max = max;
+    fr.n = 0;
+    *n = 0;
+
+    if (p == NULL) {
+        return -1;
+    }
+
+    tb_json_walk_init(&w, p, len, tb_file_refs_key, tb_file_refs_value, &fr);
+    w.deep = 1;
+
+    if (tb_json_walk(&w) != 0) {
+        return -1;
+    }
+
+    *n = fr.n;
+
+    return 0;
+}
+
+
 /* what an object record may hold (the same rules both ways) */
 static int
 tb_object_rec_ok(const tb_object_rec_t *o)

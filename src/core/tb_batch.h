@@ -135,6 +135,23 @@ int tb_file_object(const unsigned char *p, size_t len, tb_file_obj_t *f);
 
 
 /*
+ * The files a Messages body names: the string value of every "file_id"
+ * member, at any depth and however its name is escaped, that begins
+ * "file_" (a content block's source, {"type": "file", "file_id": ...}; a
+ * container upload's).  0 with *n of them (at most max in refs; an
+ * id_len of 0 for one that is not an id the API gives), -1 when the body
+ * is not one valid JSON document.
+ */
+typedef struct {
+    char                      id[TB_BATCH_ID_MAX + 1];
+    size_t                    id_len;
+} tb_file_ref_t;
+
+int tb_file_refs(const unsigned char *p, size_t len, tb_file_ref_t *refs,
+    size_t max, size_t *n);
+
+
+/*
  * What the gateway keeps of an object the upstream holds for one account:
  *
  *     o1 <kind> <status> <over> <settled> <created_ms> <seen_ms>

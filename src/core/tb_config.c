@@ -78,6 +78,7 @@ TB_BIT_SETTER(tb_config_t, server_allow_private_hosts)
 TB_BIT_SETTER(tb_config_t, output_estimate_adaptive)
 TB_BIT_SETTER(tb_config_t, batch_enabled)
 TB_BIT_SETTER(tb_config_t, batch_api)
+TB_BIT_SETTER(tb_config_t, files_api)
 TB_BIT_SETTER(tb_config_t, cache_auto_breakpoint)
 TB_BIT_SETTER(tb_config_t, pacing_enabled)
 TB_BIT_SETTER(tb_config_t, pacing_prefer_batch_lane_when_ahead)
@@ -332,6 +333,11 @@ static const tb_conf_field_t  tb_conf_oauth[] = {
     TB_END
 };
 
+static const tb_conf_field_t  tb_conf_files[] = {
+    TB_BOOL("api", files_api, 0),
+    TB_END
+};
+
 static const tb_conf_field_t  tb_conf_top[] = {
     TB_SECTION("server", 0, tb_conf_server),
     TB_SECTION("routing", 0, tb_conf_routing),
@@ -339,6 +345,7 @@ static const tb_conf_field_t  tb_conf_top[] = {
     TB_SECTION("breaker", 0, tb_conf_breaker),
     TB_SECTION("queue", 0, tb_conf_queue),
     TB_SECTION("batch", 0, tb_conf_batch),
+    TB_SECTION("files", 0, tb_conf_files),
     TB_SECTION("store", 0, tb_conf_store),
     TB_SECTION("spend", 0, tb_conf_spend),
     TB_SECTION("cache", 0, tb_conf_cache),

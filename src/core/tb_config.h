@@ -213,6 +213,9 @@ typedef struct {
     double                    batch_poll_interval_seconds;     /* 2 */
     double                    batch_cost_multiplier;           /* 0.5 */
 
+    /* files */
+    unsigned                  files_api:1;                     /* false */
+
     /* store */
     char                     *store_backend;   /* memory | sqlite | redis */
     char                     *store_path;            /* tokenbiryani.db */

@@ -79,7 +79,7 @@ tb_json_fail(tb_json_walk_t *w, const unsigned char *p, const char *msg)
 int
 tb_json_walk(tb_json_walk_t *w)
 {
-    unsigned              depth, esc, take;
+    unsigned              depth, esc, take, tdepth;
     uint64_t              stack[(TB_JSON_MAX_DEPTH + 63) / 64] = { 0 };
     const unsigned char  *p, *end, *k, *cap;
 
@@ -87,6 +87,7 @@ tb_json_walk(tb_json_walk_t *w)
     end = w->end;
     depth = 0;
     take = 0;
+    tdepth = 1;
     cap = NULL;
 
 value:
@@ -189,7 +190,7 @@ value:
 
 close:
 
-    if (take == 2 && depth == 1) {
+    if (take == 2 && depth == tdepth) {
         take = 0;
         w->value(w, cap, (size_t) (p - cap));
     }
@@ -266,8 +267,11 @@ key:
         return -1;
     }
 
-    if (depth == 1 && w->key != NULL) {
-        take = w->key(w, k + 1, (size_t) (p - k - 2), esc) ? 1 : 0;
+    if ((depth == 1 || w->deep) && w->key != NULL
+        && w->key(w, k + 1, (size_t) (p - k - 2), esc))
+    {
+        take = 1;
+        tdepth = depth;
     }
 
     p = tb_json_ws(p, end);

@@ -17,10 +17,10 @@
 typedef struct tb_json_walk_s  tb_json_walk_t;
 
 /*
- * Called for each key of the root object (raw bytes between the quotes,
- * esc set when they contain a backslash); a non-zero return asks for the
- * value of that key to be passed to the value handler once it has been
- * scanned and validated completely.
+ * Called for each key of the root object (of every object, deep) - raw
+ * bytes between the quotes, esc set when they contain a backslash; a
+ * non-zero return asks for the value of that key to be passed to the
+ * value handler once it has been scanned and validated completely.
  */
 typedef int (*tb_json_key_pt)(tb_json_walk_t *w, const unsigned char *k,
     size_t len, unsigned esc);
@@ -33,6 +33,9 @@ struct tb_json_walk_s {
     tb_json_key_pt            key;
     tb_json_value_pt          value;
     void                     *data;
+    unsigned                  deep;     /* the key handler sees the keys of
+                                           every object, not the root's
+                                           only */
 
     const char               *err;
     size_t                    err_off;

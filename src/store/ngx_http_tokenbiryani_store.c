@@ -1255,6 +1255,11 @@ ngx_http_tokenbiryani_store_object_in(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_cpystrn(v.key_name, (u_char *) rec.key, sizeof(v.key_name));
     }
 
+    v.size = rec.size;
+    v.downloadable = (ngx_uint_t) rec.downloadable;
+    ngx_cpystrn(v.filename, (u_char *) rec.filename, sizeof(v.filename));
+    ngx_cpystrn(v.mime, (u_char *) rec.mime, sizeof(v.mime));
+
     rc = ngx_http_tokenbiryani_object_adopt(&tmcf->zone, &v,
                                             NGX_HTTP_TB_OBJECTS_MAX);
 

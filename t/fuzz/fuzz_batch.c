@@ -51,6 +51,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t             n;
     seen_t             s;
     tb_batch_obj_t     o;
+    size_t             i, nrefs;
+    tb_file_ref_t      refs[4];
     tb_file_obj_t      f;
     tb_object_rec_t    rec;
     tb_batch_result_t  r;
@@ -97,6 +99,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             || strlen(f.filename) > TB_FILE_NAME_MAX
             || strlen(f.mime) > TB_FILE_MIME_MAX || f.size < -1))
     {
+        abort();
+    }
+
+    if (tb_file_refs(data, size, refs, 4, &nrefs) == 0) {
+        for (i = 0; i < nrefs && i < 4; i++) {
+            if (refs[i].id_len
+                && (!tb_batch_id_ok(refs[i].id, refs[i].id_len)
+                    || strncmp(refs[i].id, "file_", 5) != 0))
+            {
+                abort();
+            }
+        }
+
+    } else if (nrefs != 0 || tb_json_validate(data, size) == 0) {
         abort();
     }
 

@@ -454,6 +454,46 @@ TB_TEST(file_object_and_record)
 }
 
 
+TB_TEST(file_refs)
+{
+    size_t         n;
+    tb_file_ref_t  r[4];
+
+#define REFS(s)  tb_file_refs((const unsigned char *) (s), strlen(s), r, 4, &n)
+    TB_CHECK_INT(REFS("{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+                      "\"content\":[{\"type\":\"document\",\"source\":"
+                      "{\"type\":\"file\",\"file_id\":\"file_A1\"}},"
+                      "{\"type\":\"text\",\"text\":\"file_id\"}]}],"
+                      "\"system\":[{\"type\":\"container_upload\","
+                      "\"file\\u005fid\":\"file_B2\"}]}"), 0);
+    TB_CHECK_INT((int) n, 2);
+    TB_CHECK_STR(r[0].id, "file_A1");
+    TB_CHECK_STR(r[1].id, "file_B2");
+
+    /* not a file: another prefix, not a string, a schema */
+    TB_CHECK_INT(REFS("{\"tools\":[{\"input_schema\":{\"properties\":"
+                      "{\"file_id\":{\"type\":\"string\"}}}}],"
+                      "\"x\":{\"file_id\":\"doc-7\"},\"y\":{\"file_id\":3}}"),
+                 0);
+    TB_CHECK_INT((int) n, 0);
+
+    /* one the API never gives: named, without an id */
+    TB_CHECK_INT(REFS("{\"a\":{\"file_id\":\"file_x y\"}}"), 0);
+    TB_CHECK_INT((int) n, 1);
+    TB_CHECK_INT((int) r[0].id_len, 0);
+
+    /* more than max: counted */
+    TB_CHECK_INT(REFS("[{\"file_id\":\"file_1\"},{\"file_id\":\"file_2\"},"
+                      "{\"file_id\":\"file_3\"},{\"file_id\":\"file_4\"},"
+                      "{\"file_id\":\"file_5\"}]"), 0);
+    TB_CHECK_INT((int) n, 5);
+    TB_CHECK_STR(r[3].id, "file_4");
+
+    TB_CHECK_INT(REFS("{\"file_id\":\"file_1\""), -1);
+#undef REFS
+}
+
+
 int
 main(void)
 {
@@ -464,6 +504,7 @@ main(void)
     TB_RUN(result_read);
     TB_RUN(object_record);
     TB_RUN(file_object_and_record);
+    TB_RUN(file_refs);
 
     return tb_test_done();
 }

@@ -69,7 +69,8 @@
 #define NGX_HTTP_TB_MESSAGES           1
 #define NGX_HTTP_TB_COUNT_TOKENS       2
 #define NGX_HTTP_TB_MODELS             3
-#define NGX_HTTP_TB_BATCHES            4      /* ..._batches.c */
+#define NGX_HTTP_TB_BATCHES            4      /* batches and files:
+                                                 ..._batches.c */
 
 /* ctx->marks[], per account */
 #define NGX_HTTP_TB_MARK_TRIED         0x01  /* left out of the decisions */
@@ -353,8 +354,10 @@ typedef struct {
     tb_body_t                      body;
 
     void                          *admin_data;  /* an admin write's */
-    void                          *object;      /* a batch request's:
-                                                   ..._objreq_t */
+    void                          *object;      /* a batch or file
+                                                   request's: _objreq_t */
+    ngx_int_t                      pin;         /* the slot of the files
+                                                   it names; -1: any */
 
     /* the accounts there were when it began: the ones it may use */
     ngx_uint_t                     naccounts;

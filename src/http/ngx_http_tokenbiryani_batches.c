@@ -16,6 +16,7 @@
 
 
 #define NGX_HTTP_TB_BATCHES_PATH       "/v1/messages/batches"
+#define NGX_HTTP_TB_FILES_PATH         "/v1/files"
 
 #define NGX_HTTP_TB_LIST_MAX           1000
 
@@ -29,21 +30,61 @@ static void ngx_http_tokenbiryani_result_line(
     ngx_http_tokenbiryani_charge_t *charge);
 
 
+/* the paths of a kind of object: its collection, an object's own, and
+ * what is below an object's (a method it takes, the op) */
+typedef struct {
+    ngx_str_t                      prefix;
+    ngx_uint_t                     kind;          /* NGX_HTTP_TB_OBJECT_* */
+    const char                    *noun;          /* the API's type */
+    struct {
+        ngx_str_t                  path;
+        ngx_uint_t                 method;
+        ngx_uint_t                 op;
+    }                              below[2];
+} ngx_http_tokenbiryani_objpath_t;
+
+
+static const ngx_http_tokenbiryani_objpath_t  ngx_http_tokenbiryani_objpaths[]
+    = {
+    { ngx_string(NGX_HTTP_TB_BATCHES_PATH), NGX_HTTP_TB_OBJECT_BATCH,
+      "message_batch",
+      { { ngx_string("/cancel"), NGX_HTTP_POST, NGX_HTTP_TB_OBJ_CANCEL },
+        { ngx_string("/results"), NGX_HTTP_GET|NGX_HTTP_HEAD,
+          NGX_HTTP_TB_OBJ_RESULTS } } },
+
+    { ngx_string(NGX_HTTP_TB_FILES_PATH), NGX_HTTP_TB_OBJECT_FILE, "file",
+      { { ngx_string("/content"), NGX_HTTP_GET|NGX_HTTP_HEAD,
+          NGX_HTTP_TB_OBJ_CONTENT },
+        { ngx_null_string, 0, 0 } } }
+};
+
+
+/* the API's word for a kind of object, in answers and messages */
+static const char *
+ngx_http_tokenbiryani_object_noun(ngx_uint_t kind)
+{
+    return (kind == NGX_HTTP_TB_OBJECT_FILE) ? "file" : "message_batch";
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t kind)
 {
-    u_char                          *p, *end, *slash;
-    size_t                           len;
-    ngx_uint_t                       op;
-    ngx_str_t                       *uri;
-    ngx_http_tokenbiryani_objreq_t  *o;
+    u_char                                 *p, *end, *slash;
+    size_t                                  len;
+    ngx_uint_t                              op, i;
+    ngx_str_t                              *uri;
+    ngx_http_tokenbiryani_objreq_t         *o;
+    const ngx_http_tokenbiryani_objpath_t  *def;
+
+    def = &ngx_http_tokenbiryani_objpaths[kind == NGX_HTTP_TB_OBJECT_FILE];
 
     uri = &r->uri;
-    len = sizeof(NGX_HTTP_TB_BATCHES_PATH) - 1;
+    len = def->prefix.len;
 
     if (uri->len < len
-        || ngx_strncmp(uri->data, NGX_HTTP_TB_BATCHES_PATH, len) != 0
+        || ngx_strncmp(uri->data, def->prefix.data, len) != 0
         || (uri->len > len && uri->data[len] != '/'))
     {
         return NGX_DECLINED;
@@ -67,7 +108,7 @@ ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
 
         if (!tb_batch_id_ok((char *) p, slash - p)) {
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
-                "not_found_error", "message_batch not found");
+                "not_found_error", "%s not found", def->noun);
             return NGX_HTTP_NOT_FOUND;
         }
 
@@ -76,21 +117,24 @@ ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
                  ? NGX_HTTP_TB_OBJ_GET
                  : (r->method == NGX_HTTP_DELETE) ? NGX_HTTP_TB_OBJ_DELETE : 0;
 
-        } else if (end - slash == sizeof("/cancel") - 1
-                   && ngx_strncmp(slash, "/cancel", end - slash) == 0)
-        {
-            op = (r->method == NGX_HTTP_POST) ? NGX_HTTP_TB_OBJ_CANCEL : 0;
-
-        } else if (end - slash == sizeof("/results") - 1
-                   && ngx_strncmp(slash, "/results", end - slash) == 0)
-        {
-            op = (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))
-                 ? NGX_HTTP_TB_OBJ_RESULTS : 0;
-
         } else {
-            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
-                "not_found_error", "tokenbiryani serves no %V", uri);
-            return NGX_HTTP_NOT_FOUND;
+            for (i = 0; i < 2 && def->below[i].path.len; i++) {
+                if ((size_t) (end - slash) == def->below[i].path.len
+                    && ngx_strncmp(slash, def->below[i].path.data,
+                                   end - slash)
+                       == 0)
+                {
+                    break;
+                }
+            }
+
+            if (i == 2 || def->below[i].path.len == 0) {
+                ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
+                    "not_found_error", "tokenbiryani serves no %V", uri);
+                return NGX_HTTP_NOT_FOUND;
+            }
+
+            op = (r->method & def->below[i].method) ? def->below[i].op : 0;
         }
     }
 
@@ -107,7 +151,7 @@ ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
     }
 
     o->op = op;
-    o->found.kind = NGX_HTTP_TB_OBJECT_BATCH;
+    o->found.kind = def->kind;
     o->found.slot = -1;
     o->found.id_len = slash - p;
     ngx_memcpy(o->found.id, p, o->found.id_len);
@@ -274,6 +318,11 @@ ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_object_list_answer(r, ctx);
 
     case NGX_HTTP_TB_OBJ_CREATE:
+        if (o->found.kind == NGX_HTTP_TB_OBJECT_FILE) {
+            /* an upload: its body goes to the account as it is */
+            return NGX_OK;
+        }
+
         bc.ctx = ctx;
         bc.tmcf = tmcf;
         bc.forbidden = 0;
@@ -301,12 +350,11 @@ ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
     }
 
     /*
-     * Another key's batch is answered as an unknown one: nothing says it
-     * exists.  An admin key reaches every batch.
+     * Another key's batch or file is answered as an unknown one: nothing
+     * says it exists.  An admin key reaches every one.
      */
 
-    if (ngx_http_tokenbiryani_object_get(&tmcf->zone,
-                                         NGX_HTTP_TB_OBJECT_BATCH,
+    if (ngx_http_tokenbiryani_object_get(&tmcf->zone, o->found.kind,
                                          o->found.id, o->found.id_len,
                                          &o->found)
         != NGX_OK
@@ -314,7 +362,8 @@ ngx_http_tokenbiryani_object_begin(ngx_http_request_t *r,
     {
         o->found.slot = -1;
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
-            "not_found_error", "message_batch not found: %*s",
+            "not_found_error", "%s not found: %*s",
+            ngx_http_tokenbiryani_object_noun(o->found.kind),
             o->found.id_len, o->found.id);
         return NGX_HTTP_NOT_FOUND;
     }
@@ -360,9 +409,12 @@ ngx_http_tokenbiryani_object_made(ngx_http_request_t *r,
     }
 
     ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                  "tokenbiryani: a batch create sent to account \"%V\" "
-                  "failed before its answer was read: it is not sent "
-                  "again, which could make a second batch", &ctx->account->id);
+                  "tokenbiryani: a %s sent to account \"%V\" failed before "
+                  "its answer was read: it is not sent again, which could "
+                  "make a second one",
+                  o->found.kind == NGX_HTTP_TB_OBJECT_FILE ? "file upload"
+                                                           : "batch create",
+                  &ctx->account->id);
 
     return 1;
 }
@@ -446,7 +498,8 @@ ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
         p = ngx_cpymem(p, "null", 4);
 
     } else {
-        p = ngx_sprintf(p, "\"%V://%V" NGX_HTTP_TB_BATCHES_PATH "/%*s/results\"",
+        p = ngx_sprintf(p,
+                        "\"%V://%V" NGX_HTTP_TB_BATCHES_PATH "/%*s/results\"",
                         &scheme, host, b->id_len, b->id);
     }
 
@@ -717,6 +770,73 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
 }
 
 
+/* a file's object: the one uploaded kept, on its account, for its key */
+
+static ngx_int_t
+ngx_http_tokenbiryani_file_answered(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    ngx_int_t                            rc;
+    tb_file_obj_t                        f;
+    ngx_http_tokenbiryani_objreq_t      *o;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
+    ngx_http_tokenbiryani_object_view_t  v;
+
+    o = ctx->object;
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (tb_file_object(ctx->hold, ctx->resp.held, &f) != 0) {
+        return NGX_ERROR;
+    }
+
+    if (o->op != NGX_HTTP_TB_OBJ_CREATE) {
+        /* the account answered for another file than the one asked */
+        return (f.id_len == o->found.id_len
+                && ngx_memcmp(f.id, o->found.id, f.id_len) == 0)
+               ? NGX_OK : NGX_ERROR;
+    }
+
+    ngx_memzero(&v, sizeof(v));
+    v.kind = NGX_HTTP_TB_OBJECT_FILE;
+    v.slot = ctx->account->slot;
+    v.key = ctx->key_hash;
+    v.created_ms = now;
+    v.seen_ms = now;
+    v.settled = 1;                      /* a file holds nothing */
+    v.size = f.size;
+    v.downloadable = f.downloadable;
+    v.id_len = f.id_len;
+    ngx_memcpy(v.id, f.id, f.id_len);
+    ngx_cpystrn(v.filename, (u_char *) f.filename, sizeof(v.filename));
+    ngx_cpystrn(v.mime, (u_char *) f.mime, sizeof(v.mime));
+
+    if (ctx->key) {
+        ngx_cpystrn(v.key_name, (u_char *) ctx->key->name,
+                    sizeof(v.key_name));
+    }
+
+    rc = ngx_http_tokenbiryani_object_add(&tmcf->zone, &v,
+                                          NGX_HTTP_TB_OBJECTS_MAX);
+
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "tokenbiryani: file \"%s\" uploaded to account "
+                      "\"%V\" could not be kept (%s): its key cannot reach "
+                      "it through the gateway", f.id, &ctx->account->id,
+                      rc == NGX_DECLINED ? "its id is known already"
+                      : rc == NGX_BUSY ? "the zone keeps as many objects "
+                                         "as it may"
+                      : "no memory");
+        return NGX_OK;
+    }
+
+    ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_FILE, v.id,
+                                       v.id_len, 0);
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
@@ -736,21 +856,28 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         return ngx_http_tokenbiryani_object_charge(r, ctx, now);
     }
 
+    if (o->op == NGX_HTTP_TB_OBJ_CONTENT) {
+        /* a file's bytes: the client's, nothing of them read */
+        return NGX_OK;
+    }
+
     if (o->op == NGX_HTTP_TB_OBJ_DELETE) {
-        /* {"id": ..., "type": "message_batch_deleted"}: forgotten here */
-        if (ngx_http_tokenbiryani_object_remove(&tmcf->zone,
-                                                NGX_HTTP_TB_OBJECT_BATCH,
+        /* {"id": ..., "type": "..._deleted"}: forgotten here */
+        if (ngx_http_tokenbiryani_object_remove(&tmcf->zone, o->found.kind,
                                                 o->found.id,
                                                 o->found.id_len, now)
             == NGX_OK)
         {
-            ngx_http_tokenbiryani_store_object(tmcf,
-                                               NGX_HTTP_TB_OBJECT_BATCH,
+            ngx_http_tokenbiryani_store_object(tmcf, o->found.kind,
                                                o->found.id,
                                                o->found.id_len, 1);
         }
 
         return NGX_OK;
+    }
+
+    if (o->found.kind == NGX_HTTP_TB_OBJECT_FILE) {
+        return ngx_http_tokenbiryani_file_answered(r, ctx, now);
     }
 
     if (tb_batch_object(ctx->hold, ctx->resp.held, &b) != 0) {
@@ -837,6 +964,29 @@ ngx_http_tokenbiryani_object_json(u_char *p,
     ngx_tm_t    tm;
     ngx_uint_t  i;
 
+    ngx_gmtime(v->created_ms / 1000, &tm);
+
+    if (v->kind == NGX_HTTP_TB_OBJECT_FILE) {
+        p = ngx_sprintf(p, "{\"id\":\"%*s\",\"type\":\"file\","
+                        "\"filename\":\"", v->id_len, v->id);
+        p = (u_char *) ngx_escape_json(p, (u_char *) v->filename,
+                                       ngx_strlen(v->filename));
+        p = ngx_cpymem(p, "\",\"mime_type\":\"",
+                       sizeof("\",\"mime_type\":\"") - 1);
+        p = (u_char *) ngx_escape_json(p, (u_char *) v->mime,
+                                       ngx_strlen(v->mime));
+        p = ngx_cpymem(p, "\",\"size_bytes\":",
+                       sizeof("\",\"size_bytes\":") - 1);
+        p = (v->size >= 0) ? ngx_sprintf(p, "%L", v->size)
+                           : ngx_cpymem(p, "null", 4);
+
+        return ngx_sprintf(p, ",\"created_at\":\"%4d-%02d-%02dT%02d:%02d:"
+                           "%02dZ\",\"downloadable\":%s}",
+                           tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
+                           tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec,
+                           v->downloadable ? "true" : "false");
+    }
+
     static const char  *states[] = {
         "in_progress", "in_progress", "canceling", "ended"
     };
@@ -854,8 +1004,6 @@ ngx_http_tokenbiryani_object_json(u_char *p,
         p = ngx_sprintf(p, "%s\"%s\":%L", i ? "," : "", counts[i],
                         v->counts[i] > 0 ? v->counts[i] : 0);
     }
-
-    ngx_gmtime(v->created_ms / 1000, &tm);
 
     return ngx_sprintf(p, "},\"created_at\":\"%4d-%02d-%02dT%02d:%02d:%02dZ\","
                        "\"results_url\":null}",
@@ -909,13 +1057,17 @@ ngx_http_tokenbiryani_object_list_answer(ngx_http_request_t *r,
     }
 
     n = ngx_http_tokenbiryani_object_list(&tmcf->zone,
-                                          NGX_HTTP_TB_OBJECT_BATCH,
+                                          ((ngx_http_tokenbiryani_objreq_t *)
+                                           ctx->object)->found.kind,
                                           ctx->admin ? 0 : ctx->key_hash,
                                           value.len ? value.data : NULL,
                                           value.len, v, (ngx_uint_t) limit,
                                           &more);
 
-    json.data = ngx_pnalloc(r->pool, 128 + n * (512 + 2 * TB_BATCH_ID_MAX));
+    /* a file's name and type escaped may be six times as long */
+    json.data = ngx_pnalloc(r->pool, 128 + n * (512 + 2 * TB_BATCH_ID_MAX
+                                                + 6 * (TB_FILE_NAME_MAX
+                                                       + TB_FILE_MIME_MAX)));
     if (json.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -943,7 +1095,89 @@ ngx_http_tokenbiryani_object_list_answer(ngx_http_request_t *r,
     json.len = p - json.data;
 
     ngx_http_finalize_request(r,
-                         ngx_http_tokenbiryani_send_json(r, NGX_HTTP_OK, &json));
+        ngx_http_tokenbiryani_send_json(r, NGX_HTTP_OK, &json));
 
     return NGX_DONE;
+}
+
+
+/* the most files a Message may name that the gateway looks up */
+#define NGX_HTTP_TB_FILE_REFS_MAX      64
+
+
+ngx_int_t
+ngx_http_tokenbiryani_files_pin(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body)
+{
+    size_t                               i, n;
+    ngx_int_t                            slot;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
+    ngx_http_tokenbiryani_object_view_t  v;
+    u_char                               first[TB_BATCH_ID_MAX + 1];
+    tb_file_ref_t                        refs[NGX_HTTP_TB_FILE_REFS_MAX];
+
+    /* a walk of its own, with files.api only: a member or an id may be
+     * escaped any way JSON allows, so no search for a word could tell */
+
+    if (tb_file_refs(body->data, body->len, refs, NGX_HTTP_TB_FILE_REFS_MAX,
+                     &n)
+        != 0
+        || n == 0)
+    {
+        return NGX_OK;
+    }
+
+    if (n > NGX_HTTP_TB_FILE_REFS_MAX) {
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+            "invalid_request_error", "the request names %uz files: the "
+            "gateway takes %d at most", n, NGX_HTTP_TB_FILE_REFS_MAX);
+        return NGX_HTTP_BAD_REQUEST;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    slot = -1;
+    first[0] = '\0';
+
+    for (i = 0; i < n; i++) {
+
+        /*
+         * A file this key did not upload through the gateway is answered
+         * as unknown, and nothing goes upstream: a file id is no key to
+         * another tenant's files.  An admin key reaches every file the
+         * gateway knows.
+         */
+
+        if (refs[i].id_len == 0
+            || ngx_http_tokenbiryani_object_get(&tmcf->zone,
+                                                NGX_HTTP_TB_OBJECT_FILE,
+                                                (u_char *) refs[i].id,
+                                                refs[i].id_len, &v)
+               != NGX_OK
+            || (!ctx->admin && v.key != ctx->key_hash))
+        {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_NOT_FOUND,
+                "not_found_error", "file not found: %s",
+                refs[i].id_len ? refs[i].id : "(an id the API never gives)");
+            return NGX_HTTP_NOT_FOUND;
+        }
+
+        if (slot >= 0 && v.slot != slot) {
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+                "invalid_request_error", "files %s and %s are held by two "
+                "accounts of the pool, and a request goes to one: name "
+                "files uploaded through one account (upload the file again "
+                "to have it where the other is)", first, refs[i].id);
+            return NGX_HTTP_BAD_REQUEST;
+        }
+
+        if (slot < 0) {
+            slot = v.slot;
+            ngx_cpystrn(first, (u_char *) refs[i].id, sizeof(first));
+        }
+    }
+
+    /* a hard pin: the files' account or none, never a failover */
+    ctx->pin = slot;
+
+    return NGX_OK;
 }

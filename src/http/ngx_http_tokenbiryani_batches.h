@@ -22,6 +22,7 @@
 #define NGX_HTTP_TB_OBJ_CANCEL         4
 #define NGX_HTTP_TB_OBJ_DELETE         5
 #define NGX_HTTP_TB_OBJ_RESULTS        6
+#define NGX_HTTP_TB_OBJ_CONTENT        7      /* a file's */
 
 /*
  * A batch's results read line by line as they pass, never held whole:
@@ -52,13 +53,14 @@ typedef struct {
 
 
 /*
- * At the handler: NGX_DECLINED when the path is not a batch's; NGX_OK with
- * ctx->kind NGX_HTTP_TB_BATCHES and ctx->object set; otherwise the status
- * of the error set (a method the path does not take, an id no batch can
- * have).
+ * At the handler, for a kind of object (NGX_HTTP_TB_OBJECT_BATCH under
+ * /v1/messages/batches, _FILE under /v1/files): NGX_DECLINED when the
+ * path is not one of its; NGX_OK with ctx->kind NGX_HTTP_TB_BATCHES and
+ * ctx->object set; otherwise the status of the error set (a method the
+ * path does not take, an id no object can have).
  */
 ngx_int_t ngx_http_tokenbiryani_object_path(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx);
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t kind);
 
 /*
  * Once the body is read (body: a create's): NGX_OK to be routed (pinned
@@ -117,6 +119,15 @@ void ngx_http_tokenbiryani_object_settled(
  */
 ngx_int_t ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
+ * files.api: a Message (or its count) that names files goes to the account
+ * that holds them (ctx->pin).  NGX_OK; otherwise the status of the error
+ * set: a file the key did not upload through the gateway (404, as an
+ * unknown one), files on two accounts (400).
+ */
+ngx_int_t ngx_http_tokenbiryani_files_pin(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_str_t *body);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_BATCHES_H_INCLUDED_ */

@@ -102,17 +102,24 @@ ngx_http_tokenbiryani_pass_handler(ngx_http_request_t *r)
         ctx->kind = NGX_HTTP_TB_MODELS;
 
     } else {
-        /* the Message Batches API, when batch.api is on */
-        rc = tmcf->tbcf->batch_api ? ngx_http_tokenbiryani_object_path(r, ctx)
-                                   : NGX_DECLINED;
+        /* the Message Batches API and the Files API, when they are on */
+        rc = tmcf->tbcf->batch_api
+             ? ngx_http_tokenbiryani_object_path(r, ctx,
+                                                 NGX_HTTP_TB_OBJECT_BATCH)
+             : NGX_DECLINED;
+
+        if (rc == NGX_DECLINED && tmcf->tbcf->files_api) {
+            rc = ngx_http_tokenbiryani_object_path(r, ctx,
+                                                   NGX_HTTP_TB_OBJECT_FILE);
+        }
 
         if (rc == NGX_DECLINED) {
             return ngx_http_tokenbiryani_send_error(r, NGX_HTTP_NOT_FOUND,
                        "not_found_error",
                        "tokenbiryani serves /v1/messages, "
-                       "/v1/messages/count_tokens%s and /v1/models, not %V",
+                       "/v1/messages/count_tokens%s%s and /v1/models, not %V",
                        tmcf->tbcf->batch_api ? ", /v1/messages/batches" : "",
-                       uri);
+                       tmcf->tbcf->files_api ? ", /v1/files" : "", uri);
         }
 
         if (rc != NGX_OK) {
@@ -257,8 +264,10 @@ ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
     o = ctx->object;
 
     if (o->op == NGX_HTTP_TB_OBJ_CREATE
+        && o->found.kind == NGX_HTTP_TB_OBJECT_BATCH
         && ngx_http_tokenbiryani_body_bytes(r, body) != NGX_OK)
     {
+        /* (an upload's body is sent as it was read, never mapped) */
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
@@ -268,10 +277,9 @@ ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
     if (o->op != NGX_HTTP_TB_OBJ_CREATE && o->op != NGX_HTTP_TB_OBJ_LIST) {
         tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-        /* a batch another gateway made, that this one has not heard of
-         * yet: asked of the store first */
-        if (ngx_http_tokenbiryani_object_get(&tmcf->zone,
-                                             NGX_HTTP_TB_OBJECT_BATCH,
+        /* a batch or a file another gateway made, that this one has not
+         * heard of yet: asked of the store first */
+        if (ngx_http_tokenbiryani_object_get(&tmcf->zone, o->found.kind,
                                              o->found.id, o->found.id_len,
                                              NULL)
             != NGX_OK
@@ -317,9 +325,11 @@ ngx_http_tokenbiryani_batch_known(ngx_http_request_t *r)
 static void
 ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
 {
-    ngx_str_t                     body;
-    ngx_http_tokenbiryani_ctx_t  *ctx;
-    char                          err[256];
+    ngx_int_t                           rc;
+    ngx_str_t                           body;
+    ngx_http_tokenbiryani_ctx_t        *ctx;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+    char                                err[256];
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
 
@@ -377,6 +387,19 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
                     "permission_error", "key \"%s\" may not use model \"%s\"",
                     ctx->key->name, ctx->body.model));
             return;
+        }
+
+        /* files.api: the files it names, on their account */
+        tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+        if (tmcf->tbcf->files_api) {
+            rc = ngx_http_tokenbiryani_files_pin(r, ctx, &body);
+
+            if (rc != NGX_OK) {
+                ngx_http_finalize_request(r,
+                    ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL));
+                return;
+            }
         }
     }
 

@@ -53,6 +53,7 @@ ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
     ctx->route.owner_index = -1;
     ctx->ttft_ms = -1;
     ctx->rpm_slot = -1;
+    ctx->pin = -1;
     ctx->wait.woken_ms = -1;
     tb_usage_init(&ctx->usage);
 

@@ -93,10 +93,11 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
     }
 
     /* what the decisions of this request read of each account: a batch's
-     * own account only, once it has one */
+     * or a file's own account only, once it has one, and the account of
+     * the files a Message names */
 
     pool = ctx->pool;
-    pin = ctx->object ? ngx_http_tokenbiryani_object_pin(ctx) : -1;
+    pin = ctx->object ? ngx_http_tokenbiryani_object_pin(ctx) : ctx->pin;
 
     for (i = 0; i < n; i++) {
         c = &ctx->route.cands[i];

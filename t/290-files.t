@@ -242,3 +242,34 @@ for (1 .. 3) {
     my ($s3, undef, $rr) = with_files('key-one', $f->{id});
     is($rr->{headers}{'x-tokenbiryani-account'}, $acct, 'still pinning its Messages');
 }
+
+
+
+=== TEST 7: over TLS, connections kept alive: an upload, its retrieve and the Messages naming it, on its account
+--- http_config eval
+"tokenbiryani_ssl_trusted_certificate \$TEST_NGINX_CA;\n" . $TB::Gateway::HttpConfig
+--- user_files eval
+main::pool_yaml(accounts => [{ id => 'tls', base_url => 'https://localhost:${TEST_NGINX_MOCK_TLS_PORT}' },
+                             { id => 'plain', port => 2 }],
+                yaml => "server:\n  allow_private_hosts: true\nfiles:\n  api: true\n",
+                keys => [{ key => 'pin-tls', name => 'pin-tls', pool => '[tls]' },
+                         { key => 'key-one', name => 'one' }])
+--- check
+my $from = scalar @{ mock_log() };
+my $data = join '', map { chr(32 + $_ % 90) } 1 .. 300000;
+my ($st, $f, $r) = upload('pin-tls', 'big.txt', $data);
+is($st, 200, 'a 300 KB upload over TLS');
+is($r->{headers}{'x-tokenbiryani-account'}, 'tls', 'to the TLS account');
+my ($up) = grep { ($_->{path} // '') eq '/v1/files' } @{ mock_log($from) };
+ok($up->{tls}, 'sent over TLS');
+is($up->{file_sha256}, sha256_hex($data), 'every byte as the client sent it');
+for (1 .. 3) {
+    my ($s, undef, $rr) = with_files('pin-tls', $f->{id});
+    is($s, 200, 'a Message naming it');
+}
+my ($s) = files('pin-tls', 'GET', "/$f->{id}");
+is($s, 200, 'retrieved');
+my $log = mock_log($from);
+ok(!grep({ !$_->{tls} } @$log), 'every request over TLS');
+my %conns = map { ($_->{conn} // '') => 1 } @$log;
+ok(keys(%conns) < @$log, 'connections kept alive: ' . scalar(keys %conns) . ' for ' . scalar(@$log) . ' requests');

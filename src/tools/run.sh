@@ -166,6 +166,7 @@ http {
         client_body_buffer_size  1m;
 
         location /v1/          { tokenbiryani_pass; }
+        location /v1/files     { tokenbiryani_pass; client_max_body_size 500m; }
         location /             { tokenbiryani_pass; }
         location /admin/       { tokenbiryani_admin; }
         location = /healthz    { tokenbiryani_healthz; }

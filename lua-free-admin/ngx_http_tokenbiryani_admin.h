@@ -19,6 +19,9 @@ ngx_int_t ngx_http_tokenbiryani_healthz_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_console_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_admin_console_ticket(ngx_http_request_t *r);
 
+/* GET /admin/batches, /admin/files (..._admin_objects.c) */
+ngx_int_t ngx_http_tokenbiryani_admin_objects(ngx_http_request_t *r);
+
 /* GET /admin/events (lua-free-admin/ngx_http_tokenbiryani_admin_events.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_events(ngx_http_request_t *r);
 

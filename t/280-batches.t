@@ -385,3 +385,58 @@ my $total = key_spend('one')->{window_usd};
 ($s) = batch('key-one', 'GET', "/$read->{id}/results");
 is($s, 200, 'the first one\'s results read again');
 is(key_spend('one')->{window_usd}, $total, 'not charged again');
+
+
+
+=== TEST 12: /admin/batches lists every batch with its key, account, state, counts, hold and charge; a batch's charge is in the inspector and /admin/usage, whether a client or the gateway read its results
+--- user_files eval
+main::pool_yaml(accounts => 2, yaml => "batch:\n  api: true\n  poll_interval_seconds: 0.05\npricing: builtin\nstore:\n  backend: sqlite\n", keys => [
+    { key => 'key-one', name => 'one', spend_cap_usd => '5' },
+    { key => 'key-two', name => 'two', spend_cap_usd => '5' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+mock_config({ defaults => { batch_processing_ms => 60000 } });
+my ($st, $open, $r) = batch('key-one', 'POST', '', requests_of(2));
+my $acct = $r->{headers}{'x-tokenbiryani-account'};
+my ($s, $j) = admin(GET => '/admin/batches');
+is($s, 200, '/admin/batches');
+my ($b) = grep { $_->{id} eq $open->{id} } @{ $j->{batches} };
+is($b->{key}, 'one', 'its key');
+is($b->{account}, $acct, 'its account');
+is($b->{processing_status}, 'in_progress', 'its state');
+is($b->{request_counts}{processing}, 2, 'its counts');
+ok($b->{held_usd} > 0 && $b->{held_usd} == $b->{estimate_usd}, "its estimate held (\$$b->{held_usd})");
+ok(!$b->{charged}, 'not charged yet');
+($s, $j) = admin(GET => '/admin/batches', undef, key => 'key-one');
+is($s, 403, 'a tenant key cannot read it');
+($s, $j) = admin(GET => '/admin/batches?key=two');
+is_deeply($j->{batches}, [], '?key= filters');
+($s, $j) = admin(GET => '/admin/files');
+is_deeply($j->{files}, [], '/admin/files: none');
+
+# read by a client: the request's record carries the batch's usage and cost
+mock_config({ defaults => { batch_processing_ms => 100 } });
+my ($st2, $mine) = batch('key-two', 'POST', '', requests_of(3));
+until_ended('key-two', $mine->{id});
+my ($s2, undef, $rr) = batch('key-two', 'GET', "/$mine->{id}/results");
+is($s2, 200, 'a client reads its results');
+my $rec = request_record($rr);
+my $charged = key_spend('two')->{window_usd};
+ok($charged > 0 && abs($rec->{cost}{usd} - $charged) < 1e-9, "its record: the batch's cost (\$$rec->{cost}{usd})");
+is($rec->{model}, 'claude-sonnet-4-6', 'and its model');
+ok($rec->{usage}{output_tokens} > 0, 'and its usage');
+# read by the gateway: a record of its own
+my ($st3, $unread) = batch('key-one', 'POST', '', requests_of(2));
+ok(poll_until(10, sub { (grep { $_->{id} eq $unread->{id} && $_->{charged} } @{ (admin(GET => '/admin/batches'))[1]{batches} }) }),
+   '/admin/batches: charged, once the gateway read it');
+my (undef, $reqs) = admin(GET => '/admin/requests?limit=50');
+my ($own) = grep { $_->{request_id} =~ /^tbp_/ } @{ $reqs->{requests} };
+ok($own, 'the gateway\'s reading in the inspector');
+is($own->{key}, 'one', 'under the batch\'s key');
+ok($own->{cost}{usd} > 0, "with its cost (\$$own->{cost}{usd})");
+my $usage;
+my $want = 0;
+$want += $_->{window_usd} - $_->{in_flight_usd} for key_spend('one'), key_spend('two');
+ok(poll_until(5, sub { my ($us, $ub) = admin(GET => '/admin/usage?range=1h'); $usage = $ub if $us == 200;
+                       $usage && abs($usage->{totals}{cost_usd} - $want) < 1e-9 }),
+   "/admin/usage counts both batches' charges (\$$want)") or diag(TB::Nginx::json_encode($usage->{totals}));

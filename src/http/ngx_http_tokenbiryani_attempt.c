@@ -853,5 +853,11 @@ ngx_http_tokenbiryani_request_done(void *data)
         }
 
         ngx_http_tokenbiryani_record(r, ctx);
+
+    } else if (ctx->kind == NGX_HTTP_TB_BATCHES
+               && ((ngx_http_tokenbiryani_objreq_t *) ctx->object)->charged)
+    {
+        /* a batch's results read, and charged: what they cost, recorded */
+        ngx_http_tokenbiryani_record(r, ctx);
     }
 }

@@ -27,7 +27,7 @@ static ngx_int_t ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
 static void ngx_http_tokenbiryani_result_line(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *p, size_t len,
-    ngx_http_tokenbiryani_charge_t *charge);
+    ngx_http_tokenbiryani_results_t *rd);
 
 
 /* the paths of a kind of object: its collection, an object's own, and
@@ -521,17 +521,21 @@ ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
 
 static void
 ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    const u_char *p, size_t len, ngx_http_tokenbiryani_charge_t *charge)
+    const u_char *p, size_t len, ngx_http_tokenbiryani_results_t *rd)
 {
-    tb_cost_usage_t          cu;
-    tb_batch_result_t        res;
-    const tb_model_price_t  *price;
+    size_t                           n;
+    tb_cost_usage_t                  cu;
+    tb_batch_result_t                res;
+    const tb_model_price_t          *price;
+    ngx_http_tokenbiryani_charge_t  *charge;
 
     if (tb_batch_result(p, len, &res) != 0
         || res.type != TB_RESULT_SUCCEEDED)
     {
         return;
     }
+
+    charge = &rd->charge;
 
     cu.input = res.usage.input_tokens;
     cu.output = res.usage.output_tokens;
@@ -544,27 +548,61 @@ ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
     charge->tokens[2] += cu.cache_read;
     charge->tokens[3] += cu.cache_write;
 
-    price = tb_price_find(&tmcf->prices, tmcf->builtin, res.model,
-                          ngx_strlen(res.model));
+    n = ngx_strlen(res.model);
+
+    price = tb_price_find(&tmcf->prices, tmcf->builtin, res.model, n);
 
     if (price) {
         charge->cost += tb_cost(price, &cu, 0) / 2;
     }
+
+    /* the model the usage history files it under */
+
+    if (rd->model[0] == '\0') {
+        ngx_memcpy(rd->model, res.model, n + 1);
+
+    } else if (ngx_strcmp(rd->model, res.model) != 0) {
+        ngx_cpystrn(rd->model, (u_char *) "(several)", sizeof(rd->model));
+    }
 }
 
 
-void
+/* what the results charged, kept on the request that read them for its
+ * record (the inspector, /admin/usage); never its own usage, which its
+ * account's windows and the ledgers would count again */
+
+static void
+ngx_http_tokenbiryani_results_on_record(ngx_http_tokenbiryani_ctx_t *ctx,
+    const ngx_http_tokenbiryani_results_t *rd)
+{
+    ngx_http_tokenbiryani_objreq_t  *o;
+
+    o = ctx->object;
+
+    if (&o->results != rd) {
+        o->results = *rd;
+    }
+
+    o->charged = 1;
+}
+
+
+ngx_int_t
 ngx_http_tokenbiryani_object_settled(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const u_char *id, size_t len, const ngx_http_tokenbiryani_charge_t *charge)
 {
     if (ngx_http_tokenbiryani_object_settle(&tmcf->zone,
                                             NGX_HTTP_TB_OBJECT_BATCH, id, len,
                                             charge)
-        == NGX_OK)
+        != NGX_OK)
     {
-        ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
-                                           id, len, 0);
+        return NGX_DONE;
     }
+
+    ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH, id,
+                                       len, 0);
+
+    return NGX_OK;
 }
 
 
@@ -578,9 +616,8 @@ static ngx_int_t
 ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
 {
-    u_char                             *p, *end, *nl;
-    ngx_http_tokenbiryani_charge_t      charge;
     ngx_http_tokenbiryani_objreq_t     *o;
+    ngx_http_tokenbiryani_results_t     rd;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     o = ctx->object;
@@ -590,25 +627,22 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    ngx_memzero(&charge, sizeof(charge));
-    charge.at_ms = now;
+    /* read afresh: what passed while it was held is in o->results */
 
-    p = ctx->hold;
-    end = ctx->hold + ctx->resp.held;
+    ngx_memzero(&rd, sizeof(ngx_http_tokenbiryani_results_t));
 
-    for ( /* void */ ; p < end; p = nl + 1) {
-        nl = ngx_strlchr(p, end, '\n');
-        if (nl == NULL) {
-            nl = end;
-        }
+    ngx_http_tokenbiryani_results_read(tmcf, &rd, r->pool, ctx->hold,
+                                       ctx->hold + ctx->resp.held);
+    ngx_http_tokenbiryani_results_end(tmcf, &rd);
 
-        if (nl > p) {
-            ngx_http_tokenbiryani_result_line(tmcf, p, nl - p, &charge);
-        }
+    rd.charge.at_ms = now;
+
+    if (ngx_http_tokenbiryani_object_settled(tmcf, o->found.id,
+                                             o->found.id_len, &rd.charge)
+        == NGX_OK)
+    {
+        ngx_http_tokenbiryani_results_on_record(ctx, &rd);
     }
-
-    ngx_http_tokenbiryani_object_settled(tmcf, o->found.id, o->found.id_len,
-                                         &charge);
 
     return NGX_OK;
 }
@@ -690,7 +724,7 @@ ngx_http_tokenbiryani_results_read(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
         if (!rd->skipping && rd->line_len) {
             ngx_http_tokenbiryani_result_line(tmcf, rd->line, rd->line_len,
-                                              &rd->charge);
+                                              rd);
             rd->lines++;
         }
 
@@ -707,8 +741,7 @@ ngx_http_tokenbiryani_results_end(ngx_http_tokenbiryani_main_conf_t *tmcf,
 {
     if (rd->line_len && !rd->skipping) {
         /* the last line, without its newline */
-        ngx_http_tokenbiryani_result_line(tmcf, rd->line, rd->line_len,
-                                          &rd->charge);
+        ngx_http_tokenbiryani_result_line(tmcf, rd->line, rd->line_len, rd);
         rd->lines++;
         rd->line_len = 0;
     }
@@ -765,8 +798,12 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
 
     rd->charge.at_ms = ngx_http_tokenbiryani_now_ms();
 
-    ngx_http_tokenbiryani_object_settled(tmcf, o->found.id, o->found.id_len,
-                                         &rd->charge);
+    if (ngx_http_tokenbiryani_object_settled(tmcf, o->found.id,
+                                             o->found.id_len, &rd->charge)
+        == NGX_OK)
+    {
+        ngx_http_tokenbiryani_results_on_record(ctx, rd);
+    }
 }
 
 

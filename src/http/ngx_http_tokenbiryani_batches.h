@@ -37,6 +37,9 @@ typedef struct {
     ngx_uint_t                     lost;          /* lines not read */
     ngx_uint_t                     skipping;      /* in one of them */
     ngx_http_tokenbiryani_charge_t charge;
+    u_char                         model[TB_MODEL_MAX + 1];  /* the
+                                                     succeeded lines', or
+                                                     "(several)" */
 } ngx_http_tokenbiryani_results_t;
 
 /* a batch request's own (ctx->object) */
@@ -48,6 +51,8 @@ typedef struct {
 
     /* results too large to hold, read line by line as they pass */
     ngx_http_tokenbiryani_results_t  results;
+    ngx_uint_t                     charged;       /* results holds what
+                                                     this request charged */
     ngx_http_tokenbiryani_object_view_t  found;   /* the batch it names */
 } ngx_http_tokenbiryani_objreq_t;
 
@@ -106,8 +111,9 @@ void ngx_http_tokenbiryani_results_end(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_results_t *rd);
 
-/* the results of a batch, read: charged once, the store told */
-void ngx_http_tokenbiryani_object_settled(
+/* the results of a batch, read: charged once (NGX_OK), the store told;
+ * NGX_DONE: charged already */
+ngx_int_t ngx_http_tokenbiryani_object_settled(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
     const ngx_http_tokenbiryani_charge_t *charge);
 

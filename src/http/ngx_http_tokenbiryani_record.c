@@ -7,6 +7,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_record.h"
+#include "ngx_http_tokenbiryani_request.h"
 #include "ngx_http_tokenbiryani_settings.h"
 
 
@@ -89,6 +90,24 @@ ngx_http_tokenbiryani_settle_cost(ngx_http_tokenbiryani_main_conf_t *tmcf,
 }
 
 
+/* a charge's usage, cost and model as a record's */
+
+static void
+ngx_http_tokenbiryani_record_charge(ngx_http_tokenbiryani_record_t *rec,
+    const ngx_http_tokenbiryani_results_t *rd)
+{
+    tb_usage_init(&rec->usage);
+    rec->usage.input_tokens = rd->charge.tokens[0];
+    rec->usage.output_tokens = rd->charge.tokens[1];
+    rec->usage.cache_read_input_tokens = rd->charge.tokens[2];
+    rec->usage.cache_creation_input_tokens = rd->charge.tokens[3];
+    rec->cost = rd->charge.cost;
+    rec->prices_as_of = -1;
+    ngx_cpystrn((u_char *) rec->model, (u_char *) rd->model,
+                sizeof(rec->model));
+}
+
+
 void
 ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
@@ -145,6 +164,12 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     rec->cost = ngx_http_tokenbiryani_settle_cost(tmcf, ctx);
     rec->prices_as_of = ctx->prices_as_of;
+
+    if (ctx->kind == NGX_HTTP_TB_BATCHES) {
+        /* a batch's results it read: what they charged */
+        ngx_http_tokenbiryani_record_charge(rec,
+            &((ngx_http_tokenbiryani_objreq_t *) ctx->object)->results);
+    }
 
     rec->need = ctx->route.need;
     rec->status = (int16_t) r->headers_out.status;
@@ -240,6 +265,41 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     rec->ncands = (uint8_t) k;
 
 done:
+
+    ngx_http_tokenbiryani_inspect_add(&tmcf->zone, rec);
+}
+
+
+void
+ngx_http_tokenbiryani_record_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_uint_t kind, const u_char *key, ngx_int_t slot,
+    const ngx_http_tokenbiryani_results_t *rd, int64_t started_ms)
+{
+    ngx_http_tokenbiryani_record_t  *rec;
+
+    static ngx_http_tokenbiryani_record_t  record;
+
+    if (tmcf->tbcf->observability_event_buffer == 0) {
+        return;
+    }
+
+    rec = &record;
+    ngx_memzero(rec, sizeof(ngx_http_tokenbiryani_record_t));
+
+    ngx_http_tokenbiryani_request_id(rec->id, "tbp_");
+    ngx_cpystrn((u_char *) rec->key, (u_char *) key, sizeof(rec->key));
+    ngx_http_tokenbiryani_record_charge(rec, rd);
+
+    rec->started_ms = started_ms;
+    rec->decided_ms = started_ms;
+    rec->latency_ms = rd->charge.at_ms - started_ms;
+    rec->ttft_ms = -1;
+    rec->soonest = -1;
+    rec->woken_ms = -1;
+    rec->status = NGX_HTTP_OK;
+    rec->kind = (uint8_t) kind;
+    rec->chosen = (int32_t) slot;
+    rec->pid = ngx_pid;
 
     ngx_http_tokenbiryani_inspect_add(&tmcf->zone, rec);
 }

@@ -23,12 +23,7 @@ static ngx_uint_t ngx_http_tokenbiryani_loopback_host(u_char *p, size_t len);
 ngx_http_tokenbiryani_ctx_t *
 ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
 {
-    u_char                       *p;
-    ngx_uint_t                    i;
-    uint32_t                      rnd;
     ngx_http_tokenbiryani_ctx_t  *ctx;
-
-    static u_char  hex[] = "0123456789abcdef";
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     if (ctx) {
@@ -62,9 +57,25 @@ ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
     ctx->caps.session_cap = -1;
     ctx->caps.session_turns = -1;
 
+    ngx_http_tokenbiryani_request_id(ctx->request_id, "tbr_");
+
+    ngx_http_set_ctx(r, ctx, ngx_http_tokenbiryani_module);
+
+    return ctx;
+}
+
+
+void
+ngx_http_tokenbiryani_request_id(u_char *p, const char *prefix)
+{
+    uint32_t     rnd;
+    ngx_uint_t   i;
+
+    static u_char  hex[] = "0123456789abcdef";
+
     /* 96 random bits: unique enough to find one request in the logs */
 
-    p = ngx_cpymem(ctx->request_id, "tbr_", 4);
+    p = ngx_cpymem(p, prefix, 4);
 
     for (i = 0; i < 3; i++) {
         rnd = (uint32_t) ngx_random();
@@ -80,10 +91,6 @@ ngx_http_tokenbiryani_create_ctx(ngx_http_request_t *r)
         p[7] = hex[rnd & 0xf];
         p += 8;
     }
-
-    ngx_http_set_ctx(r, ctx, ngx_http_tokenbiryani_module);
-
-    return ctx;
 }
 
 

@@ -14,6 +14,11 @@
 ngx_http_tokenbiryani_ctx_t *ngx_http_tokenbiryani_create_ctx(
     ngx_http_request_t *r);
 
+/* an id to find one request by (NGX_HTTP_TB_REQUEST_ID_LEN bytes at p):
+ * prefix (4 bytes: "tbr_" a client's request, "tbp_" the gateway's own
+ * work), then 96 random bits in hex */
+void ngx_http_tokenbiryani_request_id(u_char *p, const char *prefix);
+
 /* the key a request presents (x-api-key, or Authorization: Bearer) */
 ngx_int_t ngx_http_tokenbiryani_key_from_request(ngx_http_request_t *r,
     ngx_str_t *key);

@@ -10,6 +10,7 @@
 #include "ngx_http_tokenbiryani_call.h"
 #include "ngx_http_tokenbiryani_poller.h"
 #include "ngx_http_tokenbiryani_batches.h"
+#include "ngx_http_tokenbiryani_record.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "tb_batch.h"
@@ -32,6 +33,7 @@ typedef struct {
     ngx_http_tokenbiryani_object_view_t   v;
     u_char                                account[TB_ID_MAX + 1];
     ngx_uint_t                            expected;  /* result lines */
+    int64_t                               started;   /* its results' read */
     ngx_http_tokenbiryani_results_t       results;
 } ngx_http_tokenbiryani_poller_t;
 
@@ -257,6 +259,7 @@ ngx_http_tokenbiryani_poller_retrieved(
     }
 
     ngx_memzero(&pl->results, sizeof(ngx_http_tokenbiryani_results_t));
+    pl->started = now;
     pl->target.sink = ngx_http_tokenbiryani_poller_sink;
     pl->target.sink_data = pl;
 
@@ -314,8 +317,19 @@ ngx_http_tokenbiryani_poller_read(ngx_http_tokenbiryani_call_result_t *res,
 
     charge->at_ms = ngx_http_tokenbiryani_now_ms();
 
-    ngx_http_tokenbiryani_object_settled(tmcf, pl->v.id, pl->v.id_len,
-                                         charge);
+    if (ngx_http_tokenbiryani_object_settled(tmcf, pl->v.id, pl->v.id_len,
+                                             charge)
+        != NGX_OK)
+    {
+        /* a client read them meanwhile, and was charged */
+        ngx_http_tokenbiryani_poller_end(pl, NULL, NULL);
+        return;
+    }
+
+    /* in the inspector and the usage history, as the reading it was */
+    ngx_http_tokenbiryani_record_own(tmcf, NGX_HTTP_TB_BATCHES,
+                                     pl->v.key_name, pl->v.slot, rd,
+                                     pl->started);
 
     (void) tb_usd_format(charge->cost, usd, sizeof(usd));
 

@@ -278,6 +278,36 @@ tb_batch_scan(const unsigned char *p, size_t len, size_t max,
 }
 
 
+/* an object's id, the JSON string at span, into id (TB_BATCH_ID_MAX + 1
+ * bytes): 0, or -1 (id empty) when it is not one the API gives */
+
+static int
+tb_batch_id_of(const unsigned char *p, const tb_span_t *span, char *id,
+    size_t *len)
+{
+    const unsigned char  *s;
+
+    s = p + span->off;
+    id[0] = '\0';
+    *len = 0;
+
+    if (span->len < 2 || *s != '"') {
+        return -1;
+    }
+
+    *len = tb_json_unescape(s + 1, s + span->len - 1, id,
+                            TB_BATCH_ID_MAX + 1);
+
+    if (*len > TB_BATCH_ID_MAX || !tb_batch_id_ok(id, *len)) {
+        id[0] = '\0';
+        *len = 0;
+        return -1;
+    }
+
+    return 0;
+}
+
+
 /* tb_batch_object() */
 
 int
@@ -325,18 +355,7 @@ tb_batch_object(const unsigned char *p, size_t len, tb_batch_obj_t *o)
         return -1;
     }
 
-    s = p + m.spans[0].off;
-
-    if (*s != '"') {
-        return -1;
-    }
-
-    o->id_len = tb_json_unescape(s + 1, s + m.spans[0].len - 1, o->id,
-                                 sizeof(o->id));
-
-    if (o->id_len > TB_BATCH_ID_MAX || !tb_batch_id_ok(o->id, o->id_len)) {
-        o->id[0] = '\0';
-        o->id_len = 0;
+    if (tb_batch_id_of(p, &m.spans[0], o->id, &o->id_len) != 0) {
         return -1;
     }
 
@@ -503,18 +522,7 @@ tb_file_object(const unsigned char *p, size_t len, tb_file_obj_t *f)
         return -1;
     }
 
-    s = p + m.spans[0].off;
-
-    if (*s != '"') {
-        return -1;
-    }
-
-    f->id_len = tb_json_unescape(s + 1, s + m.spans[0].len - 1, f->id,
-                                 sizeof(f->id));
-
-    if (f->id_len > TB_BATCH_ID_MAX || !tb_batch_id_ok(f->id, f->id_len)) {
-        memset(f, 0, sizeof(tb_file_obj_t));
-        f->size = -1;
+    if (tb_batch_id_of(p, &m.spans[0], f->id, &f->id_len) != 0) {
         return -1;
     }
 

@@ -807,20 +807,61 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
 }
 
 
+/* an object just made (a batch, a file), kept on the account that made it
+ * for the request's key, and written to the store */
+
+static void
+ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_object_view_t *v,
+    int64_t now)
+{
+    ngx_int_t                           rc;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    v->slot = ctx->account->slot;
+    v->key = ctx->key_hash;
+    v->created_ms = now;
+    v->seen_ms = now;
+
+    if (ctx->key) {
+        ngx_cpystrn(v->key_name, (u_char *) ctx->key->name,
+                    sizeof(v->key_name));
+    }
+
+    rc = ngx_http_tokenbiryani_object_add(&tmcf->zone, v,
+                                          NGX_HTTP_TB_OBJECTS_MAX);
+
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "tokenbiryani: %s \"%*s\" made on account \"%V\" "
+                      "could not be kept (%s): its key cannot reach it "
+                      "through the gateway",
+                      ngx_http_tokenbiryani_object_noun(v->kind), v->id_len,
+                      v->id, &ctx->account->id,
+                      rc == NGX_DECLINED ? "its id is known already"
+                      : rc == NGX_BUSY ? "the zone keeps as many objects as "
+                                         "it may"
+                      : "no memory");
+        return;
+    }
+
+    ngx_http_tokenbiryani_store_object(tmcf, v->kind, v->id, v->id_len, 0);
+}
+
+
 /* a file's object: the one uploaded kept, on its account, for its key */
 
 static ngx_int_t
 ngx_http_tokenbiryani_file_answered(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
 {
-    ngx_int_t                            rc;
     tb_file_obj_t                        f;
     ngx_http_tokenbiryani_objreq_t      *o;
-    ngx_http_tokenbiryani_main_conf_t   *tmcf;
     ngx_http_tokenbiryani_object_view_t  v;
 
     o = ctx->object;
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     if (tb_file_object(ctx->hold, ctx->resp.held, &f) != 0) {
         return NGX_ERROR;
@@ -835,10 +876,6 @@ ngx_http_tokenbiryani_file_answered(ngx_http_request_t *r,
 
     ngx_memzero(&v, sizeof(v));
     v.kind = NGX_HTTP_TB_OBJECT_FILE;
-    v.slot = ctx->account->slot;
-    v.key = ctx->key_hash;
-    v.created_ms = now;
-    v.seen_ms = now;
     v.settled = 1;                      /* a file holds nothing */
     v.size = f.size;
     v.downloadable = f.downloadable;
@@ -847,28 +884,7 @@ ngx_http_tokenbiryani_file_answered(ngx_http_request_t *r,
     ngx_cpystrn(v.filename, (u_char *) f.filename, sizeof(v.filename));
     ngx_cpystrn(v.mime, (u_char *) f.mime, sizeof(v.mime));
 
-    if (ctx->key) {
-        ngx_cpystrn(v.key_name, (u_char *) ctx->key->name,
-                    sizeof(v.key_name));
-    }
-
-    rc = ngx_http_tokenbiryani_object_add(&tmcf->zone, &v,
-                                          NGX_HTTP_TB_OBJECTS_MAX);
-
-    if (rc != NGX_OK) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "tokenbiryani: file \"%s\" uploaded to account "
-                      "\"%V\" could not be kept (%s): its key cannot reach "
-                      "it through the gateway", f.id, &ctx->account->id,
-                      rc == NGX_DECLINED ? "its id is known already"
-                      : rc == NGX_BUSY ? "the zone keeps as many objects "
-                                         "as it may"
-                      : "no memory");
-        return NGX_OK;
-    }
-
-    ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_FILE, v.id,
-                                       v.id_len, 0);
+    ngx_http_tokenbiryani_object_keep(r, ctx, &v, now);
 
     return NGX_OK;
 }
@@ -879,7 +895,6 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     int64_t                              now;
-    ngx_int_t                            rc;
     tb_batch_obj_t                       b;
     ngx_http_tokenbiryani_objreq_t      *o;
     ngx_http_tokenbiryani_main_conf_t   *tmcf;
@@ -948,40 +963,13 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         v.kind = NGX_HTTP_TB_OBJECT_BATCH;
         v.status = b.status;
         v.over = (b.status == TB_BATCH_ENDED);
-        v.slot = ctx->account->slot;
-        v.key = ctx->key_hash;
-        v.created_ms = now;
-        v.seen_ms = now;
         v.reserved = o->estimate;
         v.held = 1;
         ngx_memcpy(v.counts, b.counts, sizeof(v.counts));
         v.id_len = b.id_len;
         ngx_memcpy(v.id, b.id, b.id_len);
 
-        if (ctx->key) {
-            ngx_cpystrn(v.key_name, (u_char *) ctx->key->name,
-                        sizeof(v.key_name));
-        }
-
-        rc = ngx_http_tokenbiryani_object_add(&tmcf->zone, &v,
-                                              NGX_HTTP_TB_OBJECTS_MAX);
-
-        if (rc != NGX_OK) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "tokenbiryani: batch \"%s\" made on account "
-                          "\"%V\" could not be kept (%s): its key cannot "
-                          "reach it through the gateway", b.id,
-                          &ctx->account->id,
-                          rc == NGX_DECLINED ? "its id is known already"
-                          : rc == NGX_BUSY ? "the zone keeps as many "
-                                             "batches as it may"
-                          : "no memory");
-
-        } else {
-            ngx_http_tokenbiryani_store_object(tmcf,
-                                               NGX_HTTP_TB_OBJECT_BATCH,
-                                               v.id, v.id_len, 0);
-        }
+        ngx_http_tokenbiryani_object_keep(r, ctx, &v, now);
     }
 
     if (b.results_url.len) {

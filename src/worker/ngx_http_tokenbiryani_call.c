@@ -213,14 +213,14 @@ ngx_http_tokenbiryani_call(ngx_pool_t *pool, ngx_log_t *log,
         return NULL;
     }
 
-    p->timer.handler = ngx_http_tokenbiryani_call_timeout;
-    p->timer.data = p;
-    p->timer.log = p->log;
+    ngx_http_tokenbiryani_timer_init(&p->timer,
+                                     ngx_http_tokenbiryani_call_timeout, p,
+                                     p->log);
     p->timer.cancelable = t->background;
 
-    p->post.handler = ngx_http_tokenbiryani_call_posted;
-    p->post.data = p;
-    p->post.log = p->log;
+    ngx_http_tokenbiryani_timer_init(&p->post,
+                                     ngx_http_tokenbiryani_call_posted, p,
+                                     p->log);
 
     p->action = p->log->action;
     p->log->action = "calling an upstream account";

@@ -39,6 +39,8 @@ typedef struct {
 
 
 static void ngx_http_tokenbiryani_poller_tick(ngx_event_t *ev);
+static void ngx_http_tokenbiryani_poller_next(
+    ngx_http_tokenbiryani_poller_t *pl);
 static ngx_int_t ngx_http_tokenbiryani_poller_call(
     ngx_http_tokenbiryani_poller_t *pl, const char *what,
     ngx_http_tokenbiryani_call_done_pt done);
@@ -88,13 +90,7 @@ ngx_http_tokenbiryani_poller_init_worker(ngx_cycle_t *cycle,
 static void
 ngx_http_tokenbiryani_poller_tick(ngx_event_t *ev)
 {
-    int64_t                             now;
-    ngx_http_tokenbiryani_account_t    *a;
-    ngx_http_tokenbiryani_poller_t     *pl;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    pl = ev->data;
-    tmcf = pl->tmcf;
+    ngx_http_tokenbiryani_poller_t *pl = ev->data;
 
     if (ngx_exiting || ngx_terminate || ngx_quit) {
         return;
@@ -102,12 +98,26 @@ ngx_http_tokenbiryani_poller_tick(ngx_event_t *ev)
 
     ngx_add_timer(&pl->timer, pl->interval);
 
-    if (pl->pool || !ngx_http_tokenbiryani_object_poller(&tmcf->zone, ngx_pid))
-    {
-        /* one poll at a time, by one worker */
-        return;
-    }
+    /* one poll at a time, by one worker */
 
+    if (pl->pool == NULL
+        && ngx_http_tokenbiryani_object_poller(&pl->tmcf->zone, ngx_pid))
+    {
+        ngx_http_tokenbiryani_poller_next(pl);
+    }
+}
+
+
+/* the batch that is due, if one is, asked of its account */
+
+static void
+ngx_http_tokenbiryani_poller_next(ngx_http_tokenbiryani_poller_t *pl)
+{
+    int64_t                             now;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = pl->tmcf;
     now = ngx_http_tokenbiryani_now_ms();
 
     if (ngx_http_tokenbiryani_object_due(&tmcf->zone,
@@ -125,7 +135,7 @@ ngx_http_tokenbiryani_poller_tick(ngx_event_t *ev)
 
     if (a == NULL || a->platform || a->naddrs == 0) {
         /* not an account this worker can ask now: asked again later */
-        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                        "tokenbiryani poll: batch \"%*s\" not asked now",
                        pl->v.id_len, pl->v.id);
         return;

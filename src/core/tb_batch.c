@@ -396,8 +396,9 @@ tb_batch_object(const unsigned char *p, size_t len, tb_batch_obj_t *o)
 int
 tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r)
 {
-    size_t  n;
-    char    type[16];
+    size_t                n;
+    char                  type[16];
+    const unsigned char  *v, *vend;
 
     static const char *const  types[] = {
         NULL, "succeeded", "errored", "canceled", "expired"
@@ -434,13 +435,18 @@ tb_batch_result(const unsigned char *p, size_t len, tb_batch_result_t *r)
         != 0
         || n > TB_MODEL_MAX
         || tb_usage_merge(&r->usage, p, len, "result.message.usage") != 0
-        || r->usage.input_tokens < 0 || r->usage.output_tokens < 0)
+        || r->usage.input_tokens < 0 || r->usage.output_tokens < 0
+        || tb_json_find(p, len, "result.message", &v, &vend) != 0
+        || *v != '{')
     {
         r->model[0] = '\0';
         tb_usage_init(&r->usage);
         r->type = TB_RESULT_UNKNOWN;
         return -1;
     }
+
+    r->message.off = (size_t) (v - p);
+    r->message.len = (size_t) (vend - v);
 
     return 0;
 }

@@ -99,6 +99,8 @@ typedef struct {
     tb_result_type_e          type;
     char                      model[TB_MODEL_MAX + 1];  /* succeeded: "" */
     tb_usage_t                usage;                    /* succeeded */
+    tb_span_t                 message;                  /* succeeded: the
+                                                           message object */
 } tb_batch_result_t;
 
 /*

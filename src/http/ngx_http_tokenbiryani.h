@@ -425,6 +425,8 @@ typedef struct {
     unsigned                       costed:1;      /* cost is settled */
     unsigned                       no_own_headers:1;  /* x-tokenbiryani-* */
     unsigned                       object_body:1; /* a batch's, rewritten */
+    unsigned                       spilled:1;     /* sent to the spill
+                                                     lane, once */
 } ngx_http_tokenbiryani_ctx_t;
 
 

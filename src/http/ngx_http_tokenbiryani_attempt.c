@@ -18,6 +18,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_attempt.h"
+#include "ngx_http_tokenbiryani_spill.h"
 #include "ngx_http_tokenbiryani_batches.h"
 #include "ngx_http_tokenbiryani_admit.h"
 #include "ngx_http_tokenbiryani_route.h"
@@ -60,6 +61,7 @@ static void ngx_http_tokenbiryani_send_fail(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_abandon(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static void ngx_http_tokenbiryani_request_done(void *data);
+static void ngx_http_tokenbiryani_spill_back(ngx_http_request_t *r);
 
 
 /* this worker's waiters, and the tick that lets them try */
@@ -140,8 +142,39 @@ ngx_http_tokenbiryani_attempt_next(ngx_http_request_t *r,
         return rc;
     }
 
+    /* batch priority, the pool saturated: the spill lane, if it may */
+    if (!ctx->spilled
+        && ngx_http_tokenbiryani_spill(r, ctx,
+                                       ngx_http_tokenbiryani_spill_back)
+           == NGX_OK)
+    {
+        return NGX_HTTP_TB_WAIT;
+    }
+
     return ngx_http_tokenbiryani_enqueue(r, ctx, gen,
                                          ngx_http_tokenbiryani_now_ms());
+}
+
+
+/* the spill lane gave it back: the queue, as if it had never spilled */
+
+static void
+ngx_http_tokenbiryani_spill_back(ngx_http_request_t *r)
+{
+    ngx_int_t                     rc;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+
+    rc = ngx_http_tokenbiryani_enqueue(r, ctx, 0,
+                                       ngx_http_tokenbiryani_now_ms());
+
+    if (rc == NGX_HTTP_TB_WAIT) {
+        return;
+    }
+
+    ngx_http_tokenbiryani_abandon(r, ctx);
+    ngx_http_tokenbiryani_send_fail(r, ctx);
 }
 
 

@@ -648,9 +648,6 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
 }
 
 
-/* the longest results line read as it passes (a Message of 128k tokens
- * of output is some 600 KB) */
-#define NGX_HTTP_TB_RESULT_LINE_MAX    (8 * 1024 * 1024)
 
 
 /* a batch's results, answered 200 and too large to hold: read as they
@@ -807,20 +804,17 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
 }
 
 
-/* an object just made (a batch, a file), kept on the account that made it
- * for the request's key, and written to the store */
-
-static void
+void
 ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_object_view_t *v,
-    int64_t now)
+    ngx_http_tokenbiryani_account_t *account, int64_t now)
 {
     ngx_int_t                           rc;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    v->slot = ctx->account->slot;
+    v->slot = account->slot;
     v->key = ctx->key_hash;
     v->created_ms = now;
     v->seen_ms = now;
@@ -839,7 +833,7 @@ ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
                       "could not be kept (%s): its key cannot reach it "
                       "through the gateway",
                       ngx_http_tokenbiryani_object_noun(v->kind), v->id_len,
-                      v->id, &ctx->account->id,
+                      v->id, &account->id,
                       rc == NGX_DECLINED ? "its id is known already"
                       : rc == NGX_BUSY ? "the zone keeps as many objects as "
                                          "it may"
@@ -884,7 +878,7 @@ ngx_http_tokenbiryani_file_answered(ngx_http_request_t *r,
     ngx_cpystrn(v.filename, (u_char *) f.filename, sizeof(v.filename));
     ngx_cpystrn(v.mime, (u_char *) f.mime, sizeof(v.mime));
 
-    ngx_http_tokenbiryani_object_keep(r, ctx, &v, now);
+    ngx_http_tokenbiryani_object_keep(r, ctx, &v, ctx->account, now);
 
     return NGX_OK;
 }
@@ -969,7 +963,7 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         v.id_len = b.id_len;
         ngx_memcpy(v.id, b.id, b.id_len);
 
-        ngx_http_tokenbiryani_object_keep(r, ctx, &v, now);
+        ngx_http_tokenbiryani_object_keep(r, ctx, &v, ctx->account, now);
     }
 
     if (b.results_url.len) {

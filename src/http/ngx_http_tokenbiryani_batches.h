@@ -24,6 +24,10 @@
 #define NGX_HTTP_TB_OBJ_RESULTS        6
 #define NGX_HTTP_TB_OBJ_CONTENT        7      /* a file's */
 
+/* the longest results line read as it passes (a Message of 128k tokens
+ * of output is some 600 KB) */
+#define NGX_HTTP_TB_RESULT_LINE_MAX    (8 * 1024 * 1024)
+
 /*
  * A batch's results read line by line as they pass, never held whole:
  * each succeeded request's usage at the batch price added to charge; a
@@ -110,6 +114,12 @@ void ngx_http_tokenbiryani_results_read(
 void ngx_http_tokenbiryani_results_end(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_results_t *rd);
+
+/* an object just made (a batch, a file) kept on the account that made it
+ * for the request's key, and written to the store */
+void ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_object_view_t *v,
+    ngx_http_tokenbiryani_account_t *account, int64_t now);
 
 /* the results of a batch, read: charged once (NGX_OK), the store told;
  * NGX_DONE: charged already */

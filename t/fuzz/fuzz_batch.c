@@ -83,6 +83,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     if (tb_batch_result(data, size, &r) == 0) {
+        if (r.type == TB_RESULT_SUCCEEDED
+            && (r.message.off + r.message.len > size || r.message.len < 2
+                || data[r.message.off] != '{'
+                || data[r.message.off + r.message.len - 1] != '}'))
+        {
+            abort();
+        }
+
         if (r.type == TB_RESULT_UNKNOWN
             || (r.type == TB_RESULT_SUCCEEDED
                 && (r.usage.input_tokens < 0 || r.usage.output_tokens < 0)))

@@ -265,6 +265,9 @@ TB_TEST(result_read)
     TB_CHECK_INT(r.usage.input_tokens, 10);
     TB_CHECK_INT(r.usage.cache_read_input_tokens, 3);
     TB_CHECK_INT(r.usage.output_tokens, 7);
+    /* the message itself, brace to brace */
+    TB_CHECK_INT((int) r.message.off, 56);
+    TB_CHECK_INT((int) r.message.len, 231 - 56 - 2);
 
     TB_CHECK_INT(tb_batch_result(S(
         "{\"custom_id\":\"a\",\"result\":{\"type\":\"errored\",\"error\":"

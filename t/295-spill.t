@@ -57,8 +57,11 @@ __DATA__
 mock_config({ defaults => { batch_processing_ms => 150 } });
 saturate(30);
 my $from = scalar @{ mock_log() };
+my $t0 = Time::HiRes::time();
 my $r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch' });
+my $took = Time::HiRes::time() - $t0;
 is($r->{status}, 200, 'answered');
+ok($took < 10, sprintf('in %.2f s, where the queue would have waited for the 30 s window', $took));
 is($r->{headers}{'x-tokenbiryani-via'}, 'batch', 'x-tokenbiryani-via: batch');
 like($r->{headers}{'x-tokenbiryani-batch-id'} // '', qr/^msgbatch_/, 'x-tokenbiryani-batch-id');
 is($r->{headers}{'x-tokenbiryani-account'}, 'a1', 'x-tokenbiryani-account');
@@ -77,6 +80,8 @@ my $first = $sp->{window_usd} - $want;
 ok($want > 0 && $sp->{in_flight_usd} == 0, 'nothing held once answered');
 my $rec = request_record($r);
 ok(abs($rec->{cost}{usd} - $want) < 1e-12, "its record: the batch price (\$$rec->{cost}{usd} vs \$$want)");
+diag(sprintf('spill: answered in %.2f s (window 30 s), $%.6f at the batch price, $%.6f at the Messages price',
+             $took, $want, 2 * $want));
 my (undef, $j) = admin(GET => '/admin/batches');
 my ($kept) = grep { $_->{id} eq $b->{id} } @{ $j->{batches} };
 ok($kept && $kept->{charged} && $kept->{key} eq 'one', 'one of its key\'s batches, charged');

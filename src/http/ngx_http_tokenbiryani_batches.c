@@ -687,7 +687,7 @@ ngx_http_tokenbiryani_results_read(ngx_http_tokenbiryani_main_conf_t *tmcf,
             rd->skipping = 1;
             rd->line_len = 0;
 
-        } else {
+        } else if (n) {
             if (rd->line_len + n > rd->line_size) {
                 size = ngx_max(ngx_max(2 * rd->line_size, rd->line_len + n),
                                4096);

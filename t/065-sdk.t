@@ -3,7 +3,8 @@
 # only ANTHROPIC_BASE_URL and the key change.  Messages, streams,
 # count_tokens and models work through it; a request no account could ever
 # serve is answered so that the SDK does not retry it, while one that may
-# succeed later is retried as the SDK always does.
+# succeed later is retried as the SDK always does.  With batch.api on, the
+# SDK's Message Batches calls work through it, results_url and all.
 use lib 't/lib';
 use TB::Nginx;
 use TB::Gateway;
@@ -56,6 +57,31 @@ sub sdk {
 
 sub params { +{ model => 'claude-sonnet-4-6', max_tokens => 64,
                 messages => [{ role => 'user', content => 'hello' }], @_ } }
+
+# the suite's pool with the Message Batches API on
+our $BatchYaml = $Yaml =~ s/^pricing: builtin$/batch:\n  api: true\npricing: builtin/mr;
+
+# a create's requests: custom_ids req-1..req-N
+sub batch_of {
+    my ($n) = @_;
+    +{ requests => [map { +{ custom_id => "req-$_",
+                              params => params(max_tokens => 16,
+                                               messages => [{ role => 'user', content => "hello $_" }]) } }
+                    1 .. $n] };
+}
+
+sub key_spend { (grep { $_->{name} eq $_[0] } @{ pool_status()->{keys} })[0]{spend} }
+
+# what the mock says batch $id used, at half the builtin price of
+# claude-sonnet-4-6 ($3 and $15 a million), in nanodollars
+sub batch_cost_nd {
+    my ($id) = @_;
+    my ($b) = grep { $_->{id} eq $id } @{ TB::Nginx::_mock_call(GET => 'batches')->{batches} };
+    ($b->{usage}{input_tokens} * 3000 + $b->{usage}{output_tokens} * 15000) / 2;
+}
+
+# the upstream requests the clients made (not the gateway's own polls)
+sub client_log { [grep { ($_->{headers}{'user-agent'} // '') !~ m{^tokenbiryani/} } @{ mock_log(@_) }] }
 
 gateway_suite(yaml => $Yaml);
 run_tests();
@@ -238,3 +264,134 @@ my $sig = $? & 127;
 is($sig, 0, 'claude -p ended by itself, not by the 30 s deadline');
 isnt($rc, 0, 'and failed') or diag($out);
 like($out, qr/401 key "gone" was revoked/, 'with the gateway\'s words: the key is named revoked') or diag($out);
+
+
+
+=== TEST 10: messages.batches through the gateway: create, retrieve until ended, results from the results_url the SDK follows (the gateway's), each custom_id, charged once at half price; another key's retrieve a NotFoundError, not retried; delete
+--- user_files eval
+$main::BatchYaml
+--- check
+mock_config({ defaults => { batch_processing_ms => 200 } });
+my $base = 'http://127.0.0.1:' . server_port();
+my $c = sdk('tenant-key', { op => 'batch_create', params => batch_of(4) });
+ok($c->{ok}, 'created') or diag(explain($c));
+my $id = $c->{batch}{id} // '';
+like($id, qr/^msgbatch_/, 'a MessageBatch');
+is($c->{batch}{processing_status}, 'in_progress', 'in progress');
+is($c->{batch}{request_counts}{processing}, 4, 'its four requests processing');
+is($c->{batch}{results_url}, undef, 'no results_url yet');
+my $acct = $c->{account} // '';
+like($acct, qr/^a[12]$/, 'made on one account');
+is_deeply($c->{requests}, ["POST $base/v1/messages/batches"], 'one request, to the gateway');
+
+my $w = sdk('tenant-key', { op => 'batch_wait', id => $id });
+ok($w->{ok}, 'retrieved') or diag(explain($w));
+is($w->{batch}{processing_status}, 'ended', "ended (after $w->{polls} retrieves)");
+is($w->{batch}{request_counts}{succeeded}, 4, 'four succeeded');
+is($w->{batch}{results_url}, "$base/v1/messages/batches/$id/results",
+   'its results_url is the gateway\'s, by the Host the SDK sent');
+is($w->{fetches}, $w->{polls}, 'one HTTP request a retrieve');
+my $held = key_spend('tenant');
+ok($held->{in_flight_usd} > 0, "its estimate held (\$$held->{in_flight_usd})");
+is($held->{window_usd}, $held->{in_flight_usd}, 'and nothing charged before the results are read');
+
+my $r = sdk('tenant-key', { op => 'batch_results', id => $id });
+ok($r->{ok}, 'results read') or diag(explain($r));
+is_deeply($r->{requests}, ["GET $base/v1/messages/batches/$id", "GET $base/v1/messages/batches/$id/results"],
+          'a retrieve, then its results_url: both at the gateway');
+is_deeply([sort map { $_->{custom_id} } @{ $r->{results} }], [map { "req-$_" } 1 .. 4], 'each custom_id once');
+is_deeply([map { $_->{result}{type} } @{ $r->{results} }], [('succeeded') x 4], 'each succeeded');
+like($r->{results}[0]{result}{message}{content}[0]{text} // '', qr/^Hello from the mock batch/, 'with its Message');
+my $want = batch_cost_nd($id);
+my $sp = key_spend('tenant');
+ok($want > 0 && abs($sp->{window_usd} * 1e9 - $want) < 0.5,
+   "charged what the mock says it used, at half price ($sp->{window_usd} vs " . $want / 1e9 . ')');
+is($sp->{in_flight_usd}, 0, 'the hold released');
+my @reads = grep { $_->{path} eq "/v1/messages/batches/$id/results" } @{ client_log() };
+is_deeply(credentials_of(\@reads), ["sk-$acct"], 'the results read once upstream, from its account');
+$r = sdk('tenant-key', { op => 'batch_results', id => $id });
+is(scalar @{ $r->{results} // [] }, 4, 'read again');
+is(key_spend('tenant')->{window_usd}, $sp->{window_usd}, 'not charged again');
+
+# another key: the 404 an unknown id gets, which the SDK does not retry
+my $seen = scalar @{ client_log() };
+for my $op ('batch_retrieve', 'batch_results', 'batch_cancel', 'batch_delete') {
+    my $o = sdk('pinned-key', { op => $op, id => $id, maxRetries => 2 });
+    ok(!$o->{ok}, "another key's $op: refused");
+    is($o->{status}, 404, "another key's $op: 404");
+    is($o->{name}, 'NotFoundError', "another key's $op: NotFoundError");
+    like($o->{error_message}, qr/^message_batch not found: \Q$id\E$/, "another key's $op: as an unknown id");
+    is($o->{fetches}, 1, "another key's $op: asked once, with two retries allowed");
+}
+is(scalar @{ client_log() }, $seen, 'none of it went upstream');
+
+my $d = sdk('tenant-key', { op => 'batch_delete', id => $id });
+ok($d->{ok}, 'deleted') or diag(explain($d));
+is_deeply($d->{result}, { id => $id, type => 'message_batch_deleted' }, 'a DeletedMessageBatch');
+my $gone = sdk('tenant-key', { op => 'batch_retrieve', id => $id, maxRetries => 2 });
+is($gone->{name}, 'NotFoundError', 'then its own key gets a NotFoundError');
+is($gone->{fetches}, 1, 'not retried');
+is(key_spend('tenant')->{window_usd}, $sp->{window_usd}, 'a delete after the results charges nothing more');
+
+
+
+=== TEST 11: messages.batches.list through the SDK: the key's own batches, newest first, paged on by the SDK itself with after_id; an admin key's list has them all
+--- user_files eval
+$main::BatchYaml
+--- check
+my @mine;
+for my $n (1 .. 3) {
+    my $c = sdk('tenant-key', { op => 'batch_create', params => batch_of($n) });
+    ok($c->{ok}, "tenant's batch $n created") or diag(explain($c));
+    push @mine, $c->{batch}{id};
+}
+my $other = sdk('pinned-key', { op => 'batch_create', params => batch_of(1) });
+ok($other->{ok}, 'another key\'s created');
+my $l = sdk('tenant-key', { op => 'batch_list', params => { limit => 2 } });
+ok($l->{ok}, 'listed') or diag(explain($l));
+is_deeply($l->{ids}, [reverse @mine], 'its three, newest first, not the other key\'s');
+is($l->{fetches}, 2, 'in two pages of two');
+like($l->{requests}[1] // '', qr/[?&]after_id=\Q$mine[1]\E(?:&|$)/, 'the second after the first\'s last_id');
+is_deeply([map { $_->{request_counts}{processing} + $_->{request_counts}{succeeded} } @{ $l->{batches} }],
+          [3, 2, 1], 'each with its request_counts');
+my $all = sdk('admin-key', { op => 'batch_list' });
+is_deeply([sort @{ $all->{ids} }], [sort @mine, $other->{batch}{id}], 'an admin key lists all four');
+is($all->{fetches}, 1, 'in one page');
+my $none = sdk('capped-key', { op => 'batch_list' });
+ok($none->{ok}, 'a key with none lists');
+is_deeply($none->{ids}, [], 'nothing');
+
+
+
+=== TEST 12: messages.batches.cancel through the SDK: canceling, then ended with its requests canceled; nothing charged, the hold released; what the account refuses comes back as the SDK's error, not retried
+--- user_files eval
+$main::BatchYaml
+--- check
+mock_config({ defaults => { batch_processing_ms => 30000 } });
+my $c = sdk('tenant-key', { op => 'batch_create', params => batch_of(3) });
+ok($c->{ok}, 'created') or diag(explain($c));
+my $id = $c->{batch}{id};
+my $busy = sdk('tenant-key', { op => 'batch_delete', id => $id, maxRetries => 2 });
+is($busy->{status}, 400, 'a delete while it runs: 400, the account\'s');
+like($busy->{error_message}, qr/cannot be deleted while it is processing/, 'saying why');
+is($busy->{fetches}, 1, 'not retried');
+my $x = sdk('tenant-key', { op => 'batch_cancel', id => $id });
+ok($x->{ok}, 'cancel asked') or diag(explain($x));
+is($x->{batch}{processing_status}, 'canceling', 'canceling');
+ok($x->{batch}{cancel_initiated_at}, 'since cancel_initiated_at');
+my $w = sdk('tenant-key', { op => 'batch_wait', id => $id });
+is($w->{batch}{processing_status}, 'ended', 'then ended');
+is_deeply($w->{batch}{request_counts}, { processing => 0, succeeded => 0, errored => 0, canceled => 3, expired => 0 },
+          'its three requests canceled');
+my $r = sdk('tenant-key', { op => 'batch_results', id => $id });
+ok($r->{ok}, 'its results read') or diag(explain($r));
+is_deeply([sort map { "$_->{custom_id} $_->{result}{type}" } @{ $r->{results} }],
+          ['req-1 canceled', 'req-2 canceled', 'req-3 canceled'], 'a canceled line a request');
+my $sp = key_spend('tenant');
+is($sp->{in_flight_usd}, 0, 'the hold released');
+is($sp->{window_usd}, 0, 'nothing charged: nothing ran');
+my $late = sdk('tenant-key', { op => 'batch_cancel', id => $id, maxRetries => 2 });
+is($late->{status}, 400, 'a cancel once ended: 400');
+is($late->{name}, 'BadRequestError', 'BadRequestError');
+like($late->{error_message}, qr/has already ended/, 'saying why');
+is($late->{fetches}, 1, 'not retried');

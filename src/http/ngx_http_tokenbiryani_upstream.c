@@ -938,7 +938,8 @@ ngx_http_tokenbiryani_errbody_copy(void *data, u_char *p, size_t n)
 /*
  * Holds a 2xx body that is not a stream until it is complete, in a buffer
  * of its own (ctx->hold) that grows to its Content-Length at once, or by
- * doubling for a chunked one: O(size) memory and copying.  u->buffer is
+ * doubling for a chunked one, each old buffer let go as it is replaced:
+ * O(size) memory and copying, at most the bound and a read.  u->buffer is
  * emptied after each read so that the next one has room.  NGX_OK once the
  * body is whole (resp.whole), or when it cannot or need not be held: no
  * body, one delimited by the connection's close, or one larger than
@@ -952,7 +953,7 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     off_t                               want, clen;
-    u_char                             *end;
+    u_char                             *end, *old;
     size_t                              n, size, bound;
     ngx_int_t                           rc;
     ngx_http_upstream_t                *u;
@@ -997,14 +998,34 @@ ngx_http_tokenbiryani_hold(ngx_http_request_t *r,
     }
 
     if (resp->held + want > ctx->hold_size) {
-        size = u->headers_in.chunked
-               ? ngx_max(2 * ctx->hold_size,
-                         ngx_max(resp->held + (size_t) want,
-                                 u->conf->buffer_size))
-               : (size_t) clen;
+        if (u->headers_in.chunked) {
+            /*
+             * Doubling, up to the bound and a read more at once: a body
+             * larger than the bound goes on as it comes from there, in
+             * this buffer, which needs no more.
+             */
+            size = ngx_max(2 * ctx->hold_size, u->conf->buffer_size);
+
+            if (size >= bound) {
+                size = bound + u->conf->buffer_size;
+            }
+
+            size = ngx_max(size, resp->held + (size_t) want);
+
+        } else {
+            size = (size_t) clen;
+        }
+
+        old = ctx->hold;
 
         if (ngx_http_tokenbiryani_hold_resize(r, ctx, size) != NGX_OK) {
             return NGX_ERROR;
+        }
+
+        /* what it held is in the new buffer: the old one let go now, not
+         * with the request */
+        if (old) {
+            (void) ngx_pfree(r->pool, old);
         }
     }
 

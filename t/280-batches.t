@@ -440,3 +440,83 @@ $want += $_->{window_usd} - $_->{in_flight_usd} for key_spend('one'), key_spend(
 ok(poll_until(5, sub { my ($us, $ub) = admin(GET => '/admin/usage?range=1h'); $usage = $ub if $us == 200;
                        $usage && abs($usage->{totals}{cost_usd} - $want) < 1e-9 }),
    "/admin/usage counts both batches' charges (\$$want)") or diag(TB::Nginx::json_encode($usage->{totals}));
+
+
+
+=== TEST 13: a batch of 10,000 requests: its results (some 45 MB of JSONL) stream through with each worker's private memory bounded, every line counted and charged exactly once at half price
+--- user_files eval
+main::pool_yaml(accounts => 1, yaml => "batch:\n  api: true\npricing: builtin\n", keys => [
+    { key => 'key-one', name => 'one' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+# about 600 words a result: some 4.5 kB a line
+mock_config({ defaults => { batch_processing_ms => 200, output_tokens => 600 } });
+my $n = 10_000;
+my $reqs = requests_of($n);
+$_->{params}{max_tokens} = 600 for @{ $reqs->{requests} };
+my $body = json_encode($reqs);
+my ($st, $bt) = batch('key-one', 'POST', '', $body);
+is($st, 200, 'a batch of 10,000 requests created (' . length($body) . ' bytes)') or diag(explain($bt));
+is($bt->{request_counts}{processing}, $n, 'the mock has all of them');
+my $o = until_ended('key-one', $bt->{id});
+is($o->{request_counts}{succeeded}, $n, 'ended, each succeeded');
+
+# each worker's memory: its private memory (RssAnon) sampled between the
+# client's reads, and its peak resident set (VmHWM, reset through
+# clear_refs where this process may), which no sample misses
+my $kb = sub {
+    my ($pid, $field) = @_;
+    open(my $fh, '<', "/proc/$pid/status") or return 0;
+    my ($v) = map { /^\Q$field\E:\s+(\d+)/ ? $1 : () } <$fh>;
+    $v // 0;
+};
+my @pids = TB::Nginx::worker_pids();
+is(scalar @pids, 2, 'two workers');
+my %anon0 = map { $_ => $kb->($_, 'RssAnon') } @pids;
+my %rss0 = map { $_ => $kb->($_, 'VmRSS') } @pids;
+my $reset = sub { my $fh; open($fh, '>', "/proc/$_[0]/clear_refs") && print($fh "5") && close($fh) };
+my $hwm = !grep { !$reset->($_) } @pids;
+my %peak = %anon0;
+my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => server_port(), Timeout => 10)
+    or die "connect: $!\n";
+print $s "GET /v1/messages/batches/$bt->{id}/results HTTP/1.1\r\nHost: localhost\r\nx-api-key: key-one\r\n"
+       . "anthropic-version: 2023-06-01\r\nConnection: close\r\n\r\n";
+my $sel = IO::Select->new($s);
+my $raw = '';
+my $deadline = time + 30;
+while (time < $deadline && $sel->can_read($deadline - time)) {
+    my $got = sysread($s, $raw, 1 << 18, length $raw);
+    last unless $got;
+    for (@pids) { my $v = $kb->($_, 'RssAnon'); $peak{$_} = $v if $v > $peak{$_} }
+}
+my %grew = map { $_ => List::Util::max($peak{$_} - $anon0{$_}, $hwm ? $kb->($_, 'VmHWM') - $rss0{$_} : 0) } @pids;
+close $s;
+my $r = TB::Nginx::parse_response($raw);
+is($r->{status}, 200, 'results');
+is($r->{error}, undef, 'whole, its chunks intact');
+my $size = length $r->{body};
+ok($size > 40 * 1024 * 1024, "well over 8 MB ($size bytes)");
+my @ids = $r->{body} =~ /^\{"custom_id":"(r\d+)"/mg;
+my $lines = () = $r->{body} =~ /\n/g;
+is($lines, $n, '10,000 lines');
+is(scalar(@ids), $n, 'each a result');
+is_deeply([sort { substr($a, 1) <=> substr($b, 1) } @ids], [map { "r$_" } 1 .. $n], 'each custom_id once');
+SKIP: {
+    # their allocators keep what nginx frees: the workers' memory is theirs
+    skip 'under a sanitizer or valgrind, memory is not what nginx holds', 2
+        if $ENV{TEST_NGINX_VALGRIND} || $ENV{ASAN_OPTIONS};
+    for my $pid (@pids) {
+        ok($grew{$pid} * 1024 < $size / 4, "worker $pid: its memory grew by at most $grew{$pid} kB"
+           . ($hwm ? ' (its peak)' : '') . ' for ' . int($size / 1024) . ' kB of results streamed (< 1/4)');
+    }
+}
+
+my ($mine) = grep { $_->{id} eq $bt->{id} } @{ TB::Nginx::_mock_call(GET => 'batches')->{batches} };
+my $want = ($mine->{usage}{input_tokens} * 3000 + $mine->{usage}{output_tokens} * 15000) / 2;
+is($mine->{usage}{output_tokens}, $n * 600, 'the mock\'s own count: 600 tokens a result');
+my $sp = key_spend('one');
+is($sp->{in_flight_usd}, 0, 'the hold released');
+ok(abs($sp->{window_usd} * 1e9 - $want) < 0.5,
+   "charged what the mock says the batch used, at half price, to the nanodollar ($sp->{window_usd} vs " . $want / 1e9 . ')');
+my @reads = grep { ($_->{path} // '') eq "/v1/messages/batches/$bt->{id}/results" } @{ mock_log() };
+is(scalar @reads, 1, 'read from the account once');

@@ -520,3 +520,30 @@ ok(abs($sp->{window_usd} * 1e9 - $want) < 0.5,
    "charged what the mock says the batch used, at half price, to the nanodollar ($sp->{window_usd} vs " . $want / 1e9 . ')');
 my @reads = grep { ($_->{path} // '') eq "/v1/messages/batches/$bt->{id}/results" } @{ mock_log() };
 is(scalar @reads, 1, 'read from the account once');
+
+
+
+=== TEST 13: a batch of 2,000 requests nobody reads: the gateway reads its results (some 9 MB) itself, once, every line, and charges them to the nanodollar at half price
+--- user_files eval
+main::pool_yaml(accounts => 1, yaml => "batch:\n  api: true\n  poll_interval_seconds: 0.05\npricing: builtin\n", keys => [
+    { key => 'key-one', name => 'one' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+mock_config({ defaults => { batch_processing_ms => 200, output_tokens => 600 } });
+my $n = 2000;
+my $reqs = requests_of($n);
+$_->{params}{max_tokens} = 600 for @{ $reqs->{requests} };
+my ($st, $bt) = batch('key-one', 'POST', '', $reqs);
+is($st, 200, 'a batch of 2,000 requests created');
+ok(poll_until(20, sub { key_spend('one')->{in_flight_usd} == 0 }), 'its hold let go with no client reading');
+my ($mine) = grep { $_->{id} eq $bt->{id} } @{ TB::Nginx::_mock_call(GET => 'batches')->{batches} };
+my $want = ($mine->{usage}{input_tokens} * 3000 + $mine->{usage}{output_tokens} * 15000) / 2;
+is($mine->{usage}{output_tokens}, $n * 600, 'the mock\'s own count: 600 tokens a result');
+my $sp = key_spend('one');
+ok(abs($sp->{window_usd} * 1e9 - $want) < 0.5,
+   "charged what the mock says the batch used, at half price, to the nanodollar ($sp->{window_usd} vs " . $want / 1e9 . ')');
+my @reads = grep { ($_->{path} // '') eq "/v1/messages/batches/$bt->{id}/results" } @{ mock_log() };
+is(scalar @reads, 1, 'its results read once: the first reading had every line');
+ok(($reads[0]{resp_len} // 0) > 8 * 1024 * 1024, "some 9 MB of them ($reads[0]{resp_len} bytes)");
+like(TB::Nginx::log_text(), qr/batch "\Q$bt->{id}\E" on account "a1" ended with its results unread: the gateway read them \(2000 lines\)/,
+     'the log says so, with its 2,000 lines');

@@ -652,9 +652,19 @@ ngx_http_tokenbiryani_call_recv(ngx_http_tokenbiryani_call_t *p)
     ngx_connection_t  *c;
 
     c = p->peer.connection;
-    b = p->in;
 
-    while (b->last < b->end) {
+    for ( ;; ) {
+        /*
+         * p->in asked afresh each time: once a body goes to a sink it is
+         * read into a buffer of its own, and what is read into the head's
+         * after that would never reach the sink.
+         */
+        b = p->in;
+
+        if (b->last == b->end) {
+            break;
+        }
+
         n = c->recv(c, b->last, b->end - b->last);
 
         if (n == NGX_AGAIN) {

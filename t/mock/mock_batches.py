@@ -358,10 +358,16 @@ class Batches:
         entry["batch_results"] = len(lines)
         entry["version"] = req.version
         self.mock.finish(entry, gen, body)
-        conn.send(response_head(200, headers))
+        # the head and the body's first piece in one write, as a server
+        # answering from memory does: a reader may have both, and more
+        # behind them, in its first read
+        out = response_head(200, headers)
         for i in range(0, len(body), RESULT_CHUNK):
             piece = body[i:i + RESULT_CHUNK]
-            conn.send(chunk(piece) if framed else piece)
+            conn.send(out + (chunk(piece) if framed else piece))
+            out = b""
+        if out:
+            conn.send(out)
         if not framed:
             return False
         conn.send(b"0\r\n\r\n")

@@ -463,7 +463,8 @@ is($o->{request_counts}{succeeded}, $n, 'ended, each succeeded');
 
 # each worker's memory: its private memory (RssAnon) sampled between the
 # client's reads, and its peak resident set (VmHWM, reset through
-# clear_refs where this process may), which no sample misses
+# clear_refs where this process may), which may see a peak between two
+# samples: the larger growth of the two
 my $kb = sub {
     my ($pid, $field) = @_;
     open(my $fh, '<', "/proc/$pid/status") or return 0;

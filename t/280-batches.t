@@ -524,7 +524,7 @@ is(scalar @reads, 1, 'read from the account once');
 
 
 
-=== TEST 13: a batch of 2,000 requests nobody reads: the gateway reads its results (some 9 MB) itself, once, every line, and charges them to the nanodollar at half price
+=== TEST 14: a batch of 2,000 requests nobody reads: the gateway reads its results (some 9 MB) itself, once, every line, and charges them to the nanodollar at half price
 --- user_files eval
 main::pool_yaml(accounts => 1, yaml => "batch:\n  api: true\n  poll_interval_seconds: 0.05\npricing: builtin\n", keys => [
     { key => 'key-one', name => 'one' },

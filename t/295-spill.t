@@ -21,6 +21,7 @@ sub yaml_of {
     main::pool_yaml(accounts => 1, yaml => "batch:\n$batch\npricing: builtin\n", keys => [
         { key => 'key-one', name => 'one', spend_cap_usd => '5' },
         { key => 'key-bg', name => 'bg', priority => 'batch', spend_cap_usd => '5' },
+        { key => 'key-tiny', name => 'tiny', priority => 'batch', spend_cap_usd => '0.0000001' },
         { key => 'admin-key', name => 'admin', admin => 'true' }]);
 }
 
@@ -152,4 +153,15 @@ my $from = scalar @{ mock_log() };
 my $r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch', 'x-tokenbiryani-max-wait' => '10' });
 is($r->{status}, 200, 'answered by the queue');
 ok(!defined $r->{headers}{'x-tokenbiryani-via'}, 'not through a batch');
+is(scalar @{ batches_seen($from) }, 0, 'no batch made');
+
+
+
+=== TEST 6: a key whose spend cap could not hold the batch's estimate does not spill
+--- check
+saturate(30);
+my $from = scalar @{ mock_log() };
+my $r = msg('key-tiny', headers => { 'x-tokenbiryani-max-wait' => '1' });
+isnt($r->{headers}{'x-tokenbiryani-via'} // '', 'batch', 'not through a batch');
+is($r->{status}, 429, 'refused');
 is(scalar @{ batches_seen($from) }, 0, 'no batch made');

@@ -84,6 +84,7 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     const tb_model_price_t             *price;
     ngx_http_tokenbiryani_account_t    *a;
     ngx_http_tokenbiryani_spill_t      *sp;
+    ngx_http_tokenbiryani_key_spend_t   ks;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
@@ -133,6 +134,20 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
         cu.input = ctx->route.need.n[TB_WIN_INPUT];
         cu.output = ctx->route.need.max_tokens;
         sp->estimate = tb_cost(price, &cu, 0) / 2;
+    }
+
+    /* a key whose cap could not hold it waits in the queue, where its cap
+     * is what it meets */
+
+    if (ctx->key && ctx->key->spend_cap_usd >= 0) {
+        ngx_http_tokenbiryani_key_spend(&tmcf->zone, ctx->key_hash, now, &ks);
+
+        if (ks.window_cost + ks.reserved + ks.others + sp->estimate
+            > tb_usd_to_nd(ctx->key->spend_cap_usd))
+        {
+            ctx->spilled = 0;
+            return NGX_DECLINED;
+        }
     }
 
     ngx_http_tokenbiryani_timer_init(&sp->timer,

@@ -35,6 +35,8 @@ server:
 store:
   backend: sqlite
 pricing: builtin
+batch:
+  api: true
 accounts:
   - id: a1
     name: primary
@@ -293,7 +295,17 @@ like($att, qr/^AttemptAccountChosen amongScoreWaited before itAnswer1a[12]2 elig
      'every attempt\'s decision and the wait before it') or diag($att);
 step('the candidates with verdicts and terms', wait => js => text_has('chosen') . ' && ' . text_has('headroom'));
 shot('request');
-visit('#/efficiency', text_has('claude-sonnet-4-6') . " && " . text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 4", 'efficiency');
+# a batch, for the efficiency page's list of them
+my $br = TB::Nginx::http_request(method => 'POST', path => '/v1/messages/batches',
+    headers => { %{ message_args('tenant-key')->{headers} } },
+    body => json_encode({ requests => [{ custom_id => 'c1', params => { model => 'claude-sonnet-4-6', max_tokens => 5,
+                                                                      messages => [{ role => 'user', content => 'hi' }] } }] }));
+is($br->{status}, 200, 'a batch made');
+my $bid = substr(json_decode($br->{body})->{id} =~ s/^msgbatch_//r, 0, 12);
+visit('#/efficiency', text_has('claude-sonnet-4-6') . " && " . text_has('The costliest conversations') . " && " . text_has($bid)
+      . " && document.querySelectorAll('main table').length === 5", 'efficiency');
+like(drv(eval => js => "[...document.querySelectorAll('main table')].pop().textContent")->{value},
+     qr/\Q$bid\E….*tenant.*a[12]in progress0 of 1\$0\.\d+not yet/, 'the batch: its key, account, state, counts, hold');
 shot('efficiency');
 visit('#/keys', text_has('tenant') . " && " . text_has('Mint a key'), 'keys');
 shot('keys');
@@ -704,7 +716,7 @@ my @pages = (
     ['#/usage', "document.querySelectorAll('main svg.chart').length === 3", 'usage'],
     ['#/requests', "document.querySelectorAll('main tr.link').length >= 5", 'requests'],
     ["#/requests/$id", text_has('Routing decision'), 'request'],
-    ['#/efficiency', text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 4", 'efficiency'],
+    ['#/efficiency', text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 5", 'efficiency'],
     ['#/keys', text_has('Mint a key'), 'keys'],
     ['#/connect', text_has('Mint a key for this client'), 'connect'],
     ['#/welcome', text_has('Which credential?'), 'welcome'],

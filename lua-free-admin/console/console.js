@@ -1372,10 +1372,11 @@ function pageEfficiency(main) {
     const estimator = h('div', { class: 'card' }, h('h2', { text: 'What the output estimator has learned' }));
     const reserved = h('div', { class: 'card' }, h('h2', { text: 'Output reserved but never used' }));
     const cache = h('div', { class: 'card' }, h('h2', { text: 'Is the prompt cache used?' }));
+    const batches = h('div', { class: 'card' }, h('h2', { text: 'Batches' }));
     const again = h('button', { type: 'button', text: 'Read again', on: { click: () => draw() } });
     put(main, head('Efficiency', again),
         h('p', { class: 'muted', text: 'Read when the page opens, not polled: conversations and the inspector are walked in full.' }),
-        sessions, estimator, h('div', { class: 'cards' }, reserved, cache));
+        sessions, estimator, h('div', { class: 'cards' }, reserved, cache), batches);
 
     const draw = () => {
         api('GET', 'sessions?limit=20').then(j => {
@@ -1444,6 +1445,24 @@ function pageEfficiency(main) {
                 ], u.groups, { empty: 'No request in the last 24 h.' }));
         }).catch(e => hasHistory() ? problem(cache, e, e.status === 503 ? 'not available' : 'usage')
                                    : fill(cache, h('h2', { text: 'Is the prompt cache used?' }), noHistory()));
+
+        api('GET', 'batches?limit=20').then(j => {
+            const counts = c => c.processing === null ? '—'
+                : fmtInt(c.succeeded) + ' of ' + fmtInt(c.processing + c.succeeded + c.errored + c.canceled + c.expired) +
+                  (c.errored ? ', ' + fmtInt(c.errored) + ' errored' : '');
+            fill(batches, h('h2', { text: 'Batches' }),
+                h('p', { class: 'muted', text: 'The newest message batches of the pool (batch.api and the spill lane), each on the account that holds it. A batch holds its estimate on its key\'s and its account\'s caps until its results are charged, at half the Messages price, by the client that reads them or by the gateway itself.' }),
+                tableOf([
+                    { t: 'Batch', f: b => h('span', { class: 'mono', text: b.id.replace(/^msgbatch_/, '').slice(0, 12) + '…' }) },
+                    { t: 'Key', f: b => b.key || '(open)' },
+                    { t: 'Account', f: b => accountLink(b.account) },
+                    { t: 'State', f: b => b.processing_status.replace('_', ' ') },
+                    { t: 'Succeeded', n: true, f: b => counts(b.request_counts) },
+                    { t: 'Held', n: true, f: b => b.held_usd ? fmtUsd(b.held_usd) : '—' },
+                    { t: 'Charged', n: true, f: b => b.charged ? fmtUsd(b.charged_usd) : h('span', { class: 'muted', text: 'not yet' }) },
+                    { t: 'Made', n: true, f: b => since(parseTime(b.created_at) || Date.now()) },
+                ], j.batches, { empty: 'No batch: batch.api and the spill lane are off, or nothing was sent as a batch yet.' }));
+        }).catch(e => problem(batches, e, 'the batches'));
     };
     draw();
 }

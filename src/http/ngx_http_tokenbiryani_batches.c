@@ -648,8 +648,6 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
 }
 
 
-
-
 /* a batch's results, answered 200 and too large to hold: read as they
  * pass */
 
@@ -671,8 +669,8 @@ ngx_http_tokenbiryani_results_read(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_results_t *rd, ngx_pool_t *pool, u_char *p,
     u_char *last)
 {
-    u_char  *nl, *line;
-    size_t   n, size;
+    u_char  *nl;
+    size_t   n;
 
     while (p < last) {
         nl = ngx_strlchr(p, last, '\n');
@@ -681,39 +679,17 @@ ngx_http_tokenbiryani_results_read(ngx_http_tokenbiryani_main_conf_t *tmcf,
         if (rd->skipping) {
             /* the rest of a line too long to read: passed over */
 
-        } else if (rd->line_len + n > NGX_HTTP_TB_RESULT_LINE_MAX) {
+        } else if (ngx_http_tokenbiryani_line_append(pool, &rd->line,
+                                                     &rd->line_len,
+                                                     &rd->line_size, p, n)
+                   != NGX_OK)
+        {
+            /* longer than the gateway reads (or no memory) */
             rd->lost++;
             rd->lines++;
             rd->skipping = 1;
             rd->line_len = 0;
-
-        } else if (n) {
-            if (rd->line_len + n > rd->line_size) {
-                size = ngx_max(ngx_max(2 * rd->line_size, rd->line_len + n),
-                               4096);
-
-                line = ngx_pnalloc(pool, size);
-                if (line == NULL) {
-                    rd->lost++;
-                    rd->lines++;
-                    rd->skipping = 1;
-                    rd->line_len = 0;
-                    goto next;
-                }
-
-                if (rd->line_len) {
-                    ngx_memcpy(line, rd->line, rd->line_len);
-                }
-
-                rd->line = line;
-                rd->line_size = size;
-            }
-
-            ngx_memcpy(rd->line + rd->line_len, p, n);
-            rd->line_len += n;
         }
-
-    next:
 
         if (nl == NULL) {
             break;
@@ -729,6 +705,44 @@ ngx_http_tokenbiryani_results_read(ngx_http_tokenbiryani_main_conf_t *tmcf,
         rd->line_len = 0;
         p = nl + 1;
     }
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_line_append(ngx_pool_t *pool, u_char **line,
+    size_t *len, size_t *size, u_char *p, size_t n)
+{
+    u_char  *grown;
+    size_t   want;
+
+    if (*len + n > NGX_HTTP_TB_RESULT_LINE_MAX) {
+        return NGX_DECLINED;
+    }
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (*len + n > *size) {
+        want = ngx_max(ngx_max(2 * *size, *len + n), 4096);
+
+        grown = ngx_pnalloc(pool, want);
+        if (grown == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (*len) {
+            ngx_memcpy(grown, *line, *len);
+        }
+
+        *line = grown;
+        *size = want;
+    }
+
+    ngx_memcpy(*line + *len, p, n);
+    *len += n;
+
+    return NGX_OK;
 }
 
 

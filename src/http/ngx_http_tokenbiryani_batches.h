@@ -104,6 +104,14 @@ void ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 
 /*
+ * n bytes at p added to a line of results (*line, *len of *size bytes,
+ * grown from pool): NGX_OK; NGX_DECLINED when it would be longer than
+ * NGX_HTTP_TB_RESULT_LINE_MAX; NGX_ERROR: no memory
+ */
+ngx_int_t ngx_http_tokenbiryani_line_append(ngx_pool_t *pool, u_char **line,
+    size_t *len, size_t *size, u_char *p, size_t n);
+
+/*
  * Bytes of a batch's results (pool: for a line cut by their end), and
  * the end of them (the last line, without its newline)
  */

@@ -158,13 +158,7 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     cln->handler = ngx_http_tokenbiryani_spill_cleanup;
     cln->data = sp;
 
-    sp->target.addrs = a->addrs;
-    sp->target.naddrs = a->naddrs;
-    sp->target.host_header = a->host_header;
-    sp->target.ssl_name = a->ssl_name;
-    sp->target.path_prefix = a->path_prefix;
-    sp->target.auth_header = a->auth_header;
-    sp->target.tls = a->tls;
+    ngx_http_tokenbiryani_call_target(&sp->target, a);
 
     /* {"requests": [{"custom_id": ..., "params": <the body>}]} */
 
@@ -419,34 +413,10 @@ ngx_http_tokenbiryani_spill_sink(void *data, u_char *p, size_t len)
 {
     ngx_http_tokenbiryani_spill_t *sp = data;
 
-    u_char  *line;
-    size_t   size;
-
-    if (sp->line_len + len > NGX_HTTP_TB_RESULT_LINE_MAX) {
-        return NGX_ERROR;
-    }
-
-    if (sp->line_len + len > sp->line_size) {
-        size = ngx_max(2 * sp->line_size, sp->line_len + len);
-        size = ngx_max(size, 4096);
-
-        line = ngx_pnalloc(sp->request->pool, size);
-        if (line == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (sp->line_len) {
-            ngx_memcpy(line, sp->line, sp->line_len);
-        }
-
-        sp->line = line;
-        sp->line_size = size;
-    }
-
-    ngx_memcpy(sp->line + sp->line_len, p, len);
-    sp->line_len += len;
-
-    return NGX_OK;
+    return ngx_http_tokenbiryani_line_append(sp->request->pool, &sp->line,
+                                             &sp->line_len, &sp->line_size,
+                                             p, len)
+           == NGX_OK ? NGX_OK : NGX_ERROR;
 }
 
 

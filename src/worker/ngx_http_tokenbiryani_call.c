@@ -138,6 +138,22 @@ ngx_str_t  ngx_http_tokenbiryani_ratelimit_names[] = {
 };
 
 
+void
+ngx_http_tokenbiryani_call_target(ngx_http_tokenbiryani_call_target_t *t,
+    const ngx_http_tokenbiryani_account_t *a)
+{
+    ngx_memzero(t, sizeof(ngx_http_tokenbiryani_call_target_t));
+
+    t->addrs = a->addrs;
+    t->naddrs = a->naddrs;
+    t->host_header = a->host_header;
+    t->ssl_name = a->ssl_name;
+    t->path_prefix = a->path_prefix;
+    t->auth_header = a->auth_header;
+    t->tls = a->tls;
+}
+
+
 ngx_http_tokenbiryani_call_t *
 ngx_http_tokenbiryani_call(ngx_pool_t *pool, ngx_log_t *log,
     ngx_http_tokenbiryani_main_conf_t *tmcf,
@@ -1103,8 +1119,19 @@ static void
 ngx_http_tokenbiryani_call_header(ngx_http_tokenbiryani_call_t *p,
     u_char *name, size_t name_len, u_char *value, size_t value_len)
 {
+    ngx_str_t                             *raw;
     ngx_uint_t                             i;
     ngx_http_tokenbiryani_call_result_t  *res;
+
+    static const struct {
+        ngx_str_t                          name;
+        size_t                             offset;
+    }  kept[] = {
+        { ngx_string("retry-after"),
+          offsetof(ngx_http_tokenbiryani_call_result_t, retry_after) },
+        { ngx_string("anthropic-organization-id"),
+          offsetof(ngx_http_tokenbiryani_call_result_t, organization) }
+    };
 
     res = &p->res;
 
@@ -1137,23 +1164,20 @@ ngx_http_tokenbiryani_call_header(ngx_http_tokenbiryani_call_t *p,
         return;
     }
 
-    if (name_len == sizeof("retry-after") - 1
-        && ngx_strncmp(name, "retry-after", name_len) == 0)
-    {
-        (void) tb_rl_obs_header(&res->obs, name, name_len, value, value_len,
-                                ngx_http_tokenbiryani_now_ms());
-        res->retry_after.data = value;
-        res->retry_after.len = value_len;
-        return;
-    }
+    /* the two others the mirror reads, kept raw as well */
 
-    if (name_len == sizeof("anthropic-organization-id") - 1
-        && ngx_strncmp(name, "anthropic-organization-id", name_len) == 0)
-    {
-        (void) tb_rl_obs_header(&res->obs, name, name_len, value, value_len,
-                                ngx_http_tokenbiryani_now_ms());
-        res->organization.data = value;
-        res->organization.len = value_len;
+    for (i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+        if (name_len == kept[i].name.len
+            && ngx_strncmp(name, kept[i].name.data, name_len) == 0)
+        {
+            (void) tb_rl_obs_header(&res->obs, name, name_len, value,
+                                    value_len, ngx_http_tokenbiryani_now_ms());
+
+            raw = (ngx_str_t *) ((u_char *) res + kept[i].offset);
+            raw->data = value;
+            raw->len = value_len;
+            return;
+        }
     }
 }
 

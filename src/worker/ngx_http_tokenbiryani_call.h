@@ -88,6 +88,12 @@ typedef void (*ngx_http_tokenbiryani_call_done_pt)(
     ngx_http_tokenbiryani_call_result_t *res, void *data);
 
 
+/* a target of an account's own (its addresses, Host, TLS and credential),
+ * what it asks left empty */
+void ngx_http_tokenbiryani_call_target(
+    ngx_http_tokenbiryani_call_target_t *t,
+    const ngx_http_tokenbiryani_account_t *a);
+
 /*
  * Starts the call: pool holds it (and the result) and must live until
  * done, which is called exactly once, from an event handler (never from

@@ -141,15 +141,7 @@ ngx_http_tokenbiryani_poller_next(ngx_http_tokenbiryani_poller_t *pl)
         return;
     }
 
-    ngx_memzero(&pl->target, sizeof(ngx_http_tokenbiryani_call_target_t));
-
-    pl->target.addrs = a->addrs;
-    pl->target.naddrs = a->naddrs;
-    pl->target.host_header = a->host_header;
-    pl->target.ssl_name = a->ssl_name;
-    pl->target.path_prefix = a->path_prefix;
-    pl->target.auth_header = a->auth_header;
-    pl->target.tls = a->tls;
+    ngx_http_tokenbiryani_call_target(&pl->target, a);
     pl->target.background = 1;
     ngx_str_set(&pl->target.method, "GET");
 

@@ -588,6 +588,30 @@ ngx_http_tokenbiryani_results_on_record(ngx_http_tokenbiryani_ctx_t *ctx,
 
 
 ngx_int_t
+ngx_http_tokenbiryani_object_said(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    const u_char *id, size_t len, const ngx_str_t *answer, tb_batch_obj_t *b)
+{
+    if (tb_batch_object(answer->data, answer->len, b) != 0
+        || b->id_len != len || ngx_memcmp(b->id, id, len) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_tokenbiryani_object_seen(&tmcf->zone,
+                                          NGX_HTTP_TB_OBJECT_BATCH, id, len,
+                                          b->status, b->counts,
+                                          ngx_http_tokenbiryani_now_ms())
+        == NGX_OK)
+    {
+        ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
+                                           id, len, 0);
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
 ngx_http_tokenbiryani_object_settled(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const u_char *id, size_t len, const ngx_http_tokenbiryani_charge_t *charge)
 {

@@ -129,6 +129,16 @@ void ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_object_view_t *v,
     ngx_http_tokenbiryani_account_t *account, int64_t now);
 
+/*
+ * A batch's retrieve answered (answer: its body) by the gateway's own
+ * call: what it says noted in the zone and, changed, in the store.
+ * NGX_OK with *b the batch; NGX_DECLINED when it is not the object of
+ * that batch.
+ */
+ngx_int_t ngx_http_tokenbiryani_object_said(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    const ngx_str_t *answer, tb_batch_obj_t *b);
+
 /* the results of a batch, read: charged once (NGX_OK), the store told;
  * NGX_DONE: charged already */
 ngx_int_t ngx_http_tokenbiryani_object_settled(

@@ -242,31 +242,17 @@ ngx_http_tokenbiryani_spill_account(ngx_http_request_t *r,
 }
 
 
-/* a call about its batch: below "/v1/messages/batches{/id}{below}" */
+/* a call about its batch: method on /v1/messages/batches{/id}{below} */
 
 static ngx_int_t
 ngx_http_tokenbiryani_spill_call(ngx_http_tokenbiryani_spill_t *sp,
     const char *method, const char *below, ngx_str_t *body,
     ngx_http_tokenbiryani_call_done_pt done)
 {
-    u_char              *path;
     ngx_http_request_t  *r;
 
     r = sp->request;
 
-    path = ngx_pnalloc(r->pool, sizeof("/v1/messages/batches/") - 1
-                                + sp->id_len + ngx_strlen(below));
-    if (path == NULL) {
-        return NGX_ERROR;
-    }
-
-    sp->target.path.data = path;
-    sp->target.path.len = ngx_sprintf(path, "/v1/messages/batches%s%*s%s",
-                                      sp->id_len ? "/" : "", sp->id_len,
-                                      sp->id, below)
-                          - path;
-    sp->target.method.data = (u_char *) method;
-    sp->target.method.len = ngx_strlen(method);
     if (body) {
         sp->target.body = *body;
 
@@ -276,10 +262,11 @@ ngx_http_tokenbiryani_spill_call(ngx_http_tokenbiryani_spill_t *sp,
 
     sp->target.what = "batch spill";
 
-    sp->call = ngx_http_tokenbiryani_call(r->pool, r->connection->log,
+    sp->call = ngx_http_tokenbiryani_call_batch(r->pool, r->connection->log,
                    ngx_http_get_module_main_conf(r,
                                                  ngx_http_tokenbiryani_module),
-                   &sp->target, NGX_HTTP_TB_SPILL_TIMEOUT, done, sp);
+                   &sp->target, method, sp->id, sp->id_len, below,
+                   NGX_HTTP_TB_SPILL_TIMEOUT, done, sp);
 
     return sp->call ? NGX_OK : NGX_ERROR;
 }
@@ -375,17 +362,10 @@ ngx_http_tokenbiryani_spill_polled(ngx_http_tokenbiryani_call_result_t *res,
                                          ngx_http_tokenbiryani_module);
 
     if (res->status == NGX_HTTP_OK
-        && tb_batch_object(res->body.data, res->body.len, &b) == 0)
+        && ngx_http_tokenbiryani_object_said(tmcf, sp->id, sp->id_len,
+                                             &res->body, &b)
+           == NGX_OK)
     {
-        if (ngx_http_tokenbiryani_object_seen(&tmcf->zone,
-                NGX_HTTP_TB_OBJECT_BATCH, sp->id, sp->id_len, b.status,
-                b.counts, ngx_http_tokenbiryani_now_ms())
-            == NGX_OK)
-        {
-            ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
-                                               sp->id, sp->id_len, 0);
-        }
-
         if (b.status == TB_BATCH_ENDED) {
             sp->target.sink = ngx_http_tokenbiryani_spill_sink;
             sp->target.sink_data = sp;
@@ -536,7 +516,6 @@ ngx_http_tokenbiryani_spill_cancelled(ngx_http_tokenbiryani_call_result_t *res,
 static void
 ngx_http_tokenbiryani_spill_cancel(ngx_http_tokenbiryani_spill_t *sp)
 {
-    u_char      *path;
     ngx_pool_t  *pool;
 
     pool = ngx_create_pool(1024, ngx_cycle->log);
@@ -544,28 +523,17 @@ ngx_http_tokenbiryani_spill_cancel(ngx_http_tokenbiryani_spill_t *sp)
         return;
     }
 
-    path = ngx_pnalloc(pool, sizeof("/v1/messages/batches//cancel") - 1
-                             + sp->id_len);
-    if (path == NULL) {
-        ngx_destroy_pool(pool);
-        return;
-    }
-
-    sp->target.path.data = path;
-    sp->target.path.len = ngx_sprintf(path, "/v1/messages/batches/%*s/cancel",
-                                      sp->id_len, sp->id)
-                          - path;
-    ngx_str_set(&sp->target.method, "POST");
     ngx_str_null(&sp->target.body);
     sp->target.sink = NULL;
     sp->target.background = 1;
     sp->target.what = "batch spill";
 
-    if (ngx_http_tokenbiryani_call(pool, ngx_cycle->log,
+    if (ngx_http_tokenbiryani_call_batch(pool, ngx_cycle->log,
             ngx_http_get_module_main_conf(sp->request,
                                           ngx_http_tokenbiryani_module),
-            &sp->target, NGX_HTTP_TB_SPILL_TIMEOUT,
-            ngx_http_tokenbiryani_spill_cancelled, pool)
+            &sp->target, "POST", sp->id, sp->id_len, "/cancel",
+            NGX_HTTP_TB_SPILL_TIMEOUT, ngx_http_tokenbiryani_spill_cancelled,
+            pool)
         == NULL)
     {
         ngx_destroy_pool(pool);

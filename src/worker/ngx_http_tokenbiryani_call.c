@@ -281,6 +281,33 @@ ngx_http_tokenbiryani_call(ngx_pool_t *pool, ngx_log_t *log,
 }
 
 
+ngx_http_tokenbiryani_call_t *
+ngx_http_tokenbiryani_call_batch(ngx_pool_t *pool, ngx_log_t *log,
+    ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_call_target_t *t, const char *method,
+    const u_char *id, size_t len, const char *below, ngx_msec_t timeout,
+    ngx_http_tokenbiryani_call_done_pt done, void *data)
+{
+    u_char  *path;
+
+    path = ngx_pnalloc(pool, sizeof("/v1/messages/batches/") - 1 + len
+                             + ngx_strlen(below));
+    if (path == NULL) {
+        return NULL;
+    }
+
+    t->path.data = path;
+    t->path.len = ngx_sprintf(path, "/v1/messages/batches%s%*s%s",
+                              len ? "/" : "", len, id, below)
+                  - path;
+    t->method.data = (u_char *) method;
+    t->method.len = ngx_strlen(method);
+
+    return ngx_http_tokenbiryani_call(pool, log, tmcf, t, timeout, done,
+                                      data);
+}
+
+
 /*
  * The request, written once; the credential lines are its only secret.
  * A body that goes to a sink is asked for in HTTP/1.0, which no server

@@ -107,6 +107,17 @@ ngx_http_tokenbiryani_call_t *ngx_http_tokenbiryani_call(ngx_pool_t *pool,
     const ngx_http_tokenbiryani_call_target_t *t, ngx_msec_t timeout,
     ngx_http_tokenbiryani_call_done_pt done, void *data);
 
+/*
+ * A call about a message batch: method on /v1/messages/batches, then /id
+ * (len 0: none) and below ("", "/results", "/cancel"), in t's target with
+ * t's what, sink and body; as ngx_http_tokenbiryani_call()
+ */
+ngx_http_tokenbiryani_call_t *ngx_http_tokenbiryani_call_batch(
+    ngx_pool_t *pool, ngx_log_t *log, ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_http_tokenbiryani_call_target_t *t, const char *method,
+    const u_char *id, size_t len, const char *below, ngx_msec_t timeout,
+    ngx_http_tokenbiryani_call_done_pt done, void *data);
+
 /* a call not finished, stopped: its connection closed, done never called */
 void ngx_http_tokenbiryani_call_cancel(ngx_http_tokenbiryani_call_t *call);
 

@@ -166,30 +166,15 @@ static ngx_int_t
 ngx_http_tokenbiryani_poller_call(ngx_http_tokenbiryani_poller_t *pl,
     const char *what, ngx_http_tokenbiryani_call_done_pt done)
 {
-    u_char  *path;
-
-    path = ngx_pnalloc(pl->pool, sizeof("/v1/messages/batches//results") - 1
-                                 + pl->v.id_len);
-    if (path == NULL) {
-        return NGX_ERROR;
-    }
-
-    pl->target.path.data = path;
-    pl->target.path.len = ngx_sprintf(path, "/v1/messages/batches/%*s%s",
-                                      pl->v.id_len, pl->v.id,
-                                      pl->target.sink ? "/results" : "")
-                          - path;
     pl->target.what = what;
 
-    if (ngx_http_tokenbiryani_call(pl->pool, ngx_cycle->log, pl->tmcf,
-                                   &pl->target, NGX_HTTP_TB_POLL_TIMEOUT,
-                                   done, pl)
-        == NULL)
-    {
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
+    return ngx_http_tokenbiryani_call_batch(pl->pool, ngx_cycle->log,
+                                            pl->tmcf, &pl->target, "GET",
+                                            pl->v.id, pl->v.id_len,
+                                            pl->target.sink ? "/results" : "",
+                                            NGX_HTTP_TB_POLL_TIMEOUT, done,
+                                            pl)
+           ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -229,22 +214,12 @@ ngx_http_tokenbiryani_poller_retrieved(
     }
 
     if (res->status != NGX_HTTP_OK
-        || tb_batch_object(res->body.data, res->body.len, &b) != 0
-        || b.id_len != pl->v.id_len
-        || ngx_memcmp(b.id, pl->v.id, b.id_len) != 0)
+        || ngx_http_tokenbiryani_object_said(tmcf, pl->v.id, pl->v.id_len,
+                                             &res->body, &b)
+           != NGX_OK)
     {
         ngx_http_tokenbiryani_poller_end(pl, res, "reading");
         return;
-    }
-
-    if (ngx_http_tokenbiryani_object_seen(&tmcf->zone,
-                                          NGX_HTTP_TB_OBJECT_BATCH,
-                                          pl->v.id, pl->v.id_len, b.status,
-                                          b.counts, now)
-        == NGX_OK)
-    {
-        ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
-                                           pl->v.id, pl->v.id_len, 0);
     }
 
     if (b.status != TB_BATCH_ENDED) {

@@ -51,8 +51,8 @@ static ngx_int_t ngx_http_tokenbiryani_poller_sink(void *data, u_char *p,
 static void ngx_http_tokenbiryani_poller_read(
     ngx_http_tokenbiryani_call_result_t *res, void *data);
 static void ngx_http_tokenbiryani_poller_end(
-    ngx_http_tokenbiryani_poller_t *pl, ngx_http_tokenbiryani_call_result_t *res,
-    const char *doing);
+    ngx_http_tokenbiryani_poller_t *pl,
+    ngx_http_tokenbiryani_call_result_t *res, const char *doing);
 
 
 static ngx_http_tokenbiryani_poller_t  ngx_http_tokenbiryani_poller;
@@ -151,7 +151,7 @@ ngx_http_tokenbiryani_poller_next(ngx_http_tokenbiryani_poller_t *pl)
     }
 
     if (ngx_http_tokenbiryani_poller_call(pl, "batch poll",
-                                          ngx_http_tokenbiryani_poller_retrieved)
+            ngx_http_tokenbiryani_poller_retrieved)
         != NGX_OK)
     {
         ngx_destroy_pool(pl->pool);

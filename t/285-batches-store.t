@@ -316,3 +316,34 @@ like(TB::Nginx::log_text(), qr/object "\Q$b->{id}\E" in the store is refused: it
 my ($s, $e) = batch('key-one', 'GET', "/$b->{id}");
 not_found_ok($s, $e, 'moved to another account: unknown');
 is(scalar @{ mock_log() }, $seen, 'nothing sent anywhere');
+
+
+
+=== TEST 5: Redis: both gateways restarted hold an open batch; when it ends, one of them reads and charges it, once
+--- user_files eval
+main::yaml_of('redis') =~ s/batch:\n  api: true\n/batch:\n  api: true\n  poll_interval_seconds: 0.05\n/r
+--- check
+mock_config({ defaults => { batch_processing_ms => 2500 } });
+peer_start();
+my ($st, $b) = batch('key-one', 'POST', '', requests_of(3));
+is($st, 200, 'created on A');
+ok(poll_until(5, sub { TB::Nginx::redis_cmd('HEXISTS', 'tbb:objects', $b->{id}) }), 'its record in Redis');
+peer_stop();
+restart();
+peer_start();
+my (undef, $ja) = admin(GET => '/admin/batches');
+my (undef, $jb) = admin(GET => '/admin/batches', undef, port => $B);
+ok($ja->{batches}[0]{held_usd} > 0 && $jb->{batches}[0]{held_usd} > 0, 'both hold its estimate after the restart');
+my $from = scalar @{ mock_log() };
+my $charged = sub { (grep { $_->{id} eq $b->{id} && $_->{charged} } @{ (admin(GET => '/admin/batches', undef, @_))[1]{batches} }) };
+ok(poll_until(15, sub { $charged->() && $charged->(port => $B) }), 'charged, as both know');
+my @reads = grep { ($_->{path} // '') eq "/v1/messages/batches/$b->{id}/results" } @{ mock_log($from) };
+is(scalar @reads, 1, 'its results read once');
+my $said = () = (TB::Nginx::log_text() . peer_log()) =~ /batch "\Q$b->{id}\E" on account "a[12]" ended with its results unread/g;
+is($said, 1, 'charged by one gateway');
+my $claim = TB::Nginx::redis_cmd('GET', "tbb:claim:$b->{id}");
+ok(defined $claim && length $claim, "claimed in Redis by one instance ($claim)");
+(undef, $ja) = admin(GET => '/admin/batches');
+(undef, $jb) = admin(GET => '/admin/batches', undef, port => $B);
+is($ja->{batches}[0]{held_usd} + $jb->{batches}[0]{held_usd}, 0, 'neither holds it any more');
+peer_stop();

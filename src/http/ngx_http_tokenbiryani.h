@@ -427,6 +427,8 @@ typedef struct {
     unsigned                       object_body:1; /* a batch's, rewritten */
     unsigned                       spilled:1;     /* sent to the spill
                                                      lane, once */
+    unsigned                       claim_lost:1;  /* another gateway
+                                                     charges the batch */
 } ngx_http_tokenbiryani_ctx_t;
 
 

@@ -647,7 +647,8 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
     o = ctx->object;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    if (!ctx->resp.whole) {
+    if (!ctx->resp.whole || ctx->claim_lost) {
+        /* (another gateway charges them: it read them too, or will) */
         return NGX_OK;
     }
 
@@ -816,6 +817,11 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
     o = ctx->object;
     rd = &o->results;
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (ctx->claim_lost) {
+        /* another gateway charges them */
+        return;
+    }
 
     ngx_http_tokenbiryani_results_end(tmcf, rd);
 

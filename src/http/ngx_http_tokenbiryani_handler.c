@@ -298,12 +298,14 @@ ngx_http_tokenbiryani_batch_begin(ngx_http_request_t *r,
 static void
 ngx_http_tokenbiryani_batch_known(ngx_http_request_t *r)
 {
-    ngx_int_t                     rc;
-    ngx_str_t                    *body;
-    ngx_http_tokenbiryani_ctx_t  *ctx;
+    ngx_int_t                        rc;
+    ngx_str_t                       *body;
+    ngx_http_tokenbiryani_ctx_t     *ctx;
+    ngx_http_tokenbiryani_objreq_t  *o;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
     body = &ctx->route.body;
+    o = ctx->object;
 
     rc = ngx_http_tokenbiryani_object_begin(r, ctx, body);
 
@@ -315,6 +317,16 @@ ngx_http_tokenbiryani_batch_known(ngx_http_request_t *r)
         ngx_http_finalize_request(r,
                                   ngx_http_tokenbiryani_send_error(r, rc, NULL,
                                                                    NULL));
+        return;
+    }
+
+    /* its results, the key's own: which gateway charges them, when
+     * gateways share the store, asked first */
+    if (o->op == NGX_HTTP_TB_OBJ_RESULTS
+        && ngx_http_tokenbiryani_store_object_claim_r(r, o->found.id,
+               o->found.id_len, ngx_http_tokenbiryani_route_begin)
+           == NGX_AGAIN)
+    {
         return;
     }
 

@@ -74,6 +74,8 @@ const ngx_http_tokenbiryani_store_ops_t  ngx_http_tokenbiryani_sqlite_ops = {
     ngx_http_tokenbiryani_sqlite_flush_now,
     NULL,                               /* no peers: the zone knows all */
     NULL,
+    NULL,
+    NULL,
     NULL
 };
 

@@ -1320,3 +1320,33 @@ ngx_http_tokenbiryani_store_object_gone(
                                                    id, len, now);
     }
 }
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_object_claim(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    ngx_http_tokenbiryani_claim_pt done, void *data)
+{
+    if (tmcf->store_ops == NULL || tmcf->store_ops->object_claim == NULL) {
+        return NGX_DECLINED;
+    }
+
+    return tmcf->store_ops->object_claim(tmcf, id, len, done, data);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_store_object_claim_r(ngx_http_request_t *r,
+    const u_char *id, size_t len,
+    ngx_http_tokenbiryani_store_resume_pt resume)
+{
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+
+    if (tmcf->store_ops == NULL || tmcf->store_ops->object_claim_r == NULL) {
+        return NGX_OK;
+    }
+
+    return tmcf->store_ops->object_claim_r(r, id, len, resume);
+}

@@ -52,6 +52,9 @@ typedef void (*ngx_http_tokenbiryani_store_resume_pt)(ngx_http_request_t *r);
 typedef void (*ngx_http_tokenbiryani_job_done_pt)(
     ngx_http_tokenbiryani_job_t *job);
 
+/* a claim answered: won, this gateway charges the batch */
+typedef void (*ngx_http_tokenbiryani_claim_pt)(void *data, ngx_uint_t won);
+
 /* NGX_HTTP_TB_JOB_KEY_*, _SETTING, _ACCOUNT_*, _OBJECT_*: one runtime
  * record */
 typedef struct {
@@ -262,6 +265,15 @@ struct ngx_http_tokenbiryani_store_ops_s {
      * store no other gateway shares) */
     ngx_int_t (*object_get)(ngx_http_request_t *r, const u_char *id,
         size_t len, ngx_http_tokenbiryani_store_resume_pt resume);
+    /* which gateway charges a batch's results, shared with the peers
+     * (NULL: this one, always): for the gateway's own read (NGX_OK: done
+     * is called; NGX_DECLINED: won now) and for a client's (NGX_AGAIN:
+     * resume is called, ctx->claim_lost set when lost; NGX_OK: won) */
+    ngx_int_t (*object_claim)(ngx_http_tokenbiryani_main_conf_t *tmcf,
+        const u_char *id, size_t len, ngx_http_tokenbiryani_claim_pt done,
+        void *data);
+    ngx_int_t (*object_claim_r)(ngx_http_request_t *r, const u_char *id,
+        size_t len, ngx_http_tokenbiryani_store_resume_pt resume);
 };
 
 /*
@@ -332,6 +344,21 @@ ngx_int_t ngx_http_tokenbiryani_store_object_in(
  * (or has failed).
  */
 ngx_int_t ngx_http_tokenbiryani_store_object_get(ngx_http_request_t *r,
+    const u_char *id, size_t len,
+    ngx_http_tokenbiryani_store_resume_pt resume);
+
+/*
+ * Whether this gateway charges a batch's results, when gateways share the
+ * store: one claims it (for ten minutes, again and again by the same
+ * one), the others read and do not charge.  For the gateway's own read:
+ * NGX_OK, done called later; NGX_DECLINED: won now.  For a client's
+ * request: NGX_AGAIN, resume called later (ctx->claim_lost set when
+ * another gateway charges it); NGX_OK: won now.
+ */
+ngx_int_t ngx_http_tokenbiryani_store_object_claim(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    ngx_http_tokenbiryani_claim_pt done, void *data);
+ngx_int_t ngx_http_tokenbiryani_store_object_claim_r(ngx_http_request_t *r,
     const u_char *id, size_t len,
     ngx_http_tokenbiryani_store_resume_pt resume);
 

@@ -46,6 +46,7 @@ static ngx_int_t ngx_http_tokenbiryani_poller_call(
     ngx_http_tokenbiryani_call_done_pt done);
 static void ngx_http_tokenbiryani_poller_retrieved(
     ngx_http_tokenbiryani_call_result_t *res, void *data);
+static void ngx_http_tokenbiryani_poller_claimed(void *data, ngx_uint_t won);
 static ngx_int_t ngx_http_tokenbiryani_poller_sink(void *data, u_char *p,
     size_t len);
 static void ngx_http_tokenbiryani_poller_read(
@@ -235,8 +236,31 @@ ngx_http_tokenbiryani_poller_retrieved(
         pl->expected += (b.counts[i] > 0) ? (ngx_uint_t) b.counts[i] : 0;
     }
 
+    /* gateways sharing the store: the one that claims it charges it */
+
+    if (ngx_http_tokenbiryani_store_object_claim(tmcf, pl->v.id,
+            pl->v.id_len, ngx_http_tokenbiryani_poller_claimed, pl)
+        == NGX_DECLINED)
+    {
+        ngx_http_tokenbiryani_poller_claimed(pl, 1);
+    }
+}
+
+
+static void
+ngx_http_tokenbiryani_poller_claimed(void *data, ngx_uint_t won)
+{
+    ngx_http_tokenbiryani_poller_t *pl = data;
+
+    if (!won) {
+        /* another gateway charges it; its hold here goes when it is told
+         * the batch was charged (or is asked again, if that one fails) */
+        ngx_http_tokenbiryani_poller_end(pl, NULL, NULL);
+        return;
+    }
+
     ngx_memzero(&pl->results, sizeof(ngx_http_tokenbiryani_results_t));
-    pl->started = now;
+    pl->started = ngx_http_tokenbiryani_now_ms();
     pl->target.sink = ngx_http_tokenbiryani_poller_sink;
     pl->target.sink_data = pl;
 

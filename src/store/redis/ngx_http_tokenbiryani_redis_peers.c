@@ -761,6 +761,8 @@ typedef struct {
     ngx_http_tokenbiryani_store_resume_pt  resume;
     ngx_http_tokenbiryani_main_conf_t     *tmcf;
     uint64_t                               session;
+    ngx_uint_t                             claim;      /* a batch's charge
+                                                          asked for */
     size_t                                 id_len;
     u_char                                 id[NGX_HTTP_TB_OBJECT_ID_MAX];
 } ngx_http_tokenbiryani_rpeers_wait_t;
@@ -784,12 +786,23 @@ ngx_http_tokenbiryani_rpeers_owned(ngx_http_tokenbiryani_redis_t *rd,
 
     ngx_connection_t                       *c;
     ngx_http_request_t                     *r;
+    ngx_http_tokenbiryani_ctx_t            *ctx;
     ngx_http_tokenbiryani_store_resume_pt   resume;
 
     r = w->request;
     resume = w->resume;
 
-    if (reply && reply->type == REDIS_REPLY_STRING) {
+    if (w->claim) {
+        /* another gateway charges it: this request reads it, and does not
+         * charge it again (no answer: charged here, as without Redis) */
+        if (r && reply && reply->type == REDIS_REPLY_INTEGER
+            && reply->integer == 0)
+        {
+            ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
+            ctx->claim_lost = 1;
+        }
+
+    } else if (reply && reply->type == REDIS_REPLY_STRING) {
         if (w->id_len) {
             (void) ngx_http_tokenbiryani_store_object_in(w->tmcf,
                        ngx_cycle->log, w->id, w->id_len,
@@ -826,8 +839,8 @@ ngx_http_tokenbiryani_rpeers_owned(ngx_http_tokenbiryani_redis_t *rd,
 static ngx_int_t
 ngx_http_tokenbiryani_rpeers_wait_for(ngx_http_request_t *r,
     ngx_http_tokenbiryani_store_resume_pt resume, uint64_t session,
-    const u_char *id, size_t id_len, int argc, const char **argv,
-    const size_t *lens)
+    ngx_uint_t claim, const u_char *id, size_t id_len, int argc,
+    const char **argv, const size_t *lens)
 {
     ngx_pool_cleanup_t                   *cln;
     ngx_http_tokenbiryani_rpeers_wait_t  *w;
@@ -848,6 +861,7 @@ ngx_http_tokenbiryani_rpeers_wait_for(ngx_http_request_t *r,
     w->resume = resume;
     w->tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     w->session = session;
+    w->claim = claim;
     w->id_len = id_len;
 
     if (id_len) {
@@ -914,8 +928,8 @@ ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
               - key;
 
     return ngx_http_tokenbiryani_rpeers_wait_for(r, resume,
-                                                 ctx->route.session, NULL, 0,
-                                                 2, argv, lens);
+                                                 ctx->route.session, 0, NULL,
+                                                 0, 2, argv, lens);
 }
 
 
@@ -943,8 +957,8 @@ ngx_http_tokenbiryani_rpeers_object_get(ngx_http_request_t *r,
     argv[2] = (const char *) id;
     lens[2] = len;
 
-    return ngx_http_tokenbiryani_rpeers_wait_for(r, resume, 0, id, len, 3,
-                                                 argv, lens);
+    return ngx_http_tokenbiryani_rpeers_wait_for(r, resume, 0, 0, id, len,
+                                                 3, argv, lens);
 }
 
 
@@ -1047,4 +1061,137 @@ ngx_http_tokenbiryani_rpeers_owner_put(ngx_http_tokenbiryani_main_conf_t *tmcf,
          * moment it has this answer: the owner is on its way first */
         ngx_http_tokenbiryani_redis_push(rd);
     }
+}
+
+
+/*
+ * KEYS: the batch's claim; ARGV: this instance, its time to live (ms).
+ * 1: this instance charges it (it claimed it now, or had), 0: another does
+ */
+static const char  ngx_http_tokenbiryani_lua_claim[] =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if v and v ~= ARGV[1] then return 0 end "
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1";
+
+#define NGX_HTTP_TB_CLAIM_MS           "600000"
+
+
+typedef struct {
+    ngx_http_tokenbiryani_claim_pt         done;
+    void                                  *data;
+} ngx_http_tokenbiryani_rpeers_claim_t;
+
+
+/* the claim's command into argv (key: room for it) */
+static void
+ngx_http_tokenbiryani_rpeers_claim_args(const u_char *id, size_t len,
+    u_char *key, size_t size, const char **argv, size_t *lens)
+{
+    const ngx_http_tokenbiryani_rnames_t  *n;
+
+    n = ngx_http_tokenbiryani_rpeers.n;
+
+    argv[0] = "EVAL";
+    argv[1] = ngx_http_tokenbiryani_lua_claim;
+    argv[2] = "1";
+    argv[3] = (char *) key;
+    argv[4] = n->instance;
+    argv[5] = NGX_HTTP_TB_CLAIM_MS;
+
+    lens[0] = 4;
+    lens[1] = sizeof(ngx_http_tokenbiryani_lua_claim) - 1;
+    lens[2] = 1;
+    lens[3] = ngx_snprintf(key, size, "%s:claim:%*s", n->ns, len, id) - key;
+    lens[4] = ngx_strlen(n->instance);
+    lens[5] = sizeof(NGX_HTTP_TB_CLAIM_MS) - 1;
+}
+
+
+static void
+ngx_http_tokenbiryani_rpeers_claimed(ngx_http_tokenbiryani_redis_t *rd,
+    redisReply *reply, void *data)
+{
+    ngx_http_tokenbiryani_rpeers_claim_t *cl = data;
+
+    ngx_http_tokenbiryani_claim_pt   done;
+    void                            *arg;
+
+    done = cl->done;
+    arg = cl->data;
+    ngx_free(cl);
+
+    /* no answer: charged here, as without Redis */
+    done(arg, !(reply && reply->type == REDIS_REPLY_INTEGER
+                && reply->integer == 0));
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_rpeers_object_claim(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    ngx_http_tokenbiryani_claim_pt done, void *data)
+{
+    size_t                                 lens[6];
+    const char                            *argv[6];
+    ngx_http_tokenbiryani_redis_t         *rd;
+    ngx_http_tokenbiryani_rpeers_claim_t  *cl;
+    u_char                                 key[NGX_HTTP_TB_OBJECT_ID_MAX
+                                               + 128];
+
+    rd = ngx_http_tokenbiryani_rpeers.cmd;
+
+    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
+        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
+    {
+        return NGX_DECLINED;
+    }
+
+    cl = ngx_alloc(sizeof(ngx_http_tokenbiryani_rpeers_claim_t),
+                   ngx_cycle->log);
+    if (cl == NULL) {
+        return NGX_DECLINED;
+    }
+
+    cl->done = done;
+    cl->data = data;
+
+    ngx_http_tokenbiryani_rpeers_claim_args(id, len, key, sizeof(key), argv,
+                                            lens);
+
+    if (ngx_http_tokenbiryani_redis_send(rd,
+                                         ngx_http_tokenbiryani_rpeers_claimed,
+                                         cl, 6, argv, lens, 0)
+        != NGX_OK)
+    {
+        ngx_free(cl);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_rpeers_object_claim_r(ngx_http_request_t *r,
+    const u_char *id, size_t len,
+    ngx_http_tokenbiryani_store_resume_pt resume)
+{
+    size_t                          lens[6];
+    const char                     *argv[6];
+    ngx_http_tokenbiryani_redis_t  *rd;
+    u_char                          key[NGX_HTTP_TB_OBJECT_ID_MAX + 128];
+
+    rd = ngx_http_tokenbiryani_rpeers.cmd;
+
+    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
+        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
+    {
+        return NGX_OK;
+    }
+
+    ngx_http_tokenbiryani_rpeers_claim_args(id, len, key, sizeof(key), argv,
+                                            lens);
+
+    return ngx_http_tokenbiryani_rpeers_wait_for(r, resume, 0, 1, id, len, 6,
+                                                 argv, lens);
 }

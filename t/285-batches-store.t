@@ -323,7 +323,7 @@ is(scalar @{ mock_log() }, $seen, 'nothing sent anywhere');
 --- user_files eval
 main::yaml_of('redis') =~ s/batch:\n  api: true\n/batch:\n  api: true\n  poll_interval_seconds: 0.05\n/r
 --- check
-mock_config({ defaults => { batch_processing_ms => 2500 } });
+mock_config({ defaults => { batch_processing_ms => 600000 } });
 peer_start();
 my ($st, $b) = batch('key-one', 'POST', '', requests_of(3));
 is($st, 200, 'created on A');
@@ -335,6 +335,7 @@ my (undef, $ja) = admin(GET => '/admin/batches');
 my (undef, $jb) = admin(GET => '/admin/batches', undef, port => $B);
 ok($ja->{batches}[0]{held_usd} > 0 && $jb->{batches}[0]{held_usd} > 0, 'both hold its estimate after the restart');
 my $from = scalar @{ mock_log() };
+TB::Nginx::_mock_call(POST => "batches/$b->{id}/end", {});
 my $charged = sub { (grep { $_->{id} eq $b->{id} && $_->{charged} } @{ (admin(GET => '/admin/batches', undef, @_))[1]{batches} }) };
 ok(poll_until(15, sub { $charged->() && $charged->(port => $B) }), 'charged, as both know');
 my @reads = grep { ($_->{path} // '') eq "/v1/messages/batches/$b->{id}/results" } @{ mock_log($from) };

@@ -375,6 +375,15 @@ class Batches:
 
     # ------------------------------------------------------------ control
 
+    def end_now(self, bid, now):
+        """/_mock/batches/<id>/end: the requests not done yet done now"""
+        with self.mock.state.lock:
+            b = self.mock.state.batches.get(bid)
+            if b is None:
+                return False
+            b.done_at = [min(t, now) for t in b.done_at]
+        return True
+
     def report(self, now):
         """/_mock/batches: every batch, its organisation and usage"""
         with self.mock.state.lock:

@@ -1549,8 +1549,20 @@ def t_batches(env):
         st, _, e, _ = batch_api(env, "POST", "", body, "sk-val")
         check(st == 400 and what in (e or {}).get("error", {}).get(
             "message", ""), "create, %s: 400 (%s %r)" % (what, st, e))
+    # a test's clock: a batch of 60 s ended now by the control
+    st, _, o, _ = batch_api(env, "POST", "", {"requests": reqs[:2]},
+                            "sk-slow")
+    slow = o.get("id", "")
+    st, _, e, _ = api(env, "POST", "/_mock/batches/%s/end" % slow, {})
+    check(st == 200, "/_mock/batches/<id>/end: 200 (%s)" % st)
+    st, _, o, _ = batch_api(env, "GET", "/" + slow, cred="sk-slow")
+    check(o.get("processing_status") == "ended" and
+          o.get("request_counts", {}).get("succeeded") == 2,
+          "ended at once, its requests done (%r)" % o)
+    st, _, e, _ = api(env, "POST", "/_mock/batches/msgbatch_nosuch/end", {})
+    check(st == 404, "an unknown batch: 404 (%s)" % st)
     before = len(api(env, "GET", "/_mock/batches")[2]["batches"])
-    check(before == 6, "refused creates made no batch (%d)" % before)
+    check(before == 7, "refused creates made no batch (%d)" % before)
     for i in range(2):
         st, _, _, _ = batch_api(env, "GET", "", cred="sk-few")
         check(st == 200, "batch window: operation %d served" % i)

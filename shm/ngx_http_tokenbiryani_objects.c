@@ -225,26 +225,6 @@ ngx_http_tokenbiryani_object_add_locked(ngx_http_tokenbiryani_zone_t *zone,
 
 
 ngx_int_t
-ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max)
-{
-    ngx_int_t  rc;
-
-    if (in->id_len == 0 || in->id_len > NGX_HTTP_TB_OBJECT_ID_MAX) {
-        return NGX_ERROR;
-    }
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    rc = ngx_http_tokenbiryani_object_add_locked(zone, in, max);
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return rc;
-}
-
-
-ngx_int_t
 ngx_http_tokenbiryani_object_adopt(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max)
 {

@@ -1037,14 +1037,6 @@ typedef struct {
 } ngx_http_tokenbiryani_object_view_t;
 
 /*
- * NGX_OK, with in->reserved (nanodollars) held on its account's and key's
- * ledgers when in->held; NGX_DECLINED when its id is known already;
- * NGX_BUSY when max are kept and none is over; NGX_ERROR: no memory
- */
-ngx_int_t ngx_http_tokenbiryani_object_add(ngx_http_tokenbiryani_zone_t *zone,
-    const ngx_http_tokenbiryani_object_view_t *in, ngx_uint_t max);
-
-/*
  * Its record as the store is to keep it now, of the next generation (the
  * zone's from now): NGX_OK; NGX_DECLINED when it is not known
  */
@@ -1053,12 +1045,15 @@ ngx_int_t ngx_http_tokenbiryani_object_record(
     size_t len, int64_t now, tb_object_rec_t *rec, uint64_t *gen);
 
 /*
- * A record read back from the store (checked, in->gen its generation):
- * added as object_add() adds (its hold, when in->held and it is not
- * settled), or what is newer of it taken - its state, and settled: its
- * hold here released, its charge made where its results were read.
- * NGX_DONE: the zone had it as new already; NGX_ABORT: it names another
- * account or key than the zone's of that id (refused).
+ * An object into the zone: one made here (in->gen 0), or its record read
+ * back from the store (checked, in->gen its generation).  A new one is
+ * added, with in->reserved (nanodollars) held on its account's and key's
+ * ledgers when in->held and it is not settled: NGX_OK; NGX_BUSY when max
+ * are kept and none is over; NGX_DECLINED when another id of its hash is
+ * kept; NGX_ERROR: no memory.  Of one known, what is newer is taken - its
+ * state, and settled: its hold here released, its charge made where its
+ * results were read - NGX_OK; NGX_DONE: the zone had it as new already;
+ * NGX_ABORT: it names another account or key than the zone's of that id.
  */
 ngx_int_t ngx_http_tokenbiryani_object_adopt(
     ngx_http_tokenbiryani_zone_t *zone,

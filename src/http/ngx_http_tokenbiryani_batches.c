@@ -868,8 +868,8 @@ ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
                     sizeof(v->key_name));
     }
 
-    rc = ngx_http_tokenbiryani_object_add(&tmcf->zone, v,
-                                          NGX_HTTP_TB_OBJECTS_MAX);
+    rc = ngx_http_tokenbiryani_object_adopt(&tmcf->zone, v,
+                                            NGX_HTTP_TB_OBJECTS_MAX);
 
     if (rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -878,7 +878,8 @@ ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
                       "through the gateway",
                       ngx_http_tokenbiryani_object_noun(v->kind), v->id_len,
                       v->id, &account->id,
-                      rc == NGX_DECLINED ? "its id is known already"
+                      (rc == NGX_DONE || rc == NGX_ABORT
+                       || rc == NGX_DECLINED) ? "its id is known already"
                       : rc == NGX_BUSY ? "the zone keeps as many objects as "
                                          "it may"
                       : "no memory");

@@ -834,6 +834,26 @@ ngx_http_tokenbiryani_rpeers_owned(ngx_http_tokenbiryani_redis_t *rd,
 }
 
 
+/* this worker's connection, when it is ready; NULL: no Redis, or away
+ * (the zone's knowledge is all there is); len: of an object's id to ask
+ * about, 1 to NGX_HTTP_TB_OBJECT_ID_MAX */
+static ngx_http_tokenbiryani_redis_t *
+ngx_http_tokenbiryani_rpeers_ready(size_t len)
+{
+    ngx_http_tokenbiryani_redis_t  *rd;
+
+    rd = ngx_http_tokenbiryani_rpeers.cmd;
+
+    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
+        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
+    {
+        return NULL;
+    }
+
+    return rd;
+}
+
+
 /* argv sent, the request resumed with its answer: NGX_AGAIN; NGX_OK when
  * it cannot wait (it goes on with what the zone knows) */
 static ngx_int_t
@@ -903,11 +923,10 @@ ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    rd = ngx_http_tokenbiryani_rpeers.cmd;
+    rd = ngx_http_tokenbiryani_rpeers_ready(1);
     n = ngx_http_tokenbiryani_rpeers.n;
 
-    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY) {
-        /* no Redis, or away: the zone's knowledge is all there is */
+    if (rd == NULL) {
         return NGX_OK;
     }
 
@@ -942,11 +961,9 @@ ngx_http_tokenbiryani_rpeers_object_get(ngx_http_request_t *r,
     const char                     *argv[3];
     ngx_http_tokenbiryani_redis_t  *rd;
 
-    rd = ngx_http_tokenbiryani_rpeers.cmd;
+    rd = ngx_http_tokenbiryani_rpeers_ready(len);
 
-    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
-        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
-    {
+    if (rd == NULL) {
         return NGX_OK;
     }
 
@@ -994,12 +1011,10 @@ ngx_http_tokenbiryani_rpeers_owner_put(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return;
     }
 
-    rd = ngx_http_tokenbiryani_rpeers.cmd;
+    rd = ngx_http_tokenbiryani_rpeers_ready(1);
     n = ngx_http_tokenbiryani_rpeers.n;
 
-    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
-        || account->len > TB_ID_MAX)
-    {
+    if (rd == NULL || account->len > TB_ID_MAX) {
         return;
     }
 
@@ -1138,11 +1153,10 @@ ngx_http_tokenbiryani_rpeers_object_claim(
     u_char                                 key[NGX_HTTP_TB_OBJECT_ID_MAX
                                                + 128];
 
-    rd = ngx_http_tokenbiryani_rpeers.cmd;
+    rd = ngx_http_tokenbiryani_rpeers_ready(len);
 
-    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
-        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
-    {
+    if (rd == NULL) {
+        /* without Redis, charged here */
         return NGX_DECLINED;
     }
 
@@ -1176,16 +1190,11 @@ ngx_http_tokenbiryani_rpeers_object_claim_r(ngx_http_request_t *r,
     const u_char *id, size_t len,
     ngx_http_tokenbiryani_store_resume_pt resume)
 {
-    size_t                          lens[6];
-    const char                     *argv[6];
-    ngx_http_tokenbiryani_redis_t  *rd;
-    u_char                          key[NGX_HTTP_TB_OBJECT_ID_MAX + 128];
+    size_t       lens[6];
+    const char  *argv[6];
+    u_char       key[NGX_HTTP_TB_OBJECT_ID_MAX + 128];
 
-    rd = ngx_http_tokenbiryani_rpeers.cmd;
-
-    if (rd == NULL || rd->state != NGX_HTTP_TB_REDIS_READY
-        || len == 0 || len > NGX_HTTP_TB_OBJECT_ID_MAX)
-    {
+    if (ngx_http_tokenbiryani_rpeers_ready(len) == NULL) {
         return NGX_OK;
     }
 

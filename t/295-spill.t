@@ -165,3 +165,18 @@ my $r = msg('key-tiny', headers => { 'x-tokenbiryani-max-wait' => '1' });
 isnt($r->{headers}{'x-tokenbiryani-via'} // '', 'batch', 'not through a batch');
 is($r->{status}, 429, 'refused');
 is(scalar @{ batches_seen($from) }, 0, 'no batch made');
+
+
+
+=== TEST 7: a client that leaves before its spilled batch ends: the gateway's own poll charges the batch
+--- check
+mock_config({ defaults => { batch_processing_ms => 1500 } });
+saturate(30);
+my $r = TB::Nginx::http_request(%{ message_args('key-one') }, timeout => 0.5,
+                                headers => { %{ message_args('key-one')->{headers} }, 'x-tokenbiryani-priority' => 'batch' });
+ok(!$r->{status} || $r->{status} != 200, 'the client gave up before the answer');
+my $b;
+ok(poll_until(10, sub { my (undef, $j) = admin(GET => '/admin/batches'); ($b) = @{ $j->{batches} }; $b && $b->{charged} }),
+   'its batch charged all the same');
+ok($b && $b->{charged_usd} > 0, "what it used (\$$b->{charged_usd})");
+is(spend('one')->{in_flight_usd}, 0, 'nothing held');

@@ -65,7 +65,8 @@ ngx_http_tokenbiryani_poller_init_worker(ngx_cycle_t *cycle,
 {
     ngx_http_tokenbiryani_poller_t  *pl;
 
-    if (!tmcf->tbcf->batch_api) {
+    if (!tmcf->tbcf->batch_api && !tmcf->tbcf->batch_enabled) {
+        /* no batch is made: neither the API nor the spill lane */
         return NGX_OK;
     }
 

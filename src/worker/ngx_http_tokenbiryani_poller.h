@@ -16,7 +16,7 @@
 #include "ngx_http_tokenbiryani.h"
 
 
-/* every worker, at its start: the timer (batch.api only) */
+/* every worker, at its start: the timer (batch.api or batch.enabled) */
 ngx_int_t ngx_http_tokenbiryani_poller_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 

@@ -210,12 +210,16 @@ ngx_http_tokenbiryani_spill_account(ngx_http_request_t *r,
 {
     ngx_uint_t                          i, n;
     tb_cand_t                          *c;
-    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_account_t    *a, *first;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     a = tmcf->accounts.elts;
     n = ctx->naccounts;
+    first = NULL;
+
+    /* one pass, the route's own state read and never changed: the request
+     * may yet go back to the queue and be routed */
 
     for (i = 0; i < n; i++) {
         c = &ctx->route.cands[i];
@@ -227,18 +231,16 @@ ngx_http_tokenbiryani_spill_account(ngx_http_request_t *r,
             continue;
         }
 
-        if (ctx->route.owner_index < 0 || (int) i == ctx->route.owner_index) {
+        if ((int) i == ctx->route.owner_index) {
             return &a[i];
+        }
+
+        if (first == NULL) {
+            first = &a[i];
         }
     }
 
-    if (ctx->route.owner_index >= 0) {
-        /* the owner cannot: the first that can */
-        ctx->route.owner_index = -1;
-        return ngx_http_tokenbiryani_spill_account(r, ctx);
-    }
-
-    return NULL;
+    return first;
 }
 
 

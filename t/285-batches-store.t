@@ -12,8 +12,7 @@
 use lib 't/lib';
 use TB::Nginx;
 use TB::Gateway;
-use Digest::SHA qw(hmac_sha256);
-use MIME::Base64 qw(encode_base64url);
+use MIME::Base64 ();
 use Time::HiRes ();
 
 master_on();
@@ -22,12 +21,10 @@ no_shuffle();
 mock_start();
 redis_start(fresh => 1);
 
-# the store's secret key, as another instance of the gateway knows it
-our $Hex = join '', map { sprintf '%02x', $_ } 0 .. 31;
-$ENV{TOKENBIRYANI_SECRET_KEY} = $Hex;
-our $Secret = pack 'H*', $Hex;
-our $Kid = substr(sha256_hex($Secret), 0, 8);
-our $RecKey = hmac_sha256('tokenbiryani record authentication v1', $Secret);
+# the store's secret key, as another instance of the gateway knows it (the
+# master reads it from its environment), and records made under it
+use TB::Record;
+our ($Hex, $Secret, $Kid, $RecKey) = TB::Record::secret();
 
 our $B = peer_port();
 
@@ -87,15 +84,6 @@ sub said {
     scalar @m;
 }
 
-sub part { pack('N', length $_[0]) . $_[0] }
-
-# a record in its envelope (src/core/tb_record.h), as the gateway makes one
-sub wrap {
-    my ($kind, $name, $bound, $gen, $payload) = @_;
-    my $mac = hmac_sha256("tba1\0$kind\0" . pack('Q>', $gen) . part($name) . part($bound) . part($payload),
-                          $RecKey);
-    "tba1.$Kid.$gen." . encode_base64url($mac) . ".$payload";
-}
 
 # the stored record of a batch: (generation, payload) of its envelope
 sub opened { $_[0] =~ /^tba1\.[0-9a-f]{8}\.(\d+)\.[\w-]{43}\.(.*)\z/s ? ($1, $2) : () }

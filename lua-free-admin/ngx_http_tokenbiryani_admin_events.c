@@ -21,6 +21,8 @@ static cJSON *ngx_http_tokenbiryani_event_json(ngx_http_request_t *r,
     const ngx_http_tokenbiryani_event_t *ev);
 static cJSON *ngx_http_tokenbiryani_windows_json(cJSON *obj,
     const char *name, const int64_t *v);
+static cJSON *ngx_http_tokenbiryani_object_event_json(cJSON *obj,
+    const ngx_http_tokenbiryani_event_t *ev);
 
 
 ngx_int_t
@@ -136,16 +138,23 @@ ngx_http_tokenbiryani_event_json(ngx_http_request_t *r,
     if (cJSON_AddNumberToObject(obj, "id", (double) ev->seq) == NULL
         || cJSON_AddStringToObject(obj, "at", at) == NULL
         || cJSON_AddStringToObject(obj, "type",
-               ngx_http_tokenbiryani_event_type_name(ev->type)) == NULL
-        || cJSON_AddStringToObject(obj, "request_id", rid) == NULL
-        || cJSON_AddNumberToObject(obj, "attempt", ev->attempt) == NULL
+               ngx_http_tokenbiryani_event_type_name(ev)) == NULL
+        || (rid[0] ? cJSON_AddStringToObject(obj, "request_id", rid)
+                   : cJSON_AddNullToObject(obj, "request_id")) == NULL
+        || (ev->type != NGX_HTTP_TB_EVENT_OBJECT
+            && cJSON_AddNumberToObject(obj, "attempt", ev->attempt) == NULL)
         || (id ? cJSON_AddStringToObject(obj, "account", id)
                : cJSON_AddNullToObject(obj, "account")) == NULL)
     {
         goto failed;
     }
 
-    if (ev->type == NGX_HTTP_TB_EVENT_REFUSAL) {
+    if (ev->type == NGX_HTTP_TB_EVENT_OBJECT) {
+        if (ngx_http_tokenbiryani_object_event_json(obj, ev) == NULL) {
+            goto failed;
+        }
+
+    } else if (ev->type == NGX_HTTP_TB_EVENT_REFUSAL) {
 
         /* a key refused at the door: its name, if it had one */
 
@@ -259,4 +268,60 @@ ngx_http_tokenbiryani_windows_json(cJSON *obj, const char *name,
     }
 
     return w;
+}
+
+
+/*
+ * A batch's or a file's: "batch_id" or "file_id", its stage, and a
+ * batch's processing_status, request_counts, what it holds here and
+ * what it was charged (USD)
+ */
+
+static cJSON *
+ngx_http_tokenbiryani_object_event_json(cJSON *obj,
+    const ngx_http_tokenbiryani_event_t *ev)
+{
+    cJSON       *c;
+    ngx_uint_t   i;
+
+    if (ngx_http_tokenbiryani_add_str(obj,
+            ev->kind == NGX_HTTP_TB_OBJECT_FILE ? "file_id" : "batch_id",
+            (u_char *) ev->obj.id,
+            ngx_strnlen((u_char *) ev->obj.id, NGX_HTTP_TB_EVENT_ID_MAX))
+           == NULL
+        || cJSON_AddStringToObject(obj, "stage",
+               ngx_http_tokenbiryani_event_what_name(ev)) == NULL)
+    {
+        return NULL;
+    }
+
+    if (ev->kind == NGX_HTTP_TB_OBJECT_FILE) {
+        return obj;
+    }
+
+    if (cJSON_AddStringToObject(obj, "processing_status",
+                                tb_batch_status_name(ev->status)) == NULL
+        || (c = cJSON_AddObjectToObject(obj, "request_counts")) == NULL)
+    {
+        return NULL;
+    }
+
+    for (i = 0; i < TB_BATCH_NCOUNTS; i++) {
+        if (ngx_http_tokenbiryani_add_number_or_null(c,
+                tb_batch_count_name(i), ev->obj.counts[i] >= 0,
+                (double) ev->obj.counts[i]) == NULL)
+        {
+            return NULL;
+        }
+    }
+
+    if (cJSON_AddNumberToObject(obj, "held_usd",
+                                (double) ev->obj.reserved / 1e9) == NULL
+        || cJSON_AddNumberToObject(obj, "charged_usd",
+                                   (double) ev->obj.charged / 1e9) == NULL)
+    {
+        return NULL;
+    }
+
+    return obj;
 }

@@ -32,14 +32,6 @@ ngx_http_tokenbiryani_object_admin_json(
     const char  *account;
     char         at[32], seen[32];
 
-    static const char  *states[] = {
-        "in_progress", "in_progress", "canceling", "ended"
-    };
-
-    static const char  *counts[] = {
-        "processing", "succeeded", "errored", "canceled", "expired"
-    };
-
     obj = cJSON_CreateObject();
     if (obj == NULL) {
         return NULL;
@@ -79,7 +71,7 @@ ngx_http_tokenbiryani_object_admin_json(
     }
 
     if (cJSON_AddStringToObject(obj, "processing_status",
-                                states[v->status < 4 ? v->status : 0]) == NULL
+                                tb_batch_status_name((int) v->status)) == NULL
         || cJSON_AddStringToObject(obj, "seen_at", seen) == NULL
         || (c = cJSON_AddObjectToObject(obj, "request_counts")) == NULL)
     {
@@ -87,7 +79,8 @@ ngx_http_tokenbiryani_object_admin_json(
     }
 
     for (i = 0; i < NGX_HTTP_TB_OBJECT_COUNTS; i++) {
-        if (ngx_http_tokenbiryani_add_number_or_null(c, counts[i],
+        if (ngx_http_tokenbiryani_add_number_or_null(c,
+                tb_batch_count_name(i),
                 v->counts[i] >= 0, (double) v->counts[i]) == NULL)
         {
             goto failed;

@@ -399,7 +399,8 @@ done:
 
 ngx_int_t
 ngx_http_tokenbiryani_object_remove(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_uint_t kind, const u_char *id, size_t len, int64_t now)
+    ngx_uint_t kind, const u_char *id, size_t len, int64_t now,
+    ngx_http_tokenbiryani_object_view_t *out)
 {
     ngx_http_tokenbiryani_charge_t   charge;
     ngx_http_tokenbiryani_object_t  *o;
@@ -416,6 +417,10 @@ ngx_http_tokenbiryani_object_remove(ngx_http_tokenbiryani_zone_t *zone,
             charge.cost = o->v.held ? o->v.reserved : 0;
             ngx_memzero(charge.tokens, sizeof(charge.tokens));
             ngx_http_tokenbiryani_object_settle_locked(zone, o, &charge);
+        }
+
+        if (out) {
+            *out = o->v;
         }
 
         ngx_http_tokenbiryani_object_delete_locked(zone, o);

@@ -612,32 +612,53 @@ ngx_uint_t ngx_http_tokenbiryani_estimator_snapshot(
 /* the events ring (shm/ngx_http_tokenbiryani_events.c) */
 
 /*
- * One admission or settlement event, as plain data: its codes (type,
- * what, kind) are the caller's to define and to name.
+ * One event, as plain data: its codes (type, what, kind) are the caller's
+ * to define and to name.  A request's event (an admission, a settlement, a
+ * refusal) and an object's (a batch or a file made, changed, charged,
+ * deleted) share the place after the codes: the ring, and the history the
+ * store keeps of it, hold one size of event.
  */
+
+#define NGX_HTTP_TB_EVENT_ID_MAX       112   /* an object's id, at most */
+
 typedef struct {
     uint64_t                       seq;           /* its id; 0: being written */
     int64_t                        at_ms;
     u_char                         request_id[NGX_HTTP_TB_REQUEST_ID_LEN];
     ngx_pid_t                      pid;
     int32_t                        slot;          /* the account; -1 none */
-    uint16_t                       status;        /* settlement */
+    uint16_t                       status;        /* settlement; an object's
+                                                     tb_batch_status_e */
     uint8_t                        type;
-    uint8_t                        what;          /* decision, or next */
-    uint8_t                        kind;          /* settlement's class */
+    uint8_t                        what;          /* decision, next, stage */
+    uint8_t                        kind;          /* settlement's class; an
+                                                     object's kind */
     uint8_t                        attempt;
     uint8_t                        affinity;      /* admission */
     uint8_t                        probe;         /* admission */
     uint16_t                       eligible;      /* admission */
     float                          score;         /* admission */
-    int64_t                        need[TB_NWINDOWS];
-    int64_t                        remaining[TB_NWINDOWS]; /* before */
-    int64_t                        soonest_ms;    /* 0: none */
-    int64_t                        usage[4];      /* in, out, cache r/w */
-    int64_t                        retry_after_ms;
-    int64_t                        latency_ms;
-    char                           key[TB_ID_MAX + 1]; /* a refusal's
-                                                     key, by name; "" */
+
+    union {
+        struct {                                  /* a request's */
+            int64_t                need[TB_NWINDOWS];
+            int64_t                remaining[TB_NWINDOWS]; /* before */
+            int64_t                soonest_ms;    /* 0: none */
+            int64_t                usage[4];      /* in, out, cache r/w */
+            int64_t                retry_after_ms;
+            int64_t                latency_ms;
+            char                   key[TB_ID_MAX + 1]; /* a refusal's key,
+                                                     by name; "" */
+        };
+
+        struct {                                  /* an object's */
+            int64_t                counts[TB_BATCH_NCOUNTS]; /* -1: not
+                                                     said */
+            int64_t                reserved;      /* nanodollars held here */
+            int64_t                charged;       /* nanodollars */
+            u_char                 id[NGX_HTTP_TB_EVENT_ID_MAX + 1];
+        } obj;
+    };
 } ngx_http_tokenbiryani_event_t;
 
 /* (re)sized at the zone's init; 0: no ring */
@@ -1073,10 +1094,11 @@ ngx_int_t ngx_http_tokenbiryani_object_seen(
     size_t len, ngx_uint_t status,
     const int64_t counts[NGX_HTTP_TB_OBJECT_COUNTS], int64_t now);
 
-/* a batch not yet charged is charged what it held here (deleted unread) */
+/* a batch not yet charged is charged what it held here (deleted unread);
+ * its last state in *out, unless NULL */
 ngx_int_t ngx_http_tokenbiryani_object_remove(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t kind, const u_char *id,
-    size_t len, int64_t now);
+    size_t len, int64_t now, ngx_http_tokenbiryani_object_view_t *out);
 
 /*
  * Its hold released and what it cost charged, once: NGX_OK; NGX_DONE when

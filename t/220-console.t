@@ -307,6 +307,12 @@ visit('#/efficiency', text_has('claude-sonnet-4-6') . " && " . text_has('The cos
 like(drv(eval => js => "[...document.querySelectorAll('main table')].pop().textContent")->{value},
      qr/\Q$bid\E….*tenant.*a[12]in progress0 of 1\$0\.\d+not yet/, 'the batch: its key, account, state, counts, hold');
 shot('efficiency');
+# and in the overview's live feed: made, on its account, what it holds
+my $full = json_decode($br->{body})->{id};
+my $shown = length($full) > 18 ? substr($full, 0, 18) . '…' : $full;
+visit('#/overview', text_has("batch $shown created"), 'the batch in the live feed');
+like(drv(eval => js => "document.querySelector('.feed').textContent")->{value},
+     qr/batch \Q$shown\E created · in progress, 1 request, holds \$0\.\d+ on a[12]/, 'its state, counts, hold and account');
 visit('#/keys', text_has('tenant') . " && " . text_has('Mint a key'), 'keys');
 shot('keys');
 visit('#/settings', text_has('routing.strategy') . " && " . text_has('round_robin'), 'settings');

@@ -548,3 +548,66 @@ is(scalar @reads, 1, 'its results read once: the first reading had every line');
 ok(($reads[0]{resp_len} // 0) > 8 * 1024 * 1024, "some 9 MB of them ($reads[0]{resp_len} bytes)");
 like(TB::Nginx::log_text(), qr/batch "\Q$bt->{id}\E" on account "a1" ended with its results unread: the gateway read them \(2000 lines\)/,
      'the log says so, with its 2,000 lines');
+
+
+
+=== TEST 15: /admin/events tells each batch's life: made, changed, charged (by the request that read it, or the gateway's own reading), deleted, and forgotten when its account no longer has it
+--- user_files eval
+main::pool_yaml(accounts => 2, yaml => "batch:\n  api: true\n  poll_interval_seconds: 0.05\npricing: builtin\n", keys => [
+    { key => 'key-one', name => 'one', spend_cap_usd => '5' },
+    { key => 'key-two', name => 'two', spend_cap_usd => '5' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+my (undef, $e0) = admin(GET => '/admin/events?since=0&limit=1');
+my $since = $e0->{last};
+my $batch_events = sub {
+    my (undef, $j) = admin(GET => "/admin/events?since=$since&limit=1000");
+    [grep { $_->{type} eq 'batch' } @{ $j->{events} }];
+};
+my $of = sub { my ($id, $stage) = @_; grep { $_->{batch_id} eq $id && $_->{stage} eq $stage } @{ $batch_events->() } };
+# one that runs for a minute, one read by its client, one left unread
+mock_config({ defaults => { batch_processing_ms => 60000 } });
+my ($st, $long, $rl) = batch('key-one', 'POST', '', requests_of(2));
+mock_config({ defaults => { batch_processing_ms => 100 } });
+my ($st2, $read, $rr) = batch('key-two', 'POST', '', requests_of(3));
+my ($made) = $of->($read->{id}, 'created');
+ok($made, 'a batch made: "created"');
+is($made->{request_id}, $rr->{headers}{'x-tokenbiryani-request-id'}, 'by the request that made it');
+is($made->{account}, $rr->{headers}{'x-tokenbiryani-account'}, 'on its account');
+is($made->{processing_status}, 'in_progress', 'its state');
+is($made->{request_counts}{processing}, 3, 'its counts');
+ok($made->{held_usd} > 0, "what it holds (\$$made->{held_usd})");
+ok(!exists $made->{attempt}, 'no attempt: it is not a request\'s');
+like($made->{worker}, qr/^\d+$/, 'the worker that saw it');
+until_ended('key-two', $read->{id});
+ok((grep { $_->{processing_status} eq 'ended' && $_->{request_counts}{succeeded} == 3 } $of->($read->{id}, 'changed')),
+   '"changed" once it ended, with its counts');
+my ($s, undef, $res) = batch('key-two', 'GET', "/$read->{id}/results");
+is($s, 200, 'its results read by its client');
+my ($ch) = $of->($read->{id}, 'charged');
+is($ch->{request_id}, $res->{headers}{'x-tokenbiryani-request-id'}, '"charged" by the request that read them');
+my $two = key_spend('two')->{window_usd};
+ok($two > 0 && abs($ch->{charged_usd} - $two) < 1e-9, "what it was charged (\$$ch->{charged_usd})");
+is($ch->{held_usd}, 0, 'holding nothing since');
+($s) = batch('key-two', 'DELETE', "/$read->{id}");
+is($s, 200, 'deleted by its key');
+my ($del) = $of->($read->{id}, 'deleted');
+ok($del && $del->{request_id} =~ /^tbr_/, '"deleted", by the request that deleted it');
+my ($st3, $unread) = batch('key-one', 'POST', '', requests_of(2));
+my $own;
+ok(poll_until(10, sub { ($own) = $of->($unread->{id}, 'charged'); $own }), 'one nobody reads: "charged" by the gateway');
+like($own->{request_id}, qr/^tbp_/, 'its own reading\'s id');
+my $rec = request_record($own->{request_id});
+is($rec->{request_id}, $own->{request_id}, 'the one the inspector has');
+ok(abs($rec->{cost}{usd} - $own->{charged_usd}) < 1e-9, 'at its cost');
+# the first, gone from its account (past its keeping): forgotten, charged what it held
+my ($m) = $of->($long->{id}, 'created');
+TB::Nginx::_mock_call(POST => "batches/$long->{id}/forget", {});
+my $gone;
+ok(poll_until(10, sub { ($gone) = $of->($long->{id}, 'forgotten'); $gone }), '"forgotten" when its account answers 404');
+is($gone->{request_id}, undef, 'by no request: the gateway\'s own poll');
+ok(abs($gone->{charged_usd} - $m->{held_usd}) < 1e-9, "charged what it held (\$$gone->{charged_usd})");
+like(TB::Nginx::log_text(), qr/batch "\Q$long->{id}\E" is gone from account "\w+": it is forgotten, charged what it held/, 'the log says so');
+($s) = batch('key-one', 'GET', "/$long->{id}");
+is($s, 404, 'its key gets the 404 an unknown id gets');
+is(scalar(grep { $_->{stage} !~ /^(created|changed|charged|deleted|forgotten)$/ } @{ $batch_events->() }), 0, 'no other stage');

@@ -138,6 +138,13 @@ my ($s6, $e6) = files('key-one', 'GET', "/$f->{id}");
 not_found_ok($s6, $e6, 'after the delete');
 ($s, $l) = files('key-one', 'GET', '');
 is_deeply($l->{data}, [], 'and not listed');
+# /admin/events: its upload and its delete, by the requests that did them
+my (undef, $ev) = admin(GET => '/admin/events?since=0&limit=1000');
+my @mine = grep { $_->{type} eq 'file' && $_->{file_id} eq $f->{id} } @{ $ev->{events} };
+is_deeply([map { $_->{stage} } @mine], ['created', 'deleted'], 'its events: created, deleted');
+is($mine[0]{request_id}, $r->{headers}{'x-tokenbiryani-request-id'}, 'by the upload');
+is($mine[0]{account}, $acct, 'on its account');
+ok(!exists $mine[0]{request_counts}, 'nothing of a batch\'s');
 
 
 

@@ -87,6 +87,11 @@ my (undef, $j) = admin(GET => '/admin/batches');
 my ($kept) = grep { $_->{id} eq $b->{id} } @{ $j->{batches} };
 ok($kept && $kept->{charged} && $kept->{key} eq 'one', 'one of its key\'s batches, charged');
 ok(abs($kept->{charged_usd} - $want) < 1e-12, 'charged the batch price once');
+my (undef, $ev) = admin(GET => '/admin/events?since=0&limit=1000');
+my @told = grep { $_->{type} eq 'batch' && $_->{batch_id} eq $b->{id} } @{ $ev->{events} };
+is_deeply([sort map { $_->{request_id} } @told], [map { $r->{headers}{'x-tokenbiryani-request-id'} } @told],
+          '/admin/events: its batch\'s every stage by the spilled request');
+ok((grep { $_->{stage} eq 'created' } @told) && (grep { $_->{stage} eq 'charged' } @told), 'made and charged');
 # the key's default priority spills too
 $r = message_with('key-bg');
 is($r->{headers}{'x-tokenbiryani-via'}, 'batch', 'a key of batch priority spills without the header');

@@ -138,6 +138,9 @@ function fmtTokens(n) {
 function fmtUsd(n) {
     if (n === null || n === undefined) { return '—'; }
     if (n === 0) { return '$0.00'; }
+    /* a batch's hold of a few requests: its own digits, not "$0.0000" */
+    if (Math.abs(n) < 0.000001) { return (n < 0 ? '-' : '') + '<$0.000001'; }
+    if (Math.abs(n) < 0.0001) { return '$' + n.toFixed(6); }
     if (Math.abs(n) < 0.01) { return '$' + n.toFixed(4); }
     if (Math.abs(n) < 100) { return '$' + n.toFixed(2); }
     return '$' + Math.round(n).toLocaleString('en-US');
@@ -735,7 +738,23 @@ function horizonChart(hz) {
     return svg;
 }
 
-/* the live feed: /admin/events, polled; settlements and refusals */
+/* a batch's or a file's event: what became of it, in a few words */
+function objectEvent(ev) {
+    const id = ev.batch_id || ev.file_id || '';
+    const what = [h('span', { class: 'mono', text: ev.type + ' ' + id.slice(0, 18) + (id.length > 18 ? '…' : '') }), ' ', ev.stage];
+    if (ev.type === 'batch') {
+        const c = ev.request_counts || {};
+        const n = ['processing', 'succeeded', 'errored', 'canceled', 'expired'].reduce((a, k) => a + (c[k] || 0), 0);
+        what.push(h('span', { class: 'muted', text: ' · ' + ev.processing_status.replace('_', ' ') + ', ' + n + ' request' + (n === 1 ? '' : 's') +
+            (ev.stage === 'charged' || ev.stage === 'forgotten' || ev.stage === 'deleted' ? ', charged ' + fmtUsd(ev.charged_usd)
+             : ev.held_usd ? ', holds ' + fmtUsd(ev.held_usd) : '') }));
+    }
+    if (ev.account) { what.push(h('span', { class: 'muted', text: ' on ' + ev.account })); }
+    return what;
+}
+
+/* the live feed: /admin/events, polled; settlements, refusals, batches and
+ * files */
 function liveFeed(list, account) {
     let next = null;
     const rows = [];
@@ -748,7 +767,8 @@ function liveFeed(list, account) {
         next = j.next;
         for (const ev of j.events) {
             if (account && ev.account !== account) { continue; }
-            if (ev.type === 'settlement' || ev.type === 'refusal' || (ev.type === 'admission' && ev.decision !== 'admit')) {
+            if (ev.type === 'settlement' || ev.type === 'refusal' || ev.type === 'batch' || ev.type === 'file'
+                || (ev.type === 'admission' && ev.decision !== 'admit')) {
                 rows.unshift(ev);
             }
         }
@@ -760,18 +780,27 @@ function liveFeed(list, account) {
         for (const ev of rows) {
             const ok = ev.type === 'settlement' && ev.status >= 200 && ev.status < 300;
             /* a key refused at the door: by its name when it had one */
-            const what = ev.type === 'refusal'
+            const obj = ev.type === 'batch' || ev.type === 'file';
+            const what = obj ? objectEvent(ev)
+                : ev.type === 'refusal'
                 ? [h('span', { class: 'no', text: ev.status + ' ' + ev.reason }), ' · ',
                    ev.key ? h('span', null, 'key ', h('strong', { text: ev.key })) : h('span', { class: 'muted', text: 'no key of this gateway' })]
                 : ev.type === 'settlement'
                 ? [ev.account, ' → ', h('span', { class: ok ? 'yes' : 'no', text: (ev.status || '—') + ' ' + ev.class }),
                    ev.next && ev.next !== 'done' ? h('span', { class: 'muted', text: ' · then ' + ev.next }) : null]
                 : [h('span', { class: 'no', text: ev.decision }), ' · ', ev.reason || ''];
-            const li = h('li', { tabIndex: 0, title: 'open ' + ev.request_id },
+            /* an object's event by no request (the gateway's own poll)
+             * opens nothing */
+            const rid = ev.request_id;
+            const li = h('li', rid ? { tabIndex: 0, title: 'open ' + rid } : null,
                 h('span', { class: 'when' }, since(parseTime(ev.at) || Date.now())),
-                h('span', null, h('span', { class: 'mono', text: ev.request_id.replace(/^tbr_/, '').slice(0, 8) + ' ' }), what),
+                h('span', null, rid ? h('span', { class: 'mono', text: rid.replace(/^tb[rp]_/, '').slice(0, 8) + ' ' }) : null, what),
                 h('span', { class: 'num muted', text: ev.latency_ms !== undefined ? fmtMs(ev.latency_ms) : '' }));
-            const go = () => { location.hash = '#/requests/' + encodeURIComponent(ev.request_id); };
+            if (!rid) {
+                put(list, li);
+                continue;
+            }
+            const go = () => { location.hash = '#/requests/' + encodeURIComponent(rid); };
             li.addEventListener('click', go);
             li.addEventListener('keydown', e => { if (e.key === 'Enter') { go(); } });
             put(list, li);

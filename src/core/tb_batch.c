@@ -308,6 +308,30 @@ tb_batch_id_of(const unsigned char *p, const tb_span_t *span, char *id,
 }
 
 
+static const char *const  tb_batch_states[] = {
+    "in_progress", "in_progress", "canceling", "ended"
+};
+
+static const char *const  tb_batch_counts[TB_BATCH_NCOUNTS] = {
+    "processing", "succeeded", "errored", "canceled", "expired"
+};
+
+
+const char *
+tb_batch_status_name(int status)
+{
+    return tb_batch_states[(status > 0 && status <= TB_BATCH_ENDED)
+                           ? status : 0];
+}
+
+
+const char *
+tb_batch_count_name(size_t i)
+{
+    return i < TB_BATCH_NCOUNTS ? tb_batch_counts[i] : "";
+}
+
+
 /* tb_batch_object() */
 
 int
@@ -323,14 +347,6 @@ tb_batch_object(const unsigned char *p, size_t len, tb_batch_obj_t *o)
     static const char *const  names[] = {
         "id", "type", "processing_status", "request_counts", "results_url",
         NULL
-    };
-
-    static const char *const  counts[] = {
-        "processing", "succeeded", "errored", "canceled", "expired"
-    };
-
-    static const char *const  states[] = {
-        NULL, "in_progress", "canceling", "ended"
     };
 
     memset(o, 0, sizeof(tb_batch_obj_t));
@@ -365,8 +381,8 @@ tb_batch_object(const unsigned char *p, size_t len, tb_batch_obj_t *o)
         (void) tb_json_unescape(s + 1, s + m.spans[2].len - 1, buf,
                                 sizeof(buf));
 
-        for (i = 1; i < sizeof(states) / sizeof(states[0]); i++) {
-            if (strcmp(buf, states[i]) == 0) {
+        for (i = TB_BATCH_IN_PROGRESS; i <= TB_BATCH_ENDED; i++) {
+            if (strcmp(buf, tb_batch_states[i]) == 0) {
                 o->status = (tb_batch_status_e) i;
             }
         }
@@ -375,7 +391,7 @@ tb_batch_object(const unsigned char *p, size_t len, tb_batch_obj_t *o)
     if (m.spans[3].len) {
         for (i = 0; i < TB_BATCH_NCOUNTS; i++) {
             if (tb_json_get_int(p + m.spans[3].off, m.spans[3].len,
-                                counts[i], &v)
+                                tb_batch_counts[i], &v)
                 == 0 && v >= 0)
             {
                 o->counts[i] = v;

@@ -71,6 +71,12 @@ enum {
     TB_BATCH_NCOUNTS
 };
 
+/* the API's words for a status (an unknown one: "in_progress") and for
+ * request_counts' member i */
+const char *tb_batch_status_name(int status);
+const char *tb_batch_count_name(size_t i);
+
+
 typedef struct {
     char                      id[TB_BATCH_ID_MAX + 1];
     size_t                    id_len;

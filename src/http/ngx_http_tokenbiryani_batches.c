@@ -6,6 +6,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_batches.h"
+#include "ngx_http_tokenbiryani_events.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "tb_batch.h"
@@ -587,9 +588,34 @@ ngx_http_tokenbiryani_results_on_record(ngx_http_tokenbiryani_ctx_t *ctx,
 }
 
 
+void
+ngx_http_tokenbiryani_object_changed(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log, const u_char *rid, ngx_uint_t kind, const u_char *id,
+    size_t len, ngx_uint_t stage,
+    const ngx_http_tokenbiryani_object_view_t *gone)
+{
+    ngx_http_tokenbiryani_object_view_t  v;
+
+    ngx_http_tokenbiryani_store_object(tmcf, kind, id, len, gone != NULL);
+
+    if (gone == NULL) {
+        if (ngx_http_tokenbiryani_object_get(&tmcf->zone, kind, id, len, &v)
+            != NGX_OK)
+        {
+            return;
+        }
+
+        gone = &v;
+    }
+
+    ngx_http_tokenbiryani_event_object(tmcf, log, rid, gone, stage);
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_object_said(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    const u_char *id, size_t len, const ngx_str_t *answer, tb_batch_obj_t *b)
+    ngx_log_t *log, const u_char *rid, const u_char *id, size_t len,
+    const ngx_str_t *answer, tb_batch_obj_t *b)
 {
     if (tb_batch_object(answer->data, answer->len, b) != 0
         || b->id_len != len || ngx_memcmp(b->id, id, len) != 0)
@@ -603,8 +629,10 @@ ngx_http_tokenbiryani_object_said(ngx_http_tokenbiryani_main_conf_t *tmcf,
                                           ngx_http_tokenbiryani_now_ms())
         == NGX_OK)
     {
-        ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
-                                           id, len, 0);
+        ngx_http_tokenbiryani_object_changed(tmcf, log, rid,
+                                             NGX_HTTP_TB_OBJECT_BATCH, id,
+                                             len, NGX_HTTP_TB_STAGE_CHANGED,
+                                             NULL);
     }
 
     return NGX_OK;
@@ -613,7 +641,8 @@ ngx_http_tokenbiryani_object_said(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
 ngx_int_t
 ngx_http_tokenbiryani_object_settled(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    const u_char *id, size_t len, const ngx_http_tokenbiryani_charge_t *charge)
+    ngx_log_t *log, const u_char *rid, const u_char *id, size_t len,
+    const ngx_http_tokenbiryani_charge_t *charge)
 {
     if (ngx_http_tokenbiryani_object_settle(&tmcf->zone,
                                             NGX_HTTP_TB_OBJECT_BATCH, id, len,
@@ -623,8 +652,9 @@ ngx_http_tokenbiryani_object_settled(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return NGX_DONE;
     }
 
-    ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH, id,
-                                       len, 0);
+    ngx_http_tokenbiryani_object_changed(tmcf, log, rid,
+                                         NGX_HTTP_TB_OBJECT_BATCH, id, len,
+                                         NGX_HTTP_TB_STAGE_CHARGED, NULL);
 
     return NGX_OK;
 }
@@ -662,7 +692,8 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
 
     rd.charge.at_ms = now;
 
-    if (ngx_http_tokenbiryani_object_settled(tmcf, o->found.id,
+    if (ngx_http_tokenbiryani_object_settled(tmcf, r->connection->log,
+                                             ctx->request_id, o->found.id,
                                              o->found.id_len, &rd.charge)
         == NGX_OK)
     {
@@ -839,7 +870,8 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
 
     rd->charge.at_ms = ngx_http_tokenbiryani_now_ms();
 
-    if (ngx_http_tokenbiryani_object_settled(tmcf, o->found.id,
+    if (ngx_http_tokenbiryani_object_settled(tmcf, r->connection->log,
+                                             ctx->request_id, o->found.id,
                                              o->found.id_len, &rd->charge)
         == NGX_OK)
     {
@@ -886,7 +918,10 @@ ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
         return;
     }
 
-    ngx_http_tokenbiryani_store_object(tmcf, v->kind, v->id, v->id_len, 0);
+    ngx_http_tokenbiryani_object_changed(tmcf, r->connection->log,
+                                         ctx->request_id, v->kind, v->id,
+                                         v->id_len, NGX_HTTP_TB_STAGE_MADE,
+                                         NULL);
 }
 
 
@@ -956,12 +991,14 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         /* {"id": ..., "type": "..._deleted"}: forgotten here */
         if (ngx_http_tokenbiryani_object_remove(&tmcf->zone, o->found.kind,
                                                 o->found.id,
-                                                o->found.id_len, now)
+                                                o->found.id_len, now, &v)
             == NGX_OK)
         {
-            ngx_http_tokenbiryani_store_object(tmcf, o->found.kind,
-                                               o->found.id,
-                                               o->found.id_len, 1);
+            ngx_http_tokenbiryani_object_changed(tmcf, r->connection->log,
+                                                 ctx->request_id, v.kind,
+                                                 v.id, v.id_len,
+                                                 NGX_HTTP_TB_STAGE_DELETED,
+                                                 &v);
         }
 
         return NGX_OK;
@@ -991,10 +1028,13 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
         {
             /* what changed, kept: a poll that finds it as it was writes
              * nothing */
-            ngx_http_tokenbiryani_store_object(tmcf,
-                                               NGX_HTTP_TB_OBJECT_BATCH,
-                                               o->found.id,
-                                               o->found.id_len, 0);
+            ngx_http_tokenbiryani_object_changed(tmcf, r->connection->log,
+                                                 ctx->request_id,
+                                                 NGX_HTTP_TB_OBJECT_BATCH,
+                                                 o->found.id,
+                                                 o->found.id_len,
+                                                 NGX_HTTP_TB_STAGE_CHANGED,
+                                                 NULL);
         }
 
     } else {
@@ -1051,21 +1091,14 @@ ngx_http_tokenbiryani_object_json(u_char *p,
                            v->downloadable ? "true" : "false");
     }
 
-    static const char  *states[] = {
-        "in_progress", "in_progress", "canceling", "ended"
-    };
-
-    static const char  *counts[] = {
-        "processing", "succeeded", "errored", "canceled", "expired"
-    };
-
     p = ngx_sprintf(p, "{\"id\":\"%*s\",\"type\":\"message_batch\","
                     "\"processing_status\":\"%s\",\"request_counts\":{",
                     v->id_len, v->id,
-                    states[v->status < 4 ? v->status : 0]);
+                    tb_batch_status_name((int) v->status));
 
     for (i = 0; i < NGX_HTTP_TB_OBJECT_COUNTS; i++) {
-        p = ngx_sprintf(p, "%s\"%s\":%L", i ? "," : "", counts[i],
+        p = ngx_sprintf(p, "%s\"%s\":%L", i ? "," : "",
+                        tb_batch_count_name(i),
                         v->counts[i] > 0 ? v->counts[i] : 0);
     }
 

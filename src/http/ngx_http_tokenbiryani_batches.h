@@ -136,14 +136,27 @@ void ngx_http_tokenbiryani_object_keep(ngx_http_request_t *r,
  * that batch.
  */
 ngx_int_t ngx_http_tokenbiryani_object_said(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
-    const ngx_str_t *answer, tb_batch_obj_t *b);
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log,
+    const u_char *rid, const u_char *id, size_t len, const ngx_str_t *answer,
+    tb_batch_obj_t *b);
 
 /* the results of a batch, read: charged once (NGX_OK), the store told;
  * NGX_DONE: charged already */
 ngx_int_t ngx_http_tokenbiryani_object_settled(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log,
+    const u_char *rid, const u_char *id, size_t len,
     const ngx_http_tokenbiryani_charge_t *charge);
+
+/*
+ * What became of an object (stage, NGX_HTTP_TB_STAGE_*): written to the
+ * store and told in the events, rid the request's that did it (NULL: the
+ * gateway's own).  gone: its last view, for one no longer in the zone
+ * (deleted, forgotten); NULL: read from the zone.
+ */
+void ngx_http_tokenbiryani_object_changed(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_log_t *log,
+    const u_char *rid, ngx_uint_t kind, const u_char *id, size_t len,
+    ngx_uint_t stage, const ngx_http_tokenbiryani_object_view_t *gone);
 
 
 /*

@@ -22,6 +22,10 @@ static const char  *ngx_http_tb_nexts[NGX_HTTP_TB_NNEXTS] = {
     "done", "not retried", "backoff", "retry", "queue", "give up"
 };
 
+static const char  *ngx_http_tb_stages[NGX_HTTP_TB_NSTAGES] = {
+    "created", "changed", "charged", "deleted", "forgotten"
+};
+
 static const char  *ngx_http_tb_refusals[NGX_HTTP_TB_NREFUSED] = {
     "invalid key", "key expired", "key revoked", "model outside the key's "
     "scope"
@@ -38,24 +42,30 @@ static const char  *ngx_http_tb_reasons[NGX_HTTP_TB_NDECISIONS] = {
 };
 
 
+/* the object's part of an event is no larger than the request's: the
+ * ring's and the stored history's event keeps its size */
+typedef char ngx_http_tokenbiryani_event_fits_t[
+    (offsetof(ngx_http_tokenbiryani_event_t, obj.id)
+     + NGX_HTTP_TB_EVENT_ID_MAX + 1
+     <= offsetof(ngx_http_tokenbiryani_event_t, key) + TB_ID_MAX + 1)
+    ? 1 : -1];
+
+
 /*
  * An event of type begun: in the ring (*seq set: published once filled),
  * or, with no room there and local given, in local while the log wants
- * its fields (*seq 0); NULL: neither.
+ * its fields (*seq 0); NULL: neither.  request_id: NULL for none.
  */
 static ngx_http_tokenbiryani_event_t *
-ngx_http_tokenbiryani_event_begin(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t type, int64_t now,
+ngx_http_tokenbiryani_event_begin(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log, const u_char *request_id, ngx_uint_t type, int64_t now,
     ngx_http_tokenbiryani_event_t *local, uint64_t *seq)
 {
-    ngx_http_tokenbiryani_event_t      *ev;
-    ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    ngx_http_tokenbiryani_event_t  *ev;
 
     ev = ngx_http_tokenbiryani_events_reserve(&tmcf->zone, seq);
     if (ev == NULL) {
-        if (local == NULL || r->connection->log->log_level < NGX_LOG_INFO) {
+        if (local == NULL || log->log_level < NGX_LOG_INFO) {
             return NULL;
         }
 
@@ -66,12 +76,23 @@ ngx_http_tokenbiryani_event_begin(ngx_http_request_t *r,
     ngx_memzero(ev, sizeof(ngx_http_tokenbiryani_event_t));
 
     ev->at_ms = now;
-    ngx_memcpy(ev->request_id, ctx->request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+
+    if (request_id) {
+        ngx_memcpy(ev->request_id, request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
+    }
+
     ev->pid = ngx_pid;
     ev->type = (uint8_t) type;
 
     return ev;
 }
+
+
+/* a request's event, begun */
+#define ngx_http_tokenbiryani_event_request(r, ctx, type, now, local, seq)    \
+    ngx_http_tokenbiryani_event_begin(                                        \
+        ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),       \
+        (r)->connection->log, (ctx)->request_id, type, now, local, seq)
 
 
 void
@@ -88,8 +109,9 @@ ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
 
     now = ngx_http_tokenbiryani_now_ms();
 
-    ev = ngx_http_tokenbiryani_event_begin(r, ctx, NGX_HTTP_TB_EVENT_ADMISSION,
-                                           now, &local, &seq);
+    ev = ngx_http_tokenbiryani_event_request(r, ctx,
+                                             NGX_HTTP_TB_EVENT_ADMISSION,
+                                             now, &local, &seq);
     if (ev == NULL) {
         return;
     }
@@ -163,8 +185,9 @@ ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
 
     now = ngx_http_tokenbiryani_now_ms();
 
-    ev = ngx_http_tokenbiryani_event_begin(r, ctx, NGX_HTTP_TB_EVENT_SETTLEMENT,
-                                           now, &local, &seq);
+    ev = ngx_http_tokenbiryani_event_request(r, ctx,
+                                             NGX_HTTP_TB_EVENT_SETTLEMENT,
+                                             now, &local, &seq);
     if (ev == NULL) {
         return;
     }
@@ -225,9 +248,10 @@ ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
                   (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
                   status, name, ngx_http_tb_refusals[ctx->err.refused]);
 
-    ev = ngx_http_tokenbiryani_event_begin(r, ctx, NGX_HTTP_TB_EVENT_REFUSAL,
-                                           ngx_http_tokenbiryani_now_ms(),
-                                           NULL, &seq);
+    ev = ngx_http_tokenbiryani_event_request(r, ctx,
+                                             NGX_HTTP_TB_EVENT_REFUSAL,
+                                             ngx_http_tokenbiryani_now_ms(),
+                                             NULL, &seq);
     if (ev == NULL) {
         return;
     }
@@ -244,17 +268,88 @@ ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
 }
 
 
-const char *
-ngx_http_tokenbiryani_event_type_name(ngx_uint_t type)
+void
+ngx_http_tokenbiryani_event_object(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log, const u_char *request_id,
+    const ngx_http_tokenbiryani_object_view_t *v, ngx_uint_t stage)
 {
-    return type == NGX_HTTP_TB_EVENT_ADMISSION ? "admission"
-           : type == NGX_HTTP_TB_EVENT_REFUSAL ? "refusal" : "settlement";
+    size_t                          len;
+    uint64_t                        seq;
+    const char                     *account;
+    ngx_http_tokenbiryani_event_t  *ev, local;
+
+    ev = ngx_http_tokenbiryani_event_begin(tmcf, log, request_id,
+                                           NGX_HTTP_TB_EVENT_OBJECT,
+                                           ngx_http_tokenbiryani_now_ms(),
+                                           &local, &seq);
+    if (ev == NULL) {
+        return;
+    }
+
+    len = ngx_min(v->id_len, NGX_HTTP_TB_EVENT_ID_MAX);
+
+    ev->slot = (int32_t) v->slot;
+    ev->status = (uint16_t) v->status;
+    ev->kind = (uint8_t) v->kind;
+    ev->what = (uint8_t) stage;
+    ngx_memcpy(ev->obj.counts, v->counts, sizeof(ev->obj.counts));
+    ev->obj.reserved = (v->held && !v->settled) ? v->reserved : 0;
+    ev->obj.charged = v->charged;
+    ngx_memcpy(ev->obj.id, v->id, len);
+    ev->obj.id[len] = '\0';
+
+    if (log->log_level >= NGX_LOG_INFO) {
+        account = ngx_http_tokenbiryani_zone_slot_id(&tmcf->zone, ev->slot);
+
+        ngx_log_error(NGX_LOG_INFO, log, 0,
+                      "tokenbiryani: event=%s request=%*s id=%s stage=%s "
+                      "account=%s status=%s counts=%L/%L/%L/%L/%L "
+                      "held=%L charged=%L",
+                      ngx_http_tokenbiryani_event_type_name(ev),
+                      (size_t) (request_id ? NGX_HTTP_TB_REQUEST_ID_LEN : 1),
+                      request_id ? request_id : (u_char *) "-", ev->obj.id,
+                      ngx_http_tb_stages[stage],
+                      account ? account : "-",
+                      tb_batch_status_name(ev->status),
+                      ev->obj.counts[0], ev->obj.counts[1], ev->obj.counts[2],
+                      ev->obj.counts[3], ev->obj.counts[4], ev->obj.reserved,
+                      ev->obj.charged);
+    }
+
+    if (seq) {
+        ngx_http_tokenbiryani_events_publish(ev, seq);
+    }
+}
+
+
+const char *
+ngx_http_tokenbiryani_event_type_name(const ngx_http_tokenbiryani_event_t *ev)
+{
+    switch (ev->type) {
+
+    case NGX_HTTP_TB_EVENT_ADMISSION:
+        return "admission";
+
+    case NGX_HTTP_TB_EVENT_REFUSAL:
+        return "refusal";
+
+    case NGX_HTTP_TB_EVENT_OBJECT:
+        return ev->kind == NGX_HTTP_TB_OBJECT_FILE ? "file" : "batch";
+
+    default:
+        return "settlement";
+    }
 }
 
 
 const char *
 ngx_http_tokenbiryani_event_what_name(const ngx_http_tokenbiryani_event_t *ev)
 {
+    if (ev->type == NGX_HTTP_TB_EVENT_OBJECT) {
+        return ev->what < NGX_HTTP_TB_NSTAGES ? ngx_http_tb_stages[ev->what]
+                                              : "unknown";
+    }
+
     if (ev->type == NGX_HTTP_TB_EVENT_REFUSAL) {
         return ev->what < NGX_HTTP_TB_NREFUSED
                ? ngx_http_tb_refusals[ev->what] : "unknown";

@@ -13,6 +13,15 @@
 #define NGX_HTTP_TB_EVENT_ADMISSION    1
 #define NGX_HTTP_TB_EVENT_SETTLEMENT   2
 #define NGX_HTTP_TB_EVENT_REFUSAL      3      /* a key refused at the door */
+#define NGX_HTTP_TB_EVENT_OBJECT       4      /* a batch's or a file's */
+
+/* what became of an object */
+#define NGX_HTTP_TB_STAGE_MADE        0
+#define NGX_HTTP_TB_STAGE_CHANGED     1      /* its status or counts */
+#define NGX_HTTP_TB_STAGE_CHARGED     2      /* its results read, priced */
+#define NGX_HTTP_TB_STAGE_DELETED     3
+#define NGX_HTTP_TB_STAGE_FORGOTTEN   4      /* gone from its account */
+#define NGX_HTTP_TB_NSTAGES            5
 
 /* why a key was refused before anything was routed */
 #define NGX_HTTP_TB_REFUSED_INVALID    0      /* no key, or not one */
@@ -57,8 +66,17 @@ void ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
 void ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status);
 
+/*
+ * What became of object v (stage): request_id, of the request that did it,
+ * or NULL
+ */
+void ngx_http_tokenbiryani_event_object(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    ngx_log_t *log, const u_char *request_id,
+    const ngx_http_tokenbiryani_object_view_t *v, ngx_uint_t stage);
+
 /* the words for an event's codes */
-const char *ngx_http_tokenbiryani_event_type_name(ngx_uint_t type);
+const char *ngx_http_tokenbiryani_event_type_name(
+    const ngx_http_tokenbiryani_event_t *ev);
 const char *ngx_http_tokenbiryani_event_what_name(
     const ngx_http_tokenbiryani_event_t *ev);
 

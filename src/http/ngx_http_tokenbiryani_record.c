@@ -272,7 +272,7 @@ done:
 
 void
 ngx_http_tokenbiryani_record_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_uint_t kind, const u_char *key, ngx_int_t slot,
+    const u_char *rid, ngx_uint_t kind, const u_char *key, ngx_int_t slot,
     const ngx_http_tokenbiryani_results_t *rd, int64_t started_ms)
 {
     ngx_http_tokenbiryani_record_t  *rec;
@@ -286,7 +286,7 @@ ngx_http_tokenbiryani_record_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
     rec = &record;
     ngx_memzero(rec, sizeof(ngx_http_tokenbiryani_record_t));
 
-    ngx_http_tokenbiryani_request_id(rec->id, "tbp_");
+    ngx_memcpy(rec->id, rid, NGX_HTTP_TB_REQUEST_ID_LEN);
     ngx_cpystrn((u_char *) rec->key, (u_char *) key, sizeof(rec->key));
     ngx_http_tokenbiryani_record_charge(rec, rd);
 

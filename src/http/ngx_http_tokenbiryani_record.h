@@ -27,12 +27,12 @@ void ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
 /*
  * A charge the gateway made of its own, with no client's request (the
- * results of a batch read in the background): a record of its own
- * ("tbp_..."), in the inspector and the usage history as a request of
- * kind kind by key on account slot would be
+ * results of a batch read in the background): a record of its own, by
+ * id rid ("tbp_..."), in the inspector and the usage history as a request
+ * of kind kind by key on account slot would be
  */
 void ngx_http_tokenbiryani_record_own(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_uint_t kind, const u_char *key, ngx_int_t slot,
+    const u_char *rid, ngx_uint_t kind, const u_char *key, ngx_int_t slot,
     const ngx_http_tokenbiryani_results_t *rd, int64_t started_ms);
 
 

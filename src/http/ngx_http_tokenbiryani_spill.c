@@ -364,8 +364,10 @@ ngx_http_tokenbiryani_spill_polled(ngx_http_tokenbiryani_call_result_t *res,
                                          ngx_http_tokenbiryani_module);
 
     if (res->status == NGX_HTTP_OK
-        && ngx_http_tokenbiryani_object_said(tmcf, sp->id, sp->id_len,
-                                             &res->body, &b)
+        && ngx_http_tokenbiryani_object_said(tmcf,
+                                             sp->request->connection->log,
+                                             sp->ctx->request_id, sp->id,
+                                             sp->id_len, &res->body, &b)
            == NGX_OK)
     {
         if (b.status == TB_BATCH_ENDED) {
@@ -441,8 +443,9 @@ ngx_http_tokenbiryani_spill_read(ngx_http_tokenbiryani_call_result_t *res,
              * nothing to charge, the queue serves it */
             ngx_memzero(&rd, sizeof(rd));
             rd.charge.at_ms = ngx_http_tokenbiryani_now_ms();
-            (void) ngx_http_tokenbiryani_object_settled(tmcf, sp->id,
-                                                        sp->id_len,
+            (void) ngx_http_tokenbiryani_object_settled(tmcf, c->log,
+                                                        ctx->request_id,
+                                                        sp->id, sp->id_len,
                                                         &rd.charge);
             ngx_http_tokenbiryani_spill_fall_back(sp, "its batch ended "
                                                   "without a message");
@@ -464,8 +467,9 @@ ngx_http_tokenbiryani_spill_read(ngx_http_tokenbiryani_call_result_t *res,
     ngx_http_tokenbiryani_results_end(tmcf, &rd);
     rd.charge.at_ms = ngx_http_tokenbiryani_now_ms();
 
-    (void) ngx_http_tokenbiryani_object_settled(tmcf, sp->id, sp->id_len,
-                                                &rd.charge);
+    (void) ngx_http_tokenbiryani_object_settled(tmcf, c->log,
+                                                ctx->request_id, sp->id,
+                                                sp->id_len, &rd.charge);
 
     /* the request's record: its usage, at what it cost (no lease was
      * taken: nothing else charges it) */

@@ -827,6 +827,7 @@ ngx_http_tokenbiryani_store_hload_event(void *data, uint64_t seq,
 
     ev.seq = seq;
     ev.key[TB_ID_MAX] = '\0';
+    ev.obj.id[NGX_HTTP_TB_EVENT_ID_MAX] = '\0';
     ev.slot = (int32_t) ngx_http_tokenbiryani_hload_map(hl, ev.slot);
 
     ngx_http_tokenbiryani_events_restore(&hl->tmcf->zone, &ev);
@@ -1312,12 +1313,12 @@ ngx_http_tokenbiryani_store_object_gone(
 
     if (ngx_http_tokenbiryani_object_remove(&tmcf->zone,
                                             NGX_HTTP_TB_OBJECT_BATCH, id,
-                                            len, now)
+                                            len, now, NULL)
         != NGX_OK)
     {
         (void) ngx_http_tokenbiryani_object_remove(&tmcf->zone,
                                                    NGX_HTTP_TB_OBJECT_FILE,
-                                                   id, len, now);
+                                                   id, len, now, NULL);
     }
 }
 

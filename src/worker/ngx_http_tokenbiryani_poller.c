@@ -11,6 +11,8 @@
 #include "ngx_http_tokenbiryani_poller.h"
 #include "ngx_http_tokenbiryani_batches.h"
 #include "ngx_http_tokenbiryani_record.h"
+#include "ngx_http_tokenbiryani_request.h"
+#include "ngx_http_tokenbiryani_events.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "tb_batch.h"
@@ -199,11 +201,15 @@ ngx_http_tokenbiryani_poller_retrieved(
          * what it held is what it is taken to have cost */
         if (ngx_http_tokenbiryani_object_remove(&tmcf->zone,
                                                 NGX_HTTP_TB_OBJECT_BATCH,
-                                                pl->v.id, pl->v.id_len, now)
+                                                pl->v.id, pl->v.id_len, now,
+                                                &pl->v)
             == NGX_OK)
         {
-            ngx_http_tokenbiryani_store_object(tmcf, NGX_HTTP_TB_OBJECT_BATCH,
-                                               pl->v.id, pl->v.id_len, 1);
+            ngx_http_tokenbiryani_object_changed(tmcf, ngx_cycle->log, NULL,
+                                                 NGX_HTTP_TB_OBJECT_BATCH,
+                                                 pl->v.id, pl->v.id_len,
+                                                 NGX_HTTP_TB_STAGE_FORGOTTEN,
+                                                 &pl->v);
         }
 
         ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
@@ -216,7 +222,8 @@ ngx_http_tokenbiryani_poller_retrieved(
     }
 
     if (res->status != NGX_HTTP_OK
-        || ngx_http_tokenbiryani_object_said(tmcf, pl->v.id, pl->v.id_len,
+        || ngx_http_tokenbiryani_object_said(tmcf, ngx_cycle->log, NULL,
+                                             pl->v.id, pl->v.id_len,
                                              &res->body, &b)
            != NGX_OK)
     {
@@ -296,6 +303,7 @@ ngx_http_tokenbiryani_poller_read(ngx_http_tokenbiryani_call_result_t *res,
     ngx_http_tokenbiryani_results_t    *rd;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
     char                                usd[32];
+    u_char                              rid[NGX_HTTP_TB_REQUEST_ID_LEN];
 
     tmcf = pl->tmcf;
     rd = &pl->results;
@@ -319,8 +327,11 @@ ngx_http_tokenbiryani_poller_read(ngx_http_tokenbiryani_call_result_t *res,
 
     charge->at_ms = ngx_http_tokenbiryani_now_ms();
 
-    if (ngx_http_tokenbiryani_object_settled(tmcf, pl->v.id, pl->v.id_len,
-                                             charge)
+    /* the reading's id: its charge's event and its record name it */
+    ngx_http_tokenbiryani_request_id(rid, "tbp_");
+
+    if (ngx_http_tokenbiryani_object_settled(tmcf, ngx_cycle->log, rid,
+                                             pl->v.id, pl->v.id_len, charge)
         != NGX_OK)
     {
         /* a client read them meanwhile, and was charged */
@@ -329,7 +340,7 @@ ngx_http_tokenbiryani_poller_read(ngx_http_tokenbiryani_call_result_t *res,
     }
 
     /* in the inspector and the usage history, as the reading it was */
-    ngx_http_tokenbiryani_record_own(tmcf, NGX_HTTP_TB_BATCHES,
+    ngx_http_tokenbiryani_record_own(tmcf, rid, NGX_HTTP_TB_BATCHES,
                                      pl->v.key_name, pl->v.slot, rd,
                                      pl->started);
 

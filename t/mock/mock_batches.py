@@ -375,13 +375,18 @@ class Batches:
 
     # ------------------------------------------------------------ control
 
-    def end_now(self, bid, now):
-        """/_mock/batches/<id>/end: the requests not done yet done now"""
+    def end_now(self, bid, now, forget=False):
+        """/_mock/batches/<id>/end: the requests not done yet done now;
+        /forget: the batch gone, as the API forgets one past its keeping
+        (every operation on it a 404 from then on)"""
         with self.mock.state.lock:
             b = self.mock.state.batches.get(bid)
             if b is None:
                 return False
-            b.done_at = [min(t, now) for t in b.done_at]
+            if forget:
+                b.deleted = True
+            else:
+                b.done_at = [min(t, now) for t in b.done_at]
         return True
 
     def report(self, now):

@@ -139,14 +139,17 @@ class Control:
                 return reply(200, st.stats())
             if p == "/_mock/batches" and req.method == "GET":
                 return reply(200, self.batches.report(time.time()))
-            if p.startswith("/_mock/batches/") and p.endswith("/end") \
-                    and req.method == "POST":
+            if p.startswith("/_mock/batches/") and req.method == "POST" \
+                    and p.endswith(("/end", "/forget")):
                 # a test's clock: every request of that batch done now
-                bid = p[len("/_mock/batches/"):-len("/end")]
-                if not self.batches.end_now(bid, time.time()):
+                # (/end), or the batch past its keeping (/forget)
+                bid, _, what = p[len("/_mock/batches/"):].rpartition("/")
+                if not self.batches.end_now(bid, time.time(),
+                                            forget=(what == "forget")):
                     return reply(404, error_obj("not_found_error",
                                                 "no batch %s" % bid))
-                return reply(200, {"id": bid, "ended": True})
+                return reply(200, {"id": bid, "ended": what == "end",
+                                   "forgotten": what == "forget"})
             if p == "/_mock/files" and req.method == "GET":
                 with st.lock:
                     every = list(st.files.values())

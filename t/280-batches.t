@@ -611,3 +611,35 @@ like(TB::Nginx::log_text(), qr/batch "\Q$long->{id}\E" is gone from account "\w+
 ($s) = batch('key-one', 'GET', "/$long->{id}");
 is($s, 404, 'its key gets the 404 an unknown id gets');
 is(scalar(grep { $_->{stage} !~ /^(created|changed|charged|deleted|forgotten)$/ } @{ $batch_events->() }), 0, 'no other stage');
+
+
+
+=== TEST 16: results with lines that are not results: never charged less than the batch held, whether its client or the gateway reads them, said in one log line
+--- user_files eval
+main::pool_yaml(accounts => 1, yaml => "batch:\n  api: true\n  poll_interval_seconds: 0.05\npricing: builtin\n", keys => [
+    { key => 'key-one', name => 'one', spend_cap_usd => '5' },
+    { key => 'key-two', name => 'two', spend_cap_usd => '5' },
+    { key => 'admin-key', name => 'admin', admin => 'true' }])
+--- check
+mock_config({ defaults => { batch_processing_ms => 100 }, batch_results_unreadable => 1 });
+# read by its client
+my ($st, $b) = batch('key-one', 'POST', '', requests_of(3));
+my $held = key_spend('one')->{in_flight_usd};
+ok($held > 0, "its estimate held (\$$held)");
+until_ended('key-one', $b->{id});
+my ($s, undef, $r) = batch('key-one', 'GET', "/$b->{id}/results");
+is($s, 200, 'its results read by its client');
+my @lines = grep { length } split /\n/, $r->{body};
+is(scalar @lines, 3, 'three lines');
+ok(!eval { json_decode($lines[0]) }, 'the first not a result');
+my $sp = key_spend('one');
+is($sp->{in_flight_usd}, 0, 'nothing held since');
+ok(abs($sp->{window_usd} - $held) < 1e-12, "charged what it held (\$$sp->{window_usd}): the line not read may have cost it");
+like(TB::Nginx::log_text(), qr/1 of 3 lines of batch "\Q$b->{id}\E"'s results could not be read \(longer than the gateway reads, or not a result\): it is charged what it held/,
+     'said in the log');
+# read by nobody: the gateway's own reading charges the same way
+my ($st2, $u) = batch('key-two', 'POST', '', requests_of(2));
+my $held2 = key_spend('two')->{in_flight_usd};
+ok(poll_until(10, sub { key_spend('two')->{in_flight_usd} == 0 }), 'read by the gateway');
+ok(abs(key_spend('two')->{window_usd} - $held2) < 1e-12, 'charged what it held');
+like(TB::Nginx::log_text(), qr/1 of 2 lines of batch "\Q$u->{id}\E"'s results could not be read/, 'said in the log');

@@ -518,7 +518,8 @@ ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
 
 
 /* one line of a batch's results: a succeeded request's usage, at the
- * batch price, added to charge (any other line adds nothing) */
+ * batch price, added to charge (another result adds nothing; a line that
+ * is not one is lost) */
 
 static void
 ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
@@ -530,9 +531,12 @@ ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const tb_model_price_t          *price;
     ngx_http_tokenbiryani_charge_t  *charge;
 
-    if (tb_batch_result(p, len, &res) != 0
-        || res.type != TB_RESULT_SUCCEEDED)
-    {
+    if (tb_batch_result(p, len, &res) != 0) {
+        rd->lost++;
+        return;
+    }
+
+    if (res.type != TB_RESULT_SUCCEEDED) {
         return;
     }
 
@@ -689,6 +693,9 @@ ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
     ngx_http_tokenbiryani_results_read(tmcf, &rd, r->pool, ctx->hold,
                                        ctx->hold + ctx->resp.held);
     ngx_http_tokenbiryani_results_end(tmcf, &rd);
+    ngx_http_tokenbiryani_results_lost(&rd, o->found.reserved,
+                                       r->connection->log, o->found.id,
+                                       o->found.id_len);
 
     rd.charge.at_ms = now;
 
@@ -816,6 +823,24 @@ ngx_http_tokenbiryani_results_end(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
 
 void
+ngx_http_tokenbiryani_results_lost(ngx_http_tokenbiryani_results_t *rd,
+    int64_t reserved, ngx_log_t *log, const u_char *id, size_t len)
+{
+    if (rd->lost == 0) {
+        return;
+    }
+
+    rd->charge.cost = ngx_max(rd->charge.cost, reserved);
+
+    ngx_log_error(NGX_LOG_WARN, log, 0,
+                  "tokenbiryani: %ui of %ui lines of batch \"%*s\"'s "
+                  "results could not be read (longer than the gateway reads, "
+                  "or not a result): it is charged what it held, if that is "
+                  "more than the rest", rd->lost, rd->lines, len, id);
+}
+
+
+void
 ngx_http_tokenbiryani_object_bytes(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, u_char *p, u_char *last)
 {
@@ -855,18 +880,9 @@ ngx_http_tokenbiryani_object_done(ngx_http_request_t *r,
     }
 
     ngx_http_tokenbiryani_results_end(tmcf, rd);
-
-    if (rd->lost) {
-        /* a line it could not read: what the batch held is what it is
-         * taken to have cost, if that is more */
-        rd->charge.cost = ngx_max(rd->charge.cost, o->found.reserved);
-
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "tokenbiryani: %ui lines of batch \"%*s\"'s results "
-                      "were longer than the gateway reads: it is charged "
-                      "what it held", rd->lost, o->found.id_len,
-                      o->found.id);
-    }
+    ngx_http_tokenbiryani_results_lost(rd, o->found.reserved,
+                                       r->connection->log, o->found.id,
+                                       o->found.id_len);
 
     rd->charge.at_ms = ngx_http_tokenbiryani_now_ms();
 

@@ -31,7 +31,8 @@
 /*
  * A batch's results read line by line as they pass, never held whole:
  * each succeeded request's usage at the batch price added to charge; a
- * line longer than the gateway reads is counted lost.
+ * line longer than the gateway reads, or one that is not a result, is
+ * counted lost.
  */
 typedef struct {
     u_char                        *line;          /* of a line cut by a */
@@ -122,6 +123,12 @@ void ngx_http_tokenbiryani_results_read(
 void ngx_http_tokenbiryani_results_end(
     ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_results_t *rd);
+
+/* results read whole, to be charged: with a line not read (too long, or
+ * not a result), what batch id held (reserved) is what it is taken to
+ * have cost, if that is more, said in one log line */
+void ngx_http_tokenbiryani_results_lost(ngx_http_tokenbiryani_results_t *rd,
+    int64_t reserved, ngx_log_t *log, const u_char *id, size_t len);
 
 /* an object just made (a batch, a file) kept on the account that made it
  * for the request's key, and written to the store */

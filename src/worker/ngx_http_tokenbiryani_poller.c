@@ -320,10 +320,8 @@ ngx_http_tokenbiryani_poller_read(ngx_http_tokenbiryani_call_result_t *res,
         return;
     }
 
-    if (rd->lost) {
-        /* a line it could not read: what the batch held, if that is more */
-        charge->cost = ngx_max(charge->cost, pl->v.reserved);
-    }
+    ngx_http_tokenbiryani_results_lost(rd, pl->v.reserved, ngx_cycle->log,
+                                       pl->v.id, pl->v.id_len);
 
     charge->at_ms = ngx_http_tokenbiryani_now_ms();
 

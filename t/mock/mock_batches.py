@@ -345,7 +345,11 @@ class Batches:
     def results(self, a, b, now):
         conn, req, entry, gen, cred = a
         lines = b.results(now)
-        body = b"".join(compact(ln).encode() + b"\n" for ln in lines)
+        # a fault for the reader to survive: the first lines cut short,
+        # each no longer a result
+        bad = int(num(self.mock.config.top("batch_results_unreadable"), 0, 0))
+        body = b"".join((compact(ln)[:20] if i < bad else compact(ln)).encode()
+                        + b"\n" for i, ln in enumerate(lines))
         headers = self.mock.base_headers(entry, "application/binary", cred)
         # chunked to HTTP/1.1; to HTTP/1.0, which cannot take it, the body
         # ends with the connection (RFC 9112, 6.1)

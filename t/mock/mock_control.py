@@ -31,6 +31,7 @@ BUILTIN_TOP = {
     "event_delay_ms": 0,
     "max_body_bytes": 32 * 1024 * 1024,
     "batch_max_body_bytes": 256 * 1024 * 1024,
+    "batch_results_unreadable": 0, # results' first lines cut (a fault)
     "idle_timeout_seconds": 300,
     "bedrock": {},                 # keys, api_keys, region (mock_platforms)
     "google": {},                  # keys, token_uri, token_ttl, project

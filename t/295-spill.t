@@ -17,8 +17,8 @@ no_shuffle();
 mock_start();
 
 sub yaml_of {
-    my ($batch) = @_;
-    main::pool_yaml(accounts => 1, yaml => "batch:\n$batch\npricing: builtin\n", keys => [
+    my ($batch, $account) = @_;
+    main::pool_yaml(accounts => [{ id => 'a1', %{ $account // {} } }], yaml => "batch:\n$batch\npricing: builtin\n", keys => [
         { key => 'key-one', name => 'one', spend_cap_usd => '5' },
         { key => 'key-bg', name => 'bg', priority => 'batch', spend_cap_usd => '5' },
         { key => 'key-tiny', name => 'tiny', priority => 'batch', spend_cap_usd => '0.0000001' },
@@ -95,6 +95,17 @@ ok((grep { $_->{stage} eq 'created' } @told) && (grep { $_->{stage} eq 'charged'
 # the key's default priority spills too
 $r = message_with('key-bg');
 is($r->{headers}{'x-tokenbiryani-via'}, 'batch', 'a key of batch priority spills without the header');
+# the client's anthropic-beta goes with its batch, as with its Message
+$from = scalar @{ mock_log() };
+$r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch', 'anthropic-beta' => 'files-api-2025-04-14, context-1m-2025-08-07' });
+is($r->{headers}{'x-tokenbiryani-via'}, 'batch', 'a request with betas spills');
+my ($made) = grep { ($_->{path} // '') eq '/v1/messages/batches' && $_->{method} eq 'POST' } @{ mock_log($from) };
+is($made->{headers}{'anthropic-beta'}, 'files-api-2025-04-14, context-1m-2025-08-07', 'its batch made with its anthropic-beta');
+# one the gateway would not vouch for stays in the queue
+$from = scalar @{ mock_log() };
+$r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch', 'x-tokenbiryani-max-wait' => '1', 'anthropic-beta' => "caf\xc3\xa9" });
+isnt($r->{headers}{'x-tokenbiryani-via'} // '', 'batch', 'a beta not printable ASCII: not spilled');
+is(scalar @{ batches_seen($from) }, 0, 'no batch made');
 
 
 
@@ -122,7 +133,7 @@ my $from = scalar @{ mock_log() };
 my $t0 = Time::HiRes::time();
 my $r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch', 'x-tokenbiryani-max-wait' => '1' });
 my $took = Time::HiRes::time() - $t0;
-is($r->{status}, 429, '429');
+is($r->{status}, 429, 'refused: 429');
 my $e = json_decode($r->{body});
 is($e->{error}{type}, 'rate_limit_error', 'rate_limit_error');
 my $id = $r->{headers}{'x-tokenbiryani-batch-id'} // '';
@@ -185,3 +196,18 @@ ok(poll_until(10, sub { my (undef, $j) = admin(GET => '/admin/batches'); ($b) = 
    'its batch charged all the same');
 ok($b && $b->{charged_usd} > 0, "what it used (\$$b->{charged_usd})");
 is(spend('one')->{in_flight_usd}, 0, 'nothing held');
+
+
+
+=== TEST 8: an account whose spend cap could not hold the batch's estimate gets no batch: the request waits in the queue
+--- user_files eval
+main::yaml_of("  enabled: true\n  poll_interval_seconds: 0.05", { spend_cap_usd => '0.0001' })
+--- check
+saturate(30);
+my $from = scalar @{ mock_log() };
+my (undef, $st) = admin(GET => '/admin/accounts');
+ok($st->{accounts}[0]{usage}{window_usd} >= 0.0001, "the account spent its cap (\$$st->{accounts}[0]{usage}{window_usd})");
+my $r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch', 'x-tokenbiryani-max-wait' => '1' });
+isnt($r->{headers}{'x-tokenbiryani-via'} // '', 'batch', 'not through a batch');
+is($r->{status}, 429, 'refused once its budget is spent, as the queue does');
+is(scalar @{ batches_seen($from) }, 0, 'no batch made');

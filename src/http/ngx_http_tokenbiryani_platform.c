@@ -164,65 +164,22 @@ ngx_http_tokenbiryani_platform_fill(ngx_pool_t *pool,
 static ngx_int_t
 ngx_http_tokenbiryani_betas(ngx_http_request_t *r, ngx_str_t *out)
 {
-    u_char                         *p;
-    size_t                          len;
-    ngx_uint_t                      pass;
-    ngx_table_elt_t                *h;
-    ngx_http_tokenbiryani_ctx_t    *ctx;
-    ngx_http_tokenbiryani_hiter_t   it;
+    ngx_http_tokenbiryani_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_tokenbiryani_module);
 
-    if (PL(ctx)->betas_made) {
-        *out = PL(ctx)->betas;
-        return NGX_OK;
-    }
-
-    len = 0;
-    p = NULL;
-
-    /* the first pass measures, the second copies */
-
-    for (pass = 0; pass < 2; pass++) {
-
-        ngx_http_tokenbiryani_headers_begin(&it, &r->headers_in.headers);
-
-        while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
-            if (h->key.len != sizeof("anthropic-beta") - 1
-                || ngx_strncmp(h->lowcase_key, "anthropic-beta",
-                               h->key.len) != 0)
-            {
-                continue;
-            }
-
-            if (pass == 0) {
-                len += h->value.len + 1;
-                continue;
-            }
-
-            if (p != PL(ctx)->betas.data) {
-                *p++ = ',';
-            }
-
-            p = ngx_cpymem(p, h->value.data, h->value.len);
+    if (!PL(ctx)->betas_made) {
+        if (ngx_http_tokenbiryani_header_join(r, "anthropic-beta",
+                                              sizeof("anthropic-beta") - 1,
+                                              &PL(ctx)->betas)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
         }
 
-        if (pass == 0) {
-            if (len == 0) {
-                break;
-            }
-
-            PL(ctx)->betas.data = ngx_pnalloc(r->pool, len);
-            if (PL(ctx)->betas.data == NULL) {
-                return NGX_ERROR;
-            }
-
-            p = PL(ctx)->betas.data;
-        }
+        PL(ctx)->betas_made = 1;
     }
 
-    PL(ctx)->betas.len = len ? (size_t) (p - PL(ctx)->betas.data) : 0;
-    PL(ctx)->betas_made = 1;
     *out = PL(ctx)->betas;
 
     return NGX_OK;
@@ -1159,6 +1116,66 @@ ngx_http_tokenbiryani_platform_filter(ngx_http_request_t *r,
         u->keepalive = !u->headers_in.connection_close
                        && !ctx->resp.overlong;
     }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_header_join(ngx_http_request_t *r,
+    const char *lowcase_name, size_t len, ngx_str_t *out)
+{
+    u_char                         *p;
+    size_t                          size;
+    ngx_uint_t                      pass;
+    ngx_table_elt_t                *h;
+    ngx_http_tokenbiryani_hiter_t   it;
+
+    size = 0;
+    p = NULL;
+    out->len = 0;
+    out->data = NULL;
+
+    /* the first pass measures, the second copies */
+
+    for (pass = 0; pass < 2; pass++) {
+
+        ngx_http_tokenbiryani_headers_begin(&it, &r->headers_in.headers);
+
+        while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+            if (h->key.len != len
+                || ngx_strncmp(h->lowcase_key, lowcase_name, len) != 0)
+            {
+                continue;
+            }
+
+            if (pass == 0) {
+                size += h->value.len + 1;
+                continue;
+            }
+
+            if (p != out->data) {
+                *p++ = ',';
+            }
+
+            p = ngx_cpymem(p, h->value.data, h->value.len);
+        }
+
+        if (pass == 0) {
+            if (size == 0) {
+                return NGX_OK;
+            }
+
+            out->data = ngx_pnalloc(r->pool, size);
+            if (out->data == NULL) {
+                return NGX_ERROR;
+            }
+
+            p = out->data;
+        }
+    }
+
+    out->len = p - out->data;
 
     return NGX_OK;
 }

@@ -104,4 +104,10 @@ ngx_int_t ngx_http_tokenbiryani_platform_filter(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ssize_t bytes);
 
 
+/* every request header of that lower-case name, their values joined with
+ * commas into the pool (out->len 0: none): NGX_OK, or NGX_ERROR */
+ngx_int_t ngx_http_tokenbiryani_header_join(ngx_http_request_t *r,
+    const char *lowcase_name, size_t len, ngx_str_t *out);
+
+
 #endif /* _NGX_HTTP_TOKENBIRYANI_PLATFORM_H_INCLUDED_ */

@@ -9,6 +9,7 @@
 #include "ngx_http_tokenbiryani_spill.h"
 #include "ngx_http_tokenbiryani_batches.h"
 #include "ngx_http_tokenbiryani_record.h"
+#include "ngx_http_tokenbiryani_platform.h"
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_call.h"
 #include "ngx_http_tokenbiryani_store.h"
@@ -46,7 +47,8 @@ typedef struct {
 
 
 static ngx_http_tokenbiryani_account_t *ngx_http_tokenbiryani_spill_account(
-    ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
+    ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx, int64_t estimate,
+    int64_t now);
 static ngx_int_t ngx_http_tokenbiryani_spill_call(
     ngx_http_tokenbiryani_spill_t *sp, const char *method, const char *below,
     ngx_str_t *body, ngx_http_tokenbiryani_call_done_pt done);
@@ -77,8 +79,8 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_spill_back_pt back)
 {
     u_char                             *p;
-    int64_t                             now;
-    ngx_str_t                           body;
+    int64_t                             now, estimate;
+    ngx_str_t                           body, beta;
     tb_cost_usage_t                     cu;
     ngx_pool_cleanup_t                 *cln;
     const tb_model_price_t             *price;
@@ -101,39 +103,17 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    a = ngx_http_tokenbiryani_spill_account(r, ctx);
-    if (a == NULL) {
-        return NGX_DECLINED;
-    }
-
-    ctx->spilled = 1;
-
-    sp = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_spill_t));
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (sp == NULL || cln == NULL) {
-        return NGX_DECLINED;
-    }
-
-    sp->request = r;
-    sp->ctx = ctx;
-    sp->back = back;
-    sp->account = a;
-    sp->started = now;
-    sp->deadline = now + ctx->wait.budget_ms - ctx->wait.waited_ms;
-    sp->interval = (ngx_msec_t) (tmcf->tbcf->batch_poll_interval_seconds
-                                 * 1000);
-    sp->interval = ngx_max(sp->interval, 1);
-
     /* what it may cost: its input estimate and its max_tokens, at the
      * batch price, held for it while it runs */
 
+    estimate = 0;
     price = ngx_http_tokenbiryani_price(tmcf, ctx);
 
     if (price) {
         ngx_memzero(&cu, sizeof(cu));
         cu.input = ctx->route.need.n[TB_WIN_INPUT];
         cu.output = ctx->route.need.max_tokens;
-        sp->estimate = tb_cost(price, &cu, 0) / 2;
+        estimate = tb_cost(price, &cu, 0) / 2;
     }
 
     /* a key whose cap could not hold it waits in the queue, where its cap
@@ -142,13 +122,54 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     if (ctx->key && ctx->key->spend_cap_usd >= 0) {
         ngx_http_tokenbiryani_key_spend(&tmcf->zone, ctx->key_hash, now, &ks);
 
-        if (ks.window_cost + ks.reserved + ks.others + sp->estimate
+        if (ks.window_cost + ks.reserved + ks.others + estimate
             > tb_usd_to_nd(ctx->key->spend_cap_usd))
         {
-            ctx->spilled = 0;
             return NGX_DECLINED;
         }
     }
+
+    a = ngx_http_tokenbiryani_spill_account(r, ctx, estimate, now);
+    if (a == NULL) {
+        return NGX_DECLINED;
+    }
+
+    /* the client's anthropic-beta goes with its batch, as it would with
+     * its Message (the Files API's beta for one naming a file); one with a
+     * byte that is not printable ASCII is not the gateway's to pass on */
+
+    if (ngx_http_tokenbiryani_header_join(r, "anthropic-beta",
+                                          sizeof("anthropic-beta") - 1,
+                                          &beta)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (p = beta.data; p < beta.data + beta.len; p++) {
+        if (*p < 0x20 || *p >= 0x7f) {
+            return NGX_DECLINED;
+        }
+    }
+
+    sp = ngx_pcalloc(r->pool, sizeof(ngx_http_tokenbiryani_spill_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (sp == NULL || cln == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ctx->spilled = 1;
+
+    sp->request = r;
+    sp->ctx = ctx;
+    sp->back = back;
+    sp->account = a;
+    sp->started = now;
+    sp->estimate = estimate;
+    sp->deadline = now + ctx->wait.budget_ms - ctx->wait.waited_ms;
+    sp->interval = (ngx_msec_t) (tmcf->tbcf->batch_poll_interval_seconds
+                                 * 1000);
+    sp->interval = ngx_max(sp->interval, 1);
 
     ngx_http_tokenbiryani_timer_init(&sp->timer,
                                      ngx_http_tokenbiryani_spill_tick, sp,
@@ -159,6 +180,8 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     cln->data = sp;
 
     ngx_http_tokenbiryani_call_target(&sp->target, a);
+
+    sp->target.beta = beta;
 
     /* {"requests": [{"custom_id": ..., "params": <the body>}]} */
 
@@ -201,15 +224,18 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
 /*
  * The account its batch goes to: its conversation's owner when it can take
  * a batch, else the first that can of the key's pool (and of the account
- * its files are on, when it names files)
+ * its files are on, when it names files); never one whose spend cap could
+ * not hold the batch's estimate
  */
 
 static ngx_http_tokenbiryani_account_t *
 ngx_http_tokenbiryani_spill_account(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t estimate, int64_t now)
 {
+    int64_t                             cap;
     ngx_uint_t                          i, n;
     tb_cand_t                          *c;
+    const tb_account_conf_t            *conf;
     ngx_http_tokenbiryani_account_t    *a, *first;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -224,11 +250,27 @@ ngx_http_tokenbiryani_spill_account(ngx_http_request_t *r,
     for (i = 0; i < n; i++) {
         c = &ctx->route.cands[i];
 
+        conf = c->conf;
+
         if (!c->in_pool || c->removed || !a[i].supported || a[i].platform
             || a[i].naddrs == 0 || (ctx->pin >= 0 && a[i].slot
                                     != (ngx_uint_t) ctx->pin))
         {
             continue;
+        }
+
+        if (conf->spend_cap_usd >= 0) {
+            /* spent, held and the estimate over the cap: read without the
+             * lock, as the router reads it */
+            cap = tb_usd_to_nd(conf->spend_cap_usd);
+
+            if (estimate > cap
+                || tb_ledger_over(&c->st->spend, now,
+                                  tmcf->zone.spend_bucket_ms,
+                                  cap - estimate + 1))
+            {
+                continue;
+            }
         }
 
         if ((int) i == ctx->route.owner_index) {

@@ -326,6 +326,7 @@ ngx_http_tokenbiryani_call_request(ngx_http_tokenbiryani_call_t *p,
           + sizeof("Host: " CRLF) - 1 + t->host_header.len
           + t->auth_header.len
           + sizeof("anthropic-version: 2023-06-01" CRLF) - 1
+          + sizeof("anthropic-beta: " CRLF) - 1 + t->beta.len
           + sizeof("content-type: application/json" CRLF) - 1
           + sizeof("Content-Length: " CRLF) - 1 + NGX_SIZE_T_LEN
           + sizeof("Connection: close" CRLF) - 1
@@ -346,6 +347,10 @@ ngx_http_tokenbiryani_call_request(ngx_http_tokenbiryani_call_t *p,
 
     b->last = ngx_cpymem(b->last, "anthropic-version: 2023-06-01" CRLF,
                          sizeof("anthropic-version: 2023-06-01" CRLF) - 1);
+
+    if (t->beta.len) {
+        b->last = ngx_sprintf(b->last, "anthropic-beta: %V" CRLF, &t->beta);
+    }
 
     if (t->body.len) {
         b->last = ngx_sprintf(b->last, "content-type: application/json" CRLF

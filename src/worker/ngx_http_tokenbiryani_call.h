@@ -44,6 +44,9 @@ typedef struct {
     ngx_str_t                      method;        /* "GET", "POST" */
     ngx_str_t                      path;          /* after the prefix */
     ngx_str_t                      body;          /* JSON; len 0: none */
+    ngx_str_t                      beta;          /* anthropic-beta's value,
+                                                     printable ASCII; len 0:
+                                                     none */
     const char                    *what;          /* in the log and the
                                                      User-Agent: "probe" */
     ngx_http_tokenbiryani_call_sink_pt  sink;     /* NULL: the body held */

@@ -165,6 +165,14 @@ for my $host ("127.0.0.1:$port", "[::1]:$port") {
        "Host $host: the same");
 }
 unlike($o->{results_url}, qr/anthropic\.com/, 'never at the upstream');
+# the list, the gateway's own answer: every member the API's item has
+my (undef, $l) = batch('key-one', 'GET', '');
+my ($item) = grep { $_->{id} eq $b->{id} } @{ $l->{data} };
+is($item->{results_url}, $o->{results_url}, 'listed: the same results_url');
+is_deeply([sort keys %$item], [sort keys %$o], 'listed with the members a retrieve has');
+my $t = sub { my ($y, $mo, $d, $h, $mi, $se) = $_[0] =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)/; (($d * 24 + $h) * 60 + $mi) * 60 + $se };
+ok(abs($t->($item->{created_at}) - $t->($o->{created_at})) <= 1, "its created_at ($item->{created_at}: when the gateway kept it)");
+is($t->($item->{expires_at}) - $t->($item->{created_at}), 86400, 'expires_at: a day after it');
 my ($s, undef, $r) = batch('key-one', 'GET', "/$b->{id}/results");
 is($s, 200, 'results');
 my @lines = map { json_decode($_) } grep { length } split /\n/, $r->{body};

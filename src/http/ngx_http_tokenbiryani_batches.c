@@ -21,6 +21,9 @@
 
 #define NGX_HTTP_TB_LIST_MAX           1000
 
+/* a batch expires 24 hours after it was made (the API's) */
+#define NGX_HTTP_TB_BATCH_EXPIRES_MS   (24 * 3600 * 1000LL)
+
 
 static ngx_int_t ngx_http_tokenbiryani_object_list_answer(
     ngx_http_request_t *r, ngx_http_tokenbiryani_ctx_t *ctx);
@@ -29,6 +32,10 @@ static ngx_int_t ngx_http_tokenbiryani_object_charge(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_result_line(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *p, size_t len,
     ngx_http_tokenbiryani_results_t *rd);
+static ngx_str_t *ngx_http_tokenbiryani_origin(ngx_http_request_t *r,
+    ngx_str_t *scheme);
+static u_char *ngx_http_tokenbiryani_object_time(u_char *p, const char *name,
+    int64_t ms);
 
 
 /* the paths of a kind of object: its collection, an object's own, and
@@ -446,43 +453,17 @@ static ngx_int_t
 ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, const tb_batch_obj_t *b)
 {
-    u_char     *p, *body, c;
-    size_t      len, i;
-    ngx_str_t  *host, scheme;
+    u_char     *p, *body;
+    size_t      len;
+    ngx_str_t   scheme, *host;
 
-    /* the Host as the client sent it, port too: a name, an address */
-
-    host = r->headers_in.host ? &r->headers_in.host->value : NULL;
-
-    for (i = 0; host && i < host->len; i++) {
-        c = host->data[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ':'
-              || c == '[' || c == ']'))
-        {
-            host = NULL;
-        }
-    }
-
-    if (host && host->len == 0) {
-        host = NULL;
-    }
+    host = ngx_http_tokenbiryani_origin(r, &scheme);
 
     if (host == NULL) {
         /* nowhere to point it: none at all beats the upstream's */
         len = ctx->resp.held - b->results_url.len + sizeof("null") - 1;
 
     } else {
-#if (NGX_HTTP_SSL)
-        if (r->connection->ssl) {
-            ngx_str_set(&scheme, "https");
-        } else
-#endif
-        {
-            ngx_str_set(&scheme, "http");
-        }
-
         len = ctx->resp.held - b->results_url.len
               + sizeof("\"://" NGX_HTTP_TB_BATCHES_PATH "//results\"") - 1
               + scheme.len + host->len + b->id_len;
@@ -514,6 +495,49 @@ ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
     ctx->object_body = 1;
 
     return NGX_OK;
+}
+
+
+/*
+ * The Host the client reached the gateway by, port too (a name, an
+ * address), and its scheme: for a URL that points back at the gateway;
+ * NULL when it is not one to put in a URL
+ */
+
+static ngx_str_t *
+ngx_http_tokenbiryani_origin(ngx_http_request_t *r, ngx_str_t *scheme)
+{
+    u_char      c;
+    size_t      i;
+    ngx_str_t  *host;
+
+    host = r->headers_in.host ? &r->headers_in.host->value : NULL;
+
+    if (host == NULL || host->len == 0) {
+        return NULL;
+    }
+
+    for (i = 0; i < host->len; i++) {
+        c = host->data[i];
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ':'
+              || c == '[' || c == ']'))
+        {
+            return NULL;
+        }
+    }
+
+#if (NGX_HTTP_SSL)
+    if (r->connection->ssl) {
+        ngx_str_set(scheme, "https");
+        return host;
+    }
+#endif
+
+    ngx_str_set(scheme, "http");
+
+    return host;
 }
 
 
@@ -1079,12 +1103,10 @@ ngx_http_tokenbiryani_object_answered(ngx_http_request_t *r,
 
 static u_char *
 ngx_http_tokenbiryani_object_json(u_char *p,
-    const ngx_http_tokenbiryani_object_view_t *v)
+    const ngx_http_tokenbiryani_object_view_t *v, const ngx_str_t *scheme,
+    const ngx_str_t *host)
 {
-    ngx_tm_t    tm;
     ngx_uint_t  i;
-
-    ngx_gmtime(v->created_ms / 1000, &tm);
 
     if (v->kind == NGX_HTTP_TB_OBJECT_FILE) {
         p = ngx_sprintf(p, "{\"id\":\"%*s\",\"type\":\"file\","
@@ -1099,11 +1121,10 @@ ngx_http_tokenbiryani_object_json(u_char *p,
                        sizeof("\",\"size_bytes\":") - 1);
         p = (v->size >= 0) ? ngx_sprintf(p, "%L", v->size)
                            : ngx_cpymem(p, "null", 4);
+        p = ngx_http_tokenbiryani_object_time(p, ",\"created_at\":",
+                                              v->created_ms);
 
-        return ngx_sprintf(p, ",\"created_at\":\"%4d-%02d-%02dT%02d:%02d:"
-                           "%02dZ\",\"downloadable\":%s}",
-                           tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
-                           tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec,
+        return ngx_sprintf(p, ",\"downloadable\":%s}",
                            v->downloadable ? "true" : "false");
     }
 
@@ -1118,8 +1139,40 @@ ngx_http_tokenbiryani_object_json(u_char *p,
                         v->counts[i] > 0 ? v->counts[i] : 0);
     }
 
-    return ngx_sprintf(p, "},\"created_at\":\"%4d-%02d-%02dT%02d:%02d:%02dZ\","
-                       "\"results_url\":null}",
+    /* when it ended, was archived or its cancel asked the gateway does not
+     * keep: a retrieve gives its account's word */
+
+    p = ngx_cpymem(p, "},\"ended_at\":null,\"archived_at\":null,"
+                   "\"cancel_initiated_at\":null",
+                   sizeof("},\"ended_at\":null,\"archived_at\":null,"
+                          "\"cancel_initiated_at\":null") - 1);
+    p = ngx_http_tokenbiryani_object_time(p, ",\"created_at\":",
+                                          v->created_ms);
+    p = ngx_http_tokenbiryani_object_time(p, ",\"expires_at\":",
+                                          v->created_ms
+                                          + NGX_HTTP_TB_BATCH_EXPIRES_MS);
+
+    if (v->status != TB_BATCH_ENDED || host == NULL) {
+        return ngx_cpymem(p, ",\"results_url\":null}",
+                          sizeof(",\"results_url\":null}") - 1);
+    }
+
+    return ngx_sprintf(p, ",\"results_url\":\"%V://%V"
+                       NGX_HTTP_TB_BATCHES_PATH "/%*s/results\"}",
+                       scheme, host, v->id_len, v->id);
+}
+
+
+/* name, then the time at ms as the API writes one, quoted */
+
+static u_char *
+ngx_http_tokenbiryani_object_time(u_char *p, const char *name, int64_t ms)
+{
+    ngx_tm_t  tm;
+
+    ngx_gmtime(ms / 1000, &tm);
+
+    return ngx_sprintf(p, "%s\"%4d-%02d-%02dT%02d:%02d:%02dZ\"", name,
                        tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
                        tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec);
 }
@@ -1131,7 +1184,7 @@ ngx_http_tokenbiryani_object_list_answer(ngx_http_request_t *r,
 {
     u_char                               *p;
     ngx_int_t                             limit;
-    ngx_str_t                             json, value;
+    ngx_str_t                             json, value, scheme, *host;
     ngx_uint_t                            i, n, more;
     ngx_http_tokenbiryani_main_conf_t    *tmcf;
     ngx_http_tokenbiryani_object_view_t  *v;
@@ -1177,8 +1230,12 @@ ngx_http_tokenbiryani_object_list_answer(ngx_http_request_t *r,
                                           value.len, v, (ngx_uint_t) limit,
                                           &more);
 
-    /* a file's name and type escaped may be six times as long */
-    json.data = ngx_pnalloc(r->pool, 128 + n * (512 + 2 * TB_BATCH_ID_MAX
+    host = ngx_http_tokenbiryani_origin(r, &scheme);
+
+    /* a file's name and type escaped may be six times as long; a batch's
+     * results_url names the Host */
+    json.data = ngx_pnalloc(r->pool, 128 + n * (640 + 3 * TB_BATCH_ID_MAX
+                                                + (host ? host->len : 0)
                                                 + 6 * (TB_FILE_NAME_MAX
                                                        + TB_FILE_MIME_MAX)));
     if (json.data == NULL) {
@@ -1192,7 +1249,7 @@ ngx_http_tokenbiryani_object_list_answer(ngx_http_request_t *r,
             *p++ = ',';
         }
 
-        p = ngx_http_tokenbiryani_object_json(p, &v[i]);
+        p = ngx_http_tokenbiryani_object_json(p, &v[i], &scheme, host);
     }
 
     p = ngx_sprintf(p, "],\"has_more\":%s,", more ? "true" : "false");

@@ -506,6 +506,15 @@ my $m = TB::Nginx::http_request(method => 'POST', path => '/v1/messages', port =
 is($m->{status}, 200, 'the export lines\' key is served');
 is(TB::Nginx::http_request(method => 'GET', path => '/admin/status', port => $port,
                            headers => { 'x-api-key' => $client })->{status}, 403, 'and refused /admin');
+# the Batches and Files APIs, served against the mock
+my $bt = TB::Nginx::http_request(method => 'POST', path => '/v1/messages/batches', port => $port,
+    headers => { 'x-api-key' => $client, 'content-type' => 'application/json' },
+    body => TB::Nginx::json_encode({ requests => [{ custom_id => 'c1', params => { model => 'claude-sonnet-4-6', max_tokens => 5,
+                                                                                messages => [{ role => 'user', content => 'hi' }] } }] }));
+is($bt->{status}, 200, 'a batch made');
+like(TB::Nginx::json_decode($bt->{body})->{id} // '', qr/^msgbatch_/, 'its id');
+my $fl = TB::Nginx::http_request(method => 'GET', path => '/v1/files', port => $port, headers => { 'x-api-key' => $client });
+is($fl->{status}, 200, 'the Files API: listed');
 is(TB::Nginx::http_request(method => 'GET', path => '/admin/status', port => $port,
                            headers => { 'x-api-key' => $admin })->{status}, 200, 'the admin key opens /admin');
 # the operator's edit: kept

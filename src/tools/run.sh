@@ -74,6 +74,10 @@ if [ -n "${ANTHROPIC_API_KEY:-}" ]; then
 store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
 pricing: builtin                  # the dated table shipped with the module
+batch:
+  api: true                       # the Message Batches API through the pool
+files:
+  api: true                       # the Files API through the pool
 accounts:
   - id: anthropic
     type: anthropic_api
@@ -100,6 +104,10 @@ server:
 store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
 pricing: builtin                  # the dated table shipped with the module
+batch:
+  api: true                       # the Message Batches API through the pool
+files:
+  api: true                       # the Files API through the pool
 accounts:$accounts
 $keys
 EOF
@@ -167,6 +175,7 @@ http {
 
         location /v1/          { tokenbiryani_pass; }
         location /v1/files     { tokenbiryani_pass; client_max_body_size 500m; }
+        location /v1/messages/batches { tokenbiryani_pass; client_max_body_size 256m; }
         location /             { tokenbiryani_pass; }
         location /admin/       { tokenbiryani_admin; }
         location = /healthz    { tokenbiryani_healthz; }

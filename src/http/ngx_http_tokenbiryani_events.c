@@ -54,11 +54,12 @@ typedef char ngx_http_tokenbiryani_event_fits_t[
 /*
  * An event of type begun: in the ring (*seq set: published once filled),
  * or, with no room there and local given, in local while the log wants
- * its fields (*seq 0); NULL: neither.  request_id: NULL for none.
+ * its fields (*seq 0); NULL: neither.  request_id: NULL for none; its
+ * at_ms is now.
  */
 static ngx_http_tokenbiryani_event_t *
 ngx_http_tokenbiryani_event_begin(ngx_http_tokenbiryani_main_conf_t *tmcf,
-    ngx_log_t *log, const u_char *request_id, ngx_uint_t type, int64_t now,
+    ngx_log_t *log, const u_char *request_id, ngx_uint_t type,
     ngx_http_tokenbiryani_event_t *local, uint64_t *seq)
 {
     ngx_http_tokenbiryani_event_t  *ev;
@@ -75,7 +76,7 @@ ngx_http_tokenbiryani_event_begin(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     ngx_memzero(ev, sizeof(ngx_http_tokenbiryani_event_t));
 
-    ev->at_ms = now;
+    ev->at_ms = ngx_http_tokenbiryani_now_ms();
 
     if (request_id) {
         ngx_memcpy(ev->request_id, request_id, NGX_HTTP_TB_REQUEST_ID_LEN);
@@ -89,10 +90,10 @@ ngx_http_tokenbiryani_event_begin(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
 
 /* a request's event, begun */
-#define ngx_http_tokenbiryani_event_request(r, ctx, type, now, local, seq)    \
+#define ngx_http_tokenbiryani_event_request(r, ctx, type, local, seq)         \
     ngx_http_tokenbiryani_event_begin(                                        \
         ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module),       \
-        (r)->connection->log, (ctx)->request_id, type, now, local, seq)
+        (r)->connection->log, (ctx)->request_id, type, local, seq)
 
 
 void
@@ -107,14 +108,14 @@ ngx_http_tokenbiryani_event_admission(ngx_http_request_t *r,
     ngx_http_tokenbiryani_event_t  *ev, local;
     u_char                          rem[96], reason[128];
 
-    now = ngx_http_tokenbiryani_now_ms();
-
     ev = ngx_http_tokenbiryani_event_request(r, ctx,
                                              NGX_HTTP_TB_EVENT_ADMISSION,
-                                             now, &local, &seq);
+                                             &local, &seq);
     if (ev == NULL) {
         return;
     }
+
+    now = ev->at_ms;
 
     ev->slot = a ? (int32_t) a->slot : -1;
     ev->what = (uint8_t) what;
@@ -174,7 +175,6 @@ ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_account_t *a,
     ngx_uint_t next)
 {
-    int64_t                         now;
     uint64_t                        seq;
     const tb_rule_t                *rule;
     ngx_http_tokenbiryani_event_t  *ev, local;
@@ -183,11 +183,9 @@ ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
         return;
     }
 
-    now = ngx_http_tokenbiryani_now_ms();
-
     ev = ngx_http_tokenbiryani_event_request(r, ctx,
                                              NGX_HTTP_TB_EVENT_SETTLEMENT,
-                                             now, &local, &seq);
+                                             &local, &seq);
     if (ev == NULL) {
         return;
     }
@@ -204,7 +202,7 @@ ngx_http_tokenbiryani_event_settlement(ngx_http_request_t *r,
     ev->usage[2] = ctx->usage.cache_read_input_tokens;
     ev->usage[3] = ctx->usage.cache_creation_input_tokens;
     ev->retry_after_ms = ctx->resp.obs.retry_after_ms;
-    ev->latency_ms = now - ctx->attempt_ms;
+    ev->latency_ms = ev->at_ms - ctx->attempt_ms;
 
     if (r->connection->log->log_level >= NGX_LOG_INFO) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -250,7 +248,6 @@ ngx_http_tokenbiryani_event_refusal(ngx_http_request_t *r,
 
     ev = ngx_http_tokenbiryani_event_request(r, ctx,
                                              NGX_HTTP_TB_EVENT_REFUSAL,
-                                             ngx_http_tokenbiryani_now_ms(),
                                              NULL, &seq);
     if (ev == NULL) {
         return;
@@ -280,7 +277,6 @@ ngx_http_tokenbiryani_event_object(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     ev = ngx_http_tokenbiryani_event_begin(tmcf, log, request_id,
                                            NGX_HTTP_TB_EVENT_OBJECT,
-                                           ngx_http_tokenbiryani_now_ms(),
                                            &local, &seq);
     if (ev == NULL) {
         return;

@@ -65,19 +65,22 @@ keys="keys:
   - key: $CLIENT
     name: default                 # for clients: no /admin"
 
+# what either file has: the store, the prices, the Batches and Files APIs
+common="store:
+  backend: sqlite                 # .run/conf/tokenbiryani.db
+pricing: builtin                  # the dated table shipped with the module
+batch:
+  api: true                       # the Message Batches API through the pool
+files:
+  api: true                       # the Files API through the pool"
+
 if [ -n "${ANTHROPIC_API_KEY:-}" ]; then
     mode="your ANTHROPIC_API_KEY (one real account)"
     # the credential stays in the environment: the file only names it
     cat >"$YAML.new" <<EOF
 # written by \`make run\`; an edited file is kept (delete it to have it
 # written again)
-store:
-  backend: sqlite                 # .run/conf/tokenbiryani.db
-pricing: builtin                  # the dated table shipped with the module
-batch:
-  api: true                       # the Message Batches API through the pool
-files:
-  api: true                       # the Files API through the pool
+$common
 accounts:
   - id: anthropic
     type: anthropic_api
@@ -101,13 +104,7 @@ else
 # edited file is kept (delete it to have it written again)
 server:
   allow_private_hosts: true       # accounts added at runtime may use the mock
-store:
-  backend: sqlite                 # .run/conf/tokenbiryani.db
-pricing: builtin                  # the dated table shipped with the module
-batch:
-  api: true                       # the Message Batches API through the pool
-files:
-  api: true                       # the Files API through the pool
+$common
 accounts:$accounts
 $keys
 EOF

@@ -102,6 +102,46 @@ static const char  ngx_http_tokenbiryani_lua_setting[] =
     "redis.call('PUBLISH', ARGV[2], ARGV[4]) return 1";
 
 
+/*
+ * A record's write, by its job's op: the script, the letter its
+ * announcement starts with, its hash (an offset in the names; accounts
+ * have the sealed secrets' second), and what goes after its name and the
+ * channel: a minted key's digest and spec, the spec, an account's sealed
+ * secret and whether it is a create.  Another kind of record is a row.
+ */
+typedef struct {
+    ngx_uint_t                          op;
+    const char                         *script;
+    char                                letter;
+    size_t                              hash;
+    unsigned                            sealed:1;
+    unsigned                            spec:1;
+    unsigned                            digest:1;
+} ngx_http_tokenbiryani_rwrite_t;
+
+#define ngx_http_tb_rname(name)                                               \
+    offsetof(ngx_http_tokenbiryani_rnames_t, name)
+
+static const ngx_http_tokenbiryani_rwrite_t  ngx_http_tokenbiryani_rwrites[] = {
+    { NGX_HTTP_TB_JOB_KEY_INSERT, ngx_http_tokenbiryani_lua_key_insert, 'k',
+      ngx_http_tb_rname(keys), 0, 1, 1 },
+    { NGX_HTTP_TB_JOB_KEY_UPDATE, ngx_http_tokenbiryani_lua_key_update, 'k',
+      ngx_http_tb_rname(keys), 0, 1, 0 },
+    { NGX_HTTP_TB_JOB_KEY_DELETE, ngx_http_tokenbiryani_lua_key_delete, 'k',
+      ngx_http_tb_rname(keys), 0, 0, 0 },
+    { NGX_HTTP_TB_JOB_SETTING, ngx_http_tokenbiryani_lua_setting, 's',
+      ngx_http_tb_rname(meta), 0, 1, 0 },
+    { NGX_HTTP_TB_JOB_ACCOUNT_PUT, ngx_http_tokenbiryani_lua_account_put, 'a',
+      ngx_http_tb_rname(accounts), 1, 1, 0 },
+    { NGX_HTTP_TB_JOB_ACCOUNT_DELETE, ngx_http_tokenbiryani_lua_account_delete,
+      'a', ngx_http_tb_rname(accounts), 1, 0, 0 },
+    { NGX_HTTP_TB_JOB_OBJECT_PUT, ngx_http_tokenbiryani_lua_object_put, 'b',
+      ngx_http_tb_rname(objects), 0, 1, 0 },
+    { NGX_HTTP_TB_JOB_OBJECT_DELETE, ngx_http_tokenbiryani_lua_object_delete,
+      'b', ngx_http_tb_rname(objects), 0, 0, 0 }
+};
+
+
 /* this worker's: its connection, and the subscriber when it is elected */
 typedef struct {
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -147,6 +187,14 @@ const ngx_http_tokenbiryani_store_ops_t
 };
 
 
+static ngx_int_t ngx_http_tokenbiryani_rstore_write(
+    ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job,
+    const ngx_http_tokenbiryani_rwrite_t *w);
+static void ngx_http_tokenbiryani_rstore_unreachable(
+    ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job);
+static void ngx_http_tokenbiryani_rstore_gone(
+    ngx_http_tokenbiryani_rstore_t *rs, const redisReply *all,
+    ngx_uint_t accounts);
 static ngx_int_t ngx_http_tokenbiryani_rstore_flush(
     ngx_http_tokenbiryani_rstore_t *rs, ngx_http_tokenbiryani_job_t *job);
 static int ngx_http_tokenbiryani_rstore_flushed(
@@ -494,15 +542,8 @@ ngx_int_t
 ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     ngx_http_tokenbiryani_job_t *job)
 {
-    int                              argc;
-    u_char                          *value;
-    size_t                           lens[12], n;
-    ngx_int_t                        rc;
     ngx_uint_t                       i;
-    const char                      *argv[12];
     ngx_http_tokenbiryani_rstore_t  *rs;
-    char                             plain[TB_ID_MAX + 68],
-                                     msg[TB_ID_MAX + 160];
 
     rs = &ngx_http_tokenbiryani_rstore;
 
@@ -511,131 +552,19 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     }
 
     job->next = NULL;
-    value = NULL;
 
-    /*
-     * The announcement the script publishes, signed now (a job sent again
-     * after Redis was away is signed when it is sent): "k <name>",
-     * "s <setting>", "a <id>"
-     */
-
-    if (job->op == NGX_HTTP_TB_JOB_KEY_INSERT
-        || job->op == NGX_HTTP_TB_JOB_KEY_UPDATE
-        || job->op == NGX_HTTP_TB_JOB_KEY_DELETE
-        || job->op == NGX_HTTP_TB_JOB_SETTING
-        || job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
-        || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE
-        || job->op == NGX_HTTP_TB_JOB_OBJECT_PUT
-        || job->op == NGX_HTTP_TB_JOB_OBJECT_DELETE)
+    for (i = 0;
+         i < sizeof(ngx_http_tokenbiryani_rwrites)
+             / sizeof(ngx_http_tokenbiryani_rwrite_t);
+         i++)
     {
-        n = ngx_snprintf((u_char *) plain, sizeof(plain), "%c %s",
-                         job->op == NGX_HTTP_TB_JOB_SETTING ? 's'
-                         : (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT
-                            || job->op == NGX_HTTP_TB_JOB_ACCOUNT_DELETE)
-                           ? 'a'
-                         : (job->op == NGX_HTTP_TB_JOB_OBJECT_PUT
-                            || job->op == NGX_HTTP_TB_JOB_OBJECT_DELETE)
-                           ? 'b' : 'k', job->u.record.name)
-            - (u_char *) plain;
-
-        if (tb_msg_sign(&tmcf->rec, plain, n, ngx_http_tokenbiryani_now_ms(),
-                        msg, sizeof(msg))
-            == 0)
-        {
-            ngx_cpystrn((u_char *) job->err, (u_char *) "the announcement "
-                        "cannot be signed", sizeof(job->err));
-            return NGX_ERROR;
+        if (ngx_http_tokenbiryani_rwrites[i].op == job->op) {
+            return ngx_http_tokenbiryani_rstore_write(rs, job,
+                       &ngx_http_tokenbiryani_rwrites[i]);
         }
     }
 
-    /* EVAL script numkeys KEYS... ARGV: name, channel, values... */
-
-    argv[0] = "EVAL";
-    argc = 2;
-
     switch (job->op) {
-
-    case NGX_HTTP_TB_JOB_KEY_INSERT:
-    case NGX_HTTP_TB_JOB_KEY_UPDATE:
-    case NGX_HTTP_TB_JOB_KEY_DELETE:
-    case NGX_HTTP_TB_JOB_SETTING:
-        argv[argc++] = "1";
-        argv[argc++] = (job->op == NGX_HTTP_TB_JOB_SETTING) ? rs->n.meta
-                                                            : rs->n.keys;
-        argv[argc++] = job->u.record.name;
-        argv[argc++] = rs->n.changes;
-
-        if (job->op == NGX_HTTP_TB_JOB_KEY_INSERT) {
-            argv[1] = ngx_http_tokenbiryani_lua_key_insert;
-
-            value = ngx_alloc(64 + 1 + ngx_strlen(job->u.record.spec) + 1,
-                              ngx_cycle->log);
-            if (value == NULL) {
-                return NGX_ERROR;
-            }
-
-            ngx_hex_dump(value, (u_char *) job->u.record.digest, 32);
-            value[64] = ' ';
-            ngx_memcpy(value + 65, job->u.record.spec,
-                       ngx_strlen(job->u.record.spec) + 1);
-            argv[argc++] = (char *) value;
-
-        } else if (job->op == NGX_HTTP_TB_JOB_KEY_UPDATE) {
-            argv[1] = ngx_http_tokenbiryani_lua_key_update;
-            argv[argc++] = job->u.record.spec;
-
-        } else if (job->op == NGX_HTTP_TB_JOB_SETTING) {
-            argv[1] = ngx_http_tokenbiryani_lua_setting;
-            argv[argc++] = job->u.record.spec;
-
-        } else {
-            argv[1] = ngx_http_tokenbiryani_lua_key_delete;
-        }
-
-        argv[argc++] = msg;
-
-        break;
-
-    case NGX_HTTP_TB_JOB_ACCOUNT_PUT:
-    case NGX_HTTP_TB_JOB_ACCOUNT_DELETE:
-        argv[argc++] = "2";
-        argv[argc++] = rs->n.accounts;
-        argv[argc++] = rs->n.sealed;
-        argv[argc++] = job->u.record.name;
-        argv[argc++] = rs->n.changes;
-
-        if (job->op == NGX_HTTP_TB_JOB_ACCOUNT_PUT) {
-            argv[1] = ngx_http_tokenbiryani_lua_account_put;
-            argv[argc++] = job->u.record.spec;
-            argv[argc++] = job->u.record.sealed;
-            argv[argc++] = job->u.record.create ? "1" : "0";
-
-        } else {
-            argv[1] = ngx_http_tokenbiryani_lua_account_delete;
-        }
-
-        argv[argc++] = msg;
-
-        break;
-
-    case NGX_HTTP_TB_JOB_OBJECT_PUT:
-    case NGX_HTTP_TB_JOB_OBJECT_DELETE:
-        argv[argc++] = "1";
-        argv[argc++] = rs->n.objects;
-        argv[argc++] = job->u.record.name;
-        argv[argc++] = rs->n.changes;
-
-        if (job->op == NGX_HTTP_TB_JOB_OBJECT_PUT) {
-            argv[1] = ngx_http_tokenbiryani_lua_object_put;
-            argv[argc++] = job->u.record.spec;
-
-        } else {
-            argv[1] = ngx_http_tokenbiryani_lua_object_delete;
-        }
-
-        argv[argc++] = msg;
-
-        break;
 
     case NGX_HTTP_TB_JOB_FLUSH:
         return ngx_http_tokenbiryani_rstore_flush(rs, job);
@@ -644,13 +573,7 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
         if (ngx_http_tokenbiryani_rusage_read(&rs->cmd, &rs->n, job)
             != NGX_OK)
         {
-            ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
-                         "Redis %V is not reachable: %s%Z",
-                         &tmcf->store_shown,
-                         rs->cmd.error[0] ? rs->cmd.error
-                                          : "not connected yet");
-            job->err[sizeof(job->err) - 1] = '\0';
-            ngx_http_tokenbiryani_rstore_later(rs, job);
+            ngx_http_tokenbiryani_rstore_unreachable(rs, job);
         }
 
         return NGX_OK;
@@ -660,6 +583,83 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_rstore_later(rs, job);
         return NGX_OK;
     }
+}
+
+
+/*
+ * A record written as w says: one script that changes its hash and
+ * publishes the announcement, signed now (a job sent again after Redis
+ * was away is signed when it is sent): "k <name>", "s <setting>",
+ * "a <id>", "b <id>"
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_rstore_write(ngx_http_tokenbiryani_rstore_t *rs,
+    ngx_http_tokenbiryani_job_t *job, const ngx_http_tokenbiryani_rwrite_t *w)
+{
+    int          argc;
+    u_char      *value;
+    size_t       lens[12], n;
+    ngx_int_t    rc;
+    ngx_uint_t   i;
+    const char  *argv[12];
+    char         plain[TB_ID_MAX + 68], msg[TB_ID_MAX + 160];
+
+    n = ngx_snprintf((u_char *) plain, sizeof(plain), "%c %s", w->letter,
+                     job->u.record.name)
+        - (u_char *) plain;
+
+    if (tb_msg_sign(&rs->tmcf->rec, plain, n, ngx_http_tokenbiryani_now_ms(),
+                    msg, sizeof(msg))
+        == 0)
+    {
+        ngx_cpystrn((u_char *) job->err, (u_char *) "the announcement "
+                    "cannot be signed", sizeof(job->err));
+        return NGX_ERROR;
+    }
+
+    /* EVAL script numkeys KEYS... ARGV: name, channel, values...,
+     * announcement */
+
+    value = NULL;
+    argc = 0;
+
+    argv[argc++] = "EVAL";
+    argv[argc++] = w->script;
+    argv[argc++] = w->sealed ? "2" : "1";
+    argv[argc++] = *(char **) ((u_char *) &rs->n + w->hash);
+
+    if (w->sealed) {
+        argv[argc++] = rs->n.sealed;
+    }
+
+    argv[argc++] = job->u.record.name;
+    argv[argc++] = rs->n.changes;
+
+    if (w->digest) {
+        /* a minted key: the hex of its digest, then its spec */
+        value = ngx_alloc(64 + 1 + ngx_strlen(job->u.record.spec) + 1,
+                          ngx_cycle->log);
+        if (value == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_hex_dump(value, (u_char *) job->u.record.digest, 32);
+        value[64] = ' ';
+        ngx_memcpy(value + 65, job->u.record.spec,
+                   ngx_strlen(job->u.record.spec) + 1);
+        argv[argc++] = (char *) value;
+
+    } else if (w->spec) {
+        argv[argc++] = job->u.record.spec;
+
+        if (w->sealed) {
+            argv[argc++] = job->u.record.sealed;
+            argv[argc++] = job->u.record.create ? "1" : "0";
+        }
+    }
+
+    argv[argc++] = msg;
 
     for (i = 0; i < (ngx_uint_t) argc; i++) {
         lens[i] = ngx_strlen(argv[i]);
@@ -674,14 +674,24 @@ ngx_http_tokenbiryani_redis_post(ngx_http_tokenbiryani_main_conf_t *tmcf,
     }
 
     if (rc != NGX_OK) {
-        ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
-                     "Redis %V is not reachable: %s%Z", &tmcf->store_shown,
-                     rs->cmd.error[0] ? rs->cmd.error : "not connected yet");
-        job->err[sizeof(job->err) - 1] = '\0';
-        ngx_http_tokenbiryani_rstore_later(rs, job);
+        ngx_http_tokenbiryani_rstore_unreachable(rs, job);
     }
 
     return NGX_OK;
+}
+
+
+/* Redis not answering now: the job waits for it, saying so */
+
+static void
+ngx_http_tokenbiryani_rstore_unreachable(ngx_http_tokenbiryani_rstore_t *rs,
+    ngx_http_tokenbiryani_job_t *job)
+{
+    ngx_snprintf((u_char *) job->err, sizeof(job->err) - 1,
+                 "Redis %V is not reachable: %s%Z", &rs->tmcf->store_shown,
+                 rs->cmd.error[0] ? rs->cmd.error : "not connected yet");
+    job->err[sizeof(job->err) - 1] = '\0';
+    ngx_http_tokenbiryani_rstore_later(rs, job);
 }
 
 
@@ -1033,10 +1043,7 @@ ngx_http_tokenbiryani_rstore_pulled_keys(ngx_http_tokenbiryani_redis_t *rd,
 {
     ngx_http_tokenbiryani_rstore_t *rs = data;
 
-    size_t                              i;
-    ngx_pool_t                         *pool;
-    ngx_array_t                         views;
-    ngx_http_tokenbiryani_rkey_view_t  *v;
+    size_t  i;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
         rs->resync = 1;
@@ -1052,28 +1059,7 @@ ngx_http_tokenbiryani_rstore_pulled_keys(ngx_http_tokenbiryani_redis_t *rd,
     }
 
     /* what the zone has and Redis has not: revoked meanwhile */
-
-    pool = ngx_create_pool(4096, ngx_cycle->log);
-    if (pool == NULL) {
-        return;
-    }
-
-    if (ngx_http_tokenbiryani_rkeys_copy(&rs->tmcf->zone, pool, &views, NULL)
-        == NGX_OK)
-    {
-        v = views.elts;
-
-        for (i = 0; i < views.nelts; i++) {
-            if (!ngx_http_tokenbiryani_rstore_has(reply, v[i].name.data,
-                                                  v[i].name.len))
-            {
-                ngx_http_tokenbiryani_rzone_key(rs->tmcf,
-                    v[i].name.data, v[i].name.len, NULL);
-            }
-        }
-    }
-
-    ngx_destroy_pool(pool);
+    ngx_http_tokenbiryani_rstore_gone(rs, reply, 0);
 }
 
 
@@ -1083,11 +1069,8 @@ ngx_http_tokenbiryani_rstore_pulled_accounts(
 {
     ngx_http_tokenbiryani_rstore_t *rs = data;
 
-    size_t                               i, j;
-    redisReply                          *specs, *sealed, *s;
-    ngx_pool_t                          *pool;
-    ngx_array_t                          views;
-    ngx_http_tokenbiryani_racct_view_t  *v;
+    size_t       i, j;
+    redisReply  *specs, *sealed, *s;
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
         || reply->elements != 2
@@ -1122,23 +1105,60 @@ ngx_http_tokenbiryani_rstore_pulled_accounts(
         }
     }
 
+    /* what the zone has and Redis has not: removed meanwhile */
+    ngx_http_tokenbiryani_rstore_gone(rs, specs, 1);
+}
+
+
+/*
+ * The keys (or accounts) the zone has that all, the hash Redis has, lacks:
+ * put into the zone as gone
+ */
+
+static void
+ngx_http_tokenbiryani_rstore_gone(ngx_http_tokenbiryani_rstore_t *rs,
+    const redisReply *all, ngx_uint_t accounts)
+{
+    ngx_str_t                           *name;
+    ngx_uint_t                           i, n;
+    ngx_pool_t                          *pool;
+    ngx_array_t                          views;
+    ngx_http_tokenbiryani_rkey_view_t   *k;
+    ngx_http_tokenbiryani_racct_view_t  *a;
+
     pool = ngx_create_pool(4096, ngx_cycle->log);
     if (pool == NULL) {
         return;
     }
 
-    if (ngx_http_tokenbiryani_raccts_copy(&rs->tmcf->zone, pool, &views, NULL)
-        == NGX_OK)
+    if ((accounts
+         ? ngx_http_tokenbiryani_raccts_copy(&rs->tmcf->zone, pool, &views,
+                                             NULL)
+         : ngx_http_tokenbiryani_rkeys_copy(&rs->tmcf->zone, pool, &views,
+                                            NULL))
+        != NGX_OK)
     {
-        v = views.elts;
+        ngx_destroy_pool(pool);
+        return;
+    }
 
-        for (i = 0; i < views.nelts; i++) {
-            if (!ngx_http_tokenbiryani_rstore_has(specs, v[i].id.data,
-                                                  v[i].id.len))
-            {
-                ngx_http_tokenbiryani_rzone_account(rs->tmcf,
-                    v[i].id.data, v[i].id.len, NULL, NULL);
-            }
+    n = views.nelts;
+    k = views.elts;
+    a = views.elts;
+
+    for (i = 0; i < n; i++) {
+        name = accounts ? &a[i].id : &k[i].name;
+
+        if (ngx_http_tokenbiryani_rstore_has(all, name->data, name->len)) {
+            continue;
+        }
+
+        if (accounts) {
+            ngx_http_tokenbiryani_rzone_account(rs->tmcf, name->data,
+                                                name->len, NULL, NULL);
+        } else {
+            ngx_http_tokenbiryani_rzone_key(rs->tmcf, name->data, name->len,
+                                            NULL);
         }
     }
 

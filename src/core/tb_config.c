@@ -32,10 +32,10 @@
 #include "tb_conf_int.h"
 #include "tb_gauth.h"
 #include "tb_hash.h"
+#include "tb_pacing.h"
 #include "tb_parse.h"
 #include "tb_provider.h"
 #include "tb_ratelimit.h"
-
 
 
 static int tb_conf_strategy(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
@@ -49,6 +49,8 @@ static int tb_conf_account_type(tb_conf_ctx_t *ctx,
 static int tb_conf_base_url(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 static int tb_conf_headers(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
+    yaml_node_t *node, const char *path, void *base);
+static int tb_conf_pacing_week(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 static int tb_conf_replenishment(tb_conf_ctx_t *ctx,
     const tb_conf_field_t *f, yaml_node_t *node, const char *path,
@@ -302,6 +304,8 @@ static const tb_conf_field_t  tb_conf_pacing[] = {
     TB_BOOL("prefer_batch_lane_when_ahead",
             pacing_prefer_batch_lane_when_ahead, 1),
     TB_MAP("model_downshift", TB_CF, pacing_model_downshift),
+    TB_CUSTOM("week_starts", tb_conf_pacing_week),
+    TB_CUSTOM("time_zone", tb_conf_pacing_week),
     TB_END
 };
 
@@ -553,6 +557,45 @@ tb_conf_key_priority(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     }
 
     return TB_CONF_OK;
+}
+
+
+/* pacing.week_starts ("monday 00:00") and pacing.time_zone ("+05:30") */
+static int
+tb_conf_pacing_week(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
+    yaml_node_t *node, const char *path, void *base)
+{
+    int           rc, is_null, week, a, b;
+    char         *s, show[TB_CONF_SHOWLEN];
+    tb_config_t  *cf = base;
+
+    if (tb_conf_expand(ctx, node, path, &s, &is_null) != TB_CONF_OK) {
+        return TB_CONF_ERROR;
+    }
+
+    week = (f->name[0] == 'w');
+    rc = TB_CONF_OK;
+
+    if (!is_null
+        && (week ? tb_pace_week_parse(s, &a, &b) : tb_pace_tz_parse(s, &a))
+           != 0)
+    {
+        rc = tb_conf_error(ctx, tb_conf_line(node), "%s: \"%s\" is not %s",
+                           path, tb_conf_show(s, show),
+                           week ? "a day and a time (\"monday 00:00\")"
+                                : "UTC or an offset from it (\"+05:30\")");
+
+    } else if (!is_null && week) {
+        cf->pacing_week_day = a;
+        cf->pacing_week_minute = b;
+
+    } else if (!is_null) {
+        cf->pacing_tz_min = a;
+    }
+
+    free(s);
+
+    return rc;
 }
 
 

@@ -248,6 +248,9 @@ typedef struct {
     double                    pacing_weekly_budget_usd;        /* TB_UNSET */
     unsigned                  pacing_prefer_batch_lane_when_ahead:1; /* true */
     tb_kvlist_t               pacing_model_downshift;
+    int                       pacing_week_day;   /* 0 Monday .. 6 */
+    int                       pacing_week_minute;      /* of that day */
+    int                       pacing_tz_min;   /* east of UTC, minutes */
 
     /* sessions */
     unsigned                  sessions_track:1;                /* true */

@@ -134,6 +134,9 @@ check_defaults(const tb_config_t *cf)
     TB_CHECK_DBL(cf->pacing_weekly_budget_usd, TB_UNSET, 1e-9);
     TB_CHECK_INT(cf->pacing_prefer_batch_lane_when_ahead, 1);
     TB_CHECK_INT(cf->pacing_model_downshift.n, 0);
+    TB_CHECK_INT(cf->pacing_week_day, 0);
+    TB_CHECK_INT(cf->pacing_week_minute, 0);
+    TB_CHECK_INT(cf->pacing_tz_min, 0);
 
     TB_CHECK_INT(cf->sessions_track, 1);
     TB_CHECK_INT(cf->sessions_runaway_turns, 200);
@@ -285,6 +288,8 @@ static const char  *full_yaml =
     "  behind_threshold: 0.15\n"
     "  max_batch_delay_seconds: 60\n"
     "  weekly_budget_usd: 250.5\n"
+    "  week_starts: Sunday 18:30\n"
+    "  time_zone: \"-05:00\"\n"
     "  prefer_batch_lane_when_ahead: no\n"
     "  model_downshift:\n"
     "    claude-opus-4-6: claude-sonnet-4-6\n"
@@ -416,6 +421,9 @@ TB_TEST(test_full_file)
     TB_CHECK_STR(cf->pacing_curve, "business_hours");
     TB_CHECK_DBL(cf->pacing_weekly_budget_usd, 250.5, 1e-9);
     TB_CHECK_INT(cf->pacing_prefer_batch_lane_when_ahead, 0);
+    TB_CHECK_INT(cf->pacing_week_day, 6);
+    TB_CHECK_INT(cf->pacing_week_minute, 18 * 60 + 30);
+    TB_CHECK_INT(cf->pacing_tz_min, -300);
     TB_CHECK_INT(cf->pacing_model_downshift.n, 2);
 
     if (cf->pacing_model_downshift.n == 2) {
@@ -488,7 +496,7 @@ TB_TEST(test_full_file)
 
         TB_CHECK_INT(a->observable_limits, 0);
         TB_CHECK_DBL(a->assumed_headroom, .25, 1e-9);
-        TB_CHECK_INT(a->line, 88);
+        TB_CHECK_INT(a->line, 90);
     }
 
     a = tb_config_account(cf, "vtx");
@@ -685,6 +693,12 @@ TB_TEST(test_env_nullable_number)
 
 TB_TEST(test_env_unset_is_an_error)
 {
+    EXPECT_ERROR("pacing:\n  week_starts: someday 00:00\n",
+                 "test.yaml:2: pacing.week_starts: \"someday 00:00\" is not "
+                 "a day and a time (\"monday 00:00\")");
+    EXPECT_ERROR("pacing:\n  time_zone: Europe/Paris\n",
+                 "pacing.time_zone: \"Europe/Paris\" is not UTC or an offset "
+                 "from it (\"+05:30\")");
     EXPECT_ERROR("store:\n  path: x\n  namespace: pre-${MISSING_VAR}\n",
                  "test.yaml:3: ");
     TB_CHECK_CONTAINS(err, "MISSING_VAR");

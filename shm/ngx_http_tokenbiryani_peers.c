@@ -297,6 +297,7 @@ ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
         out->window_cost = tb_ledger_spent(&ks->spend, now,
                                            zone->spend_bucket_ms, NULL);
         out->reserved = ks->spend.reserved;
+        out->rate = tb_ledger_rate(&ks->spend, now, zone->spend_bucket_ms);
         out->rpm = ngx_http_tokenbiryani_key_rpm_used(zone->sh, key, now);
         out->others_rpm = ngx_http_tokenbiryani_keystate_peers_rpm(ks, now);
 
@@ -309,6 +310,30 @@ ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+int64_t
+ngx_http_tokenbiryani_key_frees(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, int64_t now, int64_t limit)
+{
+    int64_t                            at;
+    ngx_http_tokenbiryani_keystate_t  *ks;
+
+    at = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    ks = ngx_http_tokenbiryani_keystate_find(zone, key);
+
+    if (ks) {
+        at = tb_ledger_frees_at(&ks->spend, now, zone->spend_bucket_ms,
+                                limit, 0);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return at;
 }
 
 

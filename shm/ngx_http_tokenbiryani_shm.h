@@ -543,10 +543,16 @@ typedef struct {
     int64_t                        rpm;           /* admitted in the last
                                                      minute, here */
     int64_t                        others_rpm;
+    int64_t                        rate;          /* here lately, an hour
+                                                     (tb_ledger_rate) */
 } ngx_http_tokenbiryani_key_spend_t;
 
 void ngx_http_tokenbiryani_key_spend(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, int64_t now, ngx_http_tokenbiryani_key_spend_t *ks);
+
+/* when a key's own spend here is under limit (tb_ledger_frees_at) */
+int64_t ngx_http_tokenbiryani_key_frees(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t key, int64_t now, int64_t limit);
 
 ngx_int_t ngx_http_tokenbiryani_rpm_take(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t key, ngx_uint_t rpm, int64_t now, int64_t *retry_ms);

@@ -78,6 +78,44 @@ tb_ledger_spent(const tb_ledger_t *l, int64_t now, int64_t bucket_ms,
 }
 
 
+int64_t
+tb_ledger_rate(const tb_ledger_t *l, int64_t now, int64_t bucket_ms)
+{
+    int64_t      b, k, from, n, cost;
+    tb_ledger_t  copy;
+
+    if (bucket_ms < 1) {
+        bucket_ms = 1;
+    }
+
+    if (l->bucket_ms && l->bucket_ms != bucket_ms) {
+        tb_ledger_rebucket(&copy, l, bucket_ms);
+        l = &copy;
+    }
+
+    /* the buckets that cover the last hour, the current one included */
+
+    n = 3600000 / bucket_ms + 1;
+    n = (n < 2) ? 2 : (n > TB_LEDGER_SLOTS) ? TB_LEDGER_SLOTS : n;
+
+    b = now / bucket_ms;
+    from = b - n + 1;
+    cost = 0;
+
+    for (k = (l->head < b ? l->head : b); k >= from && k >= 0; k--) {
+        if (k > l->head - TB_LEDGER_SLOTS) {
+            cost += l->cost[k % TB_LEDGER_SLOTS];
+        }
+    }
+
+    if (now <= from * bucket_ms) {
+        return 0;
+    }
+
+    return (int64_t) ((double) cost * 3600000 / (now - from * bucket_ms));
+}
+
+
 void
 tb_ledger_charge(tb_ledger_t *l, int64_t t, int64_t bucket_ms, int64_t cost,
     int64_t turns)

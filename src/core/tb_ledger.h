@@ -49,6 +49,12 @@ int64_t tb_ledger_spent(const tb_ledger_t *l, int64_t now, int64_t bucket_ms,
     int64_t *turns);
 
 /*
+ * What it has spent lately, in nanodollars an hour: its buckets of the
+ * last hour at least (two at the least), over the time they cover to now.
+ */
+int64_t tb_ledger_rate(const tb_ledger_t *l, int64_t now, int64_t bucket_ms);
+
+/*
  * A settled request at time t: cost (>= 0) and turns into t's bucket; a
  * t older than the window is dropped, a newer one rolls the window.
  */

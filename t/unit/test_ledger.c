@@ -46,6 +46,31 @@ TB_TEST(counts_a_whole_window)
 }
 
 
+TB_TEST(rate_of_the_last_hour)
+{
+    tb_ledger_t  l = { 0 };
+
+    /* nothing: no rate */
+    TB_CHECK_INT(tb_ledger_rate(&l, T0, BM), 0);
+
+    /* 1 h buckets: the current bucket and the one before, over the time
+     * they cover: $3 in the 1 h 1.234 s since the start of T0 - H's */
+    tb_ledger_charge(&l, T0 - H, BM, 1000, 1);
+    tb_ledger_charge(&l, T0, BM, 2000, 1);
+    TB_CHECK_INT(tb_ledger_rate(&l, T0, BM), 3000 * H / (H + 1234));
+
+    /* an old charge is no part of it */
+    tb_ledger_charge(&l, T0 - 5 * H, BM, 1000000, 1);
+    TB_CHECK_INT(tb_ledger_rate(&l, T0, BM), 3000 * H / (H + 1234));
+
+    /* at the next bucket's start: T0's bucket alone, an hour of it */
+    TB_CHECK_INT(tb_ledger_rate(&l, (T0 / BM + 1) * BM, BM), 2000);
+
+    /* an hour on, none of it */
+    TB_CHECK_INT(tb_ledger_rate(&l, (T0 / BM + 2) * BM, BM), 0);
+}
+
+
 TB_TEST(window_rolls)
 {
     int          i;
@@ -181,6 +206,7 @@ main(void)
 {
     TB_RUN(bucket_length);
     TB_RUN(counts_a_whole_window);
+    TB_RUN(rate_of_the_last_hour);
     TB_RUN(window_rolls);
     TB_RUN(old_charges_dropped);
     TB_RUN(reserved_counts_against_cap);

@@ -1,0 +1,134 @@
+# Pacing, "should this be spent now": GET /admin/pacing reads the pool's
+# weekly budget from the usage history (its week starting when
+# pacing.week_starts says, in pacing.time_zone) and every key's and
+# account's spend cap from the zone's ledgers by the rate of its last hour,
+# each with a verdict in words; the tightest is named.  Without a budget,
+# or without a store to read the week from, the answer says so.
+use lib 't/lib';
+use TB::Nginx;
+use TB::Gateway;
+use POSIX ();
+
+master_on();
+workers(2);
+no_shuffle();
+mock_start();
+
+sub yaml_of {
+    my (%o) = @_;
+    main::pool_yaml(accounts => [{ id => 'a1', spend_cap_usd => '5' }, { id => 'a2', port => 2 }],
+                    yaml => "pricing: builtin\n" . ($o{yaml} // ''),
+                    keys => [{ key => 'key-big', name => 'big', spend_cap_usd => '50' },
+                             { key => 'key-tiny', name => 'tiny', spend_cap_usd => '0.0001' },
+                             { key => 'key-free', name => 'free' },
+                             { key => 'admin-key', name => 'admin', admin => 'true' }]);
+}
+
+sub pacing { my ($s, $j) = admin(GET => '/admin/pacing'); die "/admin/pacing: $s\n" unless $s == 200; $j }
+sub reading { my ($j, $scope, $name) = @_; (grep { $_->{scope} eq $scope && $_->{name} eq $name } @{ $j->{readings} })[0] }
+sub epoch_of { my ($y, $mo, $d, $h, $mi, $s) = $_[0] =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)/; POSIX::mktime($s, $mi, $h, $d, $mo - 1, $y - 1900) - POSIX::mktime(0, 0, 0, 1, 0, 70) }
+
+our $Store = "store:\n  backend: sqlite\n";
+
+$ENV{TZ} = 'UTC';
+POSIX::tzset();
+
+gateway_suite(yaml => yaml_of(yaml => "${Store}pacing:\n  weekly_budget_usd: 1\n"));
+run_tests();
+
+__DATA__
+
+=== TEST 1: every cap read with its verdict; the pool's week from the usage history; the tightest named
+--- check
+for my $i (1 .. 4) {
+    is(message_with('key-big', text => "hello $i")->{status}, 200, "big: request $i");
+}
+is(message_with('key-tiny')->{status}, 200, 'tiny: one request, past its cap');
+my $spent = 0;
+$spent += $_->{spend}{window_usd} for grep { $_->{name} =~ /^(big|tiny)$/ } @{ pool_status()->{keys} };
+my $j;
+ok(poll_until(5, sub { $j = pacing(); my $p = reading($j, 'pool', 'weekly budget'); $p && abs($p->{used_usd} - $spent) < 1e-9 }),
+   "the pool's week: what the history has, \$$spent") or diag(TB::Nginx::json_encode($j));
+# the week: Monday 00:00 UTC by default
+is($j->{week}{starts}, 'monday 00:00', 'the week starts on Monday 00:00');
+is($j->{week}{time_zone}, '+00:00', 'UTC');
+my $from = epoch_of($j->{week}{from});
+is((gmtime $from)[6], 1, 'from a Monday');
+is($from % 86400, 0, 'at midnight');
+ok($from <= time && time < $from + 7 * 86400, 'the week that holds now');
+is(epoch_of($j->{week}{to}) - $from, 7 * 86400, 'to a week later');
+my $pool = reading($j, 'pool', 'weekly budget');
+is($pool->{window}, 'fixed', 'the budget: a fixed window');
+is($pool->{limit_usd}, 1, 'of $1');
+ok($pool->{elapsed} > 0 && $pool->{elapsed} < 1, "its share gone ($pool->{elapsed})");
+ok(abs($pool->{utilization} - $spent) < 1e-9, 'used: what was spent, of $1');
+like($pool->{says}, qr/the pool's \$1\.00 weekly budget/, "says so: $pool->{says}");
+# a key with room, by the rate of its last hour
+my $big = reading($j, 'key', 'big');
+ok($big, 'key big: its cap read');
+is($big->{window}, 'rolling', 'a rolling window');
+is($big->{window_hours}, 24, 'of the spend window');
+my ($bs) = grep { $_->{name} eq 'big' } @{ pool_status()->{keys} };
+ok(abs($big->{used_usd} - $bs->{spend}{window_usd}) < 1e-9, 'used: what its cap counts');
+ok($big->{rate_usd_per_hour} > 0, "its rate (\$$big->{rate_usd_per_hour} an hour)");
+is($big->{verdict}, 'on pace', 'under its cap at this rate');
+like($big->{says}, qr/^at this rate \(\$[\d.]+ an hour\) a window comes to \d+% of key big's \$50\.00 spend cap: under it$/, "says so: $big->{says}");
+# a key past its cap
+my $tiny = reading($j, 'key', 'tiny');
+is($tiny->{verdict}, 'reached', 'tiny: reached');
+like($tiny->{says}, qr/^key tiny's \$0\.0001 spend cap is reached: room again in (\d+h \d+m|1d 0h), as the window moves on$/, "says so: $tiny->{says}");
+my $frees = epoch_of($tiny->{frees_at} // '');
+ok($frees > time + 23 * 3600 && $frees <= time + 25 * 3600, "when: a window after it spent ($tiny->{frees_at})");
+ok(!reading($j, 'key', 'free'), 'a key without a cap: nothing to read');
+# an account's cap, and the account without one
+my $a1 = reading($j, 'account', 'a1');
+ok($a1, 'account a1: its cap read');
+is($a1->{limit_usd}, 5, 'of $5');
+ok(!reading($j, 'account', 'a2'), 'a2 has none');
+is($j->{tightest}{scope}, 'key', 'the tightest: a key');
+is($j->{tightest}{name}, 'tiny', 'tiny, at its cap');
+is($j->{mode}, 'advisory', 'advisory');
+# only GET
+my ($s) = admin(POST => '/admin/pacing', {});
+is($s, 405, 'POST: 405');
+
+
+
+=== TEST 2: the week where the operator says it starts, in their time zone
+--- user_files eval
+main::yaml_of(yaml => "${main::Store}pacing:\n  weekly_budget_usd: 100\n  week_starts: friday 17:30\n  time_zone: \"+05:30\"\n  curve: business_hours\n")
+--- check
+my $j = pacing();
+is($j->{week}{starts}, 'friday 17:30', 'friday 17:30');
+is($j->{week}{time_zone}, '+05:30', '+05:30');
+my $from = epoch_of($j->{week}{from});
+my $local = $from + 330 * 60;
+is((gmtime $local)[6], 5, 'a Friday there');
+is(POSIX::strftime('%H:%M', gmtime $local), '17:30', 'at 17:30 there');
+ok($from <= time && time < $from + 7 * 86400, 'the week that holds now');
+is($j->{curve}, 'business_hours', 'on the business-hours curve');
+my $pool = reading($j, 'pool', 'weekly budget');
+ok(defined $pool->{target} && $pool->{target} >= 0 && $pool->{target} <= 1, "its target: the business hours gone ($pool->{target})");
+
+
+
+=== TEST 3: without a budget, or without a store to read the week from, the answer says so; the caps are read all the same
+--- user_files eval
+main::yaml_of()
+--- check
+my $j = pacing();
+like($j->{week}{budget}, qr/^none: set pacing\.weekly_budget_usd/, 'no budget: said');
+ok(!reading($j, 'pool', 'weekly budget'), 'no pool reading');
+ok(reading($j, 'key', 'big'), 'the caps read');
+is($j->{tightest}{scope}, 'key', 'the tightest among them');
+like(reading($j, 'key', 'big')->{says}, qr/nothing spent lately: 0% of key big's \$50\.00 spend cap used/, 'idle: said');
+
+
+
+=== TEST 4: a memory store keeps no history: the week is not read, and says why
+--- user_files eval
+main::yaml_of(yaml => "pacing:\n  weekly_budget_usd: 10\n")
+--- check
+my $j = pacing();
+like($j->{week}{budget}, qr/^not read: the week's spend is in the usage history, which store\.backend: memory does not keep/, 'said');
+ok(!reading($j, 'pool', 'weekly budget'), 'no pool reading');

@@ -141,9 +141,13 @@ like($out, qr/^\s+a[12]\s+● ready\s+\d+%\s+\d+%\s+\d+%\s+\d\d:\d\d\s+\d+%\s+\$
 like($out, qr/^\s+a[12]\s+● ready\s+—\s+—\s+—\s+—\s+—\s+\$0\.00$/m, 'the other, not read yet') or diag($out);
 ok(widest($out) <= 80, 'within 80 columns (' . widest($out) . ')');
 unlike($out, qr/\e\[/, 'no colour: not a terminal');
+# PACE: no cap in this pool, and no weekly budget: said so
+like($out, qr/^  PACE  no budget or spend cap to pace$/m, 'the PACE block: nothing to pace') or diag($out);
+like($out, qr/^  none: set pacing\.weekly_budget_usd/m, 'and why there is no weekly reading');
 ($rc, $out) = cli(['status', '--json']);
 my $j = json_decode($out);
 is(scalar @{ $j->{accounts} }, 2, '--json: the gateway\'s answer');
+is(ref $j->{pacing}{readings}, 'ARRAY', '--json carries pacing');
 admin(POST => '/admin/accounts/a2/disable');
 ($rc, $out) = cli(['status']);
 like($out, qr/a2\s+● disabled.*\n\s+← disabled by an operator/, 'a disabled account, and why') or diag($out);
@@ -655,3 +659,38 @@ like($why, qr/^circuit open after 2 failures in a row: no answer: connect error,
 my $h = json_decode(TB::Nginx::http_request(method => 'GET', path => '/healthz')->{body});
 is($h->{failing}, 1, '/healthz counts it');
 ok(defined $h->{last_success_ago}, 'and when the pool last answered well');
+
+
+
+=== TEST 14: status's PACE block: every cap and the weekly budget with its verdict, the tightest first, within 80 columns
+--- user_files
+>>> tb.yaml
+store:
+  backend: sqlite
+pricing: builtin
+pacing:
+  weekly_budget_usd: 20
+accounts:
+  - id: a1
+    api_key: sk-a1
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+    spend_cap_usd: 10
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+    spend_cap_usd: 0.0001
+--- request
+GET /healthz
+--- check
+is(message_with('tenant-key')->{status}, 200, 'one request, past its cap');
+TB::Nginx::poll_until(3, sub { my (undef, $u) = admin(GET => '/admin/usage?range=1h'); ($u->{totals}{requests} // 0) >= 1 });
+my ($rc, $out) = cli(['status']);
+is($rc, 0, 'status');
+like($out, qr/^  PACE  key tenant's \$0\.0001 spend cap is reached: room again in /m, 'the tightest first') or diag($out);
+like($out, qr/^  pool\s+weekly budget\s+on pace\s+on pace: 0% of the pool's \$20\.00 weekly\n\s{35}budget used/m, 'the week, wrapped under its column') or diag($out);
+like($out, qr/^  key\s+tenant\s+reached\s+key tenant's/m, 'the key');
+like($out, qr/^  account\s+a1\s+(on pace|idle)\s+/m, 'the account');
+ok(widest($out) <= 80, 'within 80 columns (' . widest($out) . ')');

@@ -60,6 +60,9 @@ tbc_next_reset(const cJSON *limits)
 }
 
 
+static void tbc_status_pace(tbc_t *c, const cJSON *pace);
+
+
 static const char *
 tbc_state_color(const char *state)
 {
@@ -76,7 +79,7 @@ tbc_status(tbc_t *c)
     char          a[16], b[16], d[16], e[16], f[16], g[16], why[256];
     double        ready_input, soonest, reset, read, prompt, hit, learned;
     double        since, ago, hours;
-    cJSON        *j;
+    cJSON        *j, *pace;
     const cJSON  *accts, *acct, *limits, *usage, *store, *queue;
     const char   *state, *reason;
 
@@ -90,7 +93,19 @@ tbc_status(tbc_t *c)
         return rc;
     }
 
+    /* the readings of /admin/pacing, if the gateway has them (a gateway
+     * of an earlier release answers 404: no block) */
+
+    if (tbc_call(c, "GET", "/admin/pacing", NULL, &pace) / 100 != 2) {
+        cJSON_Delete(pace);
+        pace = NULL;
+    }
+
     if (c->json) {
+        if (pace) {
+            cJSON_AddItemToObject(j, "pacing", pace);
+        }
+
         tbc_json_print(j);
         cJSON_Delete(j);
         return TBC_OK;
@@ -238,7 +253,58 @@ tbc_status(tbc_t *c)
     /* what SPEND is: the figure the console and the API show */
     printf("\n  %sSPEND: the last %.0f h, the spend caps' window, in flight "
            "included%s\n\n", tbc_c(c, "dim"), hours, tbc_c(c, "reset"));
+
+    tbc_status_pace(c, pace);
+
+    cJSON_Delete(pace);
     cJSON_Delete(j);
 
     return TBC_OK;
+}
+
+
+/*
+ * PACE: every budget and cap read against its pace, the tightest first,
+ * each with its verdict and the gateway's words for it
+ */
+
+static void
+tbc_status_pace(tbc_t *c, const cJSON *pace)
+{
+    const char   *verdict, *color;
+    const cJSON  *r, *all, *tight, *week;
+
+    all = cJSON_GetObjectItemCaseSensitive(pace, "readings");
+    tight = cJSON_GetObjectItemCaseSensitive(pace, "tightest");
+    week = cJSON_GetObjectItemCaseSensitive(pace, "week");
+
+    if (pace == NULL) {
+        return;
+    }
+
+    printf("  %sPACE%s  ", tbc_c(c, "bold"), tbc_c(c, "reset"));
+    tbc_wrap(8, 70, cJSON_IsObject(tight) ? tbc_str(tight, "says", "")
+                                          : "no budget or spend cap to pace");
+    printf("\n");
+
+    cJSON_ArrayForEach(r, all) {
+        verdict = tbc_str(r, "verdict", "?");
+        color = (strcmp(verdict, "reached") == 0
+                 || strcmp(verdict, "runs out") == 0) ? "red"
+                : (strcmp(verdict, "ahead") == 0) ? "yellow" : "green";
+
+        printf("  %-7.7s %-15.15s %s%-8.8s%s ", tbc_str(r, "scope", "?"),
+               tbc_str(r, "name", "?"), tbc_c(c, color), verdict,
+               tbc_c(c, "reset"));
+        tbc_wrap(35, 45, tbc_str(r, "says", ""));
+        printf("\n");
+    }
+
+    if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(week, "budget"))) {
+        printf("  %s", tbc_c(c, "dim"));
+        tbc_wrap(2, 76, tbc_str(week, "budget", ""));
+        printf("%s\n", tbc_c(c, "reset"));
+    }
+
+    printf("\n");
 }

@@ -37,6 +37,8 @@ store:
 pricing: builtin
 batch:
   api: true
+pacing:
+  weekly_budget_usd: 100
 accounts:
   - id: a1
     name: primary
@@ -303,9 +305,13 @@ my $br = TB::Nginx::http_request(method => 'POST', path => '/v1/messages/batches
 is($br->{status}, 200, 'a batch made');
 my $bid = substr(json_decode($br->{body})->{id} =~ s/^msgbatch_//r, 0, 12);
 visit('#/efficiency', text_has('claude-sonnet-4-6') . " && " . text_has('The costliest conversations') . " && " . text_has($bid)
-      . " && document.querySelectorAll('main table').length === 5", 'efficiency');
+      . " && document.querySelectorAll('main table').length === 6", 'efficiency');
 like(drv(eval => js => "[...document.querySelectorAll('main table')].pop().textContent")->{value},
      qr/\Q$bid\E….*tenant.*a[12]in progress0 of 1\$0\.\d+not yet/, 'the batch: its key, account, state, counts, hold');
+# will the budget last: the week's reading, in the gateway's words
+like(drv(eval => js => "[...document.querySelectorAll('main .card')].find(c => c.textContent.startsWith('Will the budget last?')).textContent")->{value},
+     qr/^Will the budget last\?on pace: 0% of the pool's \$100\.00 weekly budget used, \d+% expected by now.*The budget week starts monday 00:00 \(\+00:00\); pacing is advisory\..*the pool's week\$0\.\d+ of \$100\$0\.\d+\/hon pace/,
+     'the pace card: the tightest said, the week, the reading') ;
 shot('efficiency');
 # and in the overview's live feed: made, on its account, what it holds
 my $full = json_decode($br->{body})->{id};
@@ -722,7 +728,7 @@ my @pages = (
     ['#/usage', "document.querySelectorAll('main svg.chart').length === 3", 'usage'],
     ['#/requests', "document.querySelectorAll('main tr.link').length >= 5", 'requests'],
     ["#/requests/$id", text_has('Routing decision'), 'request'],
-    ['#/efficiency', text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 5", 'efficiency'],
+    ['#/efficiency', text_has('The costliest conversations') . " && document.querySelectorAll('main table').length === 6", 'efficiency'],
     ['#/keys', text_has('Mint a key'), 'keys'],
     ['#/connect', text_has('Mint a key for this client'), 'connect'],
     ['#/welcome', text_has('Which credential?'), 'welcome'],

@@ -1402,12 +1402,31 @@ function pageEfficiency(main) {
     const reserved = h('div', { class: 'card' }, h('h2', { text: 'Output reserved but never used' }));
     const cache = h('div', { class: 'card' }, h('h2', { text: 'Is the prompt cache used?' }));
     const batches = h('div', { class: 'card' }, h('h2', { text: 'Batches' }));
+    const pace = h('div', { class: 'card' }, h('h2', { text: 'Will the budget last?' }));
     const again = h('button', { type: 'button', text: 'Read again', on: { click: () => draw() } });
     put(main, head('Efficiency', again),
         h('p', { class: 'muted', text: 'Read when the page opens, not polled: conversations and the inspector are walked in full.' }),
-        sessions, estimator, h('div', { class: 'cards' }, reserved, cache), batches);
+        pace, sessions, estimator, h('div', { class: 'cards' }, reserved, cache), batches);
 
     const draw = () => {
+        /* every budget and spend cap against its pace: the tightest said
+         * first, then each with its verdict */
+        api('GET', 'pacing').then(j => {
+            const bad = v => v === 'reached' || v === 'runs out';
+            fill(pace, h('h2', { text: 'Will the budget last?' }),
+                j.tightest ? h('p', { class: bad(j.readings.find(x => x.scope === j.tightest.scope && x.name === j.tightest.name).verdict) ? 'no' : '', text: j.tightest.says })
+                           : h('p', { class: 'muted', text: 'No weekly budget and no spend cap to pace.' }),
+                j.week.budget ? h('p', { class: 'muted', text: 'Weekly budget: ' + j.week.budget + '.' })
+                              : h('p', { class: 'muted', text: 'The budget week starts ' + j.week.starts + ' (' + j.week.time_zone + '); pacing is ' + j.mode + '.' }),
+                tableOf([
+                    { t: 'Budget or cap', f: x => x.scope === 'pool' ? 'the pool\'s week' : x.scope + ' ' + x.name },
+                    { t: 'Used', n: true, f: x => fmtUsd(x.used_usd) + ' of ' + fmtUsd(x.limit_usd) },
+                    { t: 'Rate', n: true, f: x => fmtUsd(x.rate_usd_per_hour) + '/h' },
+                    { t: 'Verdict', f: x => h('span', { class: bad(x.verdict) ? 'no' : x.verdict === 'ahead' ? '' : 'yes', text: x.verdict }) },
+                    { t: 'In words', f: x => x.says },
+                ], j.readings, { empty: 'Nothing to pace: set pacing.weekly_budget_usd, or a spend cap on a key or an account.' }));
+        }).catch(e => problem(pace, e, 'pacing'));
+
         api('GET', 'sessions?limit=20').then(j => {
             fill(sessions, h('h2', { text: 'The costliest conversations' }),
                 h('p', { class: 'muted', text: j.total + ' conversations tracked over ' + j.window_hours + ' h; a runaway is one past ' + j.runaway_turns + ' turns' +

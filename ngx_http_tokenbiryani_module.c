@@ -25,6 +25,7 @@
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_variables.h"
 #include "ngx_http_tokenbiryani_poller.h"
+#include "ngx_http_tokenbiryani_pacer.h"
 
 
 static void *ngx_http_tokenbiryani_create_main_conf(ngx_conf_t *cf);
@@ -976,7 +977,9 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    if (ngx_http_tokenbiryani_poller_init_worker(cycle, tmcf) != NGX_OK) {
+    if (ngx_http_tokenbiryani_poller_init_worker(cycle, tmcf) != NGX_OK
+        || ngx_http_tokenbiryani_pacer_init_worker(cycle, tmcf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

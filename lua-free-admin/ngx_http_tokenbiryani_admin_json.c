@@ -488,6 +488,7 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
                                              (double) rec->ttft_ms);
 
     cJSON_AddNumberToObject(obj, "queued_ms", (double) rec->queued_ms);
+    cJSON_AddNumberToObject(obj, "paced_for_ms", (double) rec->paced_ds * 100);
     cJSON_AddStringToObject(obj, "priority",
                             rec->priority ? "batch" : "interactive");
     cJSON_AddNumberToObject(obj, "worker", (double) rec->pid);

@@ -17,6 +17,7 @@
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_keys.h"
 #include "ngx_http_tokenbiryani_admin.h"
+#include "ngx_http_tokenbiryani_pacer.h"
 #include "tb_ledger.h"
 #include "tb_pacing.h"
 #include "tb_parse.h"
@@ -121,7 +122,7 @@ static ngx_int_t
 ngx_http_tokenbiryani_pacing_answer(ngx_http_request_t *r,
     ngx_http_tokenbiryani_admin_write_t *w)
 {
-    int64_t                               used;
+    int64_t                               used, wk, at;
     ngx_uint_t                            i;
     cJSON                                *root, *arr, *week, *which, *t;
     tb_pace_t                             pool;
@@ -186,6 +187,33 @@ ngx_http_tokenbiryani_pacing_answer(ngx_http_request_t *r,
 
     tightest = NULL;
     which = NULL;
+
+    /* enforcing: what the requests pace by, as the pacer last read it */
+
+    if (!ngx_http_tokenbiryani_pacer_on(tmcf)) {
+        t = cJSON_AddNullToObject(root, "enforced");
+
+    } else if (ngx_http_tokenbiryani_pace_get(&tmcf->zone, &wk, &used, &at)
+               != NGX_OK)
+    {
+        t = cJSON_AddStringToObject(root, "enforced", "not read yet");
+
+    } else {
+        t = cJSON_AddObjectToObject(root, "enforced");
+        tb_format_rfc3339(at, buf, sizeof(buf));
+
+        if (t == NULL
+            || cJSON_AddNumberToObject(t, "week_used_usd", (double) used / 1e9)
+               == NULL
+            || cJSON_AddStringToObject(t, "read_at", buf) == NULL)
+        {
+            t = NULL;
+        }
+    }
+
+    if (t == NULL) {
+        goto failed;
+    }
 
     /* the pool's weekly budget: read from the history, or said why not */
 

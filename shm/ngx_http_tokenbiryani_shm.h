@@ -405,6 +405,21 @@ ngx_uint_t ngx_http_tokenbiryani_spend_since(
 
 void ngx_http_tokenbiryani_spend_restore(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t kind, uint64_t id, const tb_ledger_t *l);
+
+/*
+ * Pacing: the pool's spend in the budget week that starts at week, as
+ * the usage history said at at (ms), kept for every worker; read back
+ * NGX_OK, or NGX_DECLINED when it was never read
+ */
+void ngx_http_tokenbiryani_pace_put(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t week, int64_t spent, int64_t at);
+ngx_int_t ngx_http_tokenbiryani_pace_get(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t *week, int64_t *spent, int64_t *at);
+
+/* whether worker pid reads the week's spend: elected while the last is
+ * gone */
+ngx_uint_t ngx_http_tokenbiryani_pacer(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_pid_t pid);
 void ngx_http_tokenbiryani_session_restore(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_session_view_t *v);
 
@@ -748,6 +763,10 @@ typedef struct {
     uint8_t                        affinity;
     uint8_t                        nattempts;
     uint8_t                        ncands;
+    uint16_t                       paced_ds;      /* held back by pacing,
+                                                     tenths of a second (in
+                                                     what was padding: the
+                                                     record keeps its size) */
     int32_t                        chosen;        /* slot, -1 */
     uint32_t                       candidates;    /* in the pool */
     uint32_t                       verdicts[TB_NVERDICTS];

@@ -867,3 +867,48 @@ ngx_http_tokenbiryani_session_restore(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
+
+
+void
+ngx_http_tokenbiryani_pace_put(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t week, int64_t spent, int64_t at)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    sh->pace_week = week;
+    sh->pace_spent = spent;
+    sh->pace_at = at;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_pace_get(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t *week, int64_t *spent, int64_t *at)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    *week = sh->pace_week;
+    *spent = sh->pace_spent;
+    *at = sh->pace_at;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return *at ? NGX_OK : NGX_DECLINED;
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_pacer(ngx_http_tokenbiryani_zone_t *zone, ngx_pid_t pid)
+{
+    return ngx_http_tokenbiryani_elect(zone, &zone->sh->pacer, pid);
+}

@@ -317,6 +317,12 @@ struct ngx_http_tokenbiryani_shm_s {
     uint64_t                       objects_dropped;
     ngx_pid_t                      objects_poller; /* the worker that polls
                                                      the open batches */
+
+    /* pacing: the pool's spend in the budget week, as the history said */
+    ngx_pid_t                      pacer;         /* the worker that reads */
+    int64_t                        pace_week;     /* the week's start, ms */
+    int64_t                        pace_spent;    /* nanodollars */
+    int64_t                        pace_at;       /* read then; 0: never */
     ngx_queue_t                    sess_lru;
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;

@@ -8,6 +8,7 @@ use lib 't/lib';
 use TB::Nginx;
 use TB::Gateway;
 use POSIX ();
+use Time::HiRes ();
 
 master_on();
 workers(2);
@@ -132,3 +133,41 @@ main::yaml_of(yaml => "pacing:\n  weekly_budget_usd: 10\n")
 my $j = pacing();
 like($j->{week}{budget}, qr/^not read: the week's spend is in the usage history, which store\.backend: memory does not keep/, 'said');
 ok(!reading($j, 'pool', 'weekly budget'), 'no pool reading');
+
+
+
+=== TEST 5: enforcing: a batch-priority request is held back in proportion to how far ahead of pace the week is, within its wait budget; an interactive one never
+--- user_files eval
+main::yaml_of(yaml => "${main::Store}pacing:\n  mode: enforcing\n  weekly_budget_usd: 0.0001\n  max_batch_delay_seconds: 1\n")
+--- check
+my $batch = sub { my ($wait) = @_;
+    my $a = message_args('key-big');
+    $a->{headers}{'x-tokenbiryani-priority'} = 'batch';
+    $a->{headers}{'x-tokenbiryani-max-wait'} = $wait if defined $wait;
+    TB::Nginx::http_request(%$a) };
+# nothing spent yet: on pace, nobody held back
+my $j;
+ok(poll_until(5, sub { $j = pacing(); ref $j->{enforced} }), 'the week read for the requests to pace by') or diag(TB::Nginx::json_encode($j));
+my $r = $batch->();
+is($r->{status}, 200, 'a batch-priority request, the week on pace');
+is(request_record($r)->{paced_for_ms}, 0, 'not held back');
+# the week's budget spent many times over: far ahead of its pace
+is(message_with('key-big')->{status}, 200, 'an interactive request spends it');
+ok(poll_until(10, sub { $j = pacing(); ref $j->{enforced} && $j->{enforced}{week_used_usd} > 0.0001 }),
+   'the pacer has read it') or diag(TB::Nginx::json_encode($j));
+$r = message_with('key-big');
+is($r->{status}, 200, 'an interactive request');
+is(request_record($r)->{paced_for_ms}, 0, 'never held back');
+my $t0 = Time::HiRes::time();
+$r = $batch->();
+my $took = Time::HiRes::time() - $t0;
+is($r->{status}, 200, 'a batch-priority request: served');
+my $rec = request_record($r);
+is($rec->{paced_for_ms}, 1000, 'held back max_batch_delay_seconds, the week far ahead');
+ok($took >= 0.95, sprintf('after the delay (%.2f s)', $took));
+is($rec->{priority}, 'batch', 'batch priority');
+like(TB::Nginx::log_text(), qr/\Q$rec->{request_id}\E: paced for 1000ms, the pool's weekly budget being ahead of its pace/, 'said at info');
+# within its own wait budget
+$r = $batch->('0.3');
+is($r->{status}, 200, 'one that may wait 0.3 s: served');
+is(request_record($r)->{paced_for_ms}, 300, 'held back no longer than its wait budget');

@@ -311,6 +311,7 @@ typedef struct {
     int64_t                        deadline_ms;
     int64_t                        budget_ms;
     int64_t                        waited_ms;     /* in the queue, in all */
+    int64_t                        paced_ms;      /* held back by pacing */
     int64_t                        start_ms;
     int64_t                        until_ms;      /* the budget's end */
     int64_t                        woken_ms;      /* capacity to grant */

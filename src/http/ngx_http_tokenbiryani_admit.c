@@ -16,7 +16,10 @@
 #include "ngx_http_tokenbiryani_route.h"
 #include "ngx_http_tokenbiryani_events.h"
 #include "ngx_http_tokenbiryani_error.h"
+#include "ngx_http_tokenbiryani_pacer.h"
 #include "tb_hash.h"
+#include "tb_ledger.h"
+#include "tb_pacing.h"
 
 
 static void ngx_http_tokenbiryani_set_retry_after(
@@ -400,6 +403,64 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
 }
 
 
+int64_t
+ngx_http_tokenbiryani_admit_paced(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    double                              ahead, over;
+    int64_t                             week, spent, at, delay, left;
+    tb_pace_t                           p;
+    const tb_config_t                  *cf;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    if (ctx->wait.priority == 0 || ctx->kind != NGX_HTTP_TB_MESSAGES) {
+        /* interactive traffic is never held back */
+        return 0;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    cf = tmcf->tbcf;
+
+    if (!ngx_http_tokenbiryani_pacer_on(tmcf)
+        || ngx_http_tokenbiryani_pace_get(&tmcf->zone, &week, &spent, &at)
+           != NGX_OK
+        || week != tb_pace_week_start(now, cf->pacing_week_day,
+                                      cf->pacing_week_minute,
+                                      cf->pacing_tz_min))
+    {
+        /* not read yet, or last week's */
+        return 0;
+    }
+
+    tb_pace_fixed(&p, week, week + TB_PACE_WEEK_MS, now, spent,
+                  tb_usd_to_nd(cf->pacing_weekly_budget_usd),
+                  ngx_strcmp(cf->pacing_curve, "business_hours") == 0,
+                  cf->pacing_tz_min, cf->pacing_ahead_threshold,
+                  cf->pacing_behind_threshold);
+
+    ahead = cf->pacing_ahead_threshold;
+
+    if (p.pace <= ahead) {
+        return 0;
+    }
+
+    /* the further ahead, the longer: all of max_batch_delay_seconds once
+     * it is twice the threshold ahead */
+
+    over = (p.pace - ahead) / ngx_max(ahead, .01);
+    delay = (int64_t) (cf->pacing_max_batch_delay_seconds * 1000
+                       * ngx_min(over, 1.0));
+
+    left = ctx->wait.budget_ms - ctx->wait.waited_ms - ctx->wait.paced_ms;
+
+    if (ctx->wait.deadline_ms) {
+        left = ngx_min(left, ctx->wait.deadline_ms - now);
+    }
+
+    return ngx_max(ngx_min(delay, left), 0);
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_admit_attempt(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, uint64_t *gen)
@@ -518,7 +579,7 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     soonest = ctx->route.decision.soonest;
-    *left = ctx->wait.budget_ms - ctx->wait.waited_ms;
+    *left = ctx->wait.budget_ms - ctx->wait.waited_ms - ctx->wait.paced_ms;
 
     /* capacity held by requests in flight comes back at no known time */
     ngx_http_tokenbiryani_set_retry_after(ctx, soonest ? soonest : now + 1000,

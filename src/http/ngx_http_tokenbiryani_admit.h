@@ -36,6 +36,17 @@ ngx_int_t ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 
 /*
+ * Pacing, enforcing (pacing.mode: enforcing, a weekly budget): how long a
+ * batch-priority Message is held back before its first attempt, in ms, in
+ * proportion to how far the pool's weekly budget is ahead of its pace
+ * (pacing.max_batch_delay_seconds at pacing.ahead_threshold past it, and
+ * more), within the request's wait budget and deadline; 0: not at all,
+ * and never an interactive request.
+ */
+int64_t ngx_http_tokenbiryani_admit_paced(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
+
+/*
  * The next attempt: GO with ctx->route.next routed and leased, QUEUE with *gen
  * the capacity generation it failed at (0: it has not tried yet), or
  * FAIL with the error prepared.

@@ -87,6 +87,7 @@ void
 ngx_http_tokenbiryani_attempt_begin(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
+    int64_t              delay;
     ngx_int_t            rc;
     ngx_pool_cleanup_t  *cln;
 
@@ -103,6 +104,26 @@ ngx_http_tokenbiryani_attempt_begin(ngx_http_request_t *r,
     rc = ngx_http_tokenbiryani_admit_request(r, ctx);
 
     if (rc == NGX_OK) {
+        delay = ngx_http_tokenbiryani_admit_paced(r, ctx,
+                                                  ngx_http_tokenbiryani_now_ms());
+
+        if (delay > 0) {
+            /* held back: the pool's weekly budget is ahead of its pace */
+            ctx->wait.paced_ms = delay;
+
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "tokenbiryani: %*s: paced for %Lms, the pool's "
+                          "weekly budget being ahead of its pace",
+                          (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
+                          ctx->request_id, delay);
+
+            ngx_http_tokenbiryani_arm(r, ctx, NGX_HTTP_TB_WAIT_ADMIT, delay);
+
+            r->read_event_handler = ngx_http_tokenbiryani_wait_read;
+            r->write_event_handler = ngx_http_request_empty_handler;
+            return;
+        }
+
         rc = ngx_http_tokenbiryani_attempt_next(r, ctx);
     }
 

@@ -98,7 +98,8 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     if (!tmcf->tbcf->batch_enabled || ctx->kind != NGX_HTTP_TB_MESSAGES
         || ctx->wait.priority == 0 || ctx->body.stream || ctx->spilled
         || ctx->key_full || ctx->route.decision.soonest == 0
-        || ctx->wait.budget_ms - ctx->wait.waited_ms <= 0)
+        || ctx->wait.budget_ms - ctx->wait.waited_ms - ctx->wait.paced_ms
+           <= 0)
     {
         return NGX_DECLINED;
     }
@@ -166,7 +167,8 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     sp->account = a;
     sp->started = now;
     sp->estimate = estimate;
-    sp->deadline = now + ctx->wait.budget_ms - ctx->wait.waited_ms;
+    sp->deadline = now + ctx->wait.budget_ms - ctx->wait.waited_ms
+                   - ctx->wait.paced_ms;
     sp->interval = (ngx_msec_t) (tmcf->tbcf->batch_poll_interval_seconds
                                  * 1000);
     sp->interval = ngx_max(sp->interval, 1);

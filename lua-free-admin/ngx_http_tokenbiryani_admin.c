@@ -82,6 +82,8 @@ static ngx_http_tokenbiryani_admin_route_t  ngx_http_tokenbiryani_routes[] = {
                       ngx_http_tokenbiryani_admin_sessions),
     ngx_http_tb_route("/admin/pacing", 0, 1,
                       ngx_http_tokenbiryani_admin_pacing),
+    ngx_http_tb_route("/admin/cache-advice", 0, 1,
+                      ngx_http_tokenbiryani_admin_cache_advice),
     ngx_http_tb_route("/admin/horizon", 0, 1,
                       ngx_http_tokenbiryani_admin_horizon),
     ngx_http_tb_route("/admin/metrics", 0, 1,

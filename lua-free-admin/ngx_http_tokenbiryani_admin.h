@@ -32,6 +32,9 @@ ngx_int_t ngx_http_tokenbiryani_admin_sessions(ngx_http_request_t *r);
 /* GET /admin/pacing (..._admin_pacing.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_pacing(ngx_http_request_t *r);
 
+/* GET /admin/cache-advice (..._admin_cache.c) */
+ngx_int_t ngx_http_tokenbiryani_admin_cache_advice(ngx_http_request_t *r);
+
 /* /admin/horizon, /admin/metrics (..._admin_metrics.c) */
 ngx_int_t ngx_http_tokenbiryani_admin_horizon(ngx_http_request_t *r);
 ngx_int_t ngx_http_tokenbiryani_admin_metrics(ngx_http_request_t *r);

@@ -436,9 +436,10 @@ cJSON *
 ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     ngx_http_tokenbiryani_record_t *rec, ngx_uint_t full)
 {
-    char                                  buf[160];
+    char                                  buf[160], hint[160];
     double                                v;
     size_t                                t;
+    int64_t                               prefix;
     ngx_uint_t                            i;
     tb_cand_t                             c;
     const char                           *id, *const *names;
@@ -489,6 +490,31 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
 
     cJSON_AddNumberToObject(obj, "queued_ms", (double) rec->queued_ms);
     cJSON_AddNumberToObject(obj, "paced_for_ms", (double) rec->paced_ds * 100);
+
+    if (rec->kind == NGX_HTTP_TB_MESSAGES) {
+        /* the prompt cache: a breakpoint asked for, the stable prefix, and
+         * a word when a prefix worth caching came without one */
+        d = cJSON_AddObjectToObject(obj, "cache");
+        if (d == NULL) {
+            goto failed;
+        }
+
+        prefix = (int64_t) (rec->prefix_64b * 64 / 3.5);
+
+        cJSON_AddBoolToObject(d, "breakpoint", rec->breakpoint);
+        cJSON_AddNumberToObject(d, "prefix_tokens", (double) prefix);
+
+        if (!rec->breakpoint && prefix >= 1024) {
+            ngx_snprintf((u_char *) hint, sizeof(hint),
+                         "a stable prefix of about %L tokens and no "
+                         "cache_control breakpoint: nothing of it is "
+                         "cached%Z", prefix);
+            cJSON_AddStringToObject(d, "hint", hint);
+
+        } else {
+            cJSON_AddNullToObject(d, "hint");
+        }
+    }
     cJSON_AddStringToObject(obj, "priority",
                             rec->priority ? "batch" : "interactive");
     cJSON_AddNumberToObject(obj, "worker", (double) rec->pid);

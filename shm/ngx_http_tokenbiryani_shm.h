@@ -754,6 +754,13 @@ typedef struct {
     int32_t                        prices_as_of;  /* YYYYMMDD of the table
                                                      it was priced by, 0:
                                                      the file's, -1: none */
+    uint8_t                        breakpoint;    /* it asked for a cache
+                                                     breakpoint */
+    uint8_t                        cache_pad;
+    uint16_t                       prefix_64b;    /* its system and tools,
+                                                     in 64 bytes (these
+                                                     four bytes were
+                                                     padding) */
     tb_need_t                      need;
     int16_t                        status;
     uint8_t                        kind;          /* NGX_HTTP_TB_MESSAGES */

@@ -556,6 +556,8 @@ tb_scan_body(const unsigned char *p, size_t len, tb_body_t *body,
     }
 
     tb_json_walk_init(&w, p, len, tb_body_key, tb_body_value, &ctx);
+    w.mark = "cache_control";
+    w.mark_len = sizeof("cache_control") - 1;
 
     if (tb_json_walk(&w) != 0) {
         if (errlen > 0) {
@@ -590,6 +592,7 @@ tb_scan_body(const unsigned char *p, size_t len, tb_body_t *body,
         msg = ctx.max_tokens_err;
 
     } else {
+        body->breakpoint = w.marked;
         return 0;
     }
 

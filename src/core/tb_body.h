@@ -3,8 +3,12 @@
  *
  *  - tb_scan_body(): one pass over a request body.  Validates the whole
  *    document (strict RFC 8259) and picks out what routing needs: model,
- *    stream, max_tokens and where system/tools/messages/metadata sit in
- *    the body.  The body itself is never modified.
+ *    stream, max_tokens, where system/tools/messages/metadata sit in
+ *    the body, and whether it asks for a prompt-cache breakpoint (a
+ *    "cache_control" member anywhere: on a system block, a tool, a
+ *    message's block, or the top-level form; a tool's schema with a
+ *    property of that name counts too).  The body itself is never
+ *    modified.
  *  - tb_usage_*: the usage counters of a Message or a stream's events.
  *
  * Plain C, no nginx headers.
@@ -28,6 +32,8 @@ typedef struct {
     unsigned                  has_model:1;
     unsigned                  has_stream:1;
     unsigned                  stream:1;
+    unsigned                  breakpoint:1;     /* a "cache_control" in it,
+                                                   at any depth */
     int64_t                   max_tokens;       /* -1: absent */
 
     /* top-level values, as spans of the body (whole value, brackets

@@ -267,6 +267,14 @@ key:
         return -1;
     }
 
+    if (w->mark_len
+        && (esc ? tb_json_key_eq(k + 1, p - 1, w->mark, w->mark_len)
+                : ((size_t) (p - k - 2) == w->mark_len
+                   && memcmp(k + 1, w->mark, w->mark_len) == 0)))
+    {
+        w->marked = 1;
+    }
+
     if ((depth == 1 || w->deep) && w->key != NULL
         && w->key(w, k + 1, (size_t) (p - k - 2), esc))
     {

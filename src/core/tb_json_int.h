@@ -37,6 +37,12 @@ struct tb_json_walk_s {
                                            every object, not the root's
                                            only */
 
+    /* a key looked for in every object, at no call's cost: marked when
+     * one is found (mark_len 0: none) */
+    const char               *mark;
+    size_t                    mark_len;
+    unsigned                  marked;
+
     const char               *err;
     size_t                    err_off;
 };

@@ -180,6 +180,13 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     rec->chosen = -1;
     rec->queued_ms = ctx->wait.waited_ms;
     rec->paced_ds = (uint16_t) ngx_min((ctx->wait.paced_ms + 50) / 100, 65535);
+
+    /* what the prompt cache could hold of it: a breakpoint asked for, and
+     * its stable prefix */
+    rec->breakpoint = ctx->body.breakpoint;
+    rec->prefix_64b = (uint16_t) ngx_min((ctx->body.system.len
+                                          + ctx->body.tools.len + 63) / 64,
+                                         65535);
     rec->queued = (uint32_t) ctx->wait.queued;
     rec->woken_ms = ctx->wait.queued ? ctx->wait.woken_ms : -1;
     rec->priority = (uint8_t) ctx->wait.priority;

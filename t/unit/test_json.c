@@ -126,6 +126,44 @@ TB_TEST(body_unicode_and_escapes)
 }
 
 
+TB_TEST(body_breakpoints)
+{
+    /* none */
+    TB_CHECK_INT(scan("{\"model\":\"m\",\"system\":\"be brief\","
+                      "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}"),
+                 0);
+    TB_CHECK(!body.breakpoint);
+
+    /* a system block's, a tool's, a message block's, the top level's */
+    TB_CHECK_INT(scan("{\"system\":[{\"type\":\"text\",\"text\":\"s\","
+                      "\"cache_control\":{\"type\":\"ephemeral\"}}]}"), 0);
+    TB_CHECK(body.breakpoint);
+    TB_CHECK_INT(scan("{\"tools\":[{\"name\":\"t\",\"cache_control\":"
+                      "{\"type\":\"ephemeral\"}}]}"), 0);
+    TB_CHECK(body.breakpoint);
+    TB_CHECK_INT(scan("{\"messages\":[{\"role\":\"user\",\"content\":[{"
+                      "\"type\":\"text\",\"text\":\"x\",\"cache_control\":"
+                      "{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}]}]}"), 0);
+    TB_CHECK(body.breakpoint);
+    TB_CHECK_INT(scan("{\"model\":\"m\",\"cache_control\":{\"type\":"
+                      "\"ephemeral\"}}"), 0);
+    TB_CHECK(body.breakpoint);
+
+    /* spelt with an escape, it is the same key to the API */
+    TB_CHECK_INT(scan("{\"system\":[{\"cache\\u005fcontrol\":{}}]}"), 0);
+    TB_CHECK(body.breakpoint);
+
+    /* in a string, or a key that only starts so: none */
+    TB_CHECK_INT(scan("{\"system\":\"\\\"cache_control\\\": 1\","
+                      "\"x\":{\"cache_control_x\":1,\"cache_contro\":2}}"), 0);
+    TB_CHECK(!body.breakpoint);
+
+    /* a body refused says nothing of it */
+    TB_CHECK_INT(scan("{\"cache_control\":{},\"model\":1}"), -1);
+    TB_CHECK(!body.breakpoint);
+}
+
+
 TB_TEST(body_nested_model_ignored)
 {
     const char  *b =
@@ -1819,6 +1857,7 @@ main(void)
     TB_RUN(body_system_blocks);
     TB_RUN(body_spans_exact);
     TB_RUN(body_unicode_and_escapes);
+    TB_RUN(body_breakpoints);
     TB_RUN(body_nested_model_ignored);
     TB_RUN(body_model_escaped_key);
     TB_RUN(body_max_tokens);

@@ -312,6 +312,10 @@ like(drv(eval => js => "[...document.querySelectorAll('main table')].pop().textC
 like(drv(eval => js => "[...document.querySelectorAll('main .card')].find(c => c.textContent.startsWith('Will the budget last?')).textContent")->{value},
      qr/^Will the budget last\?on pace: 0% of the pool's \$100\.00 weekly budget used, \d+% expected by now.*The budget week starts monday 00:00 \(\+00:00\); pacing is advisory\..*the pool's week\$0\.\d+ of \$100\$0\.\d+\/hon pace/,
      'the pace card: the tightest said, the week, the reading') ;
+# is the prompt cache used: by key and model, from the inspector
+like(drv(eval => js => "[...document.querySelectorAll('main .card')].find(c => c.textContent.startsWith('Is the prompt cache used?')).textContent")->{value},
+     qr/tenantclaude-sonnet-4-6\d+0%\d+0%(no cache_control, and the stable prefix is about \d+ tokens: under 1024, too small to cache - nothing to fix here|\d+ of the 20 answers a verdict waits for)/,
+     'the cache card: the tenant\'s prompts, no breakpoint, too small (or not enough yet)');
 shot('efficiency');
 # and in the overview's live feed: made, on its account, what it holds
 my $full = json_decode($br->{body})->{id};

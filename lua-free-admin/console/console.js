@@ -1481,18 +1481,22 @@ function pageEfficiency(main) {
                 ], rows, { empty: 'No answered request in the inspector yet.' }));
         }).catch(e => problem(reserved, e, 'the inspector'));
 
-        (hasHistory() ? api('GET', 'usage?range=24h&by=key') : Promise.reject(new Error('no store'))).then(u => {
+        /* the inspector's requests by key and model: does the client ask
+         * for a cache, and does it serve (/admin/cache-advice) */
+        api('GET', 'cache-advice').then(j => {
+            const cls = v => v === 'working' ? 'yes' : v === 'too small' || v === null ? 'muted' : 'no';
             fill(cache, h('h2', { text: 'Is the prompt cache used?' }),
-                h('p', { class: 'muted', text: 'By key over the last 24 h. A key that sends large prompts and never reads a cache is most likely a client without cache_control breakpoints; one that writes often and reads little loses its cache between turns.' }),
+                h('p', { class: 'muted', text: 'By key and model over the ' + j.requests_read + ' requests the inspector holds; a verdict once ' + j.min_requests + ' are in. No breakpoint on a large prefix is the client\'s to fix; breakpoints that are not read are a routing problem.' }),
                 tableOf([
-                    { t: 'Key', f: g => g.name || '(none)' },
-                    { t: 'Requests', n: true, f: g => fmtInt(g.totals.requests) },
-                    { t: 'Prompt tokens', n: true, f: g => fmtTokens(g.totals.input_tokens + g.totals.cache_read_tokens + g.totals.cache_write_tokens) },
-                    { t: 'Cache hit', n: true, f: g => fmtPct(g.totals.cache_hit_rate) },
-                    { t: 'Verdict', f: g => cacheVerdict(g.totals) },
-                ], u.groups, { empty: 'No request in the last 24 h.' }));
-        }).catch(e => hasHistory() ? problem(cache, e, e.status === 503 ? 'not available' : 'usage')
-                                   : fill(cache, h('h2', { text: 'Is the prompt cache used?' }), noHistory()));
+                    { t: 'Key', f: g => g.key || '(none)' },
+                    { t: 'Model', f: g => g.model },
+                    { t: 'Requests', n: true, f: g => fmtInt(g.requests) },
+                    { t: 'Breakpoints', n: true, f: g => fmtPct(g.breakpoint_rate) },
+                    { t: 'Prefix', n: true, f: g => fmtTokens(g.mean_prefix_tokens) },
+                    { t: 'Cache hit', n: true, f: g => fmtPct(g.cache_hit_rate) },
+                    { t: 'Verdict', f: g => h('span', { class: cls(g.verdict), text: g.says }) },
+                ], j.groups, { empty: 'No answered Message in the inspector yet.' }));
+        }).catch(e => problem(cache, e, 'cache advice'));
 
         api('GET', 'batches?limit=20').then(j => {
             const counts = c => c.processing === null ? '—'
@@ -1513,20 +1517,6 @@ function pageEfficiency(main) {
         }).catch(e => problem(batches, e, 'the batches'));
     };
     draw();
-}
-
-function cacheVerdict(t) {
-    const prompt = t.input_tokens + t.cache_read_tokens + t.cache_write_tokens;
-    if (!t.requests || prompt / t.requests < 1024) {
-        return h('span', { class: 'muted', text: 'prompts too small to cache' });
-    }
-    if (!t.cache_read_tokens && !t.cache_write_tokens) {
-        return h('span', { class: 'no', text: '✕ no cache_control: the client never asks for a cache' });
-    }
-    if (t.cache_write_tokens > t.cache_read_tokens) {
-        return h('span', { class: 'no', text: '⚠ writes more than it reads: turns lose their cache' });
-    }
-    return h('span', { class: 'yes', text: '✓ cache in use' });
 }
 
 /* ---- Keys ---- */

@@ -56,7 +56,10 @@ send_as('key-script', system => $Long, text => "turn $_") for 2 .. 3;
 send_as('key-small', system => 'Be brief.', text => "turn $_") for 1 .. 3;
 # marked, but a prefix that changes every time: written, never read
 send_as('key-lost', system => "$Long (run $_)", bp => 1, text => "turn $_") for 1 .. 3;
-my $j = advice();
+# a record lands as its request's pool is let go, after the answer: awaited
+my $j;
+ok(poll_until(10, sub { $j = advice(); 4 == grep { $_->{requests} == 3 } @{ $j->{groups} } }), 'every request in the inspector')
+    or diag(TB::Nginx::json_encode($j));
 is($j->{min_requests}, 3, 'the groups wait for advice_min_requests');
 my $cc = group_of($j, 'claude-code');
 is($cc->{model}, 'claude-sonnet-4-6', 'by key and model');
@@ -96,7 +99,8 @@ is($rec->{cache}{hint}, undef, 'a small prefix: no flag');
 === TEST 2: a group short of advice_min_requests waits for its verdict; only GET
 --- check
 send_as('key-script', system => $Long) for 1 .. 2;
-my $sc = group_of(advice(), 'script');
+my $sc;
+ok(poll_until(10, sub { $sc = group_of(advice(), 'script'); $sc && $sc->{requests} == 2 }), 'both in the inspector');
 is($sc->{requests}, 2, 'two so far');
 is($sc->{verdict}, undef, 'no verdict yet');
 is($sc->{says}, '2 of the 3 answers a verdict waits for', $sc->{says});

@@ -352,7 +352,10 @@ ngx_http_tokenbiryani_pacing_caps(ngx_http_request_t *r, cJSON *arr,
             a = (ngx_http_tokenbiryani_account_t *) tmcf->accounts.elts
                 + (i - nfile - n);
 
-            if (a->conf == NULL || a->conf->spend_cap_usd < 0) {
+            if (a->retired || a->conf == NULL
+                || a->conf->spend_cap_usd < 0)
+            {
+                /* removed since, or no cap */
                 continue;
             }
 

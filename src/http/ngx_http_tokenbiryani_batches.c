@@ -555,6 +555,17 @@ ngx_http_tokenbiryani_result_line(ngx_http_tokenbiryani_main_conf_t *tmcf,
     const tb_model_price_t          *price;
     ngx_http_tokenbiryani_charge_t  *charge;
 
+    while (len && (p[len - 1] == '\r' || p[len - 1] == ' '
+                   || p[len - 1] == '\t'))
+    {
+        len--;
+    }
+
+    if (len == 0) {
+        /* a blank line: nothing of a result */
+        return;
+    }
+
     if (tb_batch_result(p, len, &res) != 0) {
         rd->lost++;
         return;

@@ -592,6 +592,24 @@ ngx_http_tokenbiryani_zone_slot_id(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
+void
+ngx_http_tokenbiryani_zone_objects_limited(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, int64_t until)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (slot < sh->nslots) {
+        sh->slots[slot]->objects_until_ms = until;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
 const tb_account_state_t *
 ngx_http_tokenbiryani_zone_slot_state(ngx_http_tokenbiryani_zone_t *zone,
     int64_t slot)

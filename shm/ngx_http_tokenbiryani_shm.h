@@ -275,6 +275,11 @@ const char *ngx_http_tokenbiryani_zone_slot_id(
 const tb_account_state_t *ngx_http_tokenbiryani_zone_slot_state(
     ngx_http_tokenbiryani_zone_t *zone, int64_t slot);
 
+/* a slot's Batches and Files APIs refused for their own limit until
+ * until (ms) */
+void ngx_http_tokenbiryani_zone_objects_limited(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, int64_t until);
+
 /*
  * One answered request's decision, counted: what it did to its
  * conversation (tb_affinity_e) on its owner's slot (-1: none) and on the

@@ -651,3 +651,25 @@ my $held2 = key_spend('two')->{in_flight_usd};
 ok(poll_until(10, sub { key_spend('two')->{in_flight_usd} == 0 }), 'read by the gateway');
 ok(abs(key_spend('two')->{window_usd} - $held2) < 1e-12, 'charged what it held');
 like(TB::Nginx::log_text(), qr/1 of 2 lines of batch "\Q$u->{id}\E"'s results could not be read/, 'said in the log');
+
+
+
+=== TEST 17: an account whose Batches API says 429 (its own limit of batch operations) is left out of the next creates until its retry-after; the Messages windows are not touched
+--- check
+mock_config({ credentials => { 'sk-a1' => { batch_requests_limit => 1 } } });
+my $from = scalar @{ mock_log() };
+for my $i (1 .. 6) {
+    my ($st) = batch('key-one', 'POST', '', requests_of(1));
+    is($st, 200, "create $i: made");
+}
+my @on_a1 = grep { ($_->{path} // '') eq '/v1/messages/batches' && $_->{method} eq 'POST' && $_->{credential} eq 'sk-a1' } @{ mock_log($from) };
+my @refused = grep { $_->{status} == 429 } @on_a1;
+is(scalar @refused, 1, 'a1 refused one create, and was not asked again within its retry-after');
+ok(scalar(@on_a1) <= 2, 'a1 asked at most twice: once made, once refused (' . scalar(@on_a1) . ')');
+my (undef, $acs) = admin(GET => '/admin/accounts');
+my ($a1) = grep { $_->{id} eq 'a1' } @{ $acs->{accounts} };
+is($a1->{state}, 'ready', 'a1 ready for Messages: the batch limit is not theirs');
+my $m = http_request(method => 'POST', path => '/v1/messages',
+                     headers => { 'x-api-key' => 'key-one', 'content-type' => 'application/json' },
+                     body => json_encode({ model => 'claude-sonnet-4-6', max_tokens => 5, messages => [{ role => 'user', content => 'hi' }] }));
+is($m->{status}, 200, 'a Message served');

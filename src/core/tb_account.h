@@ -154,6 +154,11 @@ typedef struct {
     uint32_t                  nrejected;      /* models refused, below */
     int64_t                   cooling_until_ms;
     int64_t                   exhausted_until_ms;
+    int64_t                   objects_until_ms; /* its Batches and Files
+                                                 APIs' own rate limit
+                                                 answered 429 until then
+                                                 (read without the lock:
+                                                 one word) */
     tb_breaker_t              breaker;
 
     /* the last TB_OUTCOMES outcomes, bit 1 = failure, newest in bit 0 */

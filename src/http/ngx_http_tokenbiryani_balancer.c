@@ -285,6 +285,15 @@ ngx_http_tokenbiryani_end_attempt(ngx_http_request_t *r,
             || ctx->outcome.kind != TB_KIND_RATE_LIMIT)
         {
             o = &ctx->outcome;
+
+        } else if (ctx->object) {
+            /* the Batches and Files APIs' limits (batch operations a
+             * minute): their 429 leaves this account out of the next
+             * creates until its retry-after, a minute if it says none */
+            ngx_http_tokenbiryani_zone_objects_limited(&tmcf->zone, a->slot,
+                ngx_http_tokenbiryani_now_ms()
+                + (ctx->resp.obs.retry_after_ms > 0
+                   ? ctx->resp.obs.retry_after_ms : 60000));
         }
     }
 

@@ -23,6 +23,8 @@
 static void ngx_http_tokenbiryani_count_affinity(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx);
 static void ngx_http_tokenbiryani_lease_timer(ngx_event_t *ev);
+static void ngx_http_tokenbiryani_route_objects_free(
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t n);
 
 
 /* how often a worker looks for what dead workers left in the zone */
@@ -125,6 +127,10 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
 
         if (ctx->object) {
             ngx_http_tokenbiryani_object_need(ctx);
+
+            if (pin < 0) {
+                ngx_http_tokenbiryani_route_objects_free(ctx, n);
+            }
         }
 
         return NGX_OK;
@@ -577,4 +583,56 @@ ngx_http_tokenbiryani_lease_reap(ngx_http_tokenbiryani_main_conf_t *tmcf,
     /* each gives back what it took (capacity, places) and says so */
     (void) ngx_http_tokenbiryani_lease_reclaim(&tmcf->zone, now, 0);
     (void) ngx_http_tokenbiryani_queue_reap(&tmcf->zone);
+}
+
+
+/*
+ * A batch or a file made: the accounts whose Batches and Files APIs said
+ * 429 lately are left out while another of the pool can take it (none
+ * other: all stay, and the attempt learns again)
+ */
+
+static void
+ngx_http_tokenbiryani_route_objects_free(ngx_http_tokenbiryani_ctx_t *ctx,
+    ngx_uint_t n)
+{
+    int64_t      now;
+    ngx_uint_t   i, free, limited;
+    tb_cand_t   *c;
+
+    now = ngx_http_tokenbiryani_now_ms();
+    free = 0;
+    limited = 0;
+
+    for (i = 0; i < n; i++) {
+        c = &ctx->route.cands[i];
+
+        if (!c->in_pool || c->st == NULL) {
+            continue;
+        }
+
+        if (__atomic_load_n(&c->st->objects_until_ms, __ATOMIC_RELAXED)
+            > now)
+        {
+            limited++;
+
+        } else {
+            free++;
+        }
+    }
+
+    if (limited == 0 || free == 0) {
+        return;
+    }
+
+    for (i = 0; i < n; i++) {
+        c = &ctx->route.cands[i];
+
+        if (c->in_pool && c->st
+            && __atomic_load_n(&c->st->objects_until_ms, __ATOMIC_RELAXED)
+               > now)
+        {
+            c->in_pool = 0;
+        }
+    }
 }

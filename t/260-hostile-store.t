@@ -288,7 +288,9 @@ my $a1 = rcmd('HGET', 'tbtest:accounts', 'moved');
 is($st, 200, 'changed');
 rcmd('HSET', 'tbtest:accounts', 'moved', $a1);
 announce('a moved');
-ok(within(3, sub { said(qr/account "moved" in Redis is refused: it is older/) == 1 }), 'its older record refused');
+# (the gateway's own announcement of the change may be read after the
+# older record was written back: it is refused too, a line each time)
+ok(within(3, sub { said(qr/account "moved" in Redis is refused: it is older/) >= 1 }), 'its older record refused');
 my ($a) = grep { $_->{id} eq 'moved' } @{ pool_status()->{accounts} };
 is($a->{priority}, 7, 'it stays as changed');
 

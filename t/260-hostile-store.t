@@ -268,7 +268,9 @@ my ($st) = admin(PATCH => '/admin/keys/k1', { models => ['claude-haiku-*'] });
 is($st, 200, 'k1 narrowed');
 rcmd('HSET', 'tbtest:keys', 'k1', $v1);
 announce('k k1');
-ok(within(3, sub { said(qr/key "k1" in Redis is refused: it is older/) == 1 }), 'its older record refused, said');
+# (the gateway's own announcement of a change may be read after the older
+# record was written back: refused too, a line each time it is read)
+ok(within(3, sub { said(qr/key "k1" in Redis is refused: it is older/) >= 1 }), 'its older record refused, said');
 is(message_with($s1, model => 'claude-sonnet-4-6')->{status}, 403, 'k1 stays narrow');
 
 my $s2 = mint('k2');
@@ -278,7 +280,7 @@ is($st, 200, 'k2 revoked');
 is(message_with($s2)->{status}, 401, 'refused');
 rcmd('HSET', 'tbtest:keys', 'k2', $v2);
 announce('k k2');
-ok(within(3, sub { said(qr/key "k2" in Redis is refused: it is older/) == 1 }), 'the revoked record written again: refused');
+ok(within(3, sub { said(qr/key "k2" in Redis is refused: it is older/) >= 1 }), 'the revoked record written again: refused');
 is(message_with($s2)->{status}, 401, 'k2 stays revoked');
 
 ($st) = admin(POST => '/admin/accounts', { id => 'moved', api_key => 'sk-moved', base_url => mock_url(2), priority => 1, probe => JSON::PP::false() });
@@ -288,8 +290,6 @@ my $a1 = rcmd('HGET', 'tbtest:accounts', 'moved');
 is($st, 200, 'changed');
 rcmd('HSET', 'tbtest:accounts', 'moved', $a1);
 announce('a moved');
-# (the gateway's own announcement of the change may be read after the
-# older record was written back: it is refused too, a line each time)
 ok(within(3, sub { said(qr/account "moved" in Redis is refused: it is older/) >= 1 }), 'its older record refused');
 my ($a) = grep { $_->{id} eq 'moved' } @{ pool_status()->{accounts} };
 is($a->{priority}, 7, 'it stays as changed');

@@ -16,7 +16,7 @@
 
 /* the API caches a prefix of at least this many tokens (the smaller
  * models' floor is higher; this is the least any caches) */
-#define NGX_HTTP_TB_CACHE_MIN_TOKENS   1024
+#define NGX_HTTP_TB_CACHE_MIN_TOKENS   TB_BODY_CACHEABLE_TOKENS
 
 /* bytes of a system or tools value to a token, as the reference reads
  * them */

@@ -465,6 +465,11 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
     cJSON_AddStringToObject(obj, "key", rec->key);
     cJSON_AddStringToObject(obj, "model", rec->model);
 
+    /* the client's, when pacing sent a cheaper one ("" otherwise) */
+    cJSON_AddStringToObject(obj, "model_requested",
+                            (rec->edits & NGX_HTTP_TB_REC_DOWNSHIFT)
+                            ? rec->model + ngx_strlen(rec->model) + 1 : "");
+
     (void) ngx_snprintf((u_char *) buf, sizeof(buf), "%s:%016xL%Z",
                         rec->session_source == TB_SESSION_HEADER ? "hdr"
                                                                  : "fp",
@@ -502,9 +507,11 @@ ngx_http_tokenbiryani_record_json(ngx_http_request_t *r,
         prefix = (int64_t) (rec->prefix_64b * 64 / 3.5);
 
         cJSON_AddBoolToObject(d, "breakpoint", rec->breakpoint);
+        cJSON_AddBoolToObject(d, "auto_breakpoint",
+                              rec->edits & NGX_HTTP_TB_REC_BREAKPOINT);
         cJSON_AddNumberToObject(d, "prefix_tokens", (double) prefix);
 
-        if (!rec->breakpoint && prefix >= 1024) {
+        if (!rec->breakpoint && prefix >= TB_BODY_CACHEABLE_TOKENS) {
             ngx_snprintf((u_char *) hint, sizeof(hint),
                          "a stable prefix of about %L tokens and no "
                          "cache_control breakpoint: nothing of it is "
@@ -920,6 +927,10 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
             || cJSON_AddStringToObject(k, "source",
                                        i < nfile ? "file" : "minted") == NULL
             || cJSON_AddBoolToObject(k, "admin", kc->admin) == NULL
+            || (kc->auto_breakpoint == 2
+                ? cJSON_AddNullToObject(k, "auto_breakpoint")
+                : cJSON_AddBoolToObject(k, "auto_breakpoint",
+                                        kc->auto_breakpoint)) == NULL
             || cJSON_AddNumberToObject(k, "inflight", (double) inflight)
                == NULL
             || cJSON_AddNumberToObject(k, "queued", (double) queued) == NULL

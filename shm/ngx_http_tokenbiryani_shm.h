@@ -34,6 +34,10 @@
 #define NGX_HTTP_TB_INSPECT_CANDS      32      /* candidates per record */
 #define NGX_HTTP_TB_INSPECT_ATTEMPTS   8       /* attempts per record */
 
+/* a record's edits: what the gateway changed in the body it sent */
+#define NGX_HTTP_TB_REC_BREAKPOINT     0x01    /* added a cache breakpoint */
+#define NGX_HTTP_TB_REC_DOWNSHIFT      0x02    /* sent a cheaper model */
+
 
 typedef struct ngx_http_tokenbiryani_shm_s  ngx_http_tokenbiryani_shm_t;
 
@@ -744,7 +748,11 @@ typedef struct {
     uint64_t                       seq;           /* 0: empty */
     u_char                         id[NGX_HTTP_TB_REQUEST_ID_LEN];
     char                           key[TB_ID_MAX + 1];
-    char                           model[TB_MODEL_MAX + 1];
+    char                           model[TB_MODEL_MAX + 1];  /* the one
+                                                     sent; with
+                                                     NGX_HTTP_TB_REC_DOWNSHIFT
+                                                     the client's follows
+                                                     its NUL */
     char                           strategy[32];
     uint64_t                       session;
     int64_t                        started_ms;
@@ -760,8 +768,10 @@ typedef struct {
                                                      it was priced by, 0:
                                                      the file's, -1: none */
     uint8_t                        breakpoint;    /* it asked for a cache
-                                                     breakpoint */
-    uint8_t                        cache_pad;
+                                                     breakpoint, or the
+                                                     gateway added one */
+    uint8_t                        edits;         /* NGX_HTTP_TB_REC_* (was
+                                                     padding) */
     uint16_t                       prefix_64b;    /* its system and tools,
                                                      in 64 bytes (these
                                                      four bytes were

@@ -22,6 +22,7 @@ sub yaml_of {
                     keys => [{ key => 'key-big', name => 'big', spend_cap_usd => '50' },
                              { key => 'key-tiny', name => 'tiny', spend_cap_usd => '0.0001' },
                              { key => 'key-free', name => 'free' },
+                             { key => 'key-narrow', name => 'narrow', models => '["claude-opus-4-5", "claude-sonnet-4-6"]' },
                              { key => 'admin-key', name => 'admin', admin => 'true' }]);
 }
 
@@ -171,3 +172,45 @@ like(TB::Nginx::log_text(), qr/\Q$rec->{request_id}\E: paced for 1000ms, the poo
 $r = $batch->('0.3');
 is($r->{status}, 200, 'one that may wait 0.3 s: served');
 is(request_record($r)->{paced_for_ms}, 300, 'held back no longer than its wait budget');
+
+
+=== TEST 6: enforcing, the week ahead: a batch-priority request goes to the cheaper model pacing.model_downshift names (exact, then "prefix*"), where its key may use it; never an interactive one; model_requested says what the client asked for
+--- user_files eval
+main::yaml_of(yaml => "${main::Store}pacing:\n  mode: enforcing\n  weekly_budget_usd: 0.0001\n  max_batch_delay_seconds: 0\n  model_downshift:\n    claude-opus-4-5: claude-haiku-4-5\n    claude-sonnet-*: claude-haiku-4-5\n")
+--- check
+my $send = sub { my ($key, $model, $prio) = @_;
+    my $a = message_args($key, model => $model);
+    $a->{headers}{'x-tokenbiryani-priority'} = $prio if $prio;
+    my $r = TB::Nginx::http_request(%$a);
+    die "$key $model: $r->{status} $r->{body}\n" unless $r->{status} == 200;
+    my $rec = request_record($r);
+    my $up = (grep { ($_->{path} // '') eq '/v1/messages' } @{ mock_log() })[-1];
+    ($rec, $up, $r) };
+my $j;
+ok(poll_until(5, sub { $j = pacing(); ref $j->{enforced} }), 'the week read') or diag(TB::Nginx::json_encode($j));
+# on pace: nothing changed
+my ($rec, $up) = $send->('key-big', 'claude-opus-4-5', 'batch');
+is($up->{model}, 'claude-opus-4-5', 'on pace: the model the client asked for');
+is($rec->{model_requested}, '', 'nothing substituted');
+# the week spent many times over
+$send->('key-big', 'claude-sonnet-4-6');
+ok(poll_until(10, sub { $j = pacing(); ref $j->{enforced} && $j->{enforced}{week_used_usd} > 0.0001 }), 'the pacer has read it')
+    or diag(TB::Nginx::json_encode($j));
+my $r;
+($rec, $up, $r) = $send->('key-big', 'claude-opus-4-5', 'batch');
+is($up->{model}, 'claude-haiku-4-5', 'ahead, batch priority: sent to the cheaper model');
+is($rec->{model}, 'claude-haiku-4-5', 'the record names the model sent');
+is($rec->{model_requested}, 'claude-opus-4-5', '... and the one asked for');
+is(TB::Nginx::json_decode($r->{body})->{model}, 'claude-haiku-4-5', 'the answer says which model answered');
+like(TB::Nginx::log_text(), qr/\Q$rec->{request_id}\E: sent to "claude-haiku-4-5" for "claude-opus-4-5", the pool's weekly budget being ahead of its pace/, 'said at info');
+($rec, $up) = $send->('key-big', 'claude-sonnet-4-6', 'batch');
+is($up->{model}, 'claude-haiku-4-5', 'a "prefix*" entry');
+is($rec->{model_requested}, 'claude-sonnet-4-6', '... recorded');
+($rec, $up) = $send->('key-big', 'claude-opus-4-5');
+is($up->{model}, 'claude-opus-4-5', 'interactive: never downshifted');
+is($rec->{model_requested}, '', '... nothing recorded');
+($rec, $up) = $send->('key-narrow', 'claude-opus-4-5', 'batch');
+is($up->{model}, 'claude-opus-4-5', 'a key that may not use the cheaper model keeps its own');
+($rec, $up) = $send->('key-big', 'claude-haiku-4-5', 'batch');
+is($up->{model}, 'claude-haiku-4-5', 'a model the map does not name: as asked');
+is($rec->{model_requested}, '', '... nothing recorded');

@@ -472,6 +472,8 @@ tb_body_value(tb_json_walk_t *w, const unsigned char *v, size_t len)
 
         body->has_model = 1;
         body->model_len = n;
+        body->model_off = (uint32_t) (v - w->start);
+        body->model_vlen = (uint32_t) len;
         ctx->model_err = NULL;
         break;
 
@@ -608,4 +610,222 @@ failed:
     body->max_tokens = -1;
 
     return -1;
+}
+
+
+int
+tb_body_model_ok(const char *s, size_t len)
+{
+    size_t  i;
+
+    if (len == 0 || len > TB_MODEL_MAX) {
+        return 0;
+    }
+
+    for (i = 0; i < len; i++) {
+        if ((unsigned char) s[i] < 0x20 || (unsigned char) s[i] > 0x7e
+            || s[i] == '"' || s[i] == '\\')
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* one change: del bytes at off replaced by text; grows: the span (index
+ * into tb_body_edit's) whose value it is part of, or -1 */
+typedef struct {
+    size_t          off;
+    size_t          del;
+    const char     *text;
+    size_t          len;
+    int             grows;
+} tb_body_change_t;
+
+
+#define TB_BODY_BP_MEMBER   "\"cache_control\":{\"type\":\"ephemeral\"}"
+#define TB_BODY_BP_WRAP     "[{\"type\":\"text\",\"text\":"
+#define TB_BODY_BP_UNWRAP   ",\"cache_control\":{\"type\":\"ephemeral\"}}]"
+
+
+static const unsigned char *
+tb_body_back_ws(const unsigned char *start, const unsigned char *q)
+{
+    while (q > start && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
+    {
+        q--;
+    }
+
+    return q;
+}
+
+
+/*
+ * A breakpoint at the end of a stable prefix's value (system, else tools):
+ * a string system wrapped as one text block that carries it, or the last
+ * block of an array given a cache_control member.  0 with the changes
+ * added, -1 when the value has no place for one.
+ */
+static int
+tb_body_bp_at(const unsigned char *p, tb_span_t *v, int index,
+    tb_body_change_t *c, size_t *n)
+{
+    const unsigned char  *q, *first;
+
+    if (v->len == 0) {
+        return -1;
+    }
+
+    if (p[v->off] == '"') {
+        c[*n].off = v->off;
+        c[*n].del = 0;
+        c[*n].text = TB_BODY_BP_WRAP;
+        c[*n].len = sizeof(TB_BODY_BP_WRAP) - 1;
+        c[*n].grows = index;
+        (*n)++;
+
+        c[*n].off = v->off + v->len;
+        c[*n].del = 0;
+        c[*n].text = TB_BODY_BP_UNWRAP;
+        c[*n].len = sizeof(TB_BODY_BP_UNWRAP) - 1;
+        c[*n].grows = index;
+        (*n)++;
+
+        return 0;
+    }
+
+    if (p[v->off] != '[') {
+        return -1;
+    }
+
+    /* the last element's closing "}", before the array's "]" */
+
+    first = p + v->off;
+    q = tb_body_back_ws(first, p + v->off + v->len - 2);
+
+    if (q <= first || *q != '}') {
+        return -1;
+    }
+
+    c[*n].off = (size_t) (q - p);
+    c[*n].del = 0;
+    c[*n].grows = index;
+
+    if (*tb_body_back_ws(first, q - 1) == '{') {
+        /* an empty object */
+        c[*n].text = TB_BODY_BP_MEMBER;
+        c[*n].len = sizeof(TB_BODY_BP_MEMBER) - 1;
+
+    } else {
+        c[*n].text = "," TB_BODY_BP_MEMBER;
+        c[*n].len = sizeof("," TB_BODY_BP_MEMBER) - 1;
+    }
+
+    (*n)++;
+
+    return 0;
+}
+
+
+size_t
+tb_body_edit(const unsigned char *p, size_t len, tb_body_t *body,
+    int breakpoint, const char *model, size_t model_len, unsigned char *out)
+{
+    size_t             n, i, j, at, off, grow;
+    unsigned char     *o;
+    tb_span_t          spans[5], *sp;
+    tb_body_change_t   c[3], t;
+
+    spans[0] = body->system;
+    spans[1] = body->tools;
+    spans[2] = body->messages;
+    spans[3] = body->metadata;
+    spans[4].off = body->model_off;
+    spans[4].len = body->model_vlen;
+
+    n = 0;
+
+    if (breakpoint && tb_body_bp_at(p, &spans[0], 0, c, &n) != 0) {
+        (void) tb_body_bp_at(p, &spans[1], 1, c, &n);
+    }
+
+    if (model && spans[4].len) {
+        c[n].off = spans[4].off;
+        c[n].del = spans[4].len;
+        c[n].text = NULL;
+        c[n].len = model_len + 2;
+        c[n].grows = 4;
+        n++;
+    }
+
+    /* in the body's order */
+
+    for (i = 1; i < n; i++) {
+        for (j = i; j > 0 && c[j - 1].off > c[j].off; j--) {
+            t = c[j];
+            c[j] = c[j - 1];
+            c[j - 1] = t;
+        }
+    }
+
+    o = out;
+    at = 0;
+
+    for (i = 0; i < n; i++) {
+        memcpy(o, p + at, c[i].off - at);
+        o += c[i].off - at;
+
+        if (c[i].text) {
+            memcpy(o, c[i].text, c[i].len);
+            o += c[i].len;
+
+        } else {
+            *o++ = '"';
+            memcpy(o, model, model_len);
+            o += model_len;
+            *o++ = '"';
+        }
+
+        at = c[i].off + c[i].del;
+    }
+
+    memcpy(o, p + at, len - at);
+    o += len - at;
+
+    /* the spans, from the body's offsets to out's: a change before a
+     * value moves it, one of the value's own makes it longer */
+
+    for (j = 0; j < 5; j++) {
+        sp = &spans[j];
+
+        if (sp->len == 0) {
+            continue;
+        }
+
+        off = sp->off;
+        grow = 0;
+
+        for (i = 0; i < n; i++) {
+            if (c[i].grows == (int) j) {
+                grow += c[i].len - c[i].del;
+
+            } else if (c[i].off <= sp->off) {
+                off += c[i].len - c[i].del;
+            }
+        }
+
+        sp->off = off;
+        sp->len += grow;
+    }
+
+    body->system = spans[0];
+    body->tools = spans[1];
+    body->messages = spans[2];
+    body->metadata = spans[3];
+    body->model_off = (uint32_t) spans[4].off;
+    body->model_vlen = (uint32_t) spans[4].len;
+
+    return (size_t) (o - out);
 }

@@ -1528,7 +1528,8 @@ tb_conf_init(const tb_conf_field_t *fields, void *base)
             break;
 
         case TB_CONF_BOOL:
-            f->set_bit(base, f->dnum != 0);
+            /* (a setter may take a third value: "not said") */
+            f->set_bit(base, (unsigned) f->dnum);
             break;
 
         case TB_CONF_STRLIST:

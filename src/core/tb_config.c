@@ -93,6 +93,12 @@ TB_BIT_SETTER(tb_account_conf_t, observable_limits)
 TB_BIT_SETTER(tb_account_conf_t, cache_reads_count)
 TB_BIT_SETTER(tb_key_conf_t, admin)
 
+static void
+tb_conf_set_auto_breakpoint(void *base, unsigned v)
+{
+    ((tb_key_conf_t *) base)->auto_breakpoint = v > 1 ? 2 : v;
+}
+
 
 #define TB_STR(n, t, f, d)                                                    \
     { .name = n, .type = TB_CONF_STR, .offset = offsetof(t, f), .dstr = d }
@@ -436,6 +442,7 @@ static const tb_conf_field_t  tb_conf_key[] = {
     TB_INT("max_inflight", TB_KC, max_inflight, TB_AUTO, TB_OPT_GE1),
     TB_INT("max_queued", TB_KC, max_queued, TB_AUTO, TB_OPT_GE0),
     TB_BOOL("admin", admin, 0),
+    TB_BOOL("auto_breakpoint", auto_breakpoint, 2),
     TB_END
 };
 

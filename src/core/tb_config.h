@@ -137,6 +137,8 @@ typedef struct {
     int64_t                   max_queued;             /* see tb_config.c */
     uint64_t                  name_hash;              /* tb_hash64(name) */
     unsigned                  admin:1;                /* false */
+    unsigned                  auto_breakpoint:2;      /* 0, 1, or 2: the
+                                                         cache section's */
 
     unsigned                  line;
 } tb_key_conf_t;

@@ -53,6 +53,7 @@ static const tb_ks_field_t  tb_ks_fields[] = {
     { "max_queued",         TB_KS_I64(conf.max_queued, TB_AUTO) },
     { "expires_at",         TB_KS_I64(expires, 0) },
     { "expires_in_seconds", TB_KS_SET, 0, 0 },
+    { "auto_breakpoint",    TB_KS_SET | TB_KS_NULL, 0, 0 },
     { "created",            0, 0, 0 },     /* the store's record only */
     { NULL, 0, 0, 0 }
 };
@@ -383,6 +384,12 @@ tb_ks_field(tb_keyspec_t *ks, const cJSON *v, int mode,
             return tb_ks_error(err, errlen, "%s cannot be null", f);
         }
 
+        if (strcmp(f, "auto_breakpoint") == 0) {
+            /* the cache section's */
+            k->auto_breakpoint = 2;
+            return 0;
+        }
+
         p = (char *) ks + fd->cleared;
 
         if (fd->flags & TB_KS_DOUBLE) {
@@ -411,12 +418,20 @@ tb_ks_field(tb_keyspec_t *ks, const cJSON *v, int mode,
         return k->name ? 0 : tb_ks_error(err, errlen, "no memory");
     }
 
-    if (strcmp(f, "admin") == 0) {
+    if (strcmp(f, "admin") == 0 || strcmp(f, "auto_breakpoint") == 0) {
         if (!cJSON_IsBool(v)) {
-            return tb_ks_error(err, errlen, "admin must be true or false");
+            return tb_ks_error(err, errlen, "%s must be true or false%s", f,
+                               f[0] == 'a' && f[1] == 'u' ? " (or null: the "
+                               "cache section's)" : "");
         }
 
-        k->admin = cJSON_IsTrue(v) ? 1 : 0;
+        if (f[1] == 'd') {
+            k->admin = cJSON_IsTrue(v) ? 1 : 0;
+
+        } else {
+            k->auto_breakpoint = cJSON_IsTrue(v) ? 1 : 0;
+        }
+
         return 0;
     }
 
@@ -629,6 +644,7 @@ tb_keyspec_parse(tb_keyspec_t *ks, const char *json, size_t len, int mode,
         work.conf.session_max_turns = TB_UNSET;
         work.conf.max_inflight = TB_AUTO;
         work.conf.max_queued = TB_AUTO;
+        work.conf.auto_breakpoint = 2;
         work.created = now;
     }
 
@@ -754,6 +770,10 @@ tb_keyspec_json(const tb_keyspec_t *ks)
         || !tb_ks_json_opt(o, "max_inflight", (double) k->max_inflight,
                            TB_AUTO)
         || !tb_ks_json_opt(o, "max_queued", (double) k->max_queued, TB_AUTO)
+        || (k->auto_breakpoint == 2
+            ? cJSON_AddNullToObject(o, "auto_breakpoint")
+            : cJSON_AddBoolToObject(o, "auto_breakpoint",
+                                    k->auto_breakpoint)) == NULL
         || cJSON_AddNumberToObject(o, "created", (double) ks->created)
            == NULL
         || !tb_ks_json_opt(o, "expires_at", (double) ks->expires, 0))

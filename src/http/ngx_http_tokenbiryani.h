@@ -297,6 +297,12 @@ typedef struct {
     ngx_uint_t                     decisions;
     ngx_http_tokenbiryani_account_t  *next;   /* routed, leased, unsent */
     ngx_http_tokenbiryani_ticket_t lease;     /* the current attempt's */
+
+    /* the gateway's edits of the body (ngx_http_tokenbiryani_edit.c) */
+    size_t                         added;     /* bytes of the cache
+                                                 breakpoint it added, 0 */
+    u_char                        *model_requested;  /* NUL; NULL: the
+                                                        client's model */
 } ngx_http_tokenbiryani_routing_t;
 
 

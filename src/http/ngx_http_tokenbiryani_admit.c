@@ -191,6 +191,40 @@ ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
 }
 
 
+/*
+ * The key's priority in ctx->wait.priority; a client may lower its own,
+ * never raise it.  NGX_ERROR: the header says neither.
+ */
+
+ngx_int_t
+ngx_http_tokenbiryani_admit_priority(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_table_elt_t  *h;
+
+    ctx->wait.priority = (ctx->key && ctx->key->priority == TB_PRIORITY_BATCH)
+                         ? 1 : 0;
+
+    h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-priority",
+                                 sizeof("x-tokenbiryani-priority") - 1);
+    if (h == NULL) {
+        return NGX_OK;
+    }
+
+    if (h->value.len == 5
+        && ngx_strncasecmp(h->value.data, (u_char *) "batch", 5) == 0)
+    {
+        ctx->wait.priority = 1;
+        return NGX_OK;
+    }
+
+    return (h->value.len == 11
+            && ngx_strncasecmp(h->value.data, (u_char *) "interactive", 11)
+               == 0)
+           ? NGX_OK : NGX_ERROR;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
@@ -207,28 +241,15 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     kc = ctx->key;
     now = ngx_http_tokenbiryani_now_ms();
 
-    /* the key's priority; a client may lower its own, never raise it */
-
-    ctx->wait.priority = (kc && kc->priority == TB_PRIORITY_BATCH) ? 1 : 0;
-
-    h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-priority",
-                                 sizeof("x-tokenbiryani-priority") - 1);
-    if (h) {
-        if (h->value.len == 5
-            && ngx_strncasecmp(h->value.data, (u_char *) "batch", 5) == 0)
-        {
-            ctx->wait.priority = 1;
-
-        } else if (!(h->value.len == 11
-                     && ngx_strncasecmp(h->value.data,
-                                        (u_char *) "interactive", 11) == 0))
-        {
-            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
-                "invalid_request_error",
-                "X-TokenBiryani-Priority: expected \"interactive\" or "
-                "\"batch\", not \"%V\"", &h->value);
-            return NGX_HTTP_TB_FAIL;
-        }
+    if (ngx_http_tokenbiryani_admit_priority(r, ctx) != NGX_OK) {
+        h = ngx_http_tokenbiryani_own_header(r, ctx,
+                                     "x-tokenbiryani-priority",
+                                     sizeof("x-tokenbiryani-priority") - 1);
+        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+            "invalid_request_error",
+            "X-TokenBiryani-Priority: expected \"interactive\" or "
+            "\"batch\", not \"%V\"", &h->value);
+        return NGX_HTTP_TB_FAIL;
     }
 
     /* the wait budget: the smallest of the three */
@@ -403,20 +424,14 @@ ngx_http_tokenbiryani_refuse_cap(ngx_http_request_t *r,
 }
 
 
-int64_t
-ngx_http_tokenbiryani_admit_paced(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+double
+ngx_http_tokenbiryani_admit_ahead(ngx_http_request_t *r, int64_t now)
 {
-    double                              ahead, over;
-    int64_t                             week, spent, at, delay, left;
+    double                              ahead;
+    int64_t                             week, spent, at;
     tb_pace_t                           p;
     const tb_config_t                  *cf;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
-
-    if (ctx->wait.priority == 0 || ctx->kind != NGX_HTTP_TB_MESSAGES) {
-        /* interactive traffic is never held back */
-        return 0;
-    }
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     cf = tmcf->tbcf;
@@ -440,15 +455,35 @@ ngx_http_tokenbiryani_admit_paced(ngx_http_request_t *r,
 
     ahead = cf->pacing_ahead_threshold;
 
-    if (p.pace <= ahead) {
+    return p.pace > ahead ? (p.pace - ahead) / ngx_max(ahead, .01) : 0;
+}
+
+
+int64_t
+ngx_http_tokenbiryani_admit_paced(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, int64_t now)
+{
+    double                              over;
+    int64_t                             delay, left;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    if (ctx->wait.priority == 0 || ctx->kind != NGX_HTTP_TB_MESSAGES) {
+        /* interactive traffic is never held back */
         return 0;
     }
+
+    over = ngx_http_tokenbiryani_admit_ahead(r, now);
+
+    if (over <= 0) {
+        return 0;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
     /* the further ahead, the longer: all of max_batch_delay_seconds once
      * it is twice the threshold ahead */
 
-    over = (p.pace - ahead) / ngx_max(ahead, .01);
-    delay = (int64_t) (cf->pacing_max_batch_delay_seconds * 1000
+    delay = (int64_t) (tmcf->tbcf->pacing_max_batch_delay_seconds * 1000
                        * ngx_min(over, 1.0));
 
     left = ctx->wait.budget_ms - ctx->wait.waited_ms - ctx->wait.paced_ms;

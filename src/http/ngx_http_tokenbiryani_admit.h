@@ -47,6 +47,18 @@ int64_t ngx_http_tokenbiryani_admit_paced(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now);
 
 /*
+ * How far the pool's weekly budget is past pacing.ahead_threshold, in
+ * thresholds (1: twice the threshold ahead), when enforcing; 0 when it
+ * is not ahead, not enforcing or not read yet.
+ */
+double ngx_http_tokenbiryani_admit_ahead(ngx_http_request_t *r, int64_t now);
+
+/* the request's priority in ctx->wait.priority: NGX_ERROR for a
+ * X-TokenBiryani-Priority that is neither "interactive" nor "batch" */
+ngx_int_t ngx_http_tokenbiryani_admit_priority(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
+
+/*
  * The next attempt: GO with ctx->route.next routed and leased, QUEUE with *gen
  * the capacity generation it failed at (0: it has not tried yet), or
  * FAIL with the error prepared.

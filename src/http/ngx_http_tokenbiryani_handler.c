@@ -21,6 +21,7 @@
 #include "ngx_http_tokenbiryani_accounts.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_admit.h"
+#include "ngx_http_tokenbiryani_edit.h"
 #include "ngx_http_tokenbiryani_record.h"
 #include "ngx_http_tokenbiryani_events.h"
 
@@ -412,6 +413,14 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
                     ngx_http_tokenbiryani_send_error(r, rc, NULL, NULL));
                 return;
             }
+        }
+
+        /* the gateway's own: a cache breakpoint, a pacing downshift */
+        if (ctx->kind == NGX_HTTP_TB_MESSAGES
+            && ngx_http_tokenbiryani_edit_body(r, ctx, &body) != NGX_OK)
+        {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
         }
     }
 

@@ -148,6 +148,18 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
     ngx_memcpy(rec->key, name, len);
 
     ngx_memcpy(rec->model, ctx->body.model, ctx->body.model_len);
+
+    if (ctx->route.model_requested) {
+        /* the client's model, after the one sent, when both fit */
+        rec->edits |= NGX_HTTP_TB_REC_DOWNSHIFT;
+        len = ngx_strlen(ctx->route.model_requested);
+
+        if (ctx->body.model_len + 1 + len < sizeof(rec->model)) {
+            ngx_memcpy(rec->model + ctx->body.model_len + 1,
+                       ctx->route.model_requested, len);
+        }
+    }
+
     st = ngx_http_tokenbiryani_strategy(tmcf);
     len = ngx_min(ngx_strlen(st->name), sizeof(rec->strategy) - 1);
     ngx_memcpy(rec->strategy, st->name, len);
@@ -183,7 +195,12 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     /* what the prompt cache could hold of it: a breakpoint asked for, and
      * its stable prefix */
-    rec->breakpoint = ctx->body.breakpoint;
+    rec->breakpoint = ctx->body.breakpoint || ctx->route.added;
+
+    if (ctx->route.added) {
+        rec->edits |= NGX_HTTP_TB_REC_BREAKPOINT;
+    }
+
     rec->prefix_64b = (uint16_t) ngx_min((ctx->body.system.len
                                           + ctx->body.tools.len + 63) / 64,
                                          65535);

@@ -390,6 +390,10 @@ def validate_request(body, count_tokens):
         err = blocks(body["system"], "system")
         if err:
             return err
+    cc = body.get("cache_control")
+    if cc is not None and (not isinstance(cc, dict)
+                           or cc.get("type") != "ephemeral"):
+        return "cache_control.type: Input should be 'ephemeral'"
     if "stream" in body and not isinstance(body["stream"], bool):
         return "stream: Input should be a valid boolean"
     if "temperature" in body:
@@ -409,14 +413,24 @@ def validate_request(body, count_tokens):
     return None
 
 
+LOOKBACK = 20     # block boundaries the API checks before a breakpoint
+
+
 def analyse_prompt(body):
-    """(total tokens, [(prefix tokens, prefix key)] per breakpoint).
+    """(total tokens, [(prefix tokens, prefix key, [(tokens, key)] of the
+    boundaries it looks back on)] per breakpoint).
 
     The canonical prompt text is the item serialisations joined by "\\n";
-    tokens(text) = ceil(len(text) / 4)."""
+    tokens(text) = ceil(len(text) / 4).  A top-level cache_control (the
+    API's automatic caching) is a breakpoint on the last block.  A lookup
+    at a breakpoint also finds what was written at any of the 20 block
+    boundaries before it, as the API's does."""
     items = prompt_items(body)
+    if items and isinstance(body.get("cache_control"), dict):
+        items[-1] = (items[-1][0], True)
     h = hashlib.sha256()
     length = 0
+    bounds = []
     bps = []
     for i, (text, bp) in enumerate(items):
         if i:
@@ -424,8 +438,9 @@ def analyse_prompt(body):
             length += 1
         h.update(text.encode("utf-8", "surrogatepass"))
         length += len(text)
+        bounds.append(((length + 3) // 4, h.hexdigest()))
         if bp:
-            bps.append(((length + 3) // 4, h.hexdigest()))
+            bps.append(bounds[-1] + (bounds[max(0, i - LOOKBACK):i + 1],))
     total = max(1, (length + 3) // 4)
     return total, bps
 
@@ -433,13 +448,16 @@ def analyse_prompt(body):
 def cache_lookup(cs, bps, now, min_tokens):
     """(read, creation, keys to insert); does not modify the cache."""
     read = 0
-    for t, k in reversed(bps):
-        e = cs.cache.get(k)
-        if e is not None and e > now:
-            read = t
+    for t, k, back in reversed(bps):
+        for bt, bk in reversed(back):
+            e = cs.cache.get(bk)
+            if e is not None and e > now:
+                read = bt
+                break
+        if read:
             break
-    insert = [k for t, k in bps if t >= min_tokens]
-    last = max([t for t, k in bps if t >= min_tokens], default=0)
+    insert = [k for t, k, _ in bps if t >= min_tokens]
+    last = max([t for t, k, _ in bps if t >= min_tokens], default=0)
     creation = max(0, last - read)
     return read, creation, insert
 

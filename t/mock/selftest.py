@@ -929,6 +929,26 @@ def t_cache(env):
     post(env, tb, cred="sk-c3")
     u9 = post(env, tb, cred="sk-c3")[2]["usage"]
     check(u9["cache_read_input_tokens"] > 1024, "tool breakpoint cached")
+    # the API's automatic caching (a top-level cache_control): the last
+    # block is the breakpoint, and the next turn of the conversation reads
+    # what the one before wrote, a boundary back
+    conv = [{"role": "user", "content": "turn one " * 600}]
+    ab = {"model": MODEL, "max_tokens": 10, "system": long_system(tag="Z"),
+          "cache_control": {"type": "ephemeral"}, "messages": conv}
+    ua = post(env, ab, cred="sk-c4")[2]["usage"]
+    check(ua["cache_creation_input_tokens"] > 1024 and
+          ua["cache_read_input_tokens"] == 0,
+          "automatic caching: the whole prompt written (%s)" % ua)
+    ab2 = dict(ab, messages=conv + [
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "turn two"}])
+    ub = post(env, ab2, cred="sk-c4")[2]["usage"]
+    check(ub["cache_read_input_tokens"] == ua["cache_creation_input_tokens"]
+          and ub["cache_creation_input_tokens"] > 0,
+          "the next turn reads it by looking back (%s)" % ub)
+    bad = dict(ab, cache_control={"type": "forever"})
+    st = api(env, "POST", "/v1/messages", bad, {"x-api-key": "sk-c4"})[0]
+    check(st == 400, "a top-level cache_control of another type: 400")
     # streaming shows the same counters
     sb = dict(body, stream=True)
     c = Client(env.p1)

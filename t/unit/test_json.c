@@ -362,6 +362,119 @@ TB_TEST(body_not_object)
 }
 
 
+/* tb_body_edit: the gateway's own edits, the rest byte for byte */
+
+static const char *
+edit(const char *b, int bp, const char *model)
+{
+    static unsigned char  out[4096];
+    size_t                n;
+
+    if (scan(b) != 0) {
+        return "(scan failed)";
+    }
+
+    n = tb_body_edit((const unsigned char *) b, strlen(b), &body, bp, model,
+                     model ? strlen(model) : 0, out);
+
+    if (n >= sizeof(out)
+        || n > tb_body_edit_max(strlen(b), model ? strlen(model) : 0))
+    {
+        return "(too long)";
+    }
+
+    out[n] = '\0';
+
+    return (const char *) out;
+}
+
+
+static tb_span_t
+mspan(void)
+{
+    tb_span_t  s;
+
+    s.off = body.model_off;
+    s.len = body.model_vlen;
+
+    return s;
+}
+
+
+TB_TEST(body_edit)
+{
+    const char  *b, *o;
+    static char  kept[4096];
+
+    /* a string system: made the one text block that carries it */
+    b = " {\"model\":\"claude-opus-4\",\"system\":\"S \\\" x\","
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"tools\":[],\"metadata\":{\"user_id\":\"u\"}}\n";
+
+    o = edit(b, 1, NULL);
+    TB_CHECK_STR(o, " {\"model\":\"claude-opus-4\",\"system\":[{\"type\":"
+                 "\"text\",\"text\":\"S \\\" x\",\"cache_control\":"
+                 "{\"type\":\"ephemeral\"}}],"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                 "\"tools\":[],\"metadata\":{\"user_id\":\"u\"}}\n");
+    snprintf(kept, sizeof(kept), "%s", o);
+    TB_CHECK_STR(span(kept, body.system), "[{\"type\":\"text\",\"text\":"
+                 "\"S \\\" x\",\"cache_control\":{\"type\":\"ephemeral\"}}]");
+    TB_CHECK_STR(span(kept, mspan()), "\"claude-opus-4\"");
+    TB_CHECK_STR(span(kept, body.metadata), "{\"user_id\":\"u\"}");
+    TB_CHECK_STR(span(kept, body.tools), "[]");
+
+    /* the result scans again, and now asks for a breakpoint */
+    TB_CHECK_INT(scan(kept), 0);
+    TB_CHECK(body.breakpoint);
+
+    o = edit(b, 0, "claude-haiku-4");
+    TB_CHECK_STR(o, " {\"model\":\"claude-haiku-4\",\"system\":\"S \\\" x\","
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                 "\"tools\":[],\"metadata\":{\"user_id\":\"u\"}}\n");
+    snprintf(kept, sizeof(kept), "%s", o);
+    TB_CHECK_STR(span(kept, body.messages),
+                 "[{\"role\":\"user\",\"content\":\"hi\"}]");
+    TB_CHECK_STR(span(kept, mspan()), "\"claude-haiku-4\"");
+
+    /* system blocks: the last one carries it; the model after them */
+    b = "{\"system\":[{\"type\":\"text\",\"text\":\"a\"} , "
+        "{\"type\":\"text\",\"text\":\"b\"}\n],\"tools\":[1],"
+        "\"model\":\"m\\u0031\",\"messages\":[]}";
+    o = edit(b, 1, "claude-sonnet-4-5");
+    TB_CHECK_STR(o, "{\"system\":[{\"type\":\"text\",\"text\":\"a\"} , "
+                 "{\"type\":\"text\",\"text\":\"b\",\"cache_control\":"
+                 "{\"type\":\"ephemeral\"}}\n],\"tools\":[1],"
+                 "\"model\":\"claude-sonnet-4-5\",\"messages\":[]}");
+    snprintf(kept, sizeof(kept), "%s", o);
+    TB_CHECK_STR(span(kept, body.tools), "[1]");
+    TB_CHECK_STR(span(kept, body.messages), "[]");
+    TB_CHECK_STR(span(kept, mspan()), "\"claude-sonnet-4-5\"");
+
+    /* no system: the last tool; an empty object gets no comma */
+    TB_CHECK_STR(edit("{\"tools\":[{\"name\":\"t\"},{ }],\"messages\":[]}",
+                      1, NULL),
+                 "{\"tools\":[{\"name\":\"t\"},{ \"cache_control\":"
+                 "{\"type\":\"ephemeral\"}}],\"messages\":[]}");
+    TB_CHECK_STR(span(edit("{\"system\":[],\"tools\":[{\"a\":1}]}", 1, NULL),
+                      body.tools),
+                 "[{\"a\":1,\"cache_control\":{\"type\":\"ephemeral\"}}]");
+
+    /* no place for one: the body as it was */
+    TB_CHECK_STR(edit("{\"system\":[\"x\"],\"messages\":[]}", 1, NULL),
+                 "{\"system\":[\"x\"],\"messages\":[]}");
+    TB_CHECK_STR(edit("{\"system\":7,\"tools\":[[]]}", 1, NULL),
+                 "{\"system\":7,\"tools\":[[]]}");
+    TB_CHECK_STR(edit("{\"messages\":[]}", 1, NULL), "{\"messages\":[]}");
+
+    TB_CHECK(tb_body_model_ok("claude-haiku-4-5", 16));
+    TB_CHECK(!tb_body_model_ok("a\"b", 3));
+    TB_CHECK(!tb_body_model_ok("a\\b", 3));
+    TB_CHECK(!tb_body_model_ok("a\nb", 3));
+    TB_CHECK(!tb_body_model_ok("", 0));
+}
+
+
 /* tb_scan_body: invalid documents */
 
 
@@ -1854,6 +1967,7 @@ int
 main(void)
 {
     TB_RUN(body_typical);
+    TB_RUN(body_edit);
     TB_RUN(body_system_blocks);
     TB_RUN(body_spans_exact);
     TB_RUN(body_unicode_and_escapes);

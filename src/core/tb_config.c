@@ -29,6 +29,7 @@
 
 #include <yaml.h>
 
+#include "tb_body.h"
 #include "tb_conf_int.h"
 #include "tb_gauth.h"
 #include "tb_hash.h"
@@ -1345,8 +1346,9 @@ tb_conf_validate(tb_conf_ctx_t *ctx)
 {
     int                  rc;
     char                 l1[TB_CONF_PATHLEN], l2[TB_CONF_PATHLEN];
-    char                 show[TB_CONF_SHOWLEN];
+    char                 show[TB_CONF_SHOWLEN], show2[TB_CONF_SHOWLEN];
     size_t               i, j, best;
+    tb_kv_t             *kv;
     tb_config_t         *cf;
     tb_key_conf_t      **keys, *k;
     tb_account_conf_t  **acc;
@@ -1355,6 +1357,18 @@ tb_conf_validate(tb_conf_ctx_t *ctx)
     acc = NULL;
     keys = NULL;
     rc = TB_CONF_OK;
+
+    for (i = 0; i < cf->pacing_model_downshift.n; i++) {
+        kv = &cf->pacing_model_downshift.items[i];
+
+        if (!tb_body_model_ok(kv->value, strlen(kv->value))) {
+            return tb_conf_error(ctx, 0, "pacing.model_downshift.%s: \"%s\" "
+                                 "is not a model id (printable ASCII, no "
+                                 "quotes or backslashes)",
+                                 tb_conf_show(kv->key, show2),
+                                 tb_conf_show(kv->value, show));
+        }
+    }
 
     if (cf->naccounts > 0) {
         acc = malloc(cf->naccounts * sizeof(tb_account_conf_t *));

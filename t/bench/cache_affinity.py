@@ -46,12 +46,14 @@ TOOLS = [
 ]
 
 
-def body(conv, turn, model):
+def body(conv, turn, model, marked=True):
     # the cache breakpoint ends the conversation's own prefix: tools, system
-    # and its opening task; what follows is fresh input every turn
-    msgs = [{"role": "user", "content": [
-        {"type": "text", "text": "Task %d: refactor and explain." % conv,
-         "cache_control": {"type": "ephemeral"}}]}]
+    # and its opening task; what follows is fresh input every turn.  An
+    # unmarked client (a plain SDK script) sends none at all.
+    task = {"type": "text", "text": "Task %d: refactor and explain." % conv}
+    if marked:
+        task["cache_control"] = {"type": "ephemeral"}
+    msgs = [{"role": "user", "content": [task]}]
     for k in range(1, turn + 1):
         msgs.append({"role": "assistant", "content": "Step %d done." % k})
         msgs.append({"role": "user", "content": "Continue with step %d." % (k + 1)})
@@ -68,14 +70,16 @@ def cost(u):
             + u["cache_creation_input_tokens"] * PRICE["cache_write"]) / 1e6
 
 
-def run_strategy(args, strategy, mock, workdir):
+def run_strategy(args, strategy, mock, workdir, client="marked"):
     accounts = "".join(
         "  - id: acct-%02d\n    api_key: key-%02d\n"
         "    base_url: http://127.0.0.1:%d\n" % (i, i, mock.ports[i - 1])
         for i in range(1, args.accounts + 1))
     yaml = ("routing:\n  strategy: %s\nretry:\n  backoff_base_seconds: 0\n"
-            "accounts:\n%skeys:\n  - key: bir_bench\n    name: bench\n"
-            "    admin: true\n" % (strategy, accounts))
+            "%saccounts:\n%skeys:\n  - key: bir_bench\n    name: bench\n"
+            "    admin: true\n"
+            % (strategy, "cache:\n  auto_breakpoint: true\n"
+               if client == "auto" else "", accounts))
     http = """
     tokenbiryani_zone   tb 16m;
     tokenbiryani_config tb.yaml;
@@ -96,7 +100,8 @@ def run_strategy(args, strategy, mock, workdir):
         for t in range(args.turns):
             t0 = time.monotonic()
             st, _, raw = tbbench.request(
-                gw.port, "POST", "/v1/messages", body(i, t, args.model),
+                gw.port, "POST", "/v1/messages",
+                body(i, t, args.model, marked=(client == "marked")),
                 {"x-api-key": "bir_bench", "content-type": "application/json",
                  "anthropic-version": "2023-06-01",
                  "x-bench-conv": str(i), "x-bench-turn": str(t)})
@@ -140,7 +145,10 @@ def run_strategy(args, strategy, mock, workdir):
     fresh = sum(r["usage"]["input_tokens"] for r in ok)
     aff = status["affinity"]
     return {
-        "strategy": strategy,
+        "strategy": strategy + {"marked": "",
+                                "unmarked": " · client sends no breakpoint",
+                                "auto": " · no breakpoint + auto_breakpoint"
+                                }[client],
         "requests": len(ok),
         "upstream_attempts": len(reqs),
         "failures": len(failures),
@@ -201,6 +209,9 @@ def main():
     ap.add_argument("--workdir", default=os.path.join(tbbench.TOP, "build",
                                                       "bench", "cache"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-clients", action="store_true",
+                    help="leave out the rows of a client that sends no "
+                    "breakpoint")
     args = ap.parse_args()
     args.module = os.path.abspath(args.module)
     args.workdir = os.path.abspath(args.workdir)
@@ -212,11 +223,17 @@ def main():
     try:
         rows = [run_strategy(args, s, mock, args.workdir)
                 for s in args.strategies.split(",")]
+        # a client that marks nothing (a plain SDK script), without and
+        # with the gateway's cache.auto_breakpoint, under the default
+        if not args.no_clients:
+            rows += [run_strategy(args, "sticky_headroom", mock, args.workdir,
+                                  client=c) for c in ("unmarked", "auto")]
     finally:
         mock.stop()
 
     sticky = next((r for r in rows if r["strategy"] == "sticky_headroom"),
                   rows[0])
+    # (every row is the same work: the oracle is the marked client's best)
     orc = oracle(sticky)
 
     if args.json:

@@ -1838,6 +1838,11 @@ TB_TEST(test_lists_and_maps)
                  "pacing.model_downshift: expected a mapping");
     EXPECT_ERROR("pacing:\n  model_downshift: {a: }\n",
                  "pacing.model_downshift.a: expected a string, got nothing");
+    EXPECT_ERROR("pacing:\n  model_downshift: {claude-opus-4-5: 'x\"y'}\n",
+                 "pacing.model_downshift.claude-opus-4-5: \"x\"y\" is not a "
+                 "model id (printable ASCII, no quotes or backslashes)");
+    EXPECT_ERROR("keys:\n  - key: k1\n    auto_breakpoint: maybe\n",
+                 "auto_breakpoint: expected true or false, got \"maybe\"");
     EXPECT_ERROR("oauth:\n  scopes: [a, ~]\n",
                  "oauth.scopes[1]: expected a string, got nothing");
     EXPECT_ERROR("oauth:\n  scopes: {a: b}\n",

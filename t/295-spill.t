@@ -211,3 +211,47 @@ my $r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch', 'x-tok
 isnt($r->{headers}{'x-tokenbiryani-via'} // '', 'batch', 'not through a batch');
 is($r->{status}, 429, 'refused once its budget is spent, as the queue does');
 is(scalar @{ batches_seen($from) }, 0, 'no batch made');
+
+
+=== TEST 9: enforcing pacing, the week ahead of its pace, the lane on: a batch-priority Message goes to the spill lane rather than being held back (prefer_batch_lane_when_ahead); with that off it is held back; interactive ones neither
+--- user_files eval
+main::yaml_of("  enabled: true\n  poll_interval_seconds: 0.05\nstore:\n  backend: sqlite\npacing:\n  mode: enforcing\n  weekly_budget_usd: 0.0001\n  max_batch_delay_seconds: 0.5\n")
+--- check
+mock_config({ defaults => { batch_processing_ms => 50 } });
+# the week's budget spent many times over by an interactive request
+is(message_with('key-one')->{status}, 200, 'an interactive request spends the week');
+my $j;
+ok(poll_until(10, sub { (undef, $j) = admin(GET => '/admin/pacing'); ref $j->{enforced} && $j->{enforced}{week_used_usd} > 0.0001 }),
+   'the pacer has read it') or diag(json_encode($j));
+my $from = scalar @{ mock_log() };
+my $r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch' });
+is($r->{status}, 200, 'a batch-priority request, the pool not saturated: answered');
+is($r->{headers}{'x-tokenbiryani-via'}, 'batch', 'through the spill lane');
+my $rec = request_record($r);
+is($rec->{paced_for_ms}, 0, 'not held back');
+is(scalar(grep { ($_->{path} // '') eq '/v1/messages' } @{ mock_log($from) }), 0, 'no Message sent');
+is(scalar(grep { ($_->{path} // '') eq '/v1/messages/batches' && $_->{method} eq 'POST' } @{ mock_log($from) }), 1, 'one batch made');
+like(TB::Nginx::log_text(), qr/\Q$rec->{request_id}\E: sent to the batch lane, the pool's weekly budget being ahead of its pace/, 'said at info');
+$r = message_with('key-one');
+ok(!$r->{headers}{'x-tokenbiryani-via'} || $r->{headers}{'x-tokenbiryani-via'} ne 'batch', 'an interactive request: sent as it came');
+is(request_record($r)->{paced_for_ms}, 0, '... and not held back');
+# a stream of batch priority is held back, never spilled
+my $a = message_args('key-one', stream => 1);
+$a->{headers}{'x-tokenbiryani-priority'} = 'batch';
+$r = TB::Nginx::http_request(%$a);
+is($r->{status}, 200, 'a batch-priority stream: answered');
+is(request_record($r)->{paced_for_ms}, 500, '... held back, not spilled');
+
+
+=== TEST 10: the same with pacing.prefer_batch_lane_when_ahead false: held back, not spilled
+--- user_files eval
+main::yaml_of("  enabled: true\n  poll_interval_seconds: 0.05\nstore:\n  backend: sqlite\npacing:\n  mode: enforcing\n  weekly_budget_usd: 0.0001\n  max_batch_delay_seconds: 0.5\n  prefer_batch_lane_when_ahead: false\n")
+--- check
+is(message_with('key-one')->{status}, 200, 'an interactive request spends the week');
+my $j;
+ok(poll_until(10, sub { (undef, $j) = admin(GET => '/admin/pacing'); ref $j->{enforced} && $j->{enforced}{week_used_usd} > 0.0001 }),
+   'the pacer has read it') or diag(json_encode($j));
+my $r = msg('key-one', headers => { 'x-tokenbiryani-priority' => 'batch' });
+is($r->{status}, 200, 'answered');
+isnt($r->{headers}{'x-tokenbiryani-via'} // '', 'batch', 'not through the spill lane');
+is(request_record($r)->{paced_for_ms}, 500, 'held back');

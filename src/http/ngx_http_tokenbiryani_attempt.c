@@ -107,6 +107,23 @@ ngx_http_tokenbiryani_attempt_begin(ngx_http_request_t *r,
         delay = ngx_http_tokenbiryani_admit_paced(r, ctx,
                                                   ngx_http_tokenbiryani_now_ms());
 
+        if (delay > 0
+            && ((ngx_http_tokenbiryani_main_conf_t *)
+                ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module))
+               ->tbcf->pacing_prefer_batch_lane_when_ahead
+            && ngx_http_tokenbiryani_spill(r, ctx,
+                                           ngx_http_tokenbiryani_spill_back, 1)
+               == NGX_OK)
+        {
+            /* the spill lane's, at the batch price, rather than held */
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "tokenbiryani: %*s: sent to the batch lane, the "
+                          "pool's weekly budget being ahead of its pace",
+                          (size_t) NGX_HTTP_TB_REQUEST_ID_LEN,
+                          ctx->request_id);
+            return;
+        }
+
         if (delay > 0) {
             /* held back: the pool's weekly budget is ahead of its pace */
             ctx->wait.paced_ms = delay;
@@ -166,7 +183,7 @@ ngx_http_tokenbiryani_attempt_next(ngx_http_request_t *r,
     /* batch priority, the pool saturated: the spill lane, if it may */
     if (!ctx->spilled
         && ngx_http_tokenbiryani_spill(r, ctx,
-                                       ngx_http_tokenbiryani_spill_back)
+                                       ngx_http_tokenbiryani_spill_back, 0)
            == NGX_OK)
     {
         return NGX_HTTP_TB_WAIT;

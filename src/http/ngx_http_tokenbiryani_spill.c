@@ -76,7 +76,8 @@ static void ngx_http_tokenbiryani_spill_cleanup(void *data);
 
 ngx_int_t
 ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_spill_back_pt back)
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_spill_back_pt back,
+    ngx_uint_t paced)
 {
     u_char                             *p;
     int64_t                             now, estimate;
@@ -93,11 +94,12 @@ ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
     now = ngx_http_tokenbiryani_now_ms();
 
     /* batch priority, a Message not streamed, spilled once at most, the
-     * pool saturated with a known time to capacity, room in its budget */
+     * pool saturated with a known time to capacity (or the week ahead of
+     * its pace), room in its budget */
 
     if (!tmcf->tbcf->batch_enabled || ctx->kind != NGX_HTTP_TB_MESSAGES
         || ctx->wait.priority == 0 || ctx->body.stream || ctx->spilled
-        || ctx->key_full || ctx->route.decision.soonest == 0
+        || ctx->key_full || (ctx->route.decision.soonest == 0 && !paced)
         || ctx->wait.budget_ms - ctx->wait.waited_ms - ctx->wait.paced_ms
            <= 0)
     {

@@ -26,12 +26,14 @@
 typedef void (*ngx_http_tokenbiryani_spill_back_pt)(ngx_http_request_t *r);
 
 /*
- * A request the queue is about to take for saturation: NGX_DECLINED when
- * it may not spill (it is queued); NGX_OK when it spilled - the request is
- * the lane's from here, finalized by it, or handed to back.
+ * A request the queue is about to take for saturation, or (paced) one
+ * pacing would hold back: NGX_DECLINED when it may not spill; NGX_OK when
+ * it spilled - the request is the lane's from here, finalized by it, or
+ * handed to back.
  */
 ngx_int_t ngx_http_tokenbiryani_spill(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_spill_back_pt back);
+    ngx_http_tokenbiryani_ctx_t *ctx, ngx_http_tokenbiryani_spill_back_pt back,
+    ngx_uint_t paced);
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_SPILL_H_INCLUDED_ */

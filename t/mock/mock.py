@@ -44,6 +44,7 @@ from mock_wire import (BadRequest, PeerGone, TooLarge, Conn, read_request,
 
 TLS_HANDSHAKE_TIMEOUT = 10.0
 HANG_MAX_SECONDS = 600.0
+OAUTH_BETA = "oauth-2025-04-20"  # what a subscription token must come with
 SPLIT_PAUSE = 0.005              # pause between the halves of the split delta
 
 
@@ -286,11 +287,11 @@ class Mock(Control, Scripting):
 
     def send_error(self, conn, req, entry, gen, cred, status, etype, msg,
                    retry_after=None, details=None, rate_override=None,
-                   should_retry=None, now=None):
+                   should_retry=None, now=None, rate=True):
         now = now or time.time()
         body = compact(error_obj(etype, msg, entry["seq"], details)).encode()
         headers = self.base_headers(entry, "application/json", cred)
-        if req.path == "/v1/messages":
+        if req.path == "/v1/messages" and rate:
             headers += self.state.rate_headers(cred, now, rate_override)
         if retry_after is not None:
             headers.append(("retry-after", str(retry_after)))
@@ -381,6 +382,12 @@ class Mock(Control, Scripting):
                 "organization. Please reduce the prompt length or the "
                 "maximum tokens requested, or try again later. (scripted)",
                 retry_after=secs, rate_override=now + secs, now=now)
+        if name == "429-request":
+            # request-scoped: no rate-limit header at all, worth a retry
+            return self.send_error(
+                conn, req, entry, gen, cred, 429, "rate_limit_error",
+                "Rate limited. Please try again later. (scripted)",
+                rate=False, now=now)
         if name == "429-spend":
             return self.send_error(
                 conn, req, entry, gen, cred, 429, "rate_limit_error",
@@ -453,6 +460,17 @@ class Mock(Control, Scripting):
             return self.send_error(conn, req, entry, gen, cred, 401,
                                    "authentication_error",
                                    "invalid x-api-key", now=now)
+
+        if self.config.settings(cred).get("subscription"):
+            # a subscription's token: a bearer, with the OAuth beta
+            betas = ",".join(v for n, v in req.headers
+                             if n == "anthropic-beta")
+            if req.header("x-api-key") is not None or \
+                    OAUTH_BETA not in [b.strip() for b in betas.split(",")]:
+                return self.send_error(conn, req, entry, gen, cred, 401,
+                                       "authentication_error",
+                                       "OAuth authentication is currently "
+                                       "not supported.", now=now)
 
         if p.startswith("/v1/models"):
             return self.models(conn, req, entry, gen, cred, mode, mode_ms)
@@ -595,6 +613,14 @@ class Mock(Control, Scripting):
             wait = max(cs.b["requests"].wait_for(1),
                        cs.b["input"].wait_for(counted),
                        cs.b["output"].wait_for(out))
+            if cs.sub is not None:
+                # a subscription's windows, not the buckets, say no
+                full = cs.sub.full()
+                wait = max(0.0, cs.sub.reset(full) - now) if full else 0
+                if not full:
+                    cs.sub.take()
+                    cs.b["requests"].level += 1
+                    cs.b["input"].level += counted
             if wait > 0:
                 cs.refused_429 += 1
                 st.refused_total += 1
@@ -630,7 +656,10 @@ class Mock(Control, Scripting):
                 "This request would exceed the rate limit for your "
                 "organization (%s) of %d requests / %d input tokens / "
                 "%d output tokens per %g seconds. Please try again later."
-                % (self.org_of(cred), cs.limits[0], cs.limits[1], cs.limits[2], cs.limits[4]),
+                % (self.org_of(cred), cs.limits[0], cs.limits[1], cs.limits[2], cs.limits[4])
+                if cs.sub is None else
+                "This request would exceed your account's rate limit. "
+                "Please try again later.",
                 entry["seq"])).encode()
             headers = self.base_headers(entry, "application/json", cred)
             headers += rl

@@ -132,6 +132,66 @@ class FixedWindow:
         return max(0, int(math.floor(self.level + 1e-9)))
 
 
+class Subscription:
+    """A Claude subscription's 5-hour and 7-day windows, as its unified
+    headers say them: counted in requests here, fixed from the first one,
+    each rejected once used up until it resets."""
+    WINDOWS = (("5h", "five_hour", 18000), ("7d", "seven_day", 604800))
+
+    def __init__(self, cfg, now):
+        self.cfg = dict(cfg) if isinstance(cfg, dict) else {}
+        self.lim, self.span, self.start, self.used = {}, {}, {}, {}
+        for w, claim, secs in self.WINDOWS:
+            self.lim[w] = max(1, int(num(self.cfg.get(
+                claim + "_requests"), 50 if w == "5h" else 500, 1)))
+            self.span[w] = num(self.cfg.get(claim + "_seconds"), secs, 0.01)
+            self.start[w] = now
+            self.used[w] = 0
+
+    def refill(self, now):
+        for w, _, _ in self.WINDOWS:
+            if now >= self.start[w] + self.span[w]:
+                k = math.floor((now - self.start[w]) / self.span[w])
+                self.start[w] += k * self.span[w]
+                self.used[w] = 0
+
+    def reset(self, w):
+        return self.start[w] + self.span[w]
+
+    def full(self):
+        """the window that refuses, the latest to reset, or None"""
+        full = [w for w, _, _ in self.WINDOWS if self.used[w] >= self.lim[w]]
+        return max(full, key=self.reset) if full else None
+
+    def take(self):
+        for w, _, _ in self.WINDOWS:
+            self.used[w] += 1
+
+    def headers(self):
+        h = []
+        worst, claim = None, None
+        for w, name, _ in self.WINDOWS:
+            u = self.used[w] / self.lim[w]
+            st = "rejected" if u >= 1 else \
+                "allowed_warning" if u >= 0.8 else "allowed"
+            if worst is None or u > worst:
+                worst, claim = u, (w, name)
+            p = "anthropic-ratelimit-unified-%s-" % w
+            h += [(p + "status", st), (p + "utilization", "%.2f" % u),
+                  (p + "reset", str(int(math.ceil(self.reset(w)))))]
+        st = "rejected" if worst >= 1 else \
+            "allowed_warning" if worst >= 0.8 else "allowed"
+        return [("anthropic-ratelimit-unified-status", st),
+                ("anthropic-ratelimit-unified-reset",
+                 str(int(math.ceil(self.reset(claim[0]))))),
+                ("anthropic-ratelimit-unified-representative-claim",
+                 claim[1]),
+                ("anthropic-ratelimit-unified-fallback-percentage", "0.5"),
+                ("anthropic-ratelimit-unified-overage-status", "rejected"),
+                ("anthropic-ratelimit-unified-overage-disabled-reason",
+                 "org_level_disabled")] + h
+
+
 class CredState:
     def __init__(self, limits, now):
         self.requests = 0
@@ -142,6 +202,7 @@ class CredState:
         self.behavior_counter = 0
         self.behavior_seen = None
         self.cache = {}            # prefix key -> expiry
+        self.sub = None            # a Subscription, for such a credential
         self.limits = None
         self.set_limits(limits, now)
 
@@ -204,7 +265,14 @@ class State:
         elif cs.limits != limits:
             cs.set_limits(limits, now)   # limits changed: bucket reset
         cs.omit = settings.get("omit_headers") or []
+        subcfg = settings.get("subscription")
+        if not subcfg:
+            cs.sub = None
+        elif cs.sub is None or cs.sub.cfg != subcfg:
+            cs.sub = Subscription(subcfg, now)
         cs.refill(now)
+        if cs.sub is not None:
+            cs.sub.refill(now)
         return cs
 
     def append_log(self, entry, gen):
@@ -238,6 +306,9 @@ class State:
 
     @staticmethod
     def _rate_headers_locked(cs, now, override_requests_reset=None):
+        if getattr(cs, "sub", None) is not None:
+            # a subscription says its unified windows, not the nine
+            return cs.sub.headers()
         h = []
         for dim, name in (("requests", "requests"),
                           ("input", "input-tokens"),

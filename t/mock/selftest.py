@@ -866,6 +866,56 @@ def cached_body(sys_text, user="question", extra_msgs=None, bp_last=False):
     return b
 
 
+def t_subscription(env):
+    section("a subscription's token")
+    reset(env)
+    config(env, {"credentials": {"sk-ant-oat-1": {"subscription": {
+        "five_hour_requests": 2, "five_hour_seconds": 3,
+        "seven_day_requests": 10}}}})
+    body = msg_body("sub")
+    oauth = {"authorization": "Bearer sk-ant-oat-1",
+             "anthropic-beta": "claude-code-20250219,oauth-2025-04-20",
+             "content-type": "application/json"}
+    st, h, o, _ = api(env, "POST", "/v1/messages", body,
+                      {"authorization": "Bearer sk-ant-oat-1",
+                       "content-type": "application/json"})
+    check(st == 401 and o["error"]["message"] ==
+          "OAuth authentication is currently not supported.",
+          "no OAuth beta: 401 (%s)" % st)
+    st, h, o, _ = post(env, body, cred="sk-ant-oat-1",
+                       headers={"anthropic-beta": "oauth-2025-04-20"})
+    check(st == 401, "an x-api-key with the token: 401 (%s)" % st)
+    st, h, o, _ = api(env, "POST", "/v1/messages", body, oauth)
+    check(st == 200, "bearer and beta: 200 (%s)" % st)
+    check(h.get("anthropic-ratelimit-unified-status") == "allowed" and
+          h.get("anthropic-ratelimit-unified-5h-utilization") == "0.50" and
+          h.get("anthropic-ratelimit-unified-7d-utilization") == "0.10" and
+          h.get("anthropic-ratelimit-unified-representative-claim") ==
+          "five_hour", "the unified headers (%s)" % h)
+    check(not any(k.startswith("anthropic-ratelimit-requests") for k in h),
+          "none of the nine")
+    st, h, o, _ = api(env, "POST", "/v1/messages", body, oauth)
+    check(st == 200 and h.get("anthropic-ratelimit-unified-5h-status") ==
+          "rejected", "the window used up (%s)" % h)
+    st, h, o, _ = api(env, "POST", "/v1/messages", body, oauth)
+    check(st == 429 and h.get("anthropic-ratelimit-unified-status") ==
+          "rejected" and int(h.get("retry-after", "0")) >= 1 and
+          h.get("x-should-retry") == "true",
+          "past it: 429, rejected, retry-after (%s %s)" % (st, h))
+    time.sleep(3.1)
+    st, h, o, _ = api(env, "POST", "/v1/messages", body, oauth)
+    check(st == 200 and h.get("anthropic-ratelimit-unified-5h-utilization")
+          == "0.50", "reset: allowed again (%s %s)" % (st, h))
+    h2 = dict(oauth, **{"x-mock-script": "429-request"})
+    st, h, o, _ = api(env, "POST", "/v1/messages", body, h2)
+    check(st == 429 and h.get("x-should-retry") == "true" and
+          not any(k.startswith("anthropic-ratelimit") for k in h) and
+          "retry-after" not in h,
+          "a request-scoped 429: no rate-limit header at all (%s)" % h)
+    reset(env)
+    config(env, {})
+
+
 def t_cache(env):
     section("prompt cache")
     body = cached_body(long_system())
@@ -1661,7 +1711,7 @@ def main():
               "ready file lists the listeners")
 
     for t in (t_basic_json, t_sse, t_keepalive, t_error_steps,
-              t_stream_steps, t_scripts, t_window, t_cache,
+              t_stream_steps, t_scripts, t_window, t_subscription, t_cache,
               t_other_endpoints, t_batches, t_files, t_http_edges, t_tls, t_logfile,
               t_concurrency, t_reset, t_signal):
         try:

@@ -13,6 +13,7 @@
 #include "tb_conf_int.h"
 #include "tb_awscred.h"
 #include "tb_gauth.h"
+#include "tb_oauth.h"
 
 
 /* a value of the environment, copied; NULL when it has none */
@@ -252,6 +253,83 @@ tb_conf_vertex_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a)
     if (a->gsa == NULL) {
         return tb_conf_error(ctx, a->line, "account %s: the service "
                              "account's key file %s", a->id, why);
+    }
+
+    return TB_CONF_OK;
+}
+
+
+/*
+ * An oauth account's token: one source of api_key (a long-lived token of
+ * `claude setup-token`), options.access_token, options.token_env or
+ * options.credentials_path (this machine's Claude Code login file, read
+ * now and again by the workers when it changes), into api_key.  A token
+ * that could not be a header's is an error that never shows it.
+ */
+int
+tb_conf_oauth_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a)
+{
+    int                    n;
+    char                   why[256], *token;
+    const char            *v;
+    tb_account_options_t  *o;
+
+    o = &a->options;
+
+    n = (a->api_key != NULL) + (o->access_token != NULL)
+        + (o->token_env != NULL) + (o->credentials_path != NULL);
+
+    if (n != 1) {
+        return tb_conf_error(ctx, a->line, "account %s: type oauth needs "
+                             "one token source: api_key (a token of `claude "
+                             "setup-token`), options.access_token, "
+                             "options.token_env or options.credentials_path"
+                             "%s", a->id, n ? " - not more than one" : "");
+    }
+
+    if (a->api_key) {
+        a->token_source = "api_key";
+
+    } else if (o->access_token) {
+        a->token_source = "options.access_token";
+        a->api_key = strdup(o->access_token);
+
+    } else if (o->token_env) {
+        a->token_source = "options.token_env";
+        v = ctx->getenv_fn ? ctx->getenv_fn(o->token_env) : NULL;
+
+        if (v == NULL || v[0] == '\0') {
+            return tb_conf_error(ctx, a->line, "account %s: options."
+                                 "token_env names %s, which is not set",
+                                 a->id, o->token_env);
+        }
+
+        a->api_key = strdup(v);
+
+    } else {
+        a->token_source = "options.credentials_path";
+
+        if (tb_oauth_creds_file(o->credentials_path, &token,
+                                &a->token_expires_ms, why, sizeof(why))
+            != 0)
+        {
+            return tb_conf_error(ctx, a->line, "account %s: options."
+                                 "credentials_path %s %s", a->id,
+                                 o->credentials_path, why);
+        }
+
+        a->api_key = token;
+    }
+
+    if (a->api_key == NULL) {
+        return tb_conf_nomem(ctx);
+    }
+
+    if (!tb_oauth_token_ok(a->api_key, strlen(a->api_key))) {
+        return tb_conf_error(ctx, a->line, "account %s: the token of %s is "
+                             "not a token (a character a header cannot "
+                             "carry, or longer than %d bytes)", a->id,
+                             a->token_source, TB_OAUTH_TOKEN_MAX);
     }
 
     return TB_CONF_OK;

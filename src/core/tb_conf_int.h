@@ -204,5 +204,8 @@ int tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
 int tb_conf_bedrock_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
 int tb_conf_vertex_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
 
+/* the operator's own subscription's token (tb_conf_creds.c) */
+int tb_conf_oauth_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
+
 
 #endif /* TB_CONF_INT_H */

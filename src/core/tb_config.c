@@ -33,6 +33,7 @@
 #include "tb_conf_int.h"
 #include "tb_gauth.h"
 #include "tb_hash.h"
+#include "tb_oauth.h"
 #include "tb_pacing.h"
 #include "tb_parse.h"
 #include "tb_provider.h"
@@ -1114,6 +1115,12 @@ tb_conf_account_finish(tb_conf_ctx_t *ctx, tb_account_conf_t *a,
         return TB_CONF_ERROR;
     }
 
+    if (a->type == TB_ACCOUNT_OAUTH
+        && tb_conf_oauth_credentials(ctx, a) != TB_CONF_OK)
+    {
+        return TB_CONF_ERROR;
+    }
+
     /* the router skips matching for the common ["*"] */
     a->models_any = (a->models.n == 1 && strcmp(a->models.items[0], "*") == 0);
 
@@ -1357,6 +1364,18 @@ tb_conf_validate(tb_conf_ctx_t *ctx)
     acc = NULL;
     keys = NULL;
     rc = TB_CONF_OK;
+
+    for (i = 0, j = 0; i < cf->naccounts; i++) {
+        if (cf->accounts[i].type != TB_ACCOUNT_OAUTH) {
+            continue;
+        }
+
+        if (j++) {
+            return tb_conf_error(ctx, cf->accounts[i].line, "account %s: a "
+                                 "second account of type oauth: "
+                                 TB_OAUTH_TERMS, cf->accounts[i].id);
+        }
+    }
 
     for (i = 0; i < cf->pacing_model_downshift.n; i++) {
         kv = &cf->pacing_model_downshift.items[i];

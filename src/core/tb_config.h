@@ -118,6 +118,13 @@ typedef struct {
      * or NULL with options.access_token a token of the operator's */
     void                     *gsa;
 
+    /* oauth: where its token (in api_key) came from ("api_key",
+     * "options.access_token", "options.token_env",
+     * "options.credentials_path"), and when it expires (ms, 0: not
+     * said) */
+    const char               *token_source;
+    int64_t                   token_expires_ms;
+
     unsigned                  line;                   /* of "- id:" */
 } tb_account_conf_t;
 

@@ -29,6 +29,8 @@ test_getenv(const char *name)
         { "PORT", "9000" },
         { "EMPTY", "" },
         { "REGION", "eu-west-1" },
+        { "CLAUDE_TOKEN", "sk-ant-oat01-from-env" },
+        { "BAD_TOKEN", "sk-ant\r\nx-evil: 1" },
         { NULL, NULL }
     };
 
@@ -1302,7 +1304,7 @@ TB_TEST(test_default_base_urls)
               "  - id: vx\n    type: vertex\n"
               "  - id: vx-global\n    type: vertex\n"
               "    options: {region: global}\n"
-              "  - id: oa\n    type: oauth\n");
+              "  - id: oa\n    type: oauth\n    api_key: sk-ant-oat01-x\n");
     TB_CHECK(cf != NULL);
     TB_CHECK_STR(err, "");
 
@@ -1376,7 +1378,7 @@ TB_TEST(test_oauth_forces_unobservable)
     tb_config_t  *cf;
 
     cf = load("accounts:\n  - id: sub\n    type: oauth\n"
-              "    observable_limits: true\n"
+              "    api_key: sk-ant-oat01-x\n    observable_limits: true\n"
               "  - id: api\n    api_key: k\n");
     TB_CHECK(cf != NULL);
 
@@ -1387,6 +1389,97 @@ TB_TEST(test_oauth_forces_unobservable)
     }
 
     tb_config_free(cf);
+}
+
+
+TB_TEST(test_oauth_token_sources)
+{
+    FILE         *f;
+    char          path[64];
+    tb_config_t  *cf;
+
+    cf = load("accounts:\n  - id: sub\n    type: oauth\n"
+              "    options: {token_env: CLAUDE_TOKEN}\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_STR(cf->accounts[0].api_key, "sk-ant-oat01-from-env");
+        TB_CHECK_STR(cf->accounts[0].token_source, "options.token_env");
+        TB_CHECK_STR(cf->accounts[0].host, "api.anthropic.com");
+    }
+
+    tb_config_free(cf);
+
+    /* this machine's Claude Code login file */
+    snprintf(path, sizeof(path), "/tmp/tb-test-creds-%d.json", (int) getpid());
+    f = fopen(path, "w");
+    TB_CHECK(f != NULL);
+
+    if (f) {
+        fputs("{\"claudeAiOauth\": {\"accessToken\": \"sk-ant-oat01-file\","
+              " \"refreshToken\": \"r\", \"expiresAt\": 1785518400000,"
+              " \"scopes\": [\"user:inference\"]}}", f);
+        fclose(f);
+    }
+
+    {
+    char  yaml[256];
+
+    snprintf(yaml, sizeof(yaml), "accounts:\n  - id: sub\n    type: oauth\n"
+             "    options: {credentials_path: '%s'}\n", path);
+    cf = load(yaml);
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        TB_CHECK_STR(cf->accounts[0].api_key, "sk-ant-oat01-file");
+        TB_CHECK_INT(cf->accounts[0].token_expires_ms, 1785518400000LL);
+        TB_CHECK_STR(cf->accounts[0].token_source,
+                     "options.credentials_path");
+    }
+
+    tb_config_free(cf);
+
+    /* a token a header cannot carry: never shown */
+    f = fopen(path, "w");
+
+    if (f) {
+        fputs("{\"claudeAiOauth\": {\"accessToken\": \"tok\\r\\nx-evil: "
+              "1\"}}", f);
+        fclose(f);
+    }
+
+    EXPECT_ERROR(yaml, "credentials_path");
+    TB_CHECK(strstr(err, "is not a token") != NULL);
+    TB_CHECK(strstr(err, "evil") == NULL);
+
+    f = fopen(path, "w");
+
+    if (f) {
+        fputs("{\"claudeAiOauth\": {}}", f);
+        fclose(f);
+    }
+
+    EXPECT_ERROR(yaml, "has no claudeAiOauth.accessToken");
+    unlink(path);
+    EXPECT_ERROR(yaml, "cannot be opened: No such file or directory");
+    }
+
+    EXPECT_ERROR("accounts:\n  - id: sub\n    type: oauth\n",
+                 "account sub: type oauth needs one token source");
+    EXPECT_ERROR("accounts:\n  - id: sub\n    type: oauth\n    api_key: a\n"
+                 "    options: {access_token: b}\n",
+                 "not more than one");
+    EXPECT_ERROR("accounts:\n  - id: sub\n    type: oauth\n"
+                 "    options: {token_env: NOPE}\n",
+                 "options.token_env names NOPE, which is not set");
+    EXPECT_ERROR("accounts:\n  - id: sub\n    type: oauth\n"
+                 "    options: {token_env: BAD_TOKEN}\n",
+                 "the token of options.token_env is not a token");
+    EXPECT_ERROR("accounts:\n  - id: s1\n    type: oauth\n    api_key: a\n"
+                 "  - id: s2\n    type: oauth\n    api_key: b\n",
+                 "test.yaml:5: account s2: a second account of type oauth: "
+                 "Anthropic's terms do not permit using a Claude "
+                 "subscription's tokens in other tools or pooling them");
 }
 
 
@@ -1973,6 +2066,7 @@ main(void)
     TB_RUN(test_bedrock_credentials);
     TB_RUN(test_account_type_alias_and_names);
     TB_RUN(test_oauth_forces_unobservable);
+    TB_RUN(test_oauth_token_sources);
     TB_RUN(test_pricing);
     TB_RUN(test_yaml_syntax_error_has_line);
     TB_RUN(test_document_rules);

@@ -18,6 +18,8 @@
 #include "ngx_http_tokenbiryani_resolve.h"
 #include "ngx_http_tokenbiryani_attempt.h"
 #include "ngx_http_tokenbiryani_filter.h"
+#include "tb_oauth.h"
+#include "ngx_http_tokenbiryani_oauth.h"
 #include "ngx_http_tokenbiryani_admin.h"
 #include "ngx_http_tokenbiryani_gauth.h"
 #include "ngx_http_tokenbiryani_store.h"
@@ -598,6 +600,8 @@ ngx_http_tokenbiryani_postconfiguration(ngx_conf_t *cf)
 /*
  * No keys at all means anyone who can connect may spend the pool and read
  * /admin: that is only acceptable when nobody but this machine can connect.
+ * The operator's own subscription (an account of type oauth) is theirs
+ * alone: the same.
  */
 
 static ngx_int_t
@@ -607,12 +611,21 @@ ngx_http_tokenbiryani_check_open_mode(ngx_conf_t *cf,
     u_char                      text[NGX_SOCKADDR_STRLEN];
     size_t                      len;
     ngx_uint_t                  p, a, s, t;
+    const char                 *oauth;
     ngx_http_conf_port_t       *port;
     ngx_http_conf_addr_t       *addr;
     ngx_http_core_srv_conf_t  **servers, **ours;
     ngx_http_core_main_conf_t  *cmcf;
 
-    if (tmcf->tbcf->nkeys > 0) {
+    oauth = NULL;
+
+    for (p = 0; p < tmcf->tbcf->naccounts; p++) {
+        if (tmcf->tbcf->accounts[p].type == TB_ACCOUNT_OAUTH) {
+            oauth = tmcf->tbcf->accounts[p].id;
+        }
+    }
+
+    if (tmcf->tbcf->nkeys > 0 && oauth == NULL) {
         return NGX_OK;
     }
 
@@ -645,6 +658,17 @@ ngx_http_tokenbiryani_check_open_mode(ngx_conf_t *cf,
                     len = ngx_sock_ntop(addr[a].opt.sockaddr,
                                         addr[a].opt.socklen, text,
                                         NGX_SOCKADDR_STRLEN, 1);
+
+                    if (oauth) {
+                        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                                      "tokenbiryani: \"%V\": account \"%s\" "
+                                      "is of type oauth, but a server using "
+                                      "the gateway listens on %*s, which is "
+                                      "not a loopback address: "
+                                      TB_OAUTH_TERMS, &tmcf->config_file,
+                                      oauth, len, text);
+                        return NGX_ERROR;
+                    }
 
                     ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                                   "tokenbiryani: \"%V\" declares no keys, "
@@ -983,7 +1007,9 @@ ngx_http_tokenbiryani_init_worker(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    if (ngx_http_tokenbiryani_gauth_init_worker(cycle, tmcf) != NGX_OK) {
+    if (ngx_http_tokenbiryani_gauth_init_worker(cycle, tmcf) != NGX_OK
+        || ngx_http_tokenbiryani_oauth_init_worker(cycle, tmcf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

@@ -424,7 +424,8 @@ ngx_http_tokenbiryani_zone_ring(ngx_http_tokenbiryani_zone_t *zone,
 
 ngx_uint_t
 ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_uint_t slot, const tb_rl_obs_t *obs, ngx_int_t status, int64_t now)
+    ngx_uint_t slot, const tb_rl_obs_t *obs, const tb_unified_t *uni,
+    ngx_int_t status, int64_t now)
 {
     unsigned             result;
     ngx_uint_t           cap_slot;
@@ -446,6 +447,12 @@ ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
     cap = ngx_http_tokenbiryani_cap_locked(zone->sh, st, slot, &cap_slot);
 
     result = tb_account_observe(cap, obs, now);
+
+    if (uni) {
+        /* a subscription's windows are its own */
+        tb_unified_apply(&st->unified, uni);
+    }
+
     st->last_status = status;
     st->news = 1;
     cap->news = 1;
@@ -604,6 +611,26 @@ ngx_http_tokenbiryani_zone_objects_limited(ngx_http_tokenbiryani_zone_t *zone,
 
     if (slot < sh->nslots) {
         sh->slots[slot]->objects_until_ms = until;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
+ngx_http_tokenbiryani_zone_unified(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, tb_unified_t *out)
+{
+    ngx_http_tokenbiryani_shm_t  *sh;
+
+    sh = zone->sh;
+
+    tb_unified_init(out);
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (slot < sh->nslots) {
+        *out = sh->slots[slot]->unified;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

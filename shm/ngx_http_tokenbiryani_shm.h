@@ -113,10 +113,12 @@ ngx_http_tokenbiryani_now_ms(void)
 ngx_int_t ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone,
     void *data);
 
-/* what a response's rate-limit headers say: the windows it was stale for */
+/* what a response's rate-limit headers say (and a subscription's unified
+ * ones, uni, or NULL): the windows it was stale for */
 ngx_uint_t ngx_http_tokenbiryani_zone_observe(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot,
-    const tb_rl_obs_t *obs, ngx_int_t status, int64_t now);
+    const tb_rl_obs_t *obs, const tb_unified_t *uni, ngx_int_t status,
+    int64_t now);
 
 ngx_uint_t ngx_http_tokenbiryani_zone_rr_next(
     ngx_http_tokenbiryani_zone_t *zone);
@@ -281,6 +283,10 @@ const tb_account_state_t *ngx_http_tokenbiryani_zone_slot_state(
 
 /* a slot's Batches and Files APIs refused for their own limit until
  * until (ms) */
+/* a subscription's windows as its answers said them, copied whole */
+void ngx_http_tokenbiryani_zone_unified(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_uint_t slot, tb_unified_t *out);
+
 void ngx_http_tokenbiryani_zone_objects_limited(
     ngx_http_tokenbiryani_zone_t *zone, ngx_uint_t slot, int64_t until);
 

@@ -47,6 +47,7 @@ tb_account_state_init(tb_account_state_t *a, const char *id, size_t len,
     a->gen = gen + 1;
 
     tb_mirror_init(&a->mirror);
+    tb_unified_init(&a->unified);
 
 
 }

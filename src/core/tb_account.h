@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "tb_ratelimit.h"
+#include "tb_unified.h"
 #include "tb_failure.h"
 #include "tb_ledger.h"
 
@@ -232,6 +233,9 @@ typedef struct {
     int64_t                   cost_total;     /* nanodollars, priced */
     uint64_t                  cache_hits;     /* answers that read one */
     uint64_t                  unpriced;       /* answers with no price */
+
+    /* a subscription's windows (type oauth): what its answers said */
+    tb_unified_t              unified;
 } tb_account_state_t;
 
 

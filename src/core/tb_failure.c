@@ -175,7 +175,13 @@ tb_classify(const tb_response_t *resp, const tb_config_t *cf,
     switch (out->rule->account) {
 
     case TB_ACC_COOLDOWN:
-        if (resp->retry_after_ms >= 0) {
+        if (resp->request_scoped) {
+            /* that request's, not the account's: it is not rested */
+            until = 0;
+            snprintf(out->reason, sizeof(out->reason),
+                     "rate limited (429) naming no window: this request's");
+
+        } else if (resp->retry_after_ms >= 0) {
             until = resp->now + resp->retry_after_ms;
             snprintf(out->reason, sizeof(out->reason),
                      "rate limited (429), retry-after %llds",

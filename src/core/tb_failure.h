@@ -85,6 +85,10 @@ typedef struct {
     const char               *stream_error;   /* error.type of an event */
     int64_t                   retry_after_ms; /* a delay; -1: none */
     int64_t                   reset_ms;       /* from the mirror; 0 */
+    unsigned                  request_scoped:1;  /* a 429 that names no
+                                                 window: no rate-limit
+                                                 header, no retry-after,
+                                                 x-should-retry: true */
     int64_t                   now;
 } tb_response_t;
 

@@ -127,7 +127,11 @@ tb_headroom(const tb_account_conf_t *conf, const tb_account_state_t *st,
     int64_t  avail, limit;
 
     if (conf && !conf->observable_limits) {
-        return conf->assumed_headroom;
+        /* a subscription's: 1 - its tightest window's utilization */
+        f = conf->type == TB_ACCOUNT_OAUTH
+            ? tb_unified_headroom(&st->unified, now) : -1;
+
+        return f >= 0 ? f : conf->assumed_headroom;
     }
 
     if (st->withheld >= TB_SHARE_ONE) {
@@ -424,7 +428,7 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
     }
 
     o->headroom = conf->observable_limits ? (h < 1.0 ? h : 1.0)
-                                          : conf->assumed_headroom;
+                                          : tb_headroom(conf, st, in->now);
 
     if (c->removed) {
         return TB_V_DISABLED;
@@ -475,6 +479,15 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
 
     if (st->exhausted_until_ms > in->now) {
         o->available_at = st->exhausted_until_ms;
+        return TB_V_EXHAUSTED;
+    }
+
+    if (conf->type == TB_ACCOUNT_OAUTH
+        && (o->available_at = tb_unified_blocked_until(&st->unified,
+                                                       in->now))
+           > in->now)
+    {
+        /* a subscription's window said rejected: spent until it resets */
         return TB_V_EXHAUSTED;
     }
 

@@ -41,6 +41,7 @@
 #include "tb_sse.h"
 #include "tb_keys.h"
 #include "tb_ratelimit.h"
+#include "tb_unified.h"
 #include "tb_account.h"
 #include "tb_router.h"
 #include "tb_session.h"
@@ -259,6 +260,7 @@ typedef struct {
     size_t                         errbody_len;
     int64_t                        headers_ms;
     tb_rl_obs_t                    obs;
+    tb_unified_t                  *unified;       /* a subscription's */
     size_t                         held;          /* bytes in ctx->hold */
 
     /* a platform's (the rest in ngx_http_tokenbiryani_platform_ctx_t):
@@ -276,6 +278,8 @@ typedef struct {
     unsigned                       overlong:1;    /* more than its framing */
     unsigned                       error_after_commit:1;
     unsigned                       classified:1;  /* ctx->outcome is its */
+    unsigned                       should_retry:1;  /* x-should-retry: true
+                                                       (a subscription's) */
 } ngx_http_tokenbiryani_response_t;
 
 
@@ -299,8 +303,6 @@ typedef struct {
     ngx_http_tokenbiryani_ticket_t lease;     /* the current attempt's */
 
     /* the gateway's edits of the body (ngx_http_tokenbiryani_edit.c) */
-    size_t                         added;     /* bytes of the cache
-                                                 breakpoint it added, 0 */
     u_char                        *model_requested;  /* NUL; NULL: the
                                                         client's model */
 } ngx_http_tokenbiryani_routing_t;
@@ -436,6 +438,8 @@ typedef struct {
                                                      lane, once */
     unsigned                       claim_lost:1;  /* another gateway
                                                      charges the batch */
+    unsigned                       bp_added:1;    /* the gateway added a
+                                                     cache breakpoint */
 } ngx_http_tokenbiryani_ctx_t;
 
 

@@ -73,7 +73,7 @@ ngx_http_tokenbiryani_edit_body(ngx_http_request_t *r,
     len = tb_body_edit(body->data, body->len, &ctx->body, bp, model, mlen, p);
 
     /* (none when neither system nor tools had a place for one) */
-    ctx->route.added = ctx->body.system.len + ctx->body.tools.len - prefix;
+    ctx->bp_added = (ctx->body.system.len + ctx->body.tools.len != prefix);
 
     b->start = p;
     b->pos = p;

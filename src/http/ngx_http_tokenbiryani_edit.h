@@ -14,8 +14,8 @@
 
 /*
  * After the scan: the body edited when one applies (*body, the request's
- * body bufs, ctx->body's model and spans, ctx->route.added and
- * model_requested then say what changed), else untouched.  A platform
+ * body bufs, ctx->body's model and spans, ctx->bp_added and
+ * ctx->route.model_requested then say what changed), else untouched.  A platform
  * account is sent the same (Bedrock and Vertex take cache_control).  NGX_ERROR:
  * out of memory.
  */

@@ -19,6 +19,8 @@ static ngx_int_t ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_tokenbiryani_unrouted(ngx_http_request_t *r);
 static ngx_int_t ngx_http_tokenbiryani_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_tokenbiryani_unified_out(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx);
 static ngx_int_t ngx_http_tokenbiryani_add_header(ngx_http_request_t *r,
     ngx_str_t *name, ngx_str_t *value);
 
@@ -65,6 +67,75 @@ ngx_http_tokenbiryani_unretryable(ngx_http_tokenbiryani_ctx_t *ctx,
     default:
         return 0;
     }
+}
+
+
+/*
+ * A 429 while the operator's subscription (the one account of type oauth)
+ * has a window spent: its unified headers as its answers last said them,
+ * so that Claude Code's own limit message names the reset.  (Its answers'
+ * own are kept from the client like the nine.)
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_unified_out(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    int                                 i;
+    char                                name[80], val[48];
+    ngx_str_t                           n, v;
+    ngx_uint_t                          k;
+    tb_unified_t                        u;
+    ngx_http_tokenbiryani_account_t    *a;
+    ngx_http_tokenbiryani_main_conf_t  *tmcf;
+
+    if (ctx->admin && !ctx->own_error) {
+        /* an admin key was sent the answer's own */
+        return NGX_OK;
+    }
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+
+    for (k = 0; k < tmcf->nyaml; k++) {
+        if (a[k].conf->type == TB_ACCOUNT_OAUTH) {
+            break;
+        }
+    }
+
+    if (k == tmcf->nyaml) {
+        return NGX_OK;
+    }
+
+    ngx_http_tokenbiryani_zone_unified(&tmcf->zone, a[k].slot, &u);
+
+    if (tb_unified_blocked_until(&u, ngx_http_tokenbiryani_now_ms()) == 0) {
+        return NGX_OK;
+    }
+
+    i = 0;
+
+    while ((i = tb_unified_header_at(&u, (unsigned) i, name, sizeof(name),
+                                     val, sizeof(val)))
+           != 0)
+    {
+        n.len = ngx_strlen(name);
+        v.len = ngx_strlen(val);
+
+        n.data = ngx_pnalloc(r->pool, n.len + v.len);
+        if (n.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        v.data = ngx_cpymem(n.data, name, n.len);
+        ngx_memcpy(v.data, val, v.len);
+
+        if (ngx_http_tokenbiryani_add_header(r, &n, &v) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
 }
 
 
@@ -163,6 +234,13 @@ ngx_http_tokenbiryani_header_filter(ngx_http_request_t *r)
         {
             return NGX_ERROR;
         }
+    }
+
+    if (r->headers_out.status == NGX_HTTP_TOO_MANY_REQUESTS
+        && !ctx->committed
+        && ngx_http_tokenbiryani_unified_out(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if ((ctx->final || ngx_http_tokenbiryani_unretryable(ctx,

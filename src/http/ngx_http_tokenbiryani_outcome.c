@@ -31,6 +31,20 @@ ngx_http_tokenbiryani_classify_response(ngx_http_request_t *r,
     resp.reset_ms = tb_rl_obs_blocked_until(&ctx->resp.obs);
     resp.now = ngx_http_tokenbiryani_now_ms();
 
+    if (ctx->resp.unified) {
+        /* a subscription's: a window spent until its reset, or a 429 that
+         * names none at all, which is that request's, not the account's */
+        resp.reset_ms = ngx_max(resp.reset_ms,
+                                tb_unified_blocked_until(ctx->resp.unified,
+                                                         resp.now));
+
+        resp.request_scoped = status == 429
+                              && ctx->resp.unified->observed_ms == 0
+                              && ctx->resp.obs.has == 0
+                              && resp.retry_after_ms < 0
+                              && ctx->resp.should_retry;
+    }
+
     tb_classify(&resp, tmcf->tbcf, &ctx->outcome);
     ctx->resp.classified = 1;
 }

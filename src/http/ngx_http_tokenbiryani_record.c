@@ -195,9 +195,9 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     /* what the prompt cache could hold of it: a breakpoint asked for, and
      * its stable prefix */
-    rec->breakpoint = ctx->body.breakpoint || ctx->route.added;
+    rec->breakpoint = ctx->body.breakpoint || ctx->bp_added;
 
-    if (ctx->route.added) {
+    if (ctx->bp_added) {
         rec->edits |= NGX_HTTP_TB_REC_BREAKPOINT;
     }
 

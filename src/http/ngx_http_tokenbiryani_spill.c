@@ -257,7 +257,7 @@ ngx_http_tokenbiryani_spill_account(ngx_http_request_t *r,
         conf = c->conf;
 
         if (!c->in_pool || c->removed || !a[i].supported || a[i].platform
-            || a[i].naddrs == 0 || (ctx->pin >= 0 && a[i].slot
+            || conf->type == TB_ACCOUNT_OAUTH || a[i].naddrs == 0 || (ctx->pin >= 0 && a[i].slot
                                     != (ngx_uint_t) ctx->pin))
         {
             continue;

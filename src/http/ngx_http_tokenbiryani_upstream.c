@@ -20,6 +20,7 @@
 #include "ngx_http_tokenbiryani_outcome.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "ngx_http_tokenbiryani_platform.h"
+#include "tb_oauth.h"
 
 
 static ngx_int_t ngx_http_tokenbiryani_create_request(ngx_http_request_t *r);
@@ -272,8 +273,10 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
 {
     size_t                            len;
     ngx_buf_t                        *b;
-    ngx_uint_t                        j, version;
+    ngx_str_t                         betas;
+    ngx_uint_t                        j, version, oauth;
     ngx_table_elt_t                  *h;
+    const char                       *beta;
     tb_account_conf_t                *ac;
     ngx_http_tokenbiryani_hiter_t     it;
     ngx_http_tokenbiryani_account_t  *a;
@@ -290,10 +293,34 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
         ngx_http_tokenbiryani_platform_body_back(ctx);
     }
 
+    /*
+     * The operator's subscription: its token as a bearer (per worker), and
+     * the OAuth beta after the client's own
+     */
+
+    oauth = (ac->type == TB_ACCOUNT_OAUTH);
+    ngx_str_null(&betas);
+    beta = NULL;
+
+    if (oauth) {
+        beta = ac->options.beta_header ? ac->options.beta_header
+                                       : TB_OAUTH_BETA;
+
+        if (ngx_http_tokenbiryani_header_join(r, "anthropic-beta",
+                                              sizeof("anthropic-beta") - 1,
+                                              &betas)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
     len = r->method_name.len + 1 + a->path_prefix.len + r->uri.len
           + 1 + r->args.len + sizeof(" HTTP/1.1" CRLF) - 1
           + sizeof("Host: " CRLF) - 1 + a->host_header.len
-          + a->auth_header.len
+          + a->auth_header.len + a->bearer.len
+          + (oauth ? sizeof("anthropic-beta: ," CRLF) - 1 + betas.len
+                     + ngx_strlen(beta) : 0)
           + sizeof("Content-Length: " CRLF) - 1 + NGX_OFF_T_LEN
           + sizeof("anthropic-version: 2023-06-01" CRLF) - 1
           + sizeof(CRLF) - 1;
@@ -327,6 +354,20 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
     *b->last++ = CR; *b->last++ = LF;
 
     b->last = ngx_copy(b->last, a->auth_header.data, a->auth_header.len);
+    b->last = ngx_copy(b->last, a->bearer.data, a->bearer.len);
+
+    if (oauth) {
+        b->last = ngx_cpymem(b->last, "anthropic-beta: ",
+                             sizeof("anthropic-beta: ") - 1);
+
+        if (betas.len) {
+            b->last = ngx_copy(b->last, betas.data, betas.len);
+            *b->last++ = ',';
+        }
+
+        b->last = ngx_cpymem(b->last, beta, ngx_strlen(beta));
+        *b->last++ = CR; *b->last++ = LF;
+    }
 
     if (r->method == NGX_HTTP_POST) {
         /* digits written here: a printf costs ten times as much */
@@ -349,6 +390,14 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
         }
 
         if (ngx_http_tokenbiryani_skip_header(h)) {
+            continue;
+        }
+
+        if (oauth && h->key.len == sizeof("anthropic-beta") - 1
+            && ngx_memcmp(h->lowcase_key, "anthropic-beta",
+                          sizeof("anthropic-beta") - 1) == 0)
+        {
+            /* joined above, with the OAuth beta */
             continue;
         }
 
@@ -487,6 +536,16 @@ ngx_http_tokenbiryani_process_status_line(ngx_http_request_t *r)
 
     u->process_header = ngx_http_tokenbiryani_process_header;
 
+    /* a subscription's answer says its windows in headers of its own */
+    if (ctx->account->conf->type == TB_ACCOUNT_OAUTH) {
+        ctx->resp.unified = ngx_palloc(r->pool, sizeof(tb_unified_t));
+        if (ctx->resp.unified == NULL) {
+            return NGX_ERROR;
+        }
+
+        tb_unified_init(ctx->resp.unified);
+    }
+
     return ngx_http_tokenbiryani_process_header(r);
 }
 
@@ -533,7 +592,28 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
                 tb_ascii_lower(name, r->header_name_start, len);
             }
 
-            if (ctx->account->platform) {
+            if (ctx->resp.unified
+                && tb_unified_header(ctx->resp.unified, lowcase, len,
+                                     r->header_start,
+                                     r->header_end - r->header_start,
+                                     ngx_http_tokenbiryani_now_ms()))
+            {
+                /* a subscription's windows: the operator's, as the nine
+                 * are (the gateway's own 429 says them again) */
+                if (!ctx->admin) {
+                    continue;
+                }
+
+            } else if (ctx->resp.unified
+                       && len == sizeof("x-should-retry") - 1
+                       && ngx_strncmp(lowcase, "x-should-retry", len) == 0)
+            {
+                ctx->resp.should_retry = (r->header_end - r->header_start
+                                          == 4
+                                          && ngx_strncmp(r->header_start,
+                                                         "true", 4) == 0);
+
+            } else if (ctx->account->platform) {
                 /* tb_rl_obs_header reads retry-after, the one they send */
                 (void) tb_rl_obs_header(&ctx->resp.obs, lowcase, len,
                                         r->header_start,
@@ -630,7 +710,8 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
 
         (void) ngx_http_tokenbiryani_zone_observe(&tmcf->zone,
                               ctx->account->slot, &ctx->resp.obs,
-                              ctx->resp.status.code, ctx->resp.headers_ms);
+                              ctx->resp.unified, ctx->resp.status.code,
+                              ctx->resp.headers_ms);
     }
 
     if (u->headers_in.chunked) {

@@ -71,7 +71,8 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
      */
     a->supported = (ac->type == TB_ACCOUNT_ANTHROPIC_API
                     || ac->type == TB_ACCOUNT_BEDROCK
-                    || ac->type == TB_ACCOUNT_VERTEX)
+                    || ac->type == TB_ACCOUNT_VERTEX
+                    || ac->type == TB_ACCOUNT_OAUTH)
                    && ac->unusable == NULL;
 
     default_port = ac->tls ? 443 : 80;
@@ -120,7 +121,8 @@ ngx_http_tokenbiryani_account_fill(ngx_pool_t *pool,
     len = 0;
 
     if (ac->api_key) {
-        /* a Bedrock API key is a bearer token; Vertex's are per hour */
+        /* a Bedrock API key is a bearer token; Vertex's are per hour, a
+         * subscription's per worker (in bearer, not here) */
         len += sizeof("Authorization: Bearer " CRLF) - 1
                + ngx_strlen(ac->api_key);
     }

@@ -10,6 +10,7 @@
 #include <pwd.h>
 
 #include "ngx_http_tokenbiryani_gauth.h"
+#include "ngx_http_tokenbiryani_oauth.h"
 #include "ngx_http_tokenbiryani_config.h"
 #include "tb_hash.h"
 #include "tb_store.h"
@@ -377,8 +378,13 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
 
     tmcf->nyaml = tmcf->accounts.nelts;
 
-    /* Vertex accounts' tokens are made in the thread pool */
-    return ngx_http_tokenbiryani_gauth_conf(cf, tmcf);
+    /* Vertex accounts' tokens are made in the thread pool, a login file
+     * is read there */
+    if (ngx_http_tokenbiryani_gauth_conf(cf, tmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_tokenbiryani_oauth_conf(cf, tmcf);
 }
 
 

@@ -217,6 +217,15 @@ TB_TEST(cooldowns)
     tb_classify(&r, cf, &o);
     TB_CHECK_INT(o.until_ms, T0 + 60000);
 
+    /* a subscription's 429 naming no window: that request's, no rest */
+    r.request_scoped = 1;
+    tb_classify(&r, cf, &o);
+    TB_CHECK_INT(o.kind, TB_KIND_RATE_LIMIT);
+    TB_CHECK_INT(o.until_ms, 0);
+    TB_CHECK_STR(o.reason, "rate limited (429) naming no window: this "
+                 "request's");
+    r.request_scoped = 0;
+
     /* breaker.overloaded_cooldown_seconds is honoured */
     cf->breaker_overloaded_cooldown_seconds = 2.5;
     r.status = 529;

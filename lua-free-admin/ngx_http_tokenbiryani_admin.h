@@ -82,6 +82,10 @@ cJSON *ngx_http_tokenbiryani_add_str(cJSON *obj, const char *name,
 cJSON *ngx_http_tokenbiryani_add_number_or_null(cJSON *obj, const char *name,
     ngx_uint_t known, double n);
 
+/* s added to obj as name, or null where it is "" */
+cJSON *ngx_http_tokenbiryani_add_string_or_null(cJSON *obj, const char *name,
+    const char *s);
+
 /*
  * A new document with one member, name, made by add (cJSON_AddArrayTo-
  * Object, cJSON_AddObjectToObject): the member, the document in *root; or

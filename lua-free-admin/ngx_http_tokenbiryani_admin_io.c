@@ -90,6 +90,15 @@ ngx_http_tokenbiryani_add_number_or_null(cJSON *obj, const char *name,
 
 
 cJSON *
+ngx_http_tokenbiryani_add_string_or_null(cJSON *obj, const char *name,
+    const char *s)
+{
+    return s[0] ? cJSON_AddStringToObject(obj, name, s)
+                : cJSON_AddNullToObject(obj, name);
+}
+
+
+cJSON *
 ngx_http_tokenbiryani_json_doc(cJSON **root, const char *name,
     cJSON *(*add)(cJSON *obj, const char *name))
 {

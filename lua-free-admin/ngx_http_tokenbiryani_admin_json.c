@@ -25,6 +25,8 @@
 static ngx_int_t ngx_http_tokenbiryani_domain_json(ngx_http_request_t *r,
     cJSON *acct, ngx_http_tokenbiryani_account_t *a, uint32_t dom,
     ngx_uint_t file);
+static ngx_int_t ngx_http_tokenbiryani_unified_json(cJSON *acct,
+    ngx_http_tokenbiryani_account_t *a, const tb_unified_t *u, int64_t now);
 static cJSON *ngx_http_tokenbiryani_window_json(const tb_window_t *win,
     int64_t now);
 static void ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
@@ -258,6 +260,13 @@ ngx_http_tokenbiryani_account_json(ngx_http_request_t *r,
                                 "429s teach");
     }
 
+    if (a->conf->type == TB_ACCOUNT_OAUTH
+        && ngx_http_tokenbiryani_unified_json(acct, a, &s.unified, now)
+           != NGX_OK)
+    {
+        goto failed;
+    }
+
     w = ngx_http_tokenbiryani_window_json(&ws->mirror.w[TB_WIN_REQUESTS], now);
     cJSON_AddItemToObject(limits, "requests", w);
     w = ngx_http_tokenbiryani_window_json(&ws->mirror.w[TB_WIN_INPUT], now);
@@ -353,6 +362,75 @@ failed:
     cJSON_Delete(acct);
 
     return NULL;
+}
+
+
+/*
+ * The operator's subscription: where its token comes from and until when,
+ * and its windows as its answers said them (never the token)
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_unified_json(cJSON *acct,
+    ngx_http_tokenbiryani_account_t *a, const tb_unified_t *u, int64_t now)
+{
+    unsigned   i;
+    cJSON     *sub, *wins, *w;
+
+    sub = cJSON_AddObjectToObject(acct, "subscription");
+    wins = sub ? cJSON_AddObjectToObject(sub, "windows") : NULL;
+
+    if (wins == NULL) {
+        return NGX_ERROR;
+    }
+
+    cJSON_AddStringToObject(sub, "token_source", a->conf->token_source);
+    ngx_http_tokenbiryani_add_number_or_null(sub, "token_expires_in",
+        a->token_until != INT64_MAX && a->token_until != 0,
+        (double) (a->token_until - now) / 1000);
+    cJSON_AddBoolToObject(sub, "token_waiting",
+                          a->gauth && a->token_until <= now);
+
+    ngx_http_tokenbiryani_add_string_or_null(sub, "status",
+        tb_unified_status_name(u->all.status));
+    ngx_http_tokenbiryani_add_string_or_null(sub, "representative_claim",
+                                             u->claim);
+    ngx_http_tokenbiryani_add_number_or_null(sub, "resets_in",
+        u->all.reset_ms > now, (double) (u->all.reset_ms - now) / 1000);
+    ngx_http_tokenbiryani_add_number_or_null(sub, "headroom",
+        tb_unified_headroom(u, now) >= 0, tb_unified_headroom(u, now));
+    ngx_http_tokenbiryani_add_number_or_null(sub, "blocked_for",
+        tb_unified_blocked_until(u, now) > now,
+        (double) (tb_unified_blocked_until(u, now) - now) / 1000);
+    ngx_http_tokenbiryani_add_string_or_null(sub, "overage_status",
+        tb_unified_status_name(u->overage));
+    ngx_http_tokenbiryani_add_string_or_null(sub, "overage_disabled_reason",
+                                             u->reason);
+    ngx_http_tokenbiryani_add_number_or_null(sub, "observed_ago",
+        u->observed_ms != 0, (double) (now - u->observed_ms) / 1000);
+
+    for (i = 0; i < TB_UNI_NWINDOWS; i++) {
+        if (i > TB_UNI_7D && u->w[i].status == TB_UNI_UNKNOWN
+            && u->w[i].utilization < 0)
+        {
+            /* the per-claim ones, when they were said */
+            continue;
+        }
+
+        w = cJSON_AddObjectToObject(wins, tb_unified_window_name(i));
+        if (w == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_tokenbiryani_add_string_or_null(w, "status",
+            tb_unified_status_name(u->w[i].status));
+        ngx_http_tokenbiryani_add_number_or_null(w, "utilization",
+            u->w[i].utilization >= 0, u->w[i].utilization);
+        ngx_http_tokenbiryani_add_number_or_null(w, "resets_in",
+            u->w[i].reset_ms > now, (double) (u->w[i].reset_ms - now) / 1000);
+    }
+
+    return NGX_OK;
 }
 
 

@@ -93,6 +93,15 @@ is($r->{headers}{'anthropic-ratelimit-unified-5h-utilization'}, '0.67', 'an admi
 $r = send_as('tenant-key');
 is($r->{status}, 200, 'without a beta of its own');
 is(last_up()->{headers}{'anthropic-beta'}, 'oauth-2025-04-20', 'the OAuth beta alone');
+# what /admin/status says of it, never its token
+my ($s, $j) = admin(GET => '/admin/status');
+my ($sa) = grep { $_->{id} eq 'sub' } @{ $j->{accounts} };
+is($sa->{subscription}{token_source}, 'api_key', 'the token\'s source');
+is($sa->{subscription}{windows}{'5h'}{utilization}, 1, 'the 5-hour window, as its last answer said it (3 of 3)');
+is($sa->{subscription}{windows}{'5h'}{status}, 'rejected', '... rejected: used up');
+ok(abs($sa->{subscription}{windows}{'7d'}{utilization} - 0.03) < 1e-6, 'the 7-day window');
+ok($sa->{subscription}{windows}{'5h'}{resets_in} > 500, 'when it resets');
+unlike(TB::Nginx::json_encode($j), qr/\Q$::Token\E/, 'no token in /admin/status');
 
 
 === TEST 2: a window used up: rejected, the account spent until the reset; the gateway's own 429 says the unified headers; another account serves meanwhile

@@ -325,6 +325,14 @@ tb_conf_oauth_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a)
         return tb_conf_nomem(ctx);
     }
 
+    if (o->beta_header
+        && !tb_oauth_token_ok(o->beta_header, strlen(o->beta_header)))
+    {
+        return tb_conf_error(ctx, a->line, "account %s: options.beta_header "
+                             "must be a beta's name (letters, digits, '-', "
+                             "'.', '_')", a->id);
+    }
+
     if (!tb_oauth_token_ok(a->api_key, strlen(a->api_key))) {
         return tb_conf_error(ctx, a->line, "account %s: the token of %s is "
                              "not a token (a character a header cannot "

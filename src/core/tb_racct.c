@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "tb_racct.h"
+#include "tb_oauth.h"
 
 
 const char  *tb_racct_fields[] = {
@@ -256,6 +257,13 @@ tb_racct_check(const char *spec, size_t len, const char *id, size_t idlen,
     }
 
     item = cJSON_GetObjectItemCaseSensitive(root, "type");
+
+    if (cJSON_IsString(item) && strcmp(item->valuestring, "oauth") == 0) {
+        /* the operator's own subscription is the file's, one at most */
+        snprintf(err, errlen, "type: oauth is not added at runtime: "
+                 TB_OAUTH_TERMS);
+        goto done;
+    }
 
     if (item && (!cJSON_IsString(item)
                  || (strcmp(item->valuestring, "anthropic_api") != 0

@@ -102,6 +102,17 @@ is($sa->{subscription}{windows}{'5h'}{status}, 'rejected', '... rejected: used u
 ok(abs($sa->{subscription}{windows}{'7d'}{utilization} - 0.03) < 1e-6, 'the 7-day window');
 ok($sa->{subscription}{windows}{'5h'}{resets_in} > 500, 'when it resets');
 unlike(TB::Nginx::json_encode($j), qr/\Q$::Token\E/, 'no token in /admin/status');
+# the command's meters
+{
+    local $ENV{TOKENBIRYANI_URL} = 'http://127.0.0.1:' . TB::Nginx::server_port();
+    local $ENV{TOKENBIRYANI_KEY} = 'admin-key';
+    local $ENV{NO_COLOR} = 1;
+    my $out = `$ENV{TEST_NGINX_CLI} status 2>&1`;
+    like($out, qr/← 5h ██████████ +100% resets in 0h\d\dm · 7d ░░░░░░░░░░ +3% in \dd\d\dh/, 'tokenbiryani status: the 5-hour and 7-day meters') or diag($out);
+    utf8::decode($out);
+    ok(!grep({ length($_) > 80 } split /\n/, $out), 'within 80 columns') or diag($out);
+    like($out, qr/sub +\S exhausted/, 'the account: exhausted') or diag($out);
+}
 
 
 === TEST 2: a window used up: rejected, the account spent until the reset; the gateway's own 429 says the unified headers; another account serves meanwhile

@@ -61,6 +61,7 @@ tbc_next_reset(const cJSON *limits)
 
 
 static void tbc_status_pace(tbc_t *c, const cJSON *pace);
+static void tbc_status_subscription(tbc_t *c, const cJSON *sub);
 
 
 static const char *
@@ -231,8 +232,15 @@ tbc_status(tbc_t *c)
             printf("%s\n", tbc_c(c, "reset"));
         }
 
+        /* the operator's subscription: its 5-hour and 7-day meters */
+        if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(acct,
+                                                            "subscription")))
+        {
+            tbc_status_subscription(c,
+                cJSON_GetObjectItemCaseSensitive(acct, "subscription"));
+
         /* Bedrock, Vertex: "—" above is not "unknown yet" but "never" */
-        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(limits,
+        } else if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(limits,
                                                            "observable")))
         {
             learned = tbc_num(cJSON_GetObjectItemCaseSensitive(acct,
@@ -267,6 +275,78 @@ tbc_status(tbc_t *c)
  * PACE: every budget and cap read against its pace, the tightest first,
  * each with its verdict and the gateway's words for it
  */
+
+/* "in 3h10m", "in 5d02h" */
+static void
+tbc_in(char *buf, size_t size, double secs)
+{
+    long  s;
+
+    if (isnan(secs) || secs < 0) {
+        snprintf(buf, size, "—");
+        return;
+    }
+
+    s = (long) (secs < 1e7 ? secs : 1e7);
+
+    if (s >= 86400) {
+        snprintf(buf, size, "%ldd%02ldh", s / 86400, s % 86400 / 3600);
+
+    } else {
+        snprintf(buf, size, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+    }
+}
+
+
+/*
+ * The operator's subscription, under its row:
+ *   ← 5h ███████░░░  67% resets in 3h10m · 7d █░░░░░░░░░  10% in 5d02h
+ */
+static void
+tbc_status_subscription(tbc_t *c, const cJSON *sub)
+{
+    int            i, k, cells;
+    char           when[48];
+    double         u;
+    const char    *names[2] = { "5h", "7d" };
+    const cJSON   *wins, *w;
+
+    wins = cJSON_GetObjectItemCaseSensitive(sub, "windows");
+
+    printf("  %s  ←", tbc_c(c, "dim"));
+
+    for (i = 0; i < 2; i++) {
+        w = cJSON_GetObjectItemCaseSensitive(wins, names[i]);
+        u = tbc_num(w, "utilization", NAN);
+
+        printf("%s %s ", i ? " ·" : "", names[i]);
+
+        if (isnan(u)) {
+            printf("not seen yet");
+            continue;
+        }
+
+        cells = (int) (u * 10 + .5);
+        cells = cells > 10 ? 10 : cells;
+
+        for (k = 0; k < 10; k++) {
+            printf("%s", k < cells ? "█" : "░");
+        }
+
+        tbc_in(when, sizeof(when), tbc_num(w, "resets_in", NAN));
+        printf(" %3.0f%% %s%s", u * 100, i ? "in " : "resets in ", when);
+    }
+
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sub,
+                                                      "token_waiting")))
+    {
+        printf("\n      waiting for a new token (%s)",
+               tbc_str(sub, "token_source", "?"));
+    }
+
+    printf("%s\n", tbc_c(c, "reset"));
+}
+
 
 static void
 tbc_status_pace(tbc_t *c, const cJSON *pace)

@@ -77,6 +77,13 @@ tb_account_state(const tb_account_state_t *a, int enabled,
         return TB_STATE_EXHAUSTED;
     }
 
+    if ((*until_ms = tb_unified_blocked_until(&a->unified, now_ms)) != 0) {
+        /* a subscription's window said rejected */
+        *reason = "a subscription window used up (its answers said "
+                  "rejected)";
+        return TB_STATE_EXHAUSTED;
+    }
+
     if (a->breaker.open) {
         /* open until it half-opens, then one probe at a time */
         *until_ms = tb_breaker_half_open_at(&a->breaker, bc, now_ms);

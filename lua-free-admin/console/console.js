@@ -495,8 +495,32 @@ function level(w) {
     return Math.max(0, Math.min(1, w.remaining / w.limit));
 }
 
+/* the operator's subscription: its 5-hour and 7-day windows, what is left */
+function subscriptionMeters(sub) {
+    const wins = sub.windows || {};
+    return h('div', { class: 'meters subscription' }, [['5h', wins['5h']], ['7d', wins['7d']]].map(([k, w]) => {
+        const u = w && w.utilization !== null && w.utilization !== undefined ? w.utilization : null;
+        const f = u === null ? null : Math.max(0, Math.min(1, 1 - u));
+        const bar = h('span');
+        const m = h('div', {
+            class: 'meter' + (f === null ? ' unknown' : f < 0.05 ? ' empty' : f < 0.2 ? ' low' : ''),
+            role: 'meter', 'aria-label': k + ' window left',
+            'aria-valuemin': '0', 'aria-valuemax': '100',
+            'aria-valuenow': f === null ? null : String(Math.round(f * 100)),
+            title: u === null ? 'not seen yet'
+                              : fmtPct(u) + ' used' + (w.status ? ' (' + w.status + ')' : '')
+                                + (w.resets_in ? ', resets in ' + fmtClock(w.resets_in) : ''),
+        }, bar);
+        bar.style.width = f === null ? '0' : (f * 100).toFixed(1) + '%';
+        return [h('span', { class: 'k', text: k }), m, h('span', { class: 'num', text: f === null ? '—' : fmtPct(f) })];
+    }));
+}
+
 function meters(a) {
     const lim = a.limits || {};
+    if (a.subscription) {
+        return subscriptionMeters(a.subscription);
+    }
     if (lim.observable === false) {
         /* Bedrock, Vertex: no headers to read; empty is not full */
         return h('div', { class: 'meters unobservable', title: lim.unobservable || '',

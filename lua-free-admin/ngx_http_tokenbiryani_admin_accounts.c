@@ -1268,6 +1268,7 @@ ngx_http_tokenbiryani_accounts_probe(ngx_http_request_t *r,
     t.path_prefix = aw->acct.path_prefix;
     t.auth_header = aw->acct.auth_header;
     t.tls = aw->acct.tls;
+    ngx_http_tokenbiryani_call_oauth(&t, &aw->acct);
 
     /* the model: asked for, else the account's first that is not "*" */
 

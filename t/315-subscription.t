@@ -102,6 +102,13 @@ is($sa->{subscription}{windows}{'5h'}{status}, 'rejected', '... rejected: used u
 ok(abs($sa->{subscription}{windows}{'7d'}{utilization} - 0.03) < 1e-6, 'the 7-day window');
 ok($sa->{subscription}{windows}{'5h'}{resets_in} > 500, 'when it resets');
 unlike(TB::Nginx::json_encode($j), qr/\Q$::Token\E/, 'no token in /admin/status');
+# the account's test: its probe sent as its requests are
+my $n = scalar @{ mock_log() };
+($s, $j) = admin(POST => '/admin/accounts/sub/test');
+my ($probe) = grep { ($_->{path} // '') =~ m{^/v1/} } @{ mock_log($n) };
+is($probe->{headers}{authorization}, "Bearer $::Token", 'the test\'s probe: the bearer') or diag(TB::Nginx::json_encode($j));
+is($probe->{headers}{'anthropic-beta'}, 'oauth-2025-04-20', '... and the OAuth beta');
+ok(!exists $probe->{headers}{'x-api-key'}, '... no x-api-key');
 # the command's meters
 {
     local $ENV{TOKENBIRYANI_URL} = 'http://127.0.0.1:' . TB::Nginx::server_port();

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "ngx_http_tokenbiryani.h"
+#include "tb_oauth.h"
 #include "ngx_http_tokenbiryani_call.h"
 
 
@@ -151,6 +152,25 @@ ngx_http_tokenbiryani_call_target(ngx_http_tokenbiryani_call_target_t *t,
     t->path_prefix = a->path_prefix;
     t->auth_header = a->auth_header;
     t->tls = a->tls;
+
+    ngx_http_tokenbiryani_call_oauth(t, a);
+}
+
+
+void
+ngx_http_tokenbiryani_call_oauth(ngx_http_tokenbiryani_call_target_t *t,
+    const ngx_http_tokenbiryani_account_t *a)
+{
+    if (a->conf == NULL || a->conf->type != TB_ACCOUNT_OAUTH) {
+        return;
+    }
+
+    /* the operator's subscription: its token, the OAuth beta */
+    t->bearer = a->bearer;
+    t->beta.data = (u_char *) (a->conf->options.beta_header
+                               ? a->conf->options.beta_header
+                               : TB_OAUTH_BETA);
+    t->beta.len = ngx_strlen(t->beta.data);
 }
 
 
@@ -324,7 +344,7 @@ ngx_http_tokenbiryani_call_request(ngx_http_tokenbiryani_call_t *p,
     len = t->method.len + 1 + t->path_prefix.len + t->path.len
           + sizeof(" HTTP/1.x" CRLF) - 1
           + sizeof("Host: " CRLF) - 1 + t->host_header.len
-          + t->auth_header.len
+          + t->auth_header.len + t->bearer.len
           + sizeof("anthropic-version: 2023-06-01" CRLF) - 1
           + sizeof("anthropic-beta: " CRLF) - 1 + t->beta.len
           + sizeof("content-type: application/json" CRLF) - 1
@@ -344,6 +364,7 @@ ngx_http_tokenbiryani_call_request(ngx_http_tokenbiryani_call_t *p,
                           t->sink ? '0' : '1', &t->host_header);
 
     b->last = ngx_cpymem(b->last, t->auth_header.data, t->auth_header.len);
+    b->last = ngx_cpymem(b->last, t->bearer.data, t->bearer.len);
 
     b->last = ngx_cpymem(b->last, "anthropic-version: 2023-06-01" CRLF,
                          sizeof("anthropic-version: 2023-06-01" CRLF) - 1);

@@ -41,6 +41,8 @@ typedef struct {
     ngx_str_t                      path_prefix;   /* "" or "/x" */
     ngx_str_t                      auth_header;   /* credential lines, each
                                                      ending CRLF */
+    ngx_str_t                      bearer;        /* a subscription's, per
+                                                     worker, the same */
     ngx_str_t                      method;        /* "GET", "POST" */
     ngx_str_t                      path;          /* after the prefix */
     ngx_str_t                      body;          /* JSON; len 0: none */
@@ -95,6 +97,11 @@ typedef void (*ngx_http_tokenbiryani_call_done_pt)(
  * what it asks left empty */
 void ngx_http_tokenbiryani_call_target(
     ngx_http_tokenbiryani_call_target_t *t,
+    const ngx_http_tokenbiryani_account_t *a);
+
+/* the operator's subscription's (type oauth): its bearer, the OAuth beta;
+ * nothing for another account */
+void ngx_http_tokenbiryani_call_oauth(ngx_http_tokenbiryani_call_target_t *t,
     const ngx_http_tokenbiryani_account_t *a);
 
 /*

@@ -521,6 +521,13 @@ my $fl = TB::Nginx::http_request(method => 'GET', path => '/v1/files', port => $
 is($fl->{status}, 200, 'the Files API: listed');
 is(TB::Nginx::http_request(method => 'GET', path => '/admin/status', port => $port,
                            headers => { 'x-api-key' => $admin })->{status}, 200, 'the admin key opens /admin');
+# the demo subscription: its windows as the mock plays them
+my $sm = TB::Nginx::http_request(method => 'POST', path => '/admin/accounts/subscription/test', port => $port,
+                                 headers => { 'x-api-key' => $admin, 'content-type' => 'application/json' }, body => '{}');
+is($sm->{status}, 200, 'the demo subscription answers its test') or diag($sm->{body});
+my $mlog = [map { TB::Nginx::json_decode($_) } grep { /sk-ant-oat01-demo-subscription/ } split /\n/, TB::Nginx::slurp("$run/logs/mock.log")];
+is($mlog->[-1]{headers}{authorization}, 'Bearer sk-ant-oat01-demo-subscription', '... sent as a bearer');
+is($mlog->[-1]{status}, 200, '... and the mock took it as a subscription');
 # the operator's edit: kept
 my $yaml = "$run/conf/tokenbiryani.yaml";
 my $edited = TB::Nginx::slurp($yaml) =~ s/pricing: builtin/pricing: builtin      # mine/r;

@@ -88,7 +88,7 @@ accounts:
 $keys
 EOF
 else
-    mode="the bundled mock upstream (four demo accounts)"
+    mode="the bundled mock upstream (four demo accounts and a demo subscription)"
     accounts=""
     for i in 1 2 3 4; do
         port=$((MOCK_BASE + i - 1))
@@ -99,9 +99,23 @@ else
     api_key: sk-demo-$i
     base_url: http://127.0.0.1:$port"
     done
+    # the operator's own subscription, as the mock plays one (its windows
+    # in the unified headers): one at most, and only while the gateway
+    # listens on loopback alone
+    case "$LISTEN" in
+    127.*|localhost:*|"[::1]"*)
+        accounts="$accounts
+  - id: subscription
+    name: demo subscription
+    type: oauth
+    api_key: sk-ant-oat01-demo-subscription
+    base_url: http://127.0.0.1:$MOCK_BASE"
+        ;;
+    esac
     cat >"$YAML.new" <<EOF
-# written by \`make run\`: four demo accounts on the mock upstream; an
-# edited file is kept (delete it to have it written again)
+# written by \`make run\`: four demo accounts and a demo subscription on
+# the mock upstream; an edited file is kept (delete it to have it written
+# again)
 server:
   allow_private_hosts: true       # accounts added at runtime may use the mock
 $common
@@ -131,8 +145,13 @@ if [ -z "${ANTHROPIC_API_KEY:-}" ]; then
         ports="$ports --listen 127.0.0.1:$((MOCK_BASE + i - 1))"
     done
     rm -f "$RUN/mock.ready"
+    # the demo subscription's windows: 50 requests in 5 hours, 500 a week
+    printf '%s\n' '{"credentials": {"sk-ant-oat01-demo-subscription":' \
+        ' {"subscription": {"five_hour_requests": 50,' \
+        ' "seven_day_requests": 500}}}}' >"$RUN/mock.json"
     # shellcheck disable=SC2086
     nohup /usr/bin/python3 "$TOP/t/mock/mock.py" $ports \
+        --config "$RUN/mock.json" \
         --log "$RUN/logs/mock.log" --pidfile "$RUN/mock.pid" \
         --ready-file "$RUN/mock.ready" >"$RUN/logs/mock.out" 2>&1 &
     for _ in $(seq 200); do

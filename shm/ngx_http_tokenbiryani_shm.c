@@ -449,8 +449,9 @@ ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
     result = tb_account_observe(cap, obs, now);
 
     if (uni) {
-        /* a subscription's windows are its own */
-        tb_unified_apply(&st->unified, uni);
+        /* a subscription's windows are its own: one said rejected, it is
+         * spent until that window resets */
+        tb_account_unified(st, uni, now);
     }
 
     st->last_status = status;

@@ -77,13 +77,6 @@ tb_account_state(const tb_account_state_t *a, int enabled,
         return TB_STATE_EXHAUSTED;
     }
 
-    if ((*until_ms = tb_unified_blocked_until(&a->unified, now_ms)) != 0) {
-        /* a subscription's window said rejected */
-        *reason = "a subscription window used up (its answers said "
-                  "rejected)";
-        return TB_STATE_EXHAUSTED;
-    }
-
     if (a->breaker.open) {
         /* open until it half-opens, then one probe at a time */
         *until_ms = tb_breaker_half_open_at(&a->breaker, bc, now_ms);
@@ -160,6 +153,24 @@ tb_account_rest(int64_t *held_ms, char *held_reason, int64_t until_ms,
     if (until_ms > *held_ms) {
         *held_ms = until_ms;
         snprintf(held_reason, TB_REASON_MAX, "%s", reason);
+    }
+}
+
+
+void
+tb_account_unified(tb_account_state_t *a, const tb_unified_t *obs,
+    int64_t now_ms)
+{
+    int64_t  until;
+
+    tb_unified_apply(&a->unified, obs);
+
+    until = tb_unified_blocked_until(&a->unified, now_ms);
+
+    if (until) {
+        tb_account_rest(&a->exhausted_until_ms, a->exhausted_reason, until,
+                        "a subscription window used up (its answers said "
+                        "rejected)");
     }
 }
 

@@ -266,6 +266,13 @@ void tb_account_reject(tb_account_state_t *a, uint64_t model_hash,
  * Applies an attempt's outcome: the account action of its class and the
  * breaker.  Returns 1 when the breaker opened.  Under the zone lock.
  */
+/*
+ * A subscription's answer's unified headers folded into its windows; a
+ * window they say is rejected exhausts it until that window resets.
+ */
+void tb_account_unified(tb_account_state_t *a, const tb_unified_t *obs,
+    int64_t now_ms);
+
 int tb_account_apply(tb_account_state_t *a, const tb_outcome_t *o,
     const tb_breaker_conf_t *bc, uint64_t model_hash, const char *model,
     size_t model_len, int probed, int64_t now_ms);

@@ -482,15 +482,6 @@ tb_route_filter(const tb_route_in_t *in, const tb_need_t *need,
         return TB_V_EXHAUSTED;
     }
 
-    if (conf->type == TB_ACCOUNT_OAUTH
-        && (o->available_at = tb_unified_blocked_until(&st->unified,
-                                                       in->now))
-           > in->now)
-    {
-        /* a subscription's window said rejected: spent until it resets */
-        return TB_V_EXHAUSTED;
-    }
-
     if (st->cooling_until_ms > in->now) {
         o->available_at = st->cooling_until_ms;
         return TB_V_COOLING;

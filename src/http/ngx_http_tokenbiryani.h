@@ -260,7 +260,6 @@ typedef struct {
     size_t                         errbody_len;
     int64_t                        headers_ms;
     tb_rl_obs_t                    obs;
-    tb_unified_t                  *unified;       /* a subscription's */
     size_t                         held;          /* bytes in ctx->hold */
 
     /* a platform's (the rest in ngx_http_tokenbiryani_platform_ctx_t):
@@ -278,8 +277,9 @@ typedef struct {
     unsigned                       overlong:1;    /* more than its framing */
     unsigned                       error_after_commit:1;
     unsigned                       classified:1;  /* ctx->outcome is its */
-    unsigned                       should_retry:1;  /* x-should-retry: true
-                                                       (a subscription's) */
+    unsigned                       unified:1;     /* a subscription's: its
+                                                     headers read into
+                                                     ctx->rare->unified */
 } ngx_http_tokenbiryani_response_t;
 
 
@@ -301,11 +301,18 @@ typedef struct {
     ngx_uint_t                     decisions;
     ngx_http_tokenbiryani_account_t  *next;   /* routed, leased, unsent */
     ngx_http_tokenbiryani_ticket_t lease;     /* the current attempt's */
-
-    /* the gateway's edits of the body (ngx_http_tokenbiryani_edit.c) */
-    u_char                        *model_requested;  /* NUL; NULL: the
-                                                        client's model */
 } ngx_http_tokenbiryani_routing_t;
+
+
+/* what few requests have, allocated when one does (ctx->rare) */
+typedef struct {
+    u_char                        *model_requested;  /* NUL; NULL: the
+                                                        client's model, the
+                                                        one sent (_edit.c) */
+    tb_unified_t                   unified;   /* a subscription's answer:
+                                                 this attempt's (resp.unified)
+                                                 */
+} ngx_http_tokenbiryani_rare_t;
 
 
 /* waiting: a backoff, the queue */
@@ -420,6 +427,7 @@ typedef struct {
     int64_t                        cost;          /* nd; -1 unknown */
 
     ngx_http_tokenbiryani_error_t  err;
+    ngx_http_tokenbiryani_rare_t  *rare;          /* NULL: none of it */
 
     unsigned                       admin:1;       /* the caller is one */
     unsigned                       committed:1;

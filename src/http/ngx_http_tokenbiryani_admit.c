@@ -191,40 +191,6 @@ ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
 }
 
 
-/*
- * The key's priority in ctx->wait.priority; a client may lower its own,
- * never raise it.  NGX_ERROR: the header says neither.
- */
-
-ngx_int_t
-ngx_http_tokenbiryani_admit_priority(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx)
-{
-    ngx_table_elt_t  *h;
-
-    ctx->wait.priority = (ctx->key && ctx->key->priority == TB_PRIORITY_BATCH)
-                         ? 1 : 0;
-
-    h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-priority",
-                                 sizeof("x-tokenbiryani-priority") - 1);
-    if (h == NULL) {
-        return NGX_OK;
-    }
-
-    if (h->value.len == 5
-        && ngx_strncasecmp(h->value.data, (u_char *) "batch", 5) == 0)
-    {
-        ctx->wait.priority = 1;
-        return NGX_OK;
-    }
-
-    return (h->value.len == 11
-            && ngx_strncasecmp(h->value.data, (u_char *) "interactive", 11)
-               == 0)
-           ? NGX_OK : NGX_ERROR;
-}
-
-
 ngx_int_t
 ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)

@@ -9,6 +9,7 @@
 
 
 #include "ngx_http_tokenbiryani.h"
+#include "ngx_http_tokenbiryani_request.h"
 
 
 /* what an admission came to */
@@ -53,10 +54,38 @@ int64_t ngx_http_tokenbiryani_admit_paced(ngx_http_request_t *r,
  */
 double ngx_http_tokenbiryani_admit_ahead(ngx_http_request_t *r, int64_t now);
 
-/* the request's priority in ctx->wait.priority: NGX_ERROR for a
- * X-TokenBiryani-Priority that is neither "interactive" nor "batch" */
-ngx_int_t ngx_http_tokenbiryani_admit_priority(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx);
+/*
+ * The key's priority in ctx->wait.priority; a client may lower its own,
+ * never raise it.  NGX_ERROR: X-TokenBiryani-Priority says neither
+ * "interactive" nor "batch".
+ */
+static ngx_inline ngx_int_t
+ngx_http_tokenbiryani_admit_priority(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx)
+{
+    ngx_table_elt_t  *h;
+
+    ctx->wait.priority = (ctx->key && ctx->key->priority == TB_PRIORITY_BATCH)
+                         ? 1 : 0;
+
+    h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-priority",
+                                 sizeof("x-tokenbiryani-priority") - 1);
+    if (h == NULL) {
+        return NGX_OK;
+    }
+
+    if (h->value.len == 5
+        && ngx_strncasecmp(h->value.data, (u_char *) "batch", 5) == 0)
+    {
+        ctx->wait.priority = 1;
+        return NGX_OK;
+    }
+
+    return (h->value.len == 11
+            && ngx_strncasecmp(h->value.data, (u_char *) "interactive", 11)
+               == 0)
+           ? NGX_OK : NGX_ERROR;
+}
 
 /*
  * The next attempt: GO with ctx->route.next routed and leased, QUEUE with *gen

@@ -92,13 +92,20 @@ ngx_http_tokenbiryani_edit_body(ngx_http_request_t *r,
     body->len = len;
 
     if (model) {
-        ctx->route.model_requested = ngx_pnalloc(r->pool,
-                                                 ctx->body.model_len + 1);
-        if (ctx->route.model_requested == NULL) {
+        if (ctx->rare == NULL) {
+            ctx->rare = ngx_pcalloc(r->pool,
+                                    sizeof(ngx_http_tokenbiryani_rare_t));
+        }
+
+        if (ctx->rare == NULL
+            || (ctx->rare->model_requested = ngx_pnalloc(r->pool,
+                                                ctx->body.model_len + 1))
+               == NULL)
+        {
             return NGX_ERROR;
         }
 
-        ngx_memcpy(ctx->route.model_requested, ctx->body.model,
+        ngx_memcpy(ctx->rare->model_requested, ctx->body.model,
                    ctx->body.model_len + 1);
 
         ngx_memcpy(ctx->body.model, model, mlen + 1);
@@ -108,7 +115,7 @@ ngx_http_tokenbiryani_edit_body(ngx_http_request_t *r,
                       "tokenbiryani: %*s: sent to \"%s\" for \"%s\", the "
                       "pool's weekly budget being ahead of its pace",
                       (size_t) NGX_HTTP_TB_REQUEST_ID_LEN, ctx->request_id,
-                      model, ctx->route.model_requested);
+                      model, ctx->rare->model_requested);
     }
 
     return NGX_OK;

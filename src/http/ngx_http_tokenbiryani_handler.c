@@ -417,6 +417,7 @@ ngx_http_tokenbiryani_body_handler(ngx_http_request_t *r)
 
         /* the gateway's own: a cache breakpoint, a pacing downshift */
         if (ctx->kind == NGX_HTTP_TB_MESSAGES
+            && ngx_http_tokenbiryani_edit_wanted(tmcf, ctx)
             && ngx_http_tokenbiryani_edit_body(r, ctx, &body) != NGX_OK)
         {
             ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);

@@ -11,6 +11,30 @@
 #include "ngx_http_tokenbiryani_platform.h"
 
 
+/* the answer says x-should-retry: true */
+static ngx_uint_t
+ngx_http_tokenbiryani_should_retry(ngx_http_request_t *r)
+{
+    ngx_table_elt_t                *h;
+    ngx_http_tokenbiryani_hiter_t   it;
+
+    ngx_http_tokenbiryani_headers_begin(&it, &r->upstream->headers_in.headers);
+
+    while ((h = ngx_http_tokenbiryani_header_next(&it)) != NULL) {
+        if (h->key.len == sizeof("x-should-retry") - 1
+            && ngx_strncmp(h->lowcase_key, "x-should-retry",
+                           sizeof("x-should-retry") - 1) == 0)
+        {
+            return h->value.len == 4
+                   && ngx_strncasecmp(h->value.data, (u_char *) "true", 4)
+                      == 0;
+        }
+    }
+
+    return 0;
+}
+
+
 void
 ngx_http_tokenbiryani_classify_response(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, ngx_uint_t status,
@@ -35,14 +59,14 @@ ngx_http_tokenbiryani_classify_response(ngx_http_request_t *r,
         /* a subscription's: a window spent until its reset, or a 429 that
          * names none at all, which is that request's, not the account's */
         resp.reset_ms = ngx_max(resp.reset_ms,
-                                tb_unified_blocked_until(ctx->resp.unified,
+                                tb_unified_blocked_until(&ctx->rare->unified,
                                                          resp.now));
 
         resp.request_scoped = status == 429
-                              && ctx->resp.unified->observed_ms == 0
+                              && ctx->rare->unified.observed_ms == 0
                               && ctx->resp.obs.has == 0
                               && resp.retry_after_ms < 0
-                              && ctx->resp.should_retry;
+                              && ngx_http_tokenbiryani_should_retry(r);
     }
 
     tb_classify(&resp, tmcf->tbcf, &ctx->outcome);

@@ -149,14 +149,14 @@ ngx_http_tokenbiryani_record(ngx_http_request_t *r,
 
     ngx_memcpy(rec->model, ctx->body.model, ctx->body.model_len);
 
-    if (ctx->route.model_requested) {
+    if (ctx->rare && ctx->rare->model_requested) {
         /* the client's model, after the one sent, when both fit */
         rec->edits |= NGX_HTTP_TB_REC_DOWNSHIFT;
-        len = ngx_strlen(ctx->route.model_requested);
+        len = ngx_strlen(ctx->rare->model_requested);
 
         if (ctx->body.model_len + 1 + len < sizeof(rec->model)) {
             ngx_memcpy(rec->model + ctx->body.model_len + 1,
-                       ctx->route.model_requested, len);
+                       ctx->rare->model_requested, len);
         }
     }
 

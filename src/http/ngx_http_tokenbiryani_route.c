@@ -109,9 +109,10 @@ ngx_http_tokenbiryani_route_prepare(ngx_http_request_t *r,
         c->id_hash = a[i].id_hash;
         c->supported = a[i].supported;
         /* (a subscription takes no batch or file) */
-        c->messages_only = (a[i].platform && ctx->kind != NGX_HTTP_TB_MESSAGES)
-                           || (ctx->kind == NGX_HTTP_TB_BATCHES
-                               && a[i].conf->type == TB_ACCOUNT_OAUTH);
+        c->messages_only = ctx->kind != NGX_HTTP_TB_MESSAGES
+                           && (a[i].platform
+                               || (ctx->kind == NGX_HTTP_TB_BATCHES
+                                   && a[i].conf->type == TB_ACCOUNT_OAUTH));
 
         /* a Vertex account's token, the domain: set per decision */
         c->token_wait = 0;

@@ -299,8 +299,7 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
      */
 
     oauth = (ac->type == TB_ACCOUNT_OAUTH);
-    ngx_str_null(&betas);
-    beta = NULL;
+    len = 0;
 
     if (oauth) {
         beta = ac->options.beta_header ? ac->options.beta_header
@@ -313,14 +312,15 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
         {
             return NGX_ERROR;
         }
+
+        len = a->bearer.len + sizeof("anthropic-beta: ," CRLF) - 1
+              + betas.len + ngx_strlen(beta);
     }
 
-    len = r->method_name.len + 1 + a->path_prefix.len + r->uri.len
+    len += r->method_name.len + 1 + a->path_prefix.len + r->uri.len
           + 1 + r->args.len + sizeof(" HTTP/1.1" CRLF) - 1
           + sizeof("Host: " CRLF) - 1 + a->host_header.len
-          + a->auth_header.len + a->bearer.len
-          + (oauth ? sizeof("anthropic-beta: ," CRLF) - 1 + betas.len
-                     + ngx_strlen(beta) : 0)
+          + a->auth_header.len
           + sizeof("Content-Length: " CRLF) - 1 + NGX_OFF_T_LEN
           + sizeof("anthropic-version: 2023-06-01" CRLF) - 1
           + sizeof(CRLF) - 1;
@@ -354,9 +354,9 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
     *b->last++ = CR; *b->last++ = LF;
 
     b->last = ngx_copy(b->last, a->auth_header.data, a->auth_header.len);
-    b->last = ngx_copy(b->last, a->bearer.data, a->bearer.len);
 
     if (oauth) {
+        b->last = ngx_copy(b->last, a->bearer.data, a->bearer.len);
         b->last = ngx_cpymem(b->last, "anthropic-beta: ",
                              sizeof("anthropic-beta: ") - 1);
 
@@ -538,12 +538,16 @@ ngx_http_tokenbiryani_process_status_line(ngx_http_request_t *r)
 
     /* a subscription's answer says its windows in headers of its own */
     if (ctx->account->conf->type == TB_ACCOUNT_OAUTH) {
-        ctx->resp.unified = ngx_palloc(r->pool, sizeof(tb_unified_t));
-        if (ctx->resp.unified == NULL) {
-            return NGX_ERROR;
+        if (ctx->rare == NULL) {
+            ctx->rare = ngx_pcalloc(r->pool,
+                                    sizeof(ngx_http_tokenbiryani_rare_t));
+            if (ctx->rare == NULL) {
+                return NGX_ERROR;
+            }
         }
 
-        tb_unified_init(ctx->resp.unified);
+        tb_unified_init(&ctx->rare->unified);
+        ctx->resp.unified = 1;
     }
 
     return ngx_http_tokenbiryani_process_header(r);
@@ -592,28 +596,7 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
                 tb_ascii_lower(name, r->header_name_start, len);
             }
 
-            if (ctx->resp.unified
-                && tb_unified_header(ctx->resp.unified, lowcase, len,
-                                     r->header_start,
-                                     r->header_end - r->header_start,
-                                     ngx_http_tokenbiryani_now_ms()))
-            {
-                /* a subscription's windows: the operator's, as the nine
-                 * are (the gateway's own 429 says them again) */
-                if (!ctx->admin) {
-                    continue;
-                }
-
-            } else if (ctx->resp.unified
-                       && len == sizeof("x-should-retry") - 1
-                       && ngx_strncmp(lowcase, "x-should-retry", len) == 0)
-            {
-                ctx->resp.should_retry = (r->header_end - r->header_start
-                                          == 4
-                                          && ngx_strncmp(r->header_start,
-                                                         "true", 4) == 0);
-
-            } else if (ctx->account->platform) {
+            if (ctx->account->platform) {
                 /* tb_rl_obs_header reads retry-after, the one they send */
                 (void) tb_rl_obs_header(&ctx->resp.obs, lowcase, len,
                                         r->header_start,
@@ -630,12 +613,24 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
             } else if (tb_rl_obs_header(&ctx->resp.obs, lowcase, len,
                                         r->header_start,
                                         r->header_end - r->header_start,
-                                        ngx_http_tokenbiryani_now_ms())
-                       && !ctx->admin
-                       && !(len == sizeof("retry-after") - 1
-                            && ngx_strncmp(lowcase, "retry-after", len) == 0))
+                                        ngx_http_tokenbiryani_now_ms()))
             {
-                continue;
+                if (ctx->resp.unified) {
+                    /* a subscription's windows (unified-*): the
+                     * operator's, as the nine are (the gateway's own 429
+                     * says them again) */
+                    (void) tb_unified_header(&ctx->rare->unified, lowcase,
+                                       len, r->header_start,
+                                       r->header_end - r->header_start,
+                                       ngx_http_tokenbiryani_now_ms());
+                }
+
+                if (!ctx->admin
+                    && !(len == sizeof("retry-after") - 1
+                         && ngx_strncmp(lowcase, "retry-after", len) == 0))
+                {
+                    continue;
+                }
             }
 
             h = ngx_list_push(&u->headers_in.headers);
@@ -710,7 +705,8 @@ ngx_http_tokenbiryani_process_header(ngx_http_request_t *r)
 
         (void) ngx_http_tokenbiryani_zone_observe(&tmcf->zone,
                               ctx->account->slot, &ctx->resp.obs,
-                              ctx->resp.unified, ctx->resp.status.code,
+                              ctx->resp.unified ? &ctx->rare->unified : NULL,
+                              ctx->resp.status.code,
                               ctx->resp.headers_ms);
     }
 

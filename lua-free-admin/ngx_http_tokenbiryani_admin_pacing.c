@@ -37,6 +37,9 @@ static void ngx_http_tokenbiryani_pacing_done(
     ngx_http_tokenbiryani_admin_write_t *w);
 static ngx_int_t ngx_http_tokenbiryani_pacing_caps(ngx_http_request_t *r,
     cJSON *arr, int64_t now, const tb_pace_t **tightest, cJSON **which);
+static ngx_int_t ngx_http_tokenbiryani_pacing_subscription(
+    ngx_http_request_t *r, cJSON *arr, int64_t now, const tb_pace_t **tightest,
+    cJSON **which);
 static cJSON *ngx_http_tokenbiryani_reading_json(cJSON *arr,
     const char *scope, const char *name, const tb_pace_t *p,
     const char *what, double window_hours);
@@ -253,6 +256,9 @@ ngx_http_tokenbiryani_pacing_answer(ngx_http_request_t *r,
     if (t == NULL
         || ngx_http_tokenbiryani_pacing_caps(r, arr, pr->now, &tightest,
                                              &which)
+           != NGX_OK
+        || ngx_http_tokenbiryani_pacing_subscription(r, arr, pr->now,
+                                                     &tightest, &which)
            != NGX_OK)
     {
         goto failed;
@@ -398,6 +404,85 @@ ngx_http_tokenbiryani_pacing_caps(ngx_http_request_t *r, cJSON *arr,
 }
 
 
+/*
+ * The operator's subscription's 5-hour and 7-day windows, as its answers
+ * last said them: each a fixed window, from its reset less its length to
+ * its reset, its utilization what is used (no dollars: a subscription's
+ * windows are not priced)
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_pacing_subscription(ngx_http_request_t *r, cJSON *arr,
+    int64_t now, const tb_pace_t **tightest, cJSON **which)
+{
+    int64_t                              len;
+    unsigned                             w;
+    tb_pace_t                           *p;
+    cJSON                               *item;
+    ngx_uint_t                           i;
+    tb_unified_t                         u;
+    ngx_http_tokenbiryani_account_t     *a;
+    ngx_http_tokenbiryani_main_conf_t   *tmcf;
+    char                                 name[TB_ID_MAX + 8],
+                                         what[TB_ID_MAX + 64];
+
+    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
+    a = tmcf->accounts.elts;
+
+    for (i = 0; i < tmcf->nyaml; i++) {
+        if (a[i].conf->type != TB_ACCOUNT_OAUTH) {
+            continue;
+        }
+
+        ngx_http_tokenbiryani_zone_unified(&tmcf->zone, a[i].slot, &u);
+
+        for (w = TB_UNI_5H; w <= TB_UNI_7D; w++) {
+            len = (w == TB_UNI_5H) ? 5 * 3600000LL : 7 * 86400000LL;
+
+            if (u.w[w].utilization < 0 || u.w[w].reset_ms <= now
+                || u.w[w].reset_ms - len > now + TB_UNI_JITTER_MS)
+            {
+                /* not said, reset since, or not a window of that length */
+                continue;
+            }
+
+            /* (a reset said in whole seconds can end a moment later) */
+            len = ngx_max(len, u.w[w].reset_ms - now);
+
+            p = ngx_palloc(r->pool, sizeof(tb_pace_t));
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            tb_pace_fixed(p, u.w[w].reset_ms - len, u.w[w].reset_ms, now,
+                          (int64_t) (u.w[w].utilization * 1e6), 1000000, 0,
+                          0, tmcf->tbcf->pacing_ahead_threshold,
+                          tmcf->tbcf->pacing_behind_threshold);
+
+            ngx_snprintf((u_char *) name, sizeof(name), "%V %s%Z",
+                         &a[i].id, tb_unified_window_name(w));
+            ngx_snprintf((u_char *) what, sizeof(what), "the subscription's "
+                         "%s window%Z", w == TB_UNI_5H ? "5-hour" : "7-day");
+
+            item = ngx_http_tokenbiryani_reading_json(arr, "subscription",
+                                                      name, p, what,
+                                                      w == TB_UNI_5H ? 5
+                                                                     : 168);
+            if (item == NULL) {
+                return NGX_ERROR;
+            }
+
+            if (*tightest == NULL || p->pace > (*tightest)->pace) {
+                *tightest = p;
+                *which = item;
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 /* one reading, added to arr */
 
 static cJSON *
@@ -405,8 +490,9 @@ ngx_http_tokenbiryani_reading_json(cJSON *arr, const char *scope,
     const char *name, const tb_pace_t *p, const char *what,
     double window_hours)
 {
-    cJSON  *o;
-    char    at[40], says[512];
+    cJSON       *o;
+    char         at[40], says[512];
+    ngx_uint_t   money;
 
     o = cJSON_CreateObject();
     if (o == NULL) {
@@ -417,18 +503,25 @@ ngx_http_tokenbiryani_reading_json(cJSON *arr, const char *scope,
 
     (void) tb_pace_say(p, what, says, sizeof(says));
 
+    /* a subscription's windows are not in dollars */
+    money = (scope[0] != 's');
+
     if (cJSON_AddStringToObject(o, "scope", scope) == NULL
         || cJSON_AddStringToObject(o, "name", name) == NULL
         || cJSON_AddStringToObject(o, "window", p->window_ms ? "rolling"
                                                              : "fixed") == NULL
         || cJSON_AddNumberToObject(o, "window_hours", window_hours) == NULL
-        || cJSON_AddNumberToObject(o, "used_usd", (double) p->used / 1e9)
+        || ngx_http_tokenbiryani_add_number_or_null(o, "used_usd", money,
+                                                    (double) p->used / 1e9)
            == NULL
-        || cJSON_AddNumberToObject(o, "limit_usd", (double) p->limit / 1e9)
+        || ngx_http_tokenbiryani_add_number_or_null(o, "limit_usd", money,
+                                                    (double) p->limit / 1e9)
            == NULL
         || cJSON_AddNumberToObject(o, "utilization", p->utilization) == NULL
-        || cJSON_AddNumberToObject(o, "rate_usd_per_hour",
-                                   (double) p->rate / 1e9) == NULL
+        || ngx_http_tokenbiryani_add_number_or_null(o, "rate_usd_per_hour",
+                                                    money,
+                                                    (double) p->rate / 1e9)
+           == NULL
         || cJSON_AddNumberToObject(o, "projected", p->projected) == NULL
         || cJSON_AddNumberToObject(o, "pace", p->pace) == NULL
         || cJSON_AddStringToObject(o, "verdict",
@@ -442,7 +535,7 @@ ngx_http_tokenbiryani_reading_json(cJSON *arr, const char *scope,
         && (cJSON_AddNumberToObject(o, "elapsed", p->elapsed) == NULL
             || cJSON_AddNumberToObject(o, "target", p->target) == NULL
             || ngx_http_tokenbiryani_add_number_or_null(o, "unused_usd",
-                   p->projected < 1,
+                   money && p->projected < 1,
                    (1 - p->projected) * (double) p->limit / 1e9) == NULL))
     {
         return NULL;

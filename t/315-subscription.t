@@ -242,3 +242,24 @@ $::HttpConfig . "server { listen 0.0.0.0:\$TEST_NGINX_OPEN_PORT; location /v1/ {
 --- must_die
 --- error_log eval
 [qr/account "sub" is of type oauth, but a server using the gateway listens on 0\.0\.0\.0:\d+, which is not a loopback address: Anthropic's terms do not permit/]
+
+
+=== TEST 9: /admin/pacing reads the subscription's 5-hour and 7-day windows, each a fixed window from its reset less its length, in words
+--- check
+subscription(n => 4, secs => 18000);
+only('sub');
+is(send_as('tenant-key')->{status}, 200, 'one') for 1 .. 3;
+my ($s, $j) = admin(GET => '/admin/pacing');
+is($s, 200, '/admin/pacing');
+my ($h5) = grep { $_->{scope} eq 'subscription' && $_->{name} eq 'sub 5h' } @{ $j->{readings} };
+my ($d7) = grep { $_->{scope} eq 'subscription' && $_->{name} eq 'sub 7d' } @{ $j->{readings} };
+ok($h5 && $d7, 'a reading for each window') or diag(TB::Nginx::json_encode($j));
+is($h5->{window}, 'fixed', 'fixed');
+is($h5->{window_hours}, 5, 'five hours');
+ok(abs($h5->{utilization} - 0.75) < 1e-6, '3 of 4 used');
+ok(!defined $h5->{used_usd} && !defined $h5->{limit_usd}, 'no dollars');
+like($h5->{verdict}, qr/^(ahead|runs out)$/, "three quarters used with the window just begun: $h5->{verdict}");
+ok($h5->{pace} > 0.7, "far ahead of its pace ($h5->{pace})");
+is($d7->{window_hours}, 168, 'the 7-day window: 168 hours');
+like($h5->{says}, qr/the subscription's 5-hour window/, 'in words: ' . $h5->{says});
+is($j->{tightest}{name}, 'sub 5h', 'the tightest');

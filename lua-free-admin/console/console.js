@@ -1444,7 +1444,7 @@ function pageEfficiency(main) {
                               : h('p', { class: 'muted', text: 'The budget week starts ' + j.week.starts + ' (' + j.week.time_zone + '); pacing is ' + j.mode + '.' }),
                 tableOf([
                     { t: 'Budget or cap', f: x => x.scope === 'pool' ? 'the pool\'s week' : x.scope + ' ' + x.name },
-                    { t: 'Used', n: true, f: x => fmtUsd(x.used_usd) + ' of ' + fmtUsd(x.limit_usd) },
+                    { t: 'Used', n: true, f: x => x.used_usd === null ? fmtPct(x.utilization) + ' of the window' : fmtUsd(x.used_usd) + ' of ' + fmtUsd(x.limit_usd) },
                     { t: 'Rate', n: true, f: x => fmtUsd(x.rate_usd_per_hour) + '/h' },
                     { t: 'Verdict', f: x => h('span', { class: bad(x.verdict) ? 'no' : x.verdict === 'ahead' ? '' : 'yes', text: x.verdict }) },
                     { t: 'In words', f: x => x.says },

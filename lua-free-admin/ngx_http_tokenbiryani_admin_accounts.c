@@ -1331,7 +1331,9 @@ ngx_http_tokenbiryani_accounts_probed_now(ngx_http_request_t *r,
 
         if (res->status) {
             (void) ngx_http_tokenbiryani_zone_observe(&tmcf->zone, aw->slot,
-                                           &res->obs, NULL, res->status,
+                                           &res->obs,
+                                           res->unified ? &res->uobs : NULL,
+                                           res->status,
                                            ngx_http_tokenbiryani_now_ms());
         }
 

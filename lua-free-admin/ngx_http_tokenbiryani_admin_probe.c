@@ -159,7 +159,9 @@ ngx_http_tokenbiryani_probe_json(
     char          consequence[512];
     u_char       *last;
     int64_t       v;
-    ngx_uint_t    i, w, f, present, ok, failed;
+    ngx_uint_t    i, w, f, present, ok, failed, nh;
+    ngx_str_t         *names;
+    const ngx_str_t   *values;
     const char   *what, *limits, *field;
     cJSON        *root, *arr, *item, *parsed, *win;
 
@@ -202,26 +204,37 @@ ngx_http_tokenbiryani_probe_json(
         goto failed;
     }
 
-    /* the nine: which came back, as they came */
+    /* the nine (a subscription's answer: its six): which came back, as
+     * they came */
+
+    if (!present && res->unified) {
+        names = ngx_http_tokenbiryani_unified_names;
+        values = res->uvalues;
+        nh = NGX_HTTP_TB_UNI_NHEADERS;
+
+    } else {
+        names = ngx_http_tokenbiryani_ratelimit_names;
+        values = res->values;
+        nh = NGX_HTTP_TB_RL_NHEADERS;
+    }
 
     arr = cJSON_AddArrayToObject(root, "checked");
     if (arr == NULL) {
         goto failed;
     }
 
-    for (i = 0; i < NGX_HTTP_TB_RL_NHEADERS; i++) {
+    for (i = 0; i < nh; i++) {
         item = ngx_http_tokenbiryani_json_push(arr);
 
         if (item == NULL
-            || ngx_http_tokenbiryani_add_str(item, "header",
-                   ngx_http_tokenbiryani_ratelimit_names[i].data,
-                   ngx_http_tokenbiryani_ratelimit_names[i].len) == NULL
-            || cJSON_AddBoolToObject(item, "present", res->values[i].len != 0)
+            || ngx_http_tokenbiryani_add_str(item, "header", names[i].data,
+                                             names[i].len) == NULL
+            || cJSON_AddBoolToObject(item, "present", values[i].len != 0)
                == NULL
-            || (res->values[i].len
+            || (values[i].len
                 ? ngx_http_tokenbiryani_add_str(item, "value",
-                                                res->values[i].data,
-                                                res->values[i].len)
+                                                values[i].data,
+                                                values[i].len)
                 : cJSON_AddNullToObject(item, "value")) == NULL)
         {
             goto failed;
@@ -233,13 +246,12 @@ ngx_http_tokenbiryani_probe_json(
         goto failed;
     }
 
-    for (i = 0; i < NGX_HTTP_TB_RL_NHEADERS; i++) {
-        if (res->values[i].len) {
+    for (i = 0; i < nh; i++) {
+        if (values[i].len) {
             continue;
         }
 
-        item = cJSON_CreateString(
-                   (char *) ngx_http_tokenbiryani_ratelimit_names[i].data);
+        item = cJSON_CreateString((char *) names[i].data);
         if (item == NULL) {
             goto failed;
         }
@@ -307,9 +319,12 @@ ngx_http_tokenbiryani_probe_json(
                  "them are routed as if full";
 
     } else if (res->unified) {
-        limits = "only anthropic-ratelimit-unified-* headers came back, "
-                 "which routing does not read: the account is routed as if "
-                 "full until a limit header does";
+        /* a subscription's (type oauth): routed on its tightest window */
+        limits = res->uvalues[1].len && res->uvalues[4].len
+                 ? "a subscription's windows came back: routing reads the "
+                   "tightest of its 5-hour and 7-day windows"
+                 : "only some of a subscription's window headers came back: "
+                   "routing reads those there are";
 
     } else {
         limits = "no limit header came back: the account is routed as if "

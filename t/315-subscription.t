@@ -109,6 +109,12 @@ my ($probe) = grep { ($_->{path} // '') =~ m{^/v1/} } @{ mock_log($n) };
 is($probe->{headers}{authorization}, "Bearer $::Token", 'the test\'s probe: the bearer') or diag(TB::Nginx::json_encode($j));
 is($probe->{headers}{'anthropic-beta'}, 'oauth-2025-04-20', '... and the OAuth beta');
 ok(!exists $probe->{headers}{'x-api-key'}, '... no x-api-key');
+is($j->{family}, 'unified', 'the test reads the subscription\'s headers');
+is_deeply([map { $_->{header} } @{ $j->{checked} }],
+          [map { "anthropic-ratelimit-unified-$_" } qw(5h-status 5h-utilization 5h-reset 7d-status 7d-utilization 7d-reset)],
+          'the six it checks');
+is_deeply($j->{missing}, [], 'none missing');
+like($j->{consequence}, qr/routing reads the tightest of its 5-hour and 7-day windows/, 'what it means for routing');
 # the command's meters
 {
     local $ENV{TOKENBIRYANI_URL} = 'http://127.0.0.1:' . TB::Nginx::server_port();

@@ -126,6 +126,16 @@ static ngx_int_t ngx_http_tokenbiryani_call_stream(
 
 
 /* the nine, in the mirror's order: window * TB_RL_NFIELDS + field */
+ngx_str_t  ngx_http_tokenbiryani_unified_names[] = {
+    ngx_string("anthropic-ratelimit-unified-5h-status"),
+    ngx_string("anthropic-ratelimit-unified-5h-utilization"),
+    ngx_string("anthropic-ratelimit-unified-5h-reset"),
+    ngx_string("anthropic-ratelimit-unified-7d-status"),
+    ngx_string("anthropic-ratelimit-unified-7d-utilization"),
+    ngx_string("anthropic-ratelimit-unified-7d-reset")
+};
+
+
 ngx_str_t  ngx_http_tokenbiryani_ratelimit_names[] = {
     ngx_string("anthropic-ratelimit-requests-limit"),
     ngx_string("anthropic-ratelimit-requests-remaining"),
@@ -201,6 +211,7 @@ ngx_http_tokenbiryani_call(ngx_pool_t *pool, ngx_log_t *log,
     p->doing = "connecting to";
 
     tb_rl_obs_init(&p->res.obs);
+    tb_unified_init(&p->res.uobs);
 
     /* what the target says, copied: the caller's may not outlive this */
 
@@ -1192,12 +1203,24 @@ ngx_http_tokenbiryani_call_header(ngx_http_tokenbiryani_call_t *p,
         (void) tb_rl_obs_header(&res->obs, name, name_len, value, value_len,
                                 ngx_http_tokenbiryani_now_ms());
 
-        if (name_len > sizeof("anthropic-ratelimit-unified-") - 1
-            && ngx_strncmp(name, "anthropic-ratelimit-unified-",
-                           sizeof("anthropic-ratelimit-unified-") - 1)
-               == 0)
+        if (tb_unified_header(&res->uobs, name, name_len, value, value_len,
+                              ngx_http_tokenbiryani_now_ms()))
         {
             res->unified = 1;
+
+            for (i = 0; i < NGX_HTTP_TB_UNI_NHEADERS; i++) {
+                if (name_len == ngx_http_tokenbiryani_unified_names[i].len
+                    && ngx_strncmp(name,
+                                   ngx_http_tokenbiryani_unified_names[i].data,
+                                   name_len)
+                       == 0)
+                {
+                    res->uvalues[i].data = value;
+                    res->uvalues[i].len = value_len;
+                    break;
+                }
+            }
+
             return;
         }
 

@@ -24,6 +24,11 @@
 
 extern ngx_str_t  ngx_http_tokenbiryani_ratelimit_names[];
 
+/* the six a subscription's answer carries instead (5h, 7d: status,
+ * utilization, reset) */
+#define NGX_HTTP_TB_UNI_NHEADERS       6
+extern ngx_str_t  ngx_http_tokenbiryani_unified_names[];
+
 
 typedef struct ngx_http_tokenbiryani_call_s  ngx_http_tokenbiryani_call_t;
 
@@ -81,6 +86,9 @@ typedef struct {
                                                      len 0: absent */
     unsigned                       unified:1;     /* an anthropic-ratelimit-
                                                      unified-* came back */
+    ngx_str_t                      uvalues[NGX_HTTP_TB_UNI_NHEADERS];
+                                                  /* raw values of the six */
+    tb_unified_t                   uobs;          /* what they say */
     unsigned                       complete:1;    /* the body whole, by its
                                                      framing or a clean
                                                      close */

@@ -495,24 +495,29 @@ function level(w) {
     return Math.max(0, Math.min(1, w.remaining / w.limit));
 }
 
+/* one meter: what is left (f, 0..1, or null: not known), labelled k */
+function meterRow(k, f, label, title) {
+    const bar = h('span');
+    const m = h('div', {
+        class: 'meter' + (f === null ? ' unknown' : f < 0.05 ? ' empty' : f < 0.2 ? ' low' : ''),
+        role: 'meter', 'aria-label': k + ' ' + label,
+        'aria-valuemin': '0', 'aria-valuemax': '100',
+        'aria-valuenow': f === null ? null : String(Math.round(f * 100)),
+        title: title,
+    }, bar);
+    bar.style.width = f === null ? '0' : (f * 100).toFixed(1) + '%';
+    return [h('span', { class: 'k', text: k }), m, h('span', { class: 'num', text: f === null ? '—' : fmtPct(f) })];
+}
+
 /* the operator's subscription: its 5-hour and 7-day windows, what is left */
 function subscriptionMeters(sub) {
     const wins = sub.windows || {};
     return h('div', { class: 'meters subscription' }, [['5h', wins['5h']], ['7d', wins['7d']]].map(([k, w]) => {
         const u = w && w.utilization !== null && w.utilization !== undefined ? w.utilization : null;
-        const f = u === null ? null : Math.max(0, Math.min(1, 1 - u));
-        const bar = h('span');
-        const m = h('div', {
-            class: 'meter' + (f === null ? ' unknown' : f < 0.05 ? ' empty' : f < 0.2 ? ' low' : ''),
-            role: 'meter', 'aria-label': k + ' window left',
-            'aria-valuemin': '0', 'aria-valuemax': '100',
-            'aria-valuenow': f === null ? null : String(Math.round(f * 100)),
-            title: u === null ? 'not seen yet'
-                              : fmtPct(u) + ' used' + (w.status ? ' (' + w.status + ')' : '')
-                                + (w.resets_in ? ', resets in ' + fmtClock(w.resets_in) : ''),
-        }, bar);
-        bar.style.width = f === null ? '0' : (f * 100).toFixed(1) + '%';
-        return [h('span', { class: 'k', text: k }), m, h('span', { class: 'num', text: f === null ? '—' : fmtPct(f) })];
+        return meterRow(k, u === null ? null : Math.max(0, Math.min(1, 1 - u)), 'window left',
+                        u === null ? 'not seen yet'
+                                   : fmtPct(u) + ' used' + (w.status ? ' (' + w.status + ')' : '')
+                                     + (w.resets_in ? ', resets in ' + fmtClock(w.resets_in) : ''));
     }));
 }
 
@@ -530,17 +535,8 @@ function meters(a) {
     const rows = [['req', lim.requests], ['in', lim.input_tokens], ['out', lim.output_tokens]];
     return h('div', { class: 'meters' }, rows.map(([k, w]) => {
         const f = level(w);
-        const bar = h('span');
-        const m = h('div', {
-            class: 'meter' + (f === null ? ' unknown' : f < 0.05 ? ' empty' : f < 0.2 ? ' low' : ''),
-            role: 'meter', 'aria-label': k + ' headroom',
-            'aria-valuemin': '0', 'aria-valuemax': '100',
-            'aria-valuenow': f === null ? null : String(Math.round(f * 100)),
-            title: f === null ? 'not observed yet'
-                              : fmtInt(w.remaining) + ' of ' + fmtInt(w.limit) + ' left',
-        }, bar);
-        bar.style.width = f === null ? '0' : (f * 100).toFixed(1) + '%';
-        return [h('span', { class: 'k', text: k }), m, h('span', { class: 'num', text: f === null ? '—' : fmtPct(f) })];
+        return meterRow(k, f, 'headroom', f === null ? 'not observed yet'
+                                                     : fmtInt(w.remaining) + ' of ' + fmtInt(w.limit) + ' left');
     }));
 }
 

@@ -68,46 +68,6 @@ static void              *ngx_http_tokenbiryani_gauth_pool;
 
 
 ngx_int_t
-ngx_http_tokenbiryani_gauth_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf)
-{
-    size_t  i;
-
-    for (i = 0; i < tmcf->tbcf->naccounts; i++) {
-        if (tmcf->tbcf->accounts[i].gsa) {
-            break;
-        }
-    }
-
-    if (i == tmcf->tbcf->naccounts) {
-        return NGX_OK;
-    }
-
-#if (NGX_THREADS)
-
-    if (tmcf->thread_pool == NULL) {
-        tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
-        if (tmcf->thread_pool == NULL) {
-            return NGX_ERROR;
-        }
-    }
-
-    return NGX_OK;
-
-#else
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "tokenbiryani: %s: account \"%s\" makes its Vertex "
-                       "tokens in nginx's thread pool, and this nginx is "
-                       "built without threads (--with-threads)",
-                       tmcf->config_file.data, tmcf->tbcf->accounts[i].id);
-    return NGX_ERROR;
-
-#endif
-}
-
-
-ngx_int_t
 ngx_http_tokenbiryani_gauth_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
 {

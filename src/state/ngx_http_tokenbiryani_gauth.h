@@ -17,10 +17,6 @@
 #include "ngx_http_tokenbiryani.h"
 
 
-/* at configuration: the thread pool, when an account needs tokens */
-ngx_int_t ngx_http_tokenbiryani_gauth_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
-
 /* per worker: a first fetch for every account that needs tokens */
 ngx_int_t ngx_http_tokenbiryani_gauth_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);

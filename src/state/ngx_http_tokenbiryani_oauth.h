@@ -17,10 +17,6 @@
 #include "ngx_http_tokenbiryani.h"
 
 
-/* at configuration: the thread pool, when a login file is read */
-ngx_int_t ngx_http_tokenbiryani_oauth_conf(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
-
 /* per worker: the account's header, and its file looked at */
 ngx_int_t ngx_http_tokenbiryani_oauth_init_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);

@@ -754,3 +754,32 @@ for my $p (@pages) {
     }
 }
 clean('a phone');
+
+
+
+=== TEST 13: the operator's subscription: its row shows its 5-hour and 7-day windows as meters, and /admin/pacing's reading without dollars on the Efficiency page
+--- user_files
+>>> tb.yaml
+accounts:
+  - id: sub
+    name: my subscription
+    type: oauth
+    api_key: sk-ant-oat01-console
+    base_url: http://127.0.0.1:${TEST_NGINX_MOCK_PORT}
+keys:
+  - key: admin-key
+    name: ops
+    admin: true
+  - key: tenant-key
+    name: tenant
+--- request
+GET /healthz
+--- check
+mock_config({ credentials => { 'sk-ant-oat01-console' => { subscription => { five_hour_requests => 4, seven_day_requests => 40 } } } });
+is(message_with('tenant-key', text => "sub $_")->{status}, 200, "request $_") for 1 .. 3;
+sign_in('admin-key');
+visit('#/', "document.querySelectorAll('main .meters.subscription').length === 1", 'the overview');
+my $m = drv(eval => js => "Array.from(document.querySelectorAll('main .meters.subscription [role=meter]')).map(e => e.getAttribute('aria-label') + '=' + e.getAttribute('aria-valuenow')).join(',')")->{value};
+is($m, '5h window left=25,7d window left=93', 'two meters: a quarter of the 5-hour window left, 93 % of the 7-day one') or diag($m);
+visit('#/efficiency', text_has('sub 5h') . ' && ' . text_has('75% of the window'), 'efficiency');
+clean('subscription');

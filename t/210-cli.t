@@ -528,6 +528,20 @@ is($sm->{status}, 200, 'the demo subscription answers its test') or diag($sm->{b
 my $mlog = [map { TB::Nginx::json_decode($_) } grep { /sk-ant-oat01-demo-subscription/ } split /\n/, TB::Nginx::slurp("$run/logs/mock.log")];
 is($mlog->[-1]{headers}{authorization}, 'Bearer sk-ant-oat01-demo-subscription', '... sent as a bearer');
 is($mlog->[-1]{status}, 200, '... and the mock took it as a subscription');
+# the Efficiency page's four answers, from this traffic
+my $eff = sub { my $x = TB::Nginx::http_request(method => 'GET', path => $_[0], port => $port, headers => { 'x-api-key' => $admin });
+                ($x->{status}, TB::Nginx::json_decode($x->{body} || '{}')) };
+my ($es, $ej) = $eff->('/admin/pacing');
+is($es, 200, '/admin/pacing');
+ok((grep { $_->{scope} eq 'pool' } @{ $ej->{readings} }), 'the week\'s budget read (the SQLite history)') or diag(TB::Nginx::json_encode($ej));
+ok((grep { $_->{scope} eq 'subscription' } @{ $ej->{readings} }), 'the demo subscription\'s windows read') or diag(TB::Nginx::json_encode($ej));
+($es, $ej) = $eff->('/admin/cache-advice');
+is($es, 200, '/admin/cache-advice');
+ok($ej->{requests_read} >= 1, 'it read the requests served');
+($es, $ej) = $eff->('/admin/sessions');
+is($es, 200, '/admin/sessions');
+($es, $ej) = $eff->('/admin/estimation');
+is($es, 200, '/admin/estimation');
 # the operator's edit: kept
 my $yaml = "$run/conf/tokenbiryani.yaml";
 my $edited = TB::Nginx::slurp($yaml) =~ s/pricing: builtin/pricing: builtin      # mine/r;

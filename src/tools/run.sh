@@ -65,10 +65,13 @@ keys="keys:
   - key: $CLIENT
     name: default                 # for clients: no /admin"
 
-# what either file has: the store, the prices, the Batches and Files APIs
+# what either file has: the store, the prices, a week's budget to pace
+# against (advisory: read, never enforced), the Batches and Files APIs
 common="store:
   backend: sqlite                 # .run/conf/tokenbiryani.db
 pricing: builtin                  # the dated table shipped with the module
+pacing:
+  weekly_budget_usd: 100          # the Efficiency page: will it last?
 batch:
   api: true                       # the Message Batches API through the pool
 files:

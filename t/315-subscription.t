@@ -141,6 +141,7 @@ my $reset = $r->{headers}{'anthropic-ratelimit-unified-reset'} // 0;
 ok($reset > time + 500 && $reset < time + 700, "the reset, in epoch seconds ($reset)");
 is($r->{headers}{'anthropic-ratelimit-unified-5h-status'}, 'rejected', 'the 5-hour window\'s status');
 is(json_decode($r->{body})->{error}{type}, 'rate_limit_error', 'rate_limit_error');
+like(json_decode($r->{body})->{error}{message}, qr/at capacity for \d+s \(\d+m/, 'its message names the time in words (what Claude Code shows)');
 my $n = scalar @{ mock_log() };
 $r = send_as('tenant-key');
 is($r->{status}, 429, 'again');

@@ -574,6 +574,7 @@ ngx_int_t
 ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx, int64_t now, int64_t *left)
 {
+    char                                in[32];
     int64_t                             soonest;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
 
@@ -616,11 +617,14 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
     if (!ctx->key_full && !ctx->route.decision.by_event && soonest
         && soonest - now > *left)
     {
+        /* "for 18001s (5h 0m)": a client shows this message as it is */
+        (void) tb_wait_format(soonest - now, in, sizeof(in));
+
         ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
             "rate_limit_error",
             "every account that can serve this request is at capacity for "
-            "%is, longer than this request may wait (%Ls)",
-            ctx->wait.retry_after, (*left + 999) / 1000);
+            "%is (%s), longer than this request may wait (%Ls)",
+            ctx->wait.retry_after, in, (*left + 999) / 1000);
         return NGX_HTTP_TB_FAIL;
     }
 

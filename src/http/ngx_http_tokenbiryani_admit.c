@@ -602,6 +602,15 @@ ngx_http_tokenbiryani_admit_wait(ngx_http_request_t *r,
                 "waited %Ls for pool capacity without any becoming "
                 "available", (ctx->wait.waited_ms + 500) / 1000);
 
+        } else if (soonest > now + 60000 && !ctx->route.decision.by_event) {
+            /* long enough to be said in words */
+            (void) tb_wait_format(soonest - now, in, sizeof(in));
+
+            ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "every account that can serve this request is at capacity "
+                "for %is (%s); see retry-after", ctx->wait.retry_after, in);
+
         } else {
             ngx_http_tokenbiryani_set_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
                 "rate_limit_error",

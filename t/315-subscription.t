@@ -102,6 +102,10 @@ is($sa->{subscription}{windows}{'5h'}{status}, 'rejected', '... rejected: used u
 ok(abs($sa->{subscription}{windows}{'7d'}{utilization} - 0.03) < 1e-6, 'the 7-day window');
 ok($sa->{subscription}{windows}{'5h'}{resets_in} > 500, 'when it resets');
 unlike(TB::Nginx::json_encode($j), qr/\Q$::Token\E/, 'no token in /admin/status');
+# the capacity horizon counts it apart: it has no token counts
+my (undef, $hz) = admin(GET => '/admin/horizon');
+is($hz->{accounts}{limits_unobserved}, 2, 'the horizon: the subscription (and the API key never answered yet) counted apart, not as tokens') or diag(TB::Nginx::json_encode($hz->{accounts}));
+is($hz->{accounts}{counted}, 0, 'nothing of it added to the token sums');
 # the account's test: its probe sent as its requests are
 my $n = scalar @{ mock_log() };
 ($s, $j) = admin(POST => '/admin/accounts/sub/test');

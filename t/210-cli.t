@@ -255,6 +255,16 @@ mock_config({ credentials => { 'sk-bad' => { behavior => '401' } } });
 ($rc, $out) = cli(['doctor', '--api-key', 'sk-bad', '--base-url', $base], no_gateway => 1);
 is($rc, 1, 'a refused key: exit 1');
 like($out, qr/PROBLEM the upstream answered 401/, 'saying so');
+# the operator's own subscription: its token as a bearer, its six headers
+mock_config({ credentials => { 'sk-ant-oat01-doc' => { subscription => { five_hour_requests => 4, seven_day_requests => 40 } } } });
+($rc, $out, $err) = cli(['doctor', '--oauth-token', 'sk-ant-oat01-doc', '--base-url', $base], no_gateway => 1);
+is($rc, 0, 'doctor with a subscription\'s token') or diag($out . $err);
+is(scalar(() = $out =~ /^  ✓ anthropic-ratelimit-unified-(5h|7d)-/mg), 6, 'six ✓');
+like($out, qr/^  5h  allowed · 25% used · resets in \d+s$/m, 'the 5-hour window read');
+like($out, qr/^  headroom 75% \(1 - the tightest window's use\)$/m, 'the headroom it routes on');
+like($out, qr/^OK every header the gateway needs is present and parsed$/m, 'OK');
+my $seen = (grep { ($_->{credential} // '') eq 'sk-ant-oat01-doc' } @{ mock_log() })[-1];
+is($seen->{headers}{'anthropic-beta'}, 'oauth-2025-04-20', 'sent with the OAuth beta');
 ($rc, $out, $err) = cli(['doctor'], no_gateway => 1);
 is($rc, 2, 'no key at all');
 like($err, qr/doctor needs a key: --api-key - \(read from stdin\) or \$ANTHROPIC_API_KEY/, 'saying where one comes from');

@@ -14,6 +14,8 @@
 
 #include "tbc.h"
 #include "tb_ratelimit.h"
+#include "tb_unified.h"
+#include "tb_oauth.h"
 
 
 #define TBC_HEADERS_MAX       64
@@ -138,10 +140,97 @@ tbc_discard(char *p, size_t size, size_t n, void *data)
 }
 
 
+/* a subscription's answer: the six unified headers, what they say */
+static int
+tbc_doctor_unified(tbc_t *c, tbc_headers_t *h, long code)
+{
+    int            i, missing;
+    double         hr;
+    unsigned       w;
+    const char    *v;
+    tb_unified_t   u;
+
+    static const char  *six[] = {
+        "anthropic-ratelimit-unified-5h-status",
+        "anthropic-ratelimit-unified-5h-utilization",
+        "anthropic-ratelimit-unified-5h-reset",
+        "anthropic-ratelimit-unified-7d-status",
+        "anthropic-ratelimit-unified-7d-utilization",
+        "anthropic-ratelimit-unified-7d-reset"
+    };
+
+    tb_unified_init(&u);
+
+    for (i = 0; i < h->n; i++) {
+        (void) tb_unified_header(&u, (const unsigned char *) h->name[i],
+                                 strlen(h->name[i]),
+                                 (const unsigned char *) h->value[i],
+                                 strlen(h->value[i]), h->now_ms);
+    }
+
+    printf("\nthe six a subscription's answer carries, that the gateway "
+           "routes on:\n");
+    missing = 0;
+
+    for (i = 0; i < 6; i++) {
+        v = tbc_value(h, six[i]);
+        missing += (v == NULL);
+        printf("  %s%s%s %s\n", tbc_c(c, v ? "green" : "red"),
+               v ? "✓" : "✗", tbc_c(c, "reset"), six[i]);
+    }
+
+    printf("\nwhat the gateway reads from them:\n");
+
+    for (w = TB_UNI_5H; w <= TB_UNI_7D; w++) {
+        printf("  %-3s %s", tb_unified_window_name(w),
+               u.w[w].status ? tb_unified_status_name(u.w[w].status) : "—");
+
+        if (u.w[w].utilization >= 0) {
+            printf(" · %.0f%% used", u.w[w].utilization * 100);
+        }
+
+        if (u.w[w].reset_ms > h->now_ms) {
+            printf(" · resets in %.0fs",
+                   (double) (u.w[w].reset_ms - h->now_ms) / 1000);
+        }
+
+        printf("\n");
+    }
+
+    hr = tb_unified_headroom(&u, h->now_ms);
+
+    if (hr >= 0) {
+        printf("  headroom %.0f%% (1 - the tightest window's use)\n",
+               hr * 100);
+    }
+
+    tbc_headers_free(h);
+
+    if (code != 200 && code != 429) {
+        printf("\n%sPROBLEM%s the upstream answered %ld: this token "
+               "cannot serve requests as it is\n", tbc_c(c, "red"),
+               tbc_c(c, "reset"), code);
+        return TBC_FAIL;
+    }
+
+    if (missing) {
+        printf("\n%sPROBLEM%s %d of 6 headers are missing: the gateway "
+               "cannot see those windows\n", tbc_c(c, "red"),
+               tbc_c(c, "reset"), missing);
+        return TBC_FAIL;
+    }
+
+    printf("\n%sOK%s every header the gateway needs is present and "
+           "parsed\n", tbc_c(c, "green"), tbc_c(c, "reset"));
+
+    return TBC_OK;
+}
+
+
 int
 tbc_doctor(tbc_t *c)
 {
-    int              i, w, missing;
+    int              i, w, missing, oauth;
     long             code;
     char             url[1024], hdr[1024], body[256], err[CURL_ERROR_SIZE],
                      keybuf[1024];
@@ -155,7 +244,22 @@ tbc_doctor(tbc_t *c)
     static const char  *wins[] = { "requests", "input tokens",
                                    "output tokens" };
 
-    key = tbc_secret(c, "api-key", keybuf, sizeof(keybuf));
+    oauth = 0;
+    key = tbc_secret(c, "oauth-token", keybuf, sizeof(keybuf));
+
+    if (key) {
+        oauth = 1;
+
+        if (!tb_oauth_token_ok(key, strlen(key))) {
+            tbc_err("--oauth-token: not a token (a character a header "
+                    "cannot carry)");
+            return TBC_USAGE;
+        }
+
+    } else {
+        key = tbc_secret(c, "api-key", keybuf, sizeof(keybuf));
+    }
+
     if (key == NULL) {
         key = getenv("ANTHROPIC_API_KEY");
     }
@@ -192,12 +296,17 @@ tbc_doctor(tbc_t *c)
     }
 
     snprintf(url, sizeof(url), "%s/v1/messages", base);
-    snprintf(hdr, sizeof(hdr), "x-api-key: %s", key);
+    snprintf(hdr, sizeof(hdr), oauth ? "Authorization: Bearer %s"
+                                     : "x-api-key: %s", key);
     snprintf(body, sizeof(body), "{\"model\":\"%s\",\"max_tokens\":1,"
              "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", model);
 
     hs = curl_slist_append(NULL, hdr);
     hs = curl_slist_append(hs, "anthropic-version: 2023-06-01");
+
+    if (oauth) {
+        hs = curl_slist_append(hs, "anthropic-beta: " TB_OAUTH_BETA);
+    }
     hs = curl_slist_append(hs, "content-type: application/json");
 
     cu = tbc_curl(url, hs, tbc_discard, NULL, err, 10000L);
@@ -233,6 +342,10 @@ tbc_doctor(tbc_t *c)
         {
             printf("  %s: %s\n", h.name[i], h.value[i]);
         }
+    }
+
+    if (oauth) {
+        return tbc_doctor_unified(c, &h, code);
     }
 
     printf("\nthe nine the gateway routes on:\n");

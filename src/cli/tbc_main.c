@@ -85,17 +85,19 @@ static const tbc_command_t  tbc_commands[] = {
       "each account's state and the headroom of its three windows.\n",
       " " },
 
-    { "doctor", tbc_doctor, "doctor [--api-key -] [--base-url U] "
-      "[--model M]",
+    { "doctor", tbc_doctor, "doctor [--api-key - | --oauth-token -] "
+      "[options]",
       "One real request (max_tokens 1) to the Anthropic API or U: the\n"
       "headers that came back beside the nine rate-limit headers the\n"
-      "gateway reads, and what it parsed from them. Exits 1 when any is\n"
-      "missing.\n"
+      "gateway reads (a subscription's six unified ones), and what it\n"
+      "parsed from them. Exits 1 when any is missing.\n"
       "  --api-key -      the key, read from stdin (default\n"
       "                   $ANTHROPIC_API_KEY)\n"
+      "  --oauth-token -  your own subscription's token instead, read\n"
+      "                   from stdin: sent as a bearer with the OAuth beta\n"
       "  --base-url U     default https://api.anthropic.com\n"
       "  --model M        default claude-haiku-4-5\n",
-      " api-key base-url model " },
+      " api-key oauth-token base-url model " },
 
     { "accounts", tbc_accounts,
       "accounts list|add ID|test [ID]|rm ID|enable ID|disable ID",
@@ -147,7 +149,8 @@ static const tbc_command_t  tbc_commands[] = {
 
 /* options that take a value; every other --name is a flag */
 static const char  *tbc_valued[] = {
-    "url", "key", "config", "dir", "listen", "api-key", "module",
+    "url", "key", "config", "dir", "listen", "api-key", "oauth-token",
+    "module",
     "base-url", "model", "name", "priority", "cost-tier", "spend-cap",
     "models", "pool", "rpm", "expires-in", "limit", "range", "by", NULL
 };
@@ -264,7 +267,8 @@ main(int argc, char **argv)
 
                 c.opt_value[c.nopts] = argv[++i];
 
-                if ((strcmp(a, "key") == 0 || strcmp(a, "api-key") == 0)
+                if ((strcmp(a, "key") == 0 || strcmp(a, "api-key") == 0
+                     || strcmp(a, "oauth-token") == 0)
                     && strcmp(argv[i], "-") != 0)
                 {
                     /* a secret: kept here, blanked from /proc's cmdline */

@@ -111,8 +111,10 @@ typedef struct {
     ngx_str_t                      signer;
     ngx_str_t                      model_path;
 
-    /* Vertex, per worker: "Authorization: Bearer ...\r\n", valid until
-     * token_until (ms), fetched again at token_next; its refresher */
+    /* Vertex and the operator's subscription, per worker: "Authorization:
+     * Bearer ...\r\n", valid until token_until (ms), fetched or read again
+     * at token_next; its refresher (_gauth.c's or _oauth.c's: non-NULL,
+     * the account waits while it has no valid token) */
     ngx_str_t                      bearer;
     int64_t                        token_until;
     int64_t                        token_next;

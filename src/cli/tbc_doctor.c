@@ -140,6 +140,26 @@ tbc_discard(char *p, size_t size, size_t n, void *data)
 }
 
 
+/* the headers named, each ticked or crossed: how many are missing */
+static int
+tbc_checklist(tbc_t *c, tbc_headers_t *h, const char *const *names, int n)
+{
+    int          i, missing;
+    const char  *v;
+
+    missing = 0;
+
+    for (i = 0; i < n; i++) {
+        v = tbc_value(h, names[i]);
+        missing += (v == NULL);
+        printf("  %s%s%s %s\n", tbc_c(c, v ? "green" : "red"),
+               v ? "✓" : "✗", tbc_c(c, "reset"), names[i]);
+    }
+
+    return missing;
+}
+
+
 /* a subscription's answer: the six unified headers, what they say */
 static int
 tbc_doctor_unified(tbc_t *c, tbc_headers_t *h, long code)
@@ -147,7 +167,6 @@ tbc_doctor_unified(tbc_t *c, tbc_headers_t *h, long code)
     int            i, missing;
     double         hr;
     unsigned       w;
-    const char    *v;
     tb_unified_t   u;
 
     static const char  *six[] = {
@@ -170,14 +189,7 @@ tbc_doctor_unified(tbc_t *c, tbc_headers_t *h, long code)
 
     printf("\nthe six a subscription's answer carries, that the gateway "
            "routes on:\n");
-    missing = 0;
-
-    for (i = 0; i < 6; i++) {
-        v = tbc_value(h, six[i]);
-        missing += (v == NULL);
-        printf("  %s%s%s %s\n", tbc_c(c, v ? "green" : "red"),
-               v ? "✓" : "✗", tbc_c(c, "reset"), six[i]);
-    }
+    missing = tbc_checklist(c, h, six, 6);
 
     printf("\nwhat the gateway reads from them:\n");
 
@@ -236,7 +248,7 @@ tbc_doctor(tbc_t *c)
                      keybuf[1024];
     CURL            *cu;
     CURLcode         rc;
-    const char      *key, *base, *model, *v;
+    const char      *key, *base, *model;
     tbc_headers_t    h;
     struct timeval   tv;
     struct curl_slist  *hs;
@@ -349,14 +361,7 @@ tbc_doctor(tbc_t *c)
     }
 
     printf("\nthe nine the gateway routes on:\n");
-    missing = 0;
-
-    for (i = 0; i < 9; i++) {
-        v = tbc_value(&h, tbc_nine[i]);
-        missing += (v == NULL);
-        printf("  %s%s%s %s\n", tbc_c(c, v ? "green" : "red"),
-               v ? "✓" : "✗", tbc_c(c, "reset"), tbc_nine[i]);
-    }
+    missing = tbc_checklist(c, &h, tbc_nine, 9);
 
     printf("\nwhat the gateway's mirror reads from them:\n");
 

@@ -35,6 +35,10 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#if (NGX_THREADS)
+#include <ngx_thread_pool.h>
+#endif
+
 #include "tb_config.h"
 #include "tb_json.h"
 #include "tb_body.h"
@@ -484,6 +488,37 @@ ngx_http_tokenbiryani_header_next(ngx_http_tokenbiryani_hiter_t *it)
 
     return (ngx_table_elt_t *) it->part->elts + it->i++;
 }
+
+
+#if (NGX_THREADS)
+
+/*
+ * A task of the worker's own for nginx's thread pool: handler runs in a
+ * thread with data, done back in the event loop with data; NULL: no
+ * memory.
+ */
+static ngx_inline ngx_thread_task_t *
+ngx_http_tokenbiryani_task(ngx_pool_t *pool,
+    void (*handler)(void *data, ngx_log_t *log), ngx_event_handler_pt done,
+    void *data, ngx_log_t *log)
+{
+    ngx_thread_task_t  *task;
+
+    task = ngx_thread_task_alloc(pool, 0);
+    if (task == NULL) {
+        return NULL;
+    }
+
+    task->handler = handler;
+    task->ctx = data;
+    task->event.handler = done;
+    task->event.data = data;
+    task->event.log = log;
+
+    return task;
+}
+
+#endif
 
 
 /*

@@ -27,8 +27,6 @@
 static void ngx_http_tokenbiryani_config_cleanup(void *data);
 static ngx_int_t ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
-static ngx_int_t ngx_http_tokenbiryani_conf_threads(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf);
 static ngx_int_t ngx_http_tokenbiryani_add_account(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf, tb_account_conf_t *ac);
 static const char *ngx_http_tokenbiryani_conf_getenv(const char *name);
@@ -247,6 +245,64 @@ ngx_http_tokenbiryani_check_store(ngx_conf_t *cf,
 }
 
 
+/*
+ * nginx's thread pool, for the accounts whose credentials are made or read
+ * there: a Vertex account's tokens (from its service account), the
+ * operator's subscription's login file
+ */
+
+static ngx_int_t
+ngx_http_tokenbiryani_conf_threads(ngx_conf_t *cf,
+    ngx_http_tokenbiryani_main_conf_t *tmcf)
+{
+    size_t              i;
+    const char         *why;
+    tb_account_conf_t  *ac;
+
+    why = NULL;
+    ac = NULL;
+
+    for (i = 0; i < tmcf->tbcf->naccounts && why == NULL; i++) {
+        ac = &tmcf->tbcf->accounts[i];
+
+        if (ac->gsa) {
+            why = "makes its Vertex tokens";
+
+        } else if (ac->type == TB_ACCOUNT_OAUTH
+                   && ac->options.credentials_path)
+        {
+            why = "reads its token from its login file";
+        }
+    }
+
+    if (why == NULL) {
+        return NGX_OK;
+    }
+
+#if (NGX_THREADS)
+
+    if (tmcf->thread_pool == NULL) {
+        tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
+        if (tmcf->thread_pool == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+
+#else
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "tokenbiryani: %s: account \"%s\" %s in nginx's "
+                       "thread pool, and this nginx is built without threads "
+                       "(--with-threads)", tmcf->config_file.data, ac->id,
+                       why);
+    return NGX_ERROR;
+
+#endif
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
     ngx_http_tokenbiryani_main_conf_t *tmcf)
@@ -386,62 +442,6 @@ ngx_http_tokenbiryani_load_config(ngx_conf_t *cf,
 }
 
 
-/*
- * nginx's thread pool, for the accounts whose credentials are made or read
- * there: a Vertex account's tokens (from its service account), the
- * operator's subscription's login file
- */
-
-static ngx_int_t
-ngx_http_tokenbiryani_conf_threads(ngx_conf_t *cf,
-    ngx_http_tokenbiryani_main_conf_t *tmcf)
-{
-    size_t              i;
-    const char         *why;
-    tb_account_conf_t  *ac;
-
-    why = NULL;
-    ac = NULL;
-
-    for (i = 0; i < tmcf->tbcf->naccounts && why == NULL; i++) {
-        ac = &tmcf->tbcf->accounts[i];
-
-        if (ac->gsa) {
-            why = "makes its Vertex tokens";
-
-        } else if (ac->type == TB_ACCOUNT_OAUTH
-                   && ac->options.credentials_path)
-        {
-            why = "reads its token from its login file";
-        }
-    }
-
-    if (why == NULL) {
-        return NGX_OK;
-    }
-
-#if (NGX_THREADS)
-
-    if (tmcf->thread_pool == NULL) {
-        tmcf->thread_pool = ngx_thread_pool_add(cf, NULL);
-        if (tmcf->thread_pool == NULL) {
-            return NGX_ERROR;
-        }
-    }
-
-    return NGX_OK;
-
-#else
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "tokenbiryani: %s: account \"%s\" %s in nginx's "
-                       "thread pool, and this nginx is built without threads "
-                       "(--with-threads)", tmcf->config_file.data, ac->id,
-                       why);
-    return NGX_ERROR;
-
-#endif
-}
 
 
 /*

@@ -99,16 +99,13 @@ ngx_http_tokenbiryani_gauth_init_worker(ngx_cycle_t *cycle,
         g->cafile = tmcf->trusted_certificate.len
                     ? (char *) tmcf->trusted_certificate.data : NULL;
 
-        g->task = ngx_thread_task_alloc(cycle->pool, 0);
+        g->task = ngx_http_tokenbiryani_task(cycle->pool,
+                                         ngx_http_tokenbiryani_gauth_thread,
+                                         ngx_http_tokenbiryani_gauth_done, g,
+                                         cycle->log);
         if (g->task == NULL) {
             return NGX_ERROR;
         }
-
-        g->task->handler = ngx_http_tokenbiryani_gauth_thread;
-        g->task->ctx = g;
-        g->task->event.handler = ngx_http_tokenbiryani_gauth_done;
-        g->task->event.data = g;
-        g->task->event.log = cycle->log;
 
         ngx_http_tokenbiryani_timer_init(&g->timer,
                                          ngx_http_tokenbiryani_gauth_fetch, g,

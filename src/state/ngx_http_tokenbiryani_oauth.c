@@ -108,16 +108,13 @@ ngx_http_tokenbiryani_oauth_init_worker(ngx_cycle_t *cycle,
             ngx_memzero(&o->seen, sizeof(struct stat));
         }
 
-        o->task = ngx_thread_task_alloc(cycle->pool, 0);
+        o->task = ngx_http_tokenbiryani_task(cycle->pool,
+                                         ngx_http_tokenbiryani_oauth_thread,
+                                         ngx_http_tokenbiryani_oauth_done, o,
+                                         cycle->log);
         if (o->task == NULL) {
             return NGX_ERROR;
         }
-
-        o->task->handler = ngx_http_tokenbiryani_oauth_thread;
-        o->task->ctx = o;
-        o->task->event.handler = ngx_http_tokenbiryani_oauth_done;
-        o->task->event.data = o;
-        o->task->event.log = cycle->log;
 
         ngx_http_tokenbiryani_timer_init(&o->timer,
                                          ngx_http_tokenbiryani_oauth_look, o,

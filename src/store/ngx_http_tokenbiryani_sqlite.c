@@ -331,16 +331,13 @@ ngx_http_tokenbiryani_sqlite_init_worker(ngx_cycle_t *cycle,
 
     w = &ngx_http_tokenbiryani_sqlite_writer;
 
-    task = ngx_thread_task_alloc(cycle->pool, 0);
+    task = ngx_http_tokenbiryani_task(cycle->pool,
+                                      ngx_http_tokenbiryani_sqlite_thread,
+                                      ngx_http_tokenbiryani_sqlite_done, w,
+                                      cycle->log);
     if (task == NULL) {
         return NGX_ERROR;
     }
-
-    task->handler = ngx_http_tokenbiryani_sqlite_thread;
-    task->ctx = w;
-    task->event.handler = ngx_http_tokenbiryani_sqlite_done;
-    task->event.data = w;
-    task->event.log = cycle->log;
 
     w->tmcf = tmcf;
     w->task = task;

@@ -1238,6 +1238,36 @@ tb_conf_keys(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 }
 
 
+/*
+ * Of n items sorted by the string at str_off (then by line), the one that
+ * repeats an earlier one's string and comes first in the file: its index,
+ * or 0 when none repeats
+ */
+static size_t
+tb_conf_dup(void **v, size_t n, size_t str_off, size_t line_off)
+{
+    size_t  i, best;
+
+#define tb_conf_str(i)   (*(char **) (void *) ((char *) v[i] + str_off))
+#define tb_conf_at(i)    (*(unsigned *) (void *) ((char *) v[i] + line_off))
+
+    best = 0;
+
+    for (i = 1; i < n; i++) {
+        if (strcmp(tb_conf_str(i), tb_conf_str(i - 1)) == 0
+            && (best == 0 || tb_conf_at(i) < tb_conf_at(best)))
+        {
+            best = i;
+        }
+    }
+
+#undef tb_conf_str
+#undef tb_conf_at
+
+    return best;
+}
+
+
 static int
 tb_conf_cmp_account_id(const void *one, const void *two)
 {
@@ -1402,15 +1432,9 @@ tb_conf_validate(tb_conf_ctx_t *ctx)
         qsort(acc, cf->naccounts, sizeof(tb_account_conf_t *),
               tb_conf_cmp_account_id);
 
-        best = 0;
-
-        for (i = 1; i < cf->naccounts; i++) {
-            if (strcmp(acc[i]->id, acc[i - 1]->id) == 0
-                && (best == 0 || acc[i]->line < acc[best]->line))
-            {
-                best = i;
-            }
-        }
+        best = tb_conf_dup((void **) acc, cf->naccounts,
+                           offsetof(tb_account_conf_t, id),
+                           offsetof(tb_account_conf_t, line));
 
         if (best > 0) {
             rc = tb_conf_error(ctx, acc[best]->line, "account id \"%s\" is "
@@ -1435,15 +1459,9 @@ tb_conf_validate(tb_conf_ctx_t *ctx)
         qsort(keys, cf->nkeys, sizeof(tb_key_conf_t *),
               tb_conf_cmp_key_secret);
 
-        best = 0;
-
-        for (i = 1; i < cf->nkeys; i++) {
-            if (strcmp(keys[i]->key, keys[i - 1]->key) == 0
-                && (best == 0 || keys[i]->line < keys[best]->line))
-            {
-                best = i;
-            }
-        }
+        best = tb_conf_dup((void **) keys, cf->nkeys,
+                           offsetof(tb_key_conf_t, key),
+                           offsetof(tb_key_conf_t, line));
 
         if (best > 0) {
             rc = tb_conf_error(ctx, keys[best]->line, "%s repeats the key of "
@@ -1456,15 +1474,9 @@ tb_conf_validate(tb_conf_ctx_t *ctx)
 
         qsort(keys, cf->nkeys, sizeof(tb_key_conf_t *), tb_conf_cmp_key_name);
 
-        best = 0;
-
-        for (i = 1; i < cf->nkeys; i++) {
-            if (strcmp(keys[i]->name, keys[i - 1]->name) == 0
-                && (best == 0 || keys[i]->line < keys[best]->line))
-            {
-                best = i;
-            }
-        }
+        best = tb_conf_dup((void **) keys, cf->nkeys,
+                           offsetof(tb_key_conf_t, name),
+                           offsetof(tb_key_conf_t, line));
 
         if (best > 0) {
             rc = tb_conf_error(ctx, keys[best]->line, "keys[%zu]: name \"%s\" "

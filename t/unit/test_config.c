@@ -1037,6 +1037,14 @@ TB_TEST(test_credentials_never_in_messages)
                  "keys[0] (name first) at line 2");
     TB_CHECK(strstr(err, secret) == NULL);
 
+    /* a name given twice: the later one named, at its line */
+    EXPECT_ERROR("keys:\n"
+                 "  - key: bir_a\n    name: same\n"
+                 "  - key: bir_b\n    name: other\n"
+                 "  - key: bir_c\n    name: same\n",
+                 "test.yaml:6: keys[2]: name \"same\" is already used by "
+                 "keys[0] at line 2: names must be unique");
+
     /* nor an api_key, whatever goes wrong next to it */
     EXPECT_ERROR("accounts:\n  - id: a1\n    api_key: sk-very-secret\n"
                  "    base_url: ftp://sk-very-secret@host\n",

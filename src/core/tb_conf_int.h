@@ -204,6 +204,12 @@ int tb_conf_notice(tb_conf_ctx_t *ctx, unsigned line, const char *fmt, ...)
 int tb_conf_bedrock_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
 int tb_conf_vertex_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
 
+/* the rules across entries, once all are read (tb_conf_check.c) */
+int tb_conf_validate(tb_conf_ctx_t *ctx);
+
+/* "keys[1] (name tenant)", in buf (TB_CONF_PATHLEN bytes) */
+const char *tb_conf_key_label(tb_config_t *cf, tb_key_conf_t *k, char *buf);
+
 /* the operator's own subscription's token (tb_conf_creds.c) */
 int tb_conf_oauth_credentials(tb_conf_ctx_t *ctx, tb_account_conf_t *a);
 

@@ -17,6 +17,19 @@
 #include "tb_oauth.h"
 
 
+/* "keys[1] (name tenant)": a key entry is never named by its key */
+const char *
+tb_conf_key_label(tb_config_t *cf, tb_key_conf_t *k, char *buf)
+{
+    char  show[TB_CONF_SHOWLEN];
+
+    (void) snprintf(buf, TB_CONF_PATHLEN, "keys[%zu] (name %s)",
+                    (size_t) (k - cf->keys), tb_conf_show(k->name, show));
+
+    return buf;
+}
+
+
 /*
  * Of n items sorted by the string at str_off (then by line), the one that
  * repeats an earlier one's string and comes first in the file: its index,

@@ -1191,19 +1191,6 @@ tb_conf_accounts(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 }
 
 
-/* "keys[1] (name tenant)": a key entry is never named by its key */
-const char *
-tb_conf_key_label(tb_config_t *cf, tb_key_conf_t *k, char *buf)
-{
-    char  show[TB_CONF_SHOWLEN];
-
-    (void) snprintf(buf, TB_CONF_PATHLEN, "keys[%zu] (name %s)",
-                    (size_t) (k - cf->keys), tb_conf_show(k->name, show));
-
-    return buf;
-}
-
-
 static int
 tb_conf_key_done(tb_conf_ctx_t *ctx, void *item, const char *path)
 {

@@ -173,6 +173,15 @@ ngx_int_t ngx_http_tokenbiryani_admin_write(ngx_http_request_t *r,
 ngx_int_t ngx_http_tokenbiryani_admin_store(ngx_http_request_t *r,
     ngx_http_tokenbiryani_admin_write_t *w);
 
+/* a read of the usage history (w's job.u.usage set) posted to the store,
+ * answered by w's resource when it is done: NGX_DONE, or a status */
+ngx_int_t ngx_http_tokenbiryani_admin_usage_read(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w);
+
+/* what a usage read held, given back */
+void ngx_http_tokenbiryani_admin_usage_done(
+    ngx_http_tokenbiryani_admin_write_t *w);
+
 /* the answer to a write refused: NGX_HTTP_TB_RKEY_EXISTS, _NONE or _STALE */
 ngx_int_t ngx_http_tokenbiryani_admin_refused(ngx_http_request_t *r,
     ngx_http_tokenbiryani_admin_write_t *w, ngx_uint_t why);

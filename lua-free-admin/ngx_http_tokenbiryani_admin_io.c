@@ -325,6 +325,31 @@ ngx_http_tokenbiryani_admin_store(ngx_http_request_t *r,
 }
 
 
+ngx_int_t
+ngx_http_tokenbiryani_admin_usage_read(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_admin_write_t *w)
+{
+    w->job.op = NGX_HTTP_TB_JOB_USAGE;
+
+    if (ngx_http_tokenbiryani_admin_store(r, w) != NGX_DONE) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* answered when the read is done */
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+void
+ngx_http_tokenbiryani_admin_usage_done(ngx_http_tokenbiryani_admin_write_t *w)
+{
+    free(w->job.u.usage.points);
+    w->job.u.usage.points = NULL;
+}
+
+
 /* the store's answer, in the event loop: applied, or said why not */
 static void
 ngx_http_tokenbiryani_admin_written(ngx_http_tokenbiryani_job_t *job)

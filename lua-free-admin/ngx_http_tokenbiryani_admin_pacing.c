@@ -33,8 +33,6 @@ typedef struct {
 
 static ngx_int_t ngx_http_tokenbiryani_pacing_answer(ngx_http_request_t *r,
     ngx_http_tokenbiryani_admin_write_t *w);
-static void ngx_http_tokenbiryani_pacing_done(
-    ngx_http_tokenbiryani_admin_write_t *w);
 static ngx_int_t ngx_http_tokenbiryani_pacing_caps(ngx_http_request_t *r,
     cJSON *arr, int64_t now, const tb_pace_t **tightest, cJSON **which);
 static ngx_int_t ngx_http_tokenbiryani_pacing_subscription(
@@ -56,7 +54,7 @@ static const ngx_http_tokenbiryani_admin_resource_t
 {
     NULL, NULL, "the store cannot be read", NULL,
     ngx_http_tokenbiryani_pacing_answer,
-    ngx_http_tokenbiryani_pacing_done
+    ngx_http_tokenbiryani_admin_usage_done
 };
 
 
@@ -97,27 +95,11 @@ ngx_http_tokenbiryani_admin_pacing(ngx_http_request_t *r)
     /* the week's spend, by the hour, from the usage history */
 
     pr->read = 1;
-    pr->w.job.op = NGX_HTTP_TB_JOB_USAGE;
     pr->w.job.u.usage.by = TB_STORE_BY_NONE;
     pr->w.job.u.usage.step = 3600;
     pr->w.job.u.usage.from = pr->week / 1000 / 3600 * 3600;
 
-    if (ngx_http_tokenbiryani_admin_store(r, &pr->w) != NGX_DONE) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    /* answered when the read is done */
-    r->main->count++;
-
-    return NGX_DONE;
-}
-
-
-static void
-ngx_http_tokenbiryani_pacing_done(ngx_http_tokenbiryani_admin_write_t *w)
-{
-    free(w->job.u.usage.points);
-    w->job.u.usage.points = NULL;
+    return ngx_http_tokenbiryani_admin_usage_read(r, &pr->w);
 }
 
 

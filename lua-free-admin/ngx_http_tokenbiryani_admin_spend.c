@@ -28,8 +28,6 @@ typedef struct {
 
 static ngx_int_t ngx_http_tokenbiryani_usage_answer(ngx_http_request_t *r,
     ngx_http_tokenbiryani_admin_write_t *w);
-static void ngx_http_tokenbiryani_usage_done(
-    ngx_http_tokenbiryani_admin_write_t *w);
 static void ngx_http_tokenbiryani_usage_add(tb_usage_row_t *to,
     const tb_usage_row_t *u);
 static cJSON *ngx_http_tokenbiryani_usage_json(cJSON *obj,
@@ -44,7 +42,7 @@ static const ngx_http_tokenbiryani_admin_resource_t
 {
     NULL, NULL, "the store cannot be read", NULL,
     ngx_http_tokenbiryani_usage_answer,
-    ngx_http_tokenbiryani_usage_done
+    ngx_http_tokenbiryani_admin_usage_done
 };
 
 
@@ -142,24 +140,8 @@ ngx_http_tokenbiryani_admin_usage(ngx_http_request_t *r)
                    "store.backend: sqlite");
     }
 
-    ur->w.job.op = NGX_HTTP_TB_JOB_USAGE;
 
-    if (ngx_http_tokenbiryani_admin_store(r, &ur->w) != NGX_DONE) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    /* answered when the read is done */
-    r->main->count++;
-
-    return NGX_DONE;
-}
-
-
-static void
-ngx_http_tokenbiryani_usage_done(ngx_http_tokenbiryani_admin_write_t *w)
-{
-    free(w->job.u.usage.points);
-    w->job.u.usage.points = NULL;
+    return ngx_http_tokenbiryani_admin_usage_read(r, &ur->w);
 }
 
 

@@ -5,10 +5,12 @@
  */
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tbc.h"
+#include "tb_chars.h"
 
 
 static char *tbc_join(const cJSON *arr);
@@ -72,17 +74,10 @@ tbc_limit(tbc_t *c)
 static int
 tbc_path(char *buf, size_t size, const char *fmt, const char *id)
 {
-    const char  *p;
-
-    for (p = id; *p; p++) {
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
-              || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'
-              || *p == '.'))
-        {
-            tbc_err("\"%s\": an id or a name is letters, digits, '_', '-' "
-                    "or '.'", id);
-            return 0;
-        }
+    if (*id != '\0' && !tb_chars_ok(id, strlen(id), SIZE_MAX, "_-.")) {
+        tbc_err("\"%s\": an id or a name is letters, digits, '_', '-' "
+                "or '.'", id);
+        return 0;
     }
 
     snprintf(buf, size, fmt, id);

@@ -160,6 +160,32 @@ tbc_checklist(tbc_t *c, tbc_headers_t *h, const char *const *names, int n)
 }
 
 
+/* the last line: whether what answered can serve, and be seen */
+static int
+tbc_doctor_verdict(tbc_t *c, long code, const char *what, int missing,
+    int n, const char *unseen)
+{
+    if (code != 200 && code != 429) {
+        printf("\n%sPROBLEM%s the upstream answered %ld: this %s cannot "
+               "serve requests as it is\n", tbc_c(c, "red"),
+               tbc_c(c, "reset"), code, what);
+        return TBC_FAIL;
+    }
+
+    if (missing) {
+        printf("\n%sPROBLEM%s %d of %d headers are missing: the gateway "
+               "cannot see %s\n", tbc_c(c, "red"), tbc_c(c, "reset"),
+               missing, n, unseen);
+        return TBC_FAIL;
+    }
+
+    printf("\n%sOK%s every header the gateway needs is present and "
+           "parsed\n", tbc_c(c, "green"), tbc_c(c, "reset"));
+
+    return TBC_OK;
+}
+
+
 /* a subscription's answer: the six unified headers, what they say */
 static int
 tbc_doctor_unified(tbc_t *c, tbc_headers_t *h, long code)
@@ -218,24 +244,8 @@ tbc_doctor_unified(tbc_t *c, tbc_headers_t *h, long code)
 
     tbc_headers_free(h);
 
-    if (code != 200 && code != 429) {
-        printf("\n%sPROBLEM%s the upstream answered %ld: this token "
-               "cannot serve requests as it is\n", tbc_c(c, "red"),
-               tbc_c(c, "reset"), code);
-        return TBC_FAIL;
-    }
-
-    if (missing) {
-        printf("\n%sPROBLEM%s %d of 6 headers are missing: the gateway "
-               "cannot see those windows\n", tbc_c(c, "red"),
-               tbc_c(c, "reset"), missing);
-        return TBC_FAIL;
-    }
-
-    printf("\n%sOK%s every header the gateway needs is present and "
-           "parsed\n", tbc_c(c, "green"), tbc_c(c, "reset"));
-
-    return TBC_OK;
+    return tbc_doctor_verdict(c, code, "token", missing, 6,
+                              "those windows");
 }
 
 
@@ -391,23 +401,7 @@ tbc_doctor(tbc_t *c)
 
     tbc_headers_free(&h);
 
-    if (code != 200 && code != 429) {
-        printf("\n%sPROBLEM%s the upstream answered %ld: this key cannot "
-               "serve requests as it is\n", tbc_c(c, "red"),
-               tbc_c(c, "reset"), code);
-        return TBC_FAIL;
-    }
-
-    if (missing) {
-        printf("\n%sPROBLEM%s %d of 9 headers are missing: the gateway "
-               "cannot see those limits, and routes as if they were "
-               "never reached\n", tbc_c(c, "red"), tbc_c(c, "reset"),
-               missing);
-        return TBC_FAIL;
-    }
-
-    printf("\n%sOK%s every header the gateway needs is present and "
-           "parsed\n", tbc_c(c, "green"), tbc_c(c, "reset"));
-
-    return TBC_OK;
+    return tbc_doctor_verdict(c, code, "key", missing, 9,
+                              "those limits, and routes as if they were "
+                              "never reached");
 }

@@ -29,6 +29,7 @@
 
 #include <yaml.h>
 
+#include "tb_chars.h"
 #include "tb_conf_int.h"
 #include "tb_gauth.h"
 #include "tb_pacing.h"
@@ -1013,20 +1014,7 @@ done:
 static int
 tb_conf_valid_id(const char *id)
 {
-    size_t  i;
-
-    if (!tb_conf_alnum(id[0])) {
-        return 0;
-    }
-
-    for (i = 1; id[i] != '\0'; i++) {
-        if (i >= 64 || !(tb_conf_alnum(id[i]) || id[i] == '_' || id[i] == '-'))
-        {
-            return 0;
-        }
-    }
-
-    return 1;
+    return tb_conf_alnum(id[0]) && tb_chars_ok(id, strlen(id), 64, "_-");
 }
 
 

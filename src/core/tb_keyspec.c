@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <openssl/rand.h>
 
+#include "tb_chars.h"
 #include "tb_keyspec.h"
 #include "tb_keys.h"
 #include "tb_account.h"
@@ -96,24 +97,8 @@ tb_ks_error(char *err, size_t errlen, const char *fmt, ...)
 int
 tb_keyspec_valid_name(const char *name, size_t len)
 {
-    size_t  i;
-    char    c;
-
-    if (len == 0 || len > TB_KEYSPEC_NAME_MAX) {
-        return 0;
-    }
-
-    for (i = 0; i < len; i++) {
-        c = name[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
-        {
-            return 0;
-        }
-    }
-
-    return !(name[0] == '.');
+    return tb_chars_ok(name, len, TB_KEYSPEC_NAME_MAX, "_-.")
+           && name[0] != '.';
 }
 
 

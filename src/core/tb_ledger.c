@@ -40,6 +40,22 @@ tb_ledger_first(const tb_ledger_t *l, int64_t b)
 }
 
 
+/* l in buckets of bucket_ms: itself, or rebucketed into copy */
+static const tb_ledger_t *
+tb_ledger_view(tb_ledger_t *copy, const tb_ledger_t *l, int64_t bucket_ms)
+{
+    if (l->bucket_ms == 0 || l->bucket_ms == bucket_ms) {
+        return l;
+    }
+
+    tb_ledger_rebucket(copy, l, bucket_ms);
+    copy->reserved = l->reserved;
+    copy->reserved_turns = l->reserved_turns;
+
+    return copy;
+}
+
+
 int64_t
 tb_ledger_spent(const tb_ledger_t *l, int64_t now, int64_t bucket_ms,
     int64_t *turns)
@@ -47,14 +63,8 @@ tb_ledger_spent(const tb_ledger_t *l, int64_t now, int64_t bucket_ms,
     int64_t      b, k, first, cost, n;
     tb_ledger_t  copy;
 
-    if (bucket_ms < 1) {
-        bucket_ms = 1;
-    }
-
-    if (l->bucket_ms && l->bucket_ms != bucket_ms) {
-        tb_ledger_rebucket(&copy, l, bucket_ms);
-        l = &copy;
-    }
+    bucket_ms = (bucket_ms < 1) ? 1 : bucket_ms;
+    l = tb_ledger_view(&copy, l, bucket_ms);
 
     b = now / bucket_ms;
     first = tb_ledger_first(l, b);
@@ -84,14 +94,8 @@ tb_ledger_rate(const tb_ledger_t *l, int64_t now, int64_t bucket_ms)
     int64_t      b, k, from, n, cost;
     tb_ledger_t  copy;
 
-    if (bucket_ms < 1) {
-        bucket_ms = 1;
-    }
-
-    if (l->bucket_ms && l->bucket_ms != bucket_ms) {
-        tb_ledger_rebucket(&copy, l, bucket_ms);
-        l = &copy;
-    }
+    bucket_ms = (bucket_ms < 1) ? 1 : bucket_ms;
+    l = tb_ledger_view(&copy, l, bucket_ms);
 
     /* the buckets that cover the last hour, the current one included */
 
@@ -198,16 +202,8 @@ tb_ledger_frees_at(const tb_ledger_t *l, int64_t now, int64_t bucket_ms,
     int64_t      b, k, first, held, turns, v;
     tb_ledger_t  copy;
 
-    if (bucket_ms < 1) {
-        bucket_ms = 1;
-    }
-
-    if (l->bucket_ms && l->bucket_ms != bucket_ms) {
-        tb_ledger_rebucket(&copy, l, bucket_ms);
-        copy.reserved = l->reserved;
-        copy.reserved_turns = l->reserved_turns;
-        l = &copy;
-    }
+    bucket_ms = (bucket_ms < 1) ? 1 : bucket_ms;
+    l = tb_ledger_view(&copy, l, bucket_ms);
 
     b = now / bucket_ms;
     first = tb_ledger_first(l, b);

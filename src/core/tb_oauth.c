@@ -10,31 +10,14 @@
 
 #include <cjson/cJSON.h>
 
+#include "tb_chars.h"
 #include "tb_oauth.h"
 
 
 int
 tb_oauth_token_ok(const char *s, size_t len)
 {
-    size_t  i;
-    char    c;
-
-    if (len == 0 || len > TB_OAUTH_TOKEN_MAX) {
-        return 0;
-    }
-
-    for (i = 0; i < len; i++) {
-        c = s[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'
-              || c == '~' || c == '+' || c == '/' || c == '='))
-        {
-            return 0;
-        }
-    }
-
-    return 1;
+    return tb_chars_ok(s, len, TB_OAUTH_TOKEN_MAX, "-._~+/=");
 }
 
 

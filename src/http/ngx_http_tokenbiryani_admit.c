@@ -191,13 +191,35 @@ ngx_http_tokenbiryani_admit_key(ngx_http_request_t *r,
 }
 
 
+/* a gateway header the client sent with a value it cannot take */
+
+static ngx_int_t
+ngx_http_tokenbiryani_bad_header(ngx_http_request_t *r,
+    ngx_http_tokenbiryani_ctx_t *ctx, const char *name, const char *expected)
+{
+    u_char            lc[32];
+    size_t            len;
+    ngx_table_elt_t  *h;
+
+    len = ngx_strlen(name);
+    ngx_strlow(lc, (u_char *) name, len);
+
+    h = ngx_http_tokenbiryani_own_header(r, ctx, (char *) lc, len);
+
+    ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
+        "invalid_request_error", "%s: expected %s, not \"%V\"", name,
+        expected, &h->value);
+
+    return NGX_HTTP_TB_FAIL;
+}
+
+
 ngx_int_t
 ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx)
 {
     int64_t                             now, budget;
     ngx_int_t                           slot;
-    ngx_table_elt_t                    *h;
     const tb_config_t                  *cf;
     const tb_key_conf_t                *kc;
     ngx_http_tokenbiryani_main_conf_t  *tmcf;
@@ -208,14 +230,8 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     now = ngx_http_tokenbiryani_now_ms();
 
     if (ngx_http_tokenbiryani_admit_priority(r, ctx) != NGX_OK) {
-        h = ngx_http_tokenbiryani_own_header(r, ctx,
-                                     "x-tokenbiryani-priority",
-                                     sizeof("x-tokenbiryani-priority") - 1);
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
-            "invalid_request_error",
-            "X-TokenBiryani-Priority: expected \"interactive\" or "
-            "\"batch\", not \"%V\"", &h->value);
-        return NGX_HTTP_TB_FAIL;
+        return ngx_http_tokenbiryani_bad_header(r, ctx,
+                   "X-TokenBiryani-Priority", "\"interactive\" or \"batch\"");
     }
 
     /* the wait budget: the smallest of the three */
@@ -223,13 +239,8 @@ ngx_http_tokenbiryani_admit_request(ngx_http_request_t *r,
     budget = ngx_http_tokenbiryani_wait_budget(r, ctx);
 
     if (budget < 0) {
-        h = ngx_http_tokenbiryani_own_header(r, ctx, "x-tokenbiryani-max-wait",
-                                     sizeof("x-tokenbiryani-max-wait") - 1);
-        ngx_http_tokenbiryani_set_error(r, NGX_HTTP_BAD_REQUEST,
-            "invalid_request_error",
-            "X-TokenBiryani-Max-Wait: expected a number of seconds, "
-            "not \"%V\"", &h->value);
-        return NGX_HTTP_TB_FAIL;
+        return ngx_http_tokenbiryani_bad_header(r, ctx,
+                   "X-TokenBiryani-Max-Wait", "a number of seconds");
     }
 
     ctx->wait.budget_ms = budget;

@@ -10,6 +10,7 @@
 #include "ngx_http_tokenbiryani_error.h"
 #include "ngx_http_tokenbiryani_store.h"
 #include "tb_batch.h"
+#include "tb_chars.h"
 #include "tb_keys.h"
 #include "tb_price.h"
 #include "tb_session.h"
@@ -507,25 +508,14 @@ ngx_http_tokenbiryani_object_results_url(ngx_http_request_t *r,
 static ngx_str_t *
 ngx_http_tokenbiryani_origin(ngx_http_request_t *r, ngx_str_t *scheme)
 {
-    u_char      c;
-    size_t      i;
     ngx_str_t  *host;
 
     host = r->headers_in.host ? &r->headers_in.host->value : NULL;
 
-    if (host == NULL || host->len == 0) {
+    if (host == NULL
+        || !tb_chars_ok((char *) host->data, host->len, host->len, ".-:[]"))
+    {
         return NULL;
-    }
-
-    for (i = 0; i < host->len; i++) {
-        c = host->data[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ':'
-              || c == '[' || c == ']'))
-        {
-            return NULL;
-        }
     }
 
 #if (NGX_HTTP_SSL)

@@ -234,9 +234,11 @@ ngx_http_tokenbiryani_elect(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
-ngx_int_t
-ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
-    const u_char *id, size_t len)
+/* the id's slot: a live one, or (create) whatever its credential, or a
+ * new one; -1 when there is none */
+static ngx_int_t
+ngx_http_tokenbiryani_zone_slot(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len, ngx_uint_t create)
 {
     ngx_int_t                             found;
     ngx_uint_t                            i;
@@ -252,11 +254,9 @@ ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    /* the id's slot, whatever its credential, or a new one */
+    found = ngx_http_tokenbiryani_zone_find_locked(sh, id, len, NULL, !create);
 
-    found = ngx_http_tokenbiryani_zone_find_locked(sh, id, len, NULL, 0);
-
-    if (found < 0) {
+    if (found < 0 && create) {
         ngx_memzero(&za, sizeof(za));
         za.id = (u_char *) id;
         za.id_len = len;
@@ -275,20 +275,16 @@ ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
 
 
 ngx_int_t
+ngx_http_tokenbiryani_zone_slot_of(ngx_http_tokenbiryani_zone_t *zone,
+    const u_char *id, size_t len)
+{
+    return ngx_http_tokenbiryani_zone_slot(zone, id, len, 1);
+}
+
+
+ngx_int_t
 ngx_http_tokenbiryani_zone_slot_find(ngx_http_tokenbiryani_zone_t *zone,
     const u_char *id, size_t len)
 {
-    ngx_int_t  found;
-
-    if (len == 0 || len > TB_ID_MAX) {
-        return -1;
-    }
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    found = ngx_http_tokenbiryani_zone_find_locked(zone->sh, id, len, NULL, 1);
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return found;
+    return ngx_http_tokenbiryani_zone_slot(zone, id, len, 0);
 }

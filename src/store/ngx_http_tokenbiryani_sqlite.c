@@ -72,11 +72,7 @@ const ngx_http_tokenbiryani_store_ops_t  ngx_http_tokenbiryani_sqlite_ops = {
     ngx_http_tokenbiryani_sqlite_exit_worker,
     ngx_http_tokenbiryani_sqlite_post,
     ngx_http_tokenbiryani_sqlite_flush_now,
-    NULL,                               /* no peers: the zone knows all */
-    NULL,
-    NULL,
-    NULL,
-    NULL
+    NULL                                /* no peers: the zone knows all */
 };
 
 

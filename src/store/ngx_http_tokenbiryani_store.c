@@ -721,11 +721,11 @@ ngx_http_tokenbiryani_store_owner_get(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    if (tmcf->store_ops == NULL || tmcf->store_ops->owner_get == NULL) {
+    if (tmcf->store_ops == NULL || tmcf->store_ops->peers == NULL) {
         return NGX_OK;
     }
 
-    return tmcf->store_ops->owner_get(r, ctx, resume);
+    return tmcf->store_ops->peers->owner_get(r, ctx, resume);
 }
 
 
@@ -734,8 +734,9 @@ ngx_http_tokenbiryani_store_owner_put(ngx_http_tokenbiryani_main_conf_t *tmcf,
     uint64_t session, const ngx_str_t *account, int64_t cached,
     ngx_uint_t share)
 {
-    if (tmcf->store_ops != NULL && tmcf->store_ops->owner_put != NULL) {
-        tmcf->store_ops->owner_put(tmcf, session, account, cached, share);
+    if (tmcf->store_ops != NULL && tmcf->store_ops->peers != NULL) {
+        tmcf->store_ops->peers->owner_put(tmcf, session, account, cached,
+                                          share);
     }
 }
 
@@ -1295,11 +1296,11 @@ ngx_http_tokenbiryani_store_object_get(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    if (tmcf->store_ops == NULL || tmcf->store_ops->object_get == NULL) {
+    if (tmcf->store_ops == NULL || tmcf->store_ops->peers == NULL) {
         return NGX_OK;
     }
 
-    return tmcf->store_ops->object_get(r, id, len, resume);
+    return tmcf->store_ops->peers->object_get(r, id, len, resume);
 }
 
 
@@ -1328,11 +1329,11 @@ ngx_http_tokenbiryani_store_object_claim(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
     ngx_http_tokenbiryani_claim_pt done, void *data)
 {
-    if (tmcf->store_ops == NULL || tmcf->store_ops->object_claim == NULL) {
+    if (tmcf->store_ops == NULL || tmcf->store_ops->peers == NULL) {
         return NGX_DECLINED;
     }
 
-    return tmcf->store_ops->object_claim(tmcf, id, len, done, data);
+    return tmcf->store_ops->peers->object_claim(tmcf, id, len, done, data);
 }
 
 
@@ -1345,9 +1346,9 @@ ngx_http_tokenbiryani_store_object_claim_r(ngx_http_request_t *r,
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    if (tmcf->store_ops == NULL || tmcf->store_ops->object_claim_r == NULL) {
+    if (tmcf->store_ops == NULL || tmcf->store_ops->peers == NULL) {
         return NGX_OK;
     }
 
-    return tmcf->store_ops->object_claim_r(r, id, len, resume);
+    return tmcf->store_ops->peers->object_claim_r(r, id, len, resume);
 }

@@ -230,6 +230,30 @@ ngx_int_t ngx_http_tokenbiryani_store_init_worker(ngx_cycle_t *cycle,
 void ngx_http_tokenbiryani_store_exit_worker(ngx_cycle_t *cycle,
     ngx_http_tokenbiryani_main_conf_t *tmcf);
 
+/* what a backend shared by gateways asks and tells the others */
+typedef struct {
+    /* a conversation's owner as the peers know it, and a new owner told
+     * to them */
+    ngx_int_t (*owner_get)(ngx_http_request_t *r,
+        ngx_http_tokenbiryani_ctx_t *ctx,
+        ngx_http_tokenbiryani_store_resume_pt resume);
+    void (*owner_put)(ngx_http_tokenbiryani_main_conf_t *tmcf,
+        uint64_t session, const ngx_str_t *account, int64_t cached,
+        ngx_uint_t share);
+    /* an object the zone does not know, as the peers wrote it */
+    ngx_int_t (*object_get)(ngx_http_request_t *r, const u_char *id,
+        size_t len, ngx_http_tokenbiryani_store_resume_pt resume);
+    /* which gateway charges a batch's results, shared with the peers: for
+     * the gateway's own read (NGX_OK: done is called; NGX_DECLINED: won
+     * now) and for a client's (NGX_AGAIN: resume is called,
+     * ctx->claim_lost set when lost; NGX_OK: won) */
+    ngx_int_t (*object_claim)(ngx_http_tokenbiryani_main_conf_t *tmcf,
+        const u_char *id, size_t len, ngx_http_tokenbiryani_claim_pt done,
+        void *data);
+    ngx_int_t (*object_claim_r)(ngx_http_request_t *r, const u_char *id,
+        size_t len, ngx_http_tokenbiryani_store_resume_pt resume);
+} ngx_http_tokenbiryani_store_peers_t;
+
 /*
  * A backend of the store: what the store does, done its way.  Each is in
  * its own file (ngx_http_tokenbiryani_sqlite.c, redis/), sets
@@ -253,27 +277,9 @@ struct ngx_http_tokenbiryani_store_ops_s {
      * TB_STORE_OK, or TB_STORE_ERROR with job->err */
     int (*flush_now)(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_job_t *job);
-    /* a conversation's owner as the peers know it (NULL: a store no
-     * other gateway shares), and a new owner told to them */
-    ngx_int_t (*owner_get)(ngx_http_request_t *r,
-        ngx_http_tokenbiryani_ctx_t *ctx,
-        ngx_http_tokenbiryani_store_resume_pt resume);
-    void (*owner_put)(ngx_http_tokenbiryani_main_conf_t *tmcf,
-        uint64_t session, const ngx_str_t *account, int64_t cached,
-        ngx_uint_t share);
-    /* an object the zone does not know, as the peers wrote it (NULL: a
-     * store no other gateway shares) */
-    ngx_int_t (*object_get)(ngx_http_request_t *r, const u_char *id,
-        size_t len, ngx_http_tokenbiryani_store_resume_pt resume);
-    /* which gateway charges a batch's results, shared with the peers
-     * (NULL: this one, always): for the gateway's own read (NGX_OK: done
-     * is called; NGX_DECLINED: won now) and for a client's (NGX_AGAIN:
-     * resume is called, ctx->claim_lost set when lost; NGX_OK: won) */
-    ngx_int_t (*object_claim)(ngx_http_tokenbiryani_main_conf_t *tmcf,
-        const u_char *id, size_t len, ngx_http_tokenbiryani_claim_pt done,
-        void *data);
-    ngx_int_t (*object_claim_r)(ngx_http_request_t *r, const u_char *id,
-        size_t len, ngx_http_tokenbiryani_store_resume_pt resume);
+    /* what the gateways sharing the store tell each other (NULL: a store
+     * no other gateway shares, whose zone knows all) */
+    const ngx_http_tokenbiryani_store_peers_t  *peers;
 };
 
 /*

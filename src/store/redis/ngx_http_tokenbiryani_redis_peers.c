@@ -904,7 +904,7 @@ ngx_http_tokenbiryani_rpeers_wait_for(ngx_http_request_t *r,
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
     ngx_http_tokenbiryani_ctx_t *ctx,
     ngx_http_tokenbiryani_store_resume_pt resume)
@@ -952,7 +952,7 @@ ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_tokenbiryani_rpeers_object_get(ngx_http_request_t *r,
     const u_char *id, size_t len,
     ngx_http_tokenbiryani_store_resume_pt resume)
@@ -988,7 +988,7 @@ ngx_http_tokenbiryani_rpeers_put_done(ngx_http_tokenbiryani_redis_t *rd,
 }
 
 
-void
+static void
 ngx_http_tokenbiryani_rpeers_owner_put(ngx_http_tokenbiryani_main_conf_t *tmcf,
     uint64_t session, const ngx_str_t *account, int64_t cached,
     ngx_uint_t share)
@@ -1141,7 +1141,7 @@ ngx_http_tokenbiryani_rpeers_claimed(ngx_http_tokenbiryani_redis_t *rd,
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_tokenbiryani_rpeers_object_claim(
     ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
     ngx_http_tokenbiryani_claim_pt done, void *data)
@@ -1185,7 +1185,7 @@ ngx_http_tokenbiryani_rpeers_object_claim(
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_tokenbiryani_rpeers_object_claim_r(ngx_http_request_t *r,
     const u_char *id, size_t len,
     ngx_http_tokenbiryani_store_resume_pt resume)
@@ -1204,3 +1204,12 @@ ngx_http_tokenbiryani_rpeers_object_claim_r(ngx_http_request_t *r,
     return ngx_http_tokenbiryani_rpeers_wait_for(r, resume, 0, 1, id, len, 6,
                                                  argv, lens);
 }
+
+
+const ngx_http_tokenbiryani_store_peers_t  ngx_http_tokenbiryani_rpeers_ops = {
+    ngx_http_tokenbiryani_rpeers_owner_get,
+    ngx_http_tokenbiryani_rpeers_owner_put,
+    ngx_http_tokenbiryani_rpeers_object_get,
+    ngx_http_tokenbiryani_rpeers_object_claim,
+    ngx_http_tokenbiryani_rpeers_object_claim_r
+};

@@ -67,23 +67,10 @@ void ngx_http_tokenbiryani_rpeers_message(
 /* the elected worker subscribed: the peers are asked to tell again */
 void ngx_http_tokenbiryani_rpeers_subscribed(void);
 
-/* the store's owner_get, owner_put, object_get and the claims
+/* the store's peers: owner_get, owner_put, object_get and the claims
  * (ngx_http_tokenbiryani_store.h) */
-ngx_int_t ngx_http_tokenbiryani_rpeers_owner_get(ngx_http_request_t *r,
-    ngx_http_tokenbiryani_ctx_t *ctx,
-    ngx_http_tokenbiryani_store_resume_pt resume);
-void ngx_http_tokenbiryani_rpeers_owner_put(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, uint64_t session,
-    const ngx_str_t *account, int64_t cached, ngx_uint_t share);
-ngx_int_t ngx_http_tokenbiryani_rpeers_object_get(ngx_http_request_t *r,
-    const u_char *id, size_t len,
-    ngx_http_tokenbiryani_store_resume_pt resume);
-ngx_int_t ngx_http_tokenbiryani_rpeers_object_claim(
-    ngx_http_tokenbiryani_main_conf_t *tmcf, const u_char *id, size_t len,
-    ngx_http_tokenbiryani_claim_pt done, void *data);
-ngx_int_t ngx_http_tokenbiryani_rpeers_object_claim_r(ngx_http_request_t *r,
-    const u_char *id, size_t len,
-    ngx_http_tokenbiryani_store_resume_pt resume);
+extern const ngx_http_tokenbiryani_store_peers_t
+    ngx_http_tokenbiryani_rpeers_ops;
 
 
 #endif /* _NGX_HTTP_TOKENBIRYANI_REDIS_PEERS_H_INCLUDED_ */

@@ -179,11 +179,7 @@ const ngx_http_tokenbiryani_store_ops_t
     ngx_http_tokenbiryani_redis_exit_worker,
     ngx_http_tokenbiryani_redis_post,
     ngx_http_tokenbiryani_redis_flush_now,
-    ngx_http_tokenbiryani_rpeers_owner_get,
-    ngx_http_tokenbiryani_rpeers_owner_put,
-    ngx_http_tokenbiryani_rpeers_object_get,
-    ngx_http_tokenbiryani_rpeers_object_claim,
-    ngx_http_tokenbiryani_rpeers_object_claim_r
+    &ngx_http_tokenbiryani_rpeers_ops
 };
 
 

@@ -536,6 +536,25 @@ ngx_http_tokenbiryani_timer_init(ngx_event_t *ev,
 }
 
 
+#if (NGX_THREADS)
+
+/* a task of the thread pool (see above) that a timer of the worker's own
+ * (tick, with data) posts: the timer set up, the task made; NULL: no
+ * memory */
+static ngx_inline ngx_thread_task_t *
+ngx_http_tokenbiryani_timed_task(ngx_pool_t *pool,
+    void (*handler)(void *data, ngx_log_t *log), ngx_event_handler_pt done,
+    ngx_event_t *timer, ngx_event_handler_pt tick, void *data,
+    ngx_log_t *log)
+{
+    ngx_http_tokenbiryani_timer_init(timer, tick, data, log);
+
+    return ngx_http_tokenbiryani_task(pool, handler, done, data, log);
+}
+
+#endif
+
+
 /* a run of a chunked body's data: NGX_OK for more, NGX_DECLINED to stop */
 typedef ngx_int_t (*ngx_http_tokenbiryani_chunk_pt)(void *data, u_char *p,
     size_t n);

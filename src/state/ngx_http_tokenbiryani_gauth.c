@@ -99,17 +99,13 @@ ngx_http_tokenbiryani_gauth_init_worker(ngx_cycle_t *cycle,
         g->cafile = tmcf->trusted_certificate.len
                     ? (char *) tmcf->trusted_certificate.data : NULL;
 
-        g->task = ngx_http_tokenbiryani_task(cycle->pool,
-                                         ngx_http_tokenbiryani_gauth_thread,
-                                         ngx_http_tokenbiryani_gauth_done, g,
-                                         cycle->log);
+        g->task = ngx_http_tokenbiryani_timed_task(cycle->pool,
+                      ngx_http_tokenbiryani_gauth_thread,
+                      ngx_http_tokenbiryani_gauth_done, &g->timer,
+                      ngx_http_tokenbiryani_gauth_fetch, g, cycle->log);
         if (g->task == NULL) {
             return NGX_ERROR;
         }
-
-        ngx_http_tokenbiryani_timer_init(&g->timer,
-                                         ngx_http_tokenbiryani_gauth_fetch, g,
-                                         cycle->log);
 
         a[i].gauth = g;
         a[i].token_next = ngx_http_tokenbiryani_now_ms();

@@ -108,17 +108,14 @@ ngx_http_tokenbiryani_oauth_init_worker(ngx_cycle_t *cycle,
             ngx_memzero(&o->seen, sizeof(struct stat));
         }
 
-        o->task = ngx_http_tokenbiryani_task(cycle->pool,
-                                         ngx_http_tokenbiryani_oauth_thread,
-                                         ngx_http_tokenbiryani_oauth_done, o,
-                                         cycle->log);
+        o->task = ngx_http_tokenbiryani_timed_task(cycle->pool,
+                      ngx_http_tokenbiryani_oauth_thread,
+                      ngx_http_tokenbiryani_oauth_done, &o->timer,
+                      ngx_http_tokenbiryani_oauth_look, o, cycle->log);
         if (o->task == NULL) {
             return NGX_ERROR;
         }
 
-        ngx_http_tokenbiryani_timer_init(&o->timer,
-                                         ngx_http_tokenbiryani_oauth_look, o,
-                                         cycle->log);
         ngx_add_timer(&o->timer, o->interval);
 #endif
     }

@@ -672,6 +672,26 @@ ngx_http_tokenbiryani_call_dummy_handler(ngx_event_t *ev)
 }
 
 
+/* the socket would block: the call goes on at its next event */
+
+static void
+ngx_http_tokenbiryani_call_again(ngx_http_tokenbiryani_call_t *p,
+    ngx_event_t *ev)
+{
+    ngx_int_t  rc;
+
+    rc = ev->write ? ngx_handle_write_event(ev, 0)
+                   : ngx_handle_read_event(ev, 0);
+
+    if (rc != NGX_OK) {
+        ngx_http_tokenbiryani_call_fail(p, "%s %V failed",
+                                         ev->write ? "sending the request to"
+                                                   : "reading the response of",
+                                         &p->host);
+    }
+}
+
+
 static void
 ngx_http_tokenbiryani_call_send(ngx_http_tokenbiryani_call_t *p)
 {
@@ -688,11 +708,7 @@ ngx_http_tokenbiryani_call_send(ngx_http_tokenbiryani_call_t *p)
         n = c->send(c, b->pos, b->last - b->pos);
 
         if (n == NGX_AGAIN) {
-            if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
-                ngx_http_tokenbiryani_call_fail(p, "sending the request to "
-                                                 "%V failed", &p->host);
-            }
-
+            ngx_http_tokenbiryani_call_again(p, c->write);
             return;
         }
 
@@ -748,11 +764,7 @@ ngx_http_tokenbiryani_call_recv(ngx_http_tokenbiryani_call_t *p)
         n = c->recv(c, b->last, b->end - b->last);
 
         if (n == NGX_AGAIN) {
-            if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-                ngx_http_tokenbiryani_call_fail(p, "reading the response of "
-                                                 "%V failed", &p->host);
-            }
-
+            ngx_http_tokenbiryani_call_again(p, c->read);
             return;
         }
 
@@ -1177,6 +1189,27 @@ next:
 }
 
 
+/* a header's value kept raw where its name stands among n names */
+
+static void
+ngx_http_tokenbiryani_call_keep(ngx_str_t *values, const ngx_str_t *names,
+    ngx_uint_t n, u_char *name, size_t name_len, u_char *value,
+    size_t value_len)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (name_len == names[i].len
+            && ngx_strncmp(name, names[i].data, name_len) == 0)
+        {
+            values[i].data = value;
+            values[i].len = value_len;
+            return;
+        }
+    }
+}
+
+
 /* one response header, its name in lower case, into the result */
 
 static void
@@ -1208,34 +1241,18 @@ ngx_http_tokenbiryani_call_header(ngx_http_tokenbiryani_call_t *p,
         {
             res->unified = 1;
 
-            for (i = 0; i < NGX_HTTP_TB_UNI_NHEADERS; i++) {
-                if (name_len == ngx_http_tokenbiryani_unified_names[i].len
-                    && ngx_strncmp(name,
-                                   ngx_http_tokenbiryani_unified_names[i].data,
-                                   name_len)
-                       == 0)
-                {
-                    res->uvalues[i].data = value;
-                    res->uvalues[i].len = value_len;
-                    break;
-                }
-            }
+            ngx_http_tokenbiryani_call_keep(res->uvalues,
+                                            ngx_http_tokenbiryani_unified_names,
+                                            NGX_HTTP_TB_UNI_NHEADERS, name,
+                                            name_len, value, value_len);
 
             return;
         }
 
-        for (i = 0; i < NGX_HTTP_TB_RL_NHEADERS; i++) {
-            if (name_len == ngx_http_tokenbiryani_ratelimit_names[i].len
-                && ngx_strncmp(name,
-                               ngx_http_tokenbiryani_ratelimit_names[i].data,
-                               name_len)
-                   == 0)
-            {
-                res->values[i].data = value;
-                res->values[i].len = value_len;
-                break;
-            }
-        }
+        ngx_http_tokenbiryani_call_keep(res->values,
+                                        ngx_http_tokenbiryani_ratelimit_names,
+                                        NGX_HTTP_TB_RL_NHEADERS, name, name_len,
+                                        value, value_len);
 
         return;
     }

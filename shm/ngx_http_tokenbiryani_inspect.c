@@ -6,25 +6,52 @@
 
 
 #include "ngx_http_tokenbiryani_zone.h"
+#include "tb_hash.h"
 
 
 void
 ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *rec)
 {
-    ngx_http_tokenbiryani_shm_t  *sh;
+    ngx_http_tokenbiryani_shm_t          *sh;
+    ngx_http_tokenbiryani_usage_entry_t  *e;
 
     sh = zone->sh;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
+    rec->seq = ++sh->ring_seq;
+
     if (sh->ring_size) {
         /* the candidates it has, not the room for 32: readers stop at
          * ncands */
-        rec->seq = ++sh->ring_seq;
         ngx_memcpy(&sh->ring[(rec->seq - 1) % sh->ring_size], rec,
                    offsetof(ngx_http_tokenbiryani_record_t, cands)
                    + rec->ncands * sizeof(ngx_http_tokenbiryani_inspect_cand_t));
+    }
+
+    if (sh->usage_size) {
+        e = &sh->usage[(rec->seq - 1) % sh->usage_size];
+
+        e->seq = rec->seq;
+        e->ended_ms = rec->started_ms + rec->latency_ms;
+        e->input = rec->usage.input_tokens;
+        e->output = rec->usage.output_tokens;
+        e->cache_read = rec->usage.cache_read_input_tokens;
+        e->cache_write = rec->usage.cache_creation_input_tokens;
+        e->cost = rec->cost;
+        e->chosen = rec->chosen;
+        e->status = rec->status;
+        ngx_memcpy(e->key, rec->key, sizeof(e->key));
+        ngx_memcpy(e->model, rec->model, NGX_HTTP_TB_USAGE_MODEL);
+        e->model[NGX_HTTP_TB_USAGE_MODEL] = '\0';
+
+        if (memchr(rec->model, '\0', NGX_HTTP_TB_USAGE_MODEL + 1) == NULL) {
+            /* longer than the entry holds: told apart by its hash */
+            (void) ngx_snprintf((u_char *) e->model + 47, 18, "~%016xL%Z",
+                                tb_hash64(0, rec->model,
+                                          ngx_strlen(rec->model)));
+        }
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -163,4 +190,60 @@ ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
+ngx_http_tokenbiryani_inspect_number_from(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t seq)
+{
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (seq != (uint64_t) NGX_ERROR && seq > zone->sh->ring_seq) {
+        zone->sh->ring_seq = seq;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+ngx_uint_t
+ngx_http_tokenbiryani_usage_since(ngx_http_tokenbiryani_zone_t *zone,
+    uint64_t since, ngx_http_tokenbiryani_usage_entry_t *out, ngx_uint_t max,
+    uint64_t *lost)
+{
+    uint64_t                              seq, oldest;
+    ngx_uint_t                            n;
+    ngx_http_tokenbiryani_shm_t          *sh;
+    ngx_http_tokenbiryani_usage_entry_t  *e;
+
+    sh = zone->sh;
+    n = 0;
+    *lost = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (sh->usage_size) {
+        oldest = (sh->ring_seq > sh->usage_size)
+                 ? sh->ring_seq - sh->usage_size + 1 : 1;
+
+        if (oldest > since + 1) {
+            *lost = oldest - since - 1;
+        }
+
+        for (seq = ngx_max(since + 1, oldest);
+             seq <= sh->ring_seq && n < max;
+             seq++)
+        {
+            e = &sh->usage[(seq - 1) % sh->usage_size];
+
+            if (e->seq == seq) {
+                out[n++] = *e;
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
 }

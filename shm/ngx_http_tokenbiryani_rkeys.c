@@ -281,6 +281,7 @@ ngx_http_tokenbiryani_store_rewind(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t records_seq, uint64_t events_seq, int64_t now)
 {
     uint64_t                              oldest;
+    ngx_uint_t                            n;
     ngx_http_tokenbiryani_shm_t          *sh;
     ngx_http_tokenbiryani_store_state_t  *st;
 
@@ -290,9 +291,9 @@ ngx_http_tokenbiryani_store_rewind(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     if (records_seq < st->records_seq) {
-        /* the first request the ring still holds */
-        oldest = (sh->ring_seq > sh->ring_size)
-                 ? sh->ring_seq - sh->ring_size + 1 : 1;
+        /* the first request whose usage the zone still holds */
+        n = sh->usage_size ? sh->usage_size : sh->ring_size;
+        oldest = (sh->ring_seq > n) ? sh->ring_seq - n + 1 : 1;
 
         st->rewound_lost = (oldest - 1 > records_seq)
                            ? ngx_min(oldest - 1, st->records_seq)

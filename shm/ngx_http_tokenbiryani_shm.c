@@ -16,6 +16,9 @@ static ngx_int_t ngx_http_tokenbiryani_zone_too_small(
 static ngx_int_t ngx_http_tokenbiryani_zone_ring(
     ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
     ngx_slab_pool_t *shpool);
+static ngx_uint_t ngx_http_tokenbiryani_zone_usage(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
+    ngx_slab_pool_t *shpool);
 
 
 ngx_int_t
@@ -24,7 +27,7 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_tokenbiryani_zone_t  *ozone = data;
 
     size_t                                 len;
-    ngx_uint_t                             i;
+    ngx_uint_t                             i, n;
     ngx_slab_pool_t                       *shpool;
     tb_account_state_t                    *slot;
     ngx_http_tokenbiryani_shm_t           *sh;
@@ -115,6 +118,14 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
                    "an inspector of ",
                    (ngx_uint_t) zone->tbcf->observability_event_buffer,
                    "requests", sizeof(ngx_http_tokenbiryani_record_t));
+    }
+
+    n = ngx_http_tokenbiryani_zone_usage(zone, sh, shpool);
+
+    if (n) {
+        return ngx_http_tokenbiryani_zone_too_small(shm_zone,
+                   "the usage of ", n, "requests",
+                   sizeof(ngx_http_tokenbiryani_usage_entry_t));
     }
 
     /* a request leaves two to four events: room for as many requests */
@@ -422,6 +433,53 @@ ngx_http_tokenbiryani_zone_ring(ngx_http_tokenbiryani_zone_t *zone,
 }
 
 
+/*
+ * The usage ring, with a store: four times the inspector's, at least
+ * NGX_HTTP_TB_USAGE_MIN.  0, or how many entries did not fit.
+ */
+
+static ngx_uint_t
+ngx_http_tokenbiryani_zone_usage(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool)
+{
+    size_t                                size;
+    ngx_uint_t                            n;
+    ngx_http_tokenbiryani_usage_entry_t  *usage;
+
+    n = (zone->tbcf->store_backend
+         && ngx_strcmp(zone->tbcf->store_backend, "memory") != 0)
+        ? ngx_max(4 * (ngx_uint_t) zone->tbcf->observability_event_buffer,
+                  NGX_HTTP_TB_USAGE_MIN)
+        : 0;
+
+    if (sh->usage_size == n) {
+        return 0;
+    }
+
+    usage = NULL;
+
+    if (n) {
+        size = n * sizeof(ngx_http_tokenbiryani_usage_entry_t);
+
+        usage = ngx_slab_alloc_locked(shpool, size);
+        if (usage == NULL) {
+            return n;
+        }
+
+        ngx_memzero(usage, size);
+    }
+
+    if (sh->usage) {
+        ngx_slab_free_locked(shpool, sh->usage);
+    }
+
+    sh->usage = usage;
+    sh->usage_size = n;
+
+    return 0;
+}
+
+
 ngx_uint_t
 ngx_http_tokenbiryani_zone_observe(ngx_http_tokenbiryani_zone_t *zone,
     ngx_uint_t slot, const tb_rl_obs_t *obs, const tb_unified_t *uni,
@@ -715,6 +773,7 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->leases_reclaimed = sh->leases_reclaimed;
     stats->ring_size = sh->ring_size;
     stats->ring_seq = sh->ring_seq;
+    stats->usage_size = sh->usage_size;
     stats->events_size = sh->events ? sh->events->size : 0;
     stats->nwaiting = sh->nwaiting;
     stats->spend_seq = sh->spend_seq;

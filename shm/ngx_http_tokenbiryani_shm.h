@@ -311,6 +311,7 @@ typedef struct {
     uint64_t                       leases_reclaimed;
     ngx_uint_t                     ring_size;
     uint64_t                       ring_seq;      /* the newest record */
+    ngx_uint_t                     usage_size;    /* 0: no usage ring */
     ngx_uint_t                     events_size;
     ngx_uint_t                     nwaiting;
     uint64_t                       spend_seq;     /* the last charge */
@@ -808,6 +809,30 @@ typedef struct {
 } ngx_http_tokenbiryani_record_t;
 
 
+/*
+ * What the usage history counts of one request (see the record): its
+ * model in 64 bytes (a longer id: its first 47, '~' and 16 hex digits of
+ * its hash, so that two long ids stay apart).
+ */
+#define NGX_HTTP_TB_USAGE_MODEL        64
+#define NGX_HTTP_TB_USAGE_MIN          4096
+
+typedef struct {
+    uint64_t                       seq;           /* the record's */
+    int64_t                        ended_ms;
+    int64_t                        input;         /* -1: unknown */
+    int64_t                        output;
+    int64_t                        cache_read;
+    int64_t                        cache_write;
+    int64_t                        cost;          /* nanodollars, -1 */
+    int32_t                        chosen;        /* slot, -1 */
+    int16_t                        status;
+    char                           key[TB_ID_MAX + 1];
+    char                           model[NGX_HTTP_TB_USAGE_MODEL + 1];
+} ngx_http_tokenbiryani_usage_entry_t;
+
+
+/* the record numbered, kept in the ring and its usage in the usage ring */
 void ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *rec);
 ngx_uint_t ngx_http_tokenbiryani_inspect_list(
@@ -823,6 +848,18 @@ ngx_uint_t ngx_http_tokenbiryani_inspect_since(
     ngx_http_tokenbiryani_record_t *out, ngx_uint_t max);
 void ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
     const ngx_http_tokenbiryani_record_t *rec);
+
+/* the master, reading the store back: the next request numbered after
+ * seq at least (NGX_ERROR from ngx_atoof, or 0: nothing) */
+void ngx_http_tokenbiryani_inspect_number_from(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t seq);
+
+/* for the store: the usage after since, oldest first, every one the ring
+ * still holds up to max; how many (*lost: those it no longer holds) */
+ngx_uint_t ngx_http_tokenbiryani_usage_since(
+    ngx_http_tokenbiryani_zone_t *zone, uint64_t since,
+    ngx_http_tokenbiryani_usage_entry_t *out, ngx_uint_t max,
+    uint64_t *lost);
 
 
 

@@ -244,6 +244,13 @@ struct ngx_http_tokenbiryani_shm_s {
     ngx_uint_t                     ring_size;
     uint64_t                       ring_seq;
 
+    /* every request's usage under the record's number, until the usage
+     * history has it (a store only): the inspector's ring may turn over
+     * between two writes, this one is four times larger and holds far
+     * less */
+    ngx_http_tokenbiryani_usage_entry_t *usage;
+    ngx_uint_t                     usage_size;
+
     /* decisions and what they did to affinity */
     uint64_t                       decisions;
     uint64_t                       affinity[4];   /* by tb_affinity_e */

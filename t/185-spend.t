@@ -336,3 +336,21 @@ start_again();
 like(TB::Nginx::slurp(TB::Nginx::servroot() . '/logs/error.log'),
      qr/\[warn\].*1 spend ledgers and conversations in the store were written by another build/, 'the odd one said');
 is(message_with('tenant-key')->{status}, 429, 'the good ledger read back: the key is still refused');
+
+
+
+=== TEST 10: requests faster than the inspector's ring turns over: the usage history in SQLite counts every one
+--- user_files eval
+">>> tb.yaml\nstore:\n  backend: sqlite\nobservability:\n  event_buffer: 4\n$::Base" . "  - key: tenant-key\n    name: tenant\n"
+--- request
+GET /healthz
+--- check
+my @st = map { $_->{status} // 0 }
+         @{ TB::Nginx::http_requests_concurrent([map { message_args('tenant-key') } 1 .. 60]) };
+is_deeply(\@st, [(200) x 60], '60 requests at once, the ring holds 4');
+my $usage;
+ok(TB::Nginx::poll_until(5, sub {
+    my ($st, $b) = admin(GET => '/admin/usage?range=1h');
+    $usage = $b if $st == 200;
+    $usage && $usage->{totals}{requests} == 60;
+}), '/admin/usage counts all 60') or diag(TB::Nginx::json_encode($usage));

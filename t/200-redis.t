@@ -934,3 +934,30 @@ ok(defined within(5, sub { TB::Nginx::log_text() =~ /the pool is shared through 
    'shared through Redis again once it is back');
 --- error_log eval
 qr/the store cannot be written/
+
+
+
+=== TEST 25: requests faster than the inspector's ring turns over: the usage history counts every one, and goes on counting after a restart
+--- user_files eval
+">>> tb.yaml\npricing: builtin\nobservability:\n  event_buffer: 4\n" . $::Yaml
+--- timeout: 60
+--- request
+GET /healthz
+--- check
+my $served_by_key = sub {
+    my (undef, $u) = admin(GET => '/admin/usage?range=1h&by=key');
+    my %g = map { $_->{name} => $_ } @{ $u->{groups} // [] };
+    $g{tenant}{totals}{requests} // 0;
+};
+my @st = map { $_->{status} // 0 }
+         @{ TB::Nginx::http_requests_concurrent([map { message_args('tenant-key', text => "fast $_") } 1 .. 60]) };
+is_deeply(\@st, [(200) x 60], '60 requests at once, the ring holds 4');
+my $n;
+ok(defined within(5, sub { ($n = $served_by_key->()) == 60 }), 'the usage history counts all 60')
+    or diag("it counts $n");
+my $inst = store_of()->{instance};
+ok((TB::Nginx::redis_cmd('LLEN', "tbtest:i:$inst:records") // 0) <= 4, 'Redis keeps no more records than the ring');
+restart();
+is(message_with('tenant-key')->{status}, 200, 'one more after a restart');
+ok(defined within(5, sub { ($n = $served_by_key->()) == 61 }), 'counted too: 61, whatever records were read back')
+    or diag("it counts $n");

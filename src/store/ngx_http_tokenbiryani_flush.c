@@ -75,9 +75,10 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
     u_char                              *p, *id;
     size_t                               size;
     int64_t                              now;
-    uint64_t                             ev_last, dropped;
+    uint64_t                             ev_last, dropped, waiting;
     ngx_uint_t                           i, nrec, nev, nslots, got, nled;
     ngx_uint_t                           rollup, probe, whole, rcap, ecap;
+    ngx_uint_t                           nuse, ucap;
     ngx_http_tokenbiryani_job_t         *job;
     ngx_http_tokenbiryani_zone_stats_t   zs;
     ngx_http_tokenbiryani_store_state_t  st;
@@ -88,10 +89,10 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     ev_last = ngx_http_tokenbiryani_events_last(&tmcf->zone);
 
-    nrec = (zs.ring_seq > st.records_seq)
-           ? (ngx_uint_t) ngx_min(zs.ring_seq - st.records_seq,
-                                  (uint64_t) zs.ring_size)
-           : 0;
+    waiting = (zs.ring_seq > st.records_seq) ? zs.ring_seq - st.records_seq
+                                             : 0;
+    nrec = (ngx_uint_t) ngx_min(waiting, (uint64_t) zs.ring_size);
+    nuse = (ngx_uint_t) ngx_min(waiting, (uint64_t) zs.usage_size);
     nev = (ev_last > st.events_seq)
           ? (ngx_uint_t) ngx_min(ev_last - st.events_seq,
                                  (uint64_t) zs.events_size)
@@ -103,14 +104,22 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
     if (tick) {
         rcap = ngx_max(zs.ring_size / 10, 1);
         ecap = ngx_max(zs.events_size / 10, 1);
+        ucap = ngx_max(zs.usage_size / 10, 1);
         whole = (now - ngx_http_tokenbiryani_flushed_whole
                  >= NGX_HTTP_TB_FLUSH_MS);
 
-        if (!whole && nrec < rcap && nev < ecap) {
+        if (!whole && nrec < rcap && nev < ecap && nuse < ucap) {
             return NULL;
         }
 
-        nrec = ngx_min(nrec, rcap);
+        /*
+         * Every request's usage goes, but of the records no more than a
+         * tenth of the ring: when the ring has turned over since the last
+         * write they are a sample already, written once a second
+         */
+
+        nrec = (!whole && zs.usage_size && waiting > zs.ring_size)
+               ? 0 : ngx_min(nrec, rcap);
         nev = ngx_min(nev, ecap);
     }
 
@@ -127,7 +136,8 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_flushed_whole = now;
     }
 
-    if (nrec == 0 && nev == 0 && (!whole || st.spend_seq >= zs.spend_seq)
+    if (nrec == 0 && nuse == 0 && nev == 0
+        && (!whole || st.spend_seq >= zs.spend_seq)
         && !rollup && !probe)
     {
         return NULL;
@@ -138,6 +148,7 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     size = sizeof(ngx_http_tokenbiryani_job_t)
            + nrec * sizeof(ngx_http_tokenbiryani_record_t)
+           + nuse * sizeof(ngx_http_tokenbiryani_usage_entry_t)
            + nev * sizeof(ngx_http_tokenbiryani_event_t)
            + nslots * (sizeof(u_char *) + TB_ID_MAX + 1) + NGX_ALIGNMENT
            + nled * sizeof(ngx_http_tokenbiryani_ledger_view_t)
@@ -177,6 +188,40 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
     }
 
     p += nrec * sizeof(ngx_http_tokenbiryani_record_t);
+
+    /* every request's usage from the same point: the flush is written
+     * through the last of them, the records a part of it */
+
+    fl->usage = (ngx_http_tokenbiryani_usage_entry_t *) p;
+
+    if (nuse) {
+        fl->nusage = ngx_http_tokenbiryani_usage_since(&tmcf->zone,
+                         st.records_seq, fl->usage, nuse, &fl->usage_lost);
+    }
+
+    if (fl->nrecords && waiting <= zs.ring_size) {
+        /* the ring keeps up: written through its last record taken, every
+         * record and its usage, the rest next time */
+        while (fl->nusage
+               && fl->usage[fl->nusage - 1].seq > fl->records_seq)
+        {
+            fl->nusage--;
+        }
+
+    } else if (fl->nusage) {
+        /* it does not (or keeps none): through the last usage, and the
+         * records of some of them */
+        while (fl->nrecords
+               && fl->records[fl->nrecords - 1].seq
+                  > fl->usage[fl->nusage - 1].seq)
+        {
+            fl->nrecords--;
+        }
+
+        fl->records_seq = fl->usage[fl->nusage - 1].seq;
+    }
+
+    p += nuse * sizeof(ngx_http_tokenbiryani_usage_entry_t);
 
     fl->events = (ngx_http_tokenbiryani_event_t *) p;
     fl->nevents = nev ? ngx_http_tokenbiryani_events_read(&tmcf->zone,
@@ -232,7 +277,8 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
         ngx_http_tokenbiryani_rolled_up = now / 3600000;
     }
 
-    if (fl->nrecords == 0 && fl->nevents == 0 && fl->nledgers == 0
+    if (fl->nrecords == 0 && fl->nusage == 0 && fl->nevents == 0
+        && fl->nledgers == 0
         && fl->nsessions == 0 && !rollup && !probe)
     {
         ngx_http_tokenbiryani_flush_release(job);
@@ -297,29 +343,29 @@ ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job)
 
 
 const char *
-ngx_http_tokenbiryani_record_usage(ngx_http_tokenbiryani_job_t *job,
-    const ngx_http_tokenbiryani_record_t *rec, tb_usage_row_t *u)
+ngx_http_tokenbiryani_usage_row(ngx_http_tokenbiryani_job_t *job,
+    const ngx_http_tokenbiryani_usage_entry_t *e, tb_usage_row_t *u)
 {
     ngx_memzero(u, sizeof(tb_usage_row_t));
 
     u->requests = 1;
-    u->errors = (rec->status >= 400 || rec->status == 0);
+    u->errors = (e->status >= 400 || e->status == 0);
 
-    if (rec->usage.input_tokens >= 0) {
-        u->input = rec->usage.input_tokens;
-        u->output = ngx_max(rec->usage.output_tokens, 0);
-        u->cache_read = ngx_max(rec->usage.cache_read_input_tokens, 0);
-        u->cache_write = ngx_max(rec->usage.cache_creation_input_tokens, 0);
+    if (e->input >= 0) {
+        u->input = e->input;
+        u->output = ngx_max(e->output, 0);
+        u->cache_read = ngx_max(e->cache_read, 0);
+        u->cache_write = ngx_max(e->cache_write, 0);
         u->cache_hits = (u->cache_read > 0);
 
-        if (rec->cost >= 0) {
-            u->cost = rec->cost;
+        if (e->cost >= 0) {
+            u->cost = e->cost;
 
         } else {
             u->unpriced = 1;
         }
     }
 
-    return (rec->chosen >= 0 && (ngx_uint_t) rec->chosen < job->u.flush.nslots)
-           ? (char *) job->u.flush.slot_ids[rec->chosen] : "";
+    return (e->chosen >= 0 && (ngx_uint_t) e->chosen < job->u.flush.nslots)
+           ? (char *) job->u.flush.slot_ids[e->chosen] : "";
 }

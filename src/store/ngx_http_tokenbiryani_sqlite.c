@@ -675,22 +675,21 @@ ngx_http_tokenbiryani_sqlite_flush_spend(tb_store_t *db,
     ngx_uint_t                             i;
     const char                            *acct;
     tb_usage_row_t                         u;
-    ngx_http_tokenbiryani_record_t        *rec;
     ngx_http_tokenbiryani_ledger_view_t   *lv;
+    ngx_http_tokenbiryani_usage_entry_t   *e;
     ngx_http_tokenbiryani_session_view_t  *sv;
     ngx_http_tokenbiryani_job_flush_t     *fl;
     u_char                                 id[32], *p;
 
     fl = &job->u.flush;
 
-    for (i = 0; i < fl->nrecords; i++) {
-        rec = &fl->records[i];
+    for (i = 0; i < fl->nusage; i++) {
+        e = &fl->usage[i];
 
-        acct = ngx_http_tokenbiryani_record_usage(job, rec, &u);
+        acct = ngx_http_tokenbiryani_usage_row(job, e, &u);
 
-        if (tb_store_usage_add(db, 60,
-                               (rec->started_ms + rec->latency_ms) / 60000
-                               * 60, acct, rec->model, rec->key, &u)
+        if (tb_store_usage_add(db, 60, e->ended_ms / 60000 * 60, acct,
+                               e->model, e->key, &u)
             != TB_STORE_OK)
         {
             return TB_STORE_ERROR;

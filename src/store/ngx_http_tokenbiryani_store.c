@@ -25,6 +25,9 @@ typedef struct {
 
 static ngx_http_tokenbiryani_flusher_t  ngx_http_tokenbiryani_flusher;
 
+/* the last time requests whose usage was gone unwritten were said */
+static int64_t  ngx_http_tokenbiryani_lost_said = -60000;
+
 
 static void ngx_http_tokenbiryani_flush_timer(ngx_event_t *ev);
 static void ngx_http_tokenbiryani_flushed(ngx_http_tokenbiryani_job_t *job);
@@ -548,6 +551,21 @@ ngx_http_tokenbiryani_flush_landed(ngx_http_tokenbiryani_main_conf_t *tmcf,
     fl = &job->u.flush;
 
     now = ngx_http_tokenbiryani_now_ms();
+
+    if (fl->usage_lost && now - ngx_http_tokenbiryani_lost_said >= 60000) {
+        ngx_http_tokenbiryani_lost_said = now;
+
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "tokenbiryani: %uL requests ended before the history "
+                      "was written (more than the zone keeps, %ui, since "
+                      "the last write): their usage is not in the usage "
+                      "history; the store is slow or the rate is beyond "
+                      "what observability.event_buffer allows (4 times it "
+                      "in 100 ms)", fl->usage_lost,
+                      ngx_max(4 * (ngx_uint_t) tmcf->tbcf
+                                  ->observability_event_buffer,
+                              NGX_HTTP_TB_USAGE_MIN));
+    }
 
     if (!fl->rewind) {
         ngx_http_tokenbiryani_store_flushed(&tmcf->zone, fl->records_seq,

@@ -67,15 +67,23 @@ typedef struct {
 
 /* NGX_HTTP_TB_JOB_FLUSH: the history after what the store has */
 typedef struct {
-    ngx_http_tokenbiryani_record_t    *records;
+    ngx_http_tokenbiryani_record_t    *records;    /* of the requests in
+                                                      it: every one while
+                                                      the ring keeps up,
+                                                      a sample when not */
     ngx_uint_t                         nrecords;
+    ngx_http_tokenbiryani_usage_entry_t  *usage;   /* every request's, in
+                                                      order */
+    ngx_uint_t                         nusage;
+    uint64_t                           usage_lost;   /* gone before it */
     ngx_http_tokenbiryani_event_t     *events;
     ngx_uint_t                         nevents;
     u_char                           **slot_ids;   /* by slot */
     ngx_uint_t                         nslots;
     uint64_t                           keep_records;
     uint64_t                           keep_events;
-    uint64_t                           records_seq;  /* the newest in it */
+    uint64_t                           records_seq;  /* the newest request
+                                                        in it */
     uint64_t                           events_seq;
     uint64_t                           records_from; /* the store had, */
     uint64_t                           events_from;  /* as the zone knew */
@@ -213,10 +221,9 @@ ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t tick);
 void ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job);
 
-/* a flushed record's counts in the usage history; its account's id */
-const char *ngx_http_tokenbiryani_record_usage(
-    ngx_http_tokenbiryani_job_t *job, const ngx_http_tokenbiryani_record_t *rec,
-    tb_usage_row_t *u);
+/* a flushed request's counts in the usage history; its account's id */
+const char *ngx_http_tokenbiryani_usage_row(ngx_http_tokenbiryani_job_t *job,
+    const ngx_http_tokenbiryani_usage_entry_t *e, tb_usage_row_t *u);
 
 /* the zone's init: the shm init, then (a new zone) the store read into it */
 ngx_int_t ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone,

@@ -41,13 +41,14 @@
  * KEYS: records, events, slots, layout, flushed, ledgers, sessions,
  * sessions_t, instances.  ARGV: nslots, nrecords, nevents, nledgers,
  * nsessions, nusage, records kept, events kept, now (ms), instance,
- * namespace, layout, conversations kept, the first and last record's and
- * event's sequence, the record and event the zone knows the store has;
+ * namespace, layout, conversations kept, the first and last request's
+ * (whose usage it carries, every one; the records of some of them) and
+ * event's sequence, the request and event the zone knows the store has;
  * then slot, id; per record its blob; per usage bucket
  * (a minute of one group) start (s), group, values; per event its blob;
  * per ledger field, blob; per conversation field, last seen (ms), blob.
  *
- * A batch whose first record the store has already (the answer to the
+ * A batch whose first request the store has already (the answer to the
  * last flush was lost, and it is sent again with more) is not written:
  * the answer says how far the store has each, and the next flush goes on
  * from there, so usage is never counted twice.
@@ -97,7 +98,7 @@ static const char  ngx_http_tokenbiryani_lua_flush[] =
     "    j = e + 1 "
     "  end "
     "end "
-    "local freshr = nrec > 0 and rfirst > doner "
+    "local freshr = rlast > 0 and rfirst > doner "
     "push(KEYS[1], nrec, freshr) "
     "if freshr then redis.call('LTRIM', KEYS[1], -keepr, -1); "
     "doner = rlast; "
@@ -277,6 +278,7 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     tb_usage_row_t                         u;
     ngx_http_tokenbiryani_rargs_t          a;
     ngx_http_tokenbiryani_record_t        *rec;
+    ngx_http_tokenbiryani_usage_entry_t   *e;
     ngx_http_tokenbiryani_ledger_view_t   *lv;
     ngx_http_tokenbiryani_session_view_t  *sv;
     ngx_http_tokenbiryani_job_flush_t     *fl;
@@ -284,19 +286,19 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 
     fl = &job->u.flush;
 
-    nargs = 3 + 9 + 19 + 2 * fl->nslots + 4 * fl->nrecords
+    nargs = 3 + 9 + 19 + 2 * fl->nslots + fl->nrecords + 3 * fl->nusage
             + fl->nevents + 2 * fl->nledgers + 3 * fl->nsessions;
 
     size = nargs * (sizeof(char *) + sizeof(size_t)) + NGX_ALIGNMENT
-           + fl->nrecords * sizeof(ngx_http_tokenbiryani_rusage_agg_t)
+           + fl->nusage * sizeof(ngx_http_tokenbiryani_rusage_agg_t)
            + NGX_ALIGNMENT
            + 19 * NGX_INT64_LEN + sizeof(layout)
            + fl->nslots * (NGX_INT64_LEN + TB_ID_MAX + 1)
-           + fl->nrecords * (NGX_INT64_LEN + 8
-                              + sizeof(ngx_http_tokenbiryani_record_t)
-                              + TB_ID_MAX + TB_MODEL_MAX + TB_ID_MAX + 3
-                              + NGX_HTTP_TB_RUSAGE_VALUES
-                                * (NGX_INT64_LEN + 1))
+           + fl->nrecords * (8 + sizeof(ngx_http_tokenbiryani_record_t))
+           + fl->nusage * (NGX_INT64_LEN + TB_ID_MAX
+                            + NGX_HTTP_TB_USAGE_MODEL + TB_ID_MAX + 3
+                            + NGX_HTTP_TB_RUSAGE_VALUES
+                              * (NGX_INT64_LEN + 1))
            + fl->nevents * (8 + sizeof(ngx_http_tokenbiryani_event_t))
            + fl->nledgers * (TB_ID_MAX + 3 + sizeof(tb_ledger_t))
            + fl->nsessions * (16 + NGX_INT64_LEN
@@ -313,22 +315,22 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
                                       NGX_ALIGNMENT);
     agg = (ngx_http_tokenbiryani_rusage_agg_t *)
               ngx_align_ptr((u_char *) (a.lens + nargs), NGX_ALIGNMENT);
-    a.p = (u_char *) (agg + fl->nrecords);
+    a.p = (u_char *) (agg + fl->nusage);
 
     /* the records' usage, a bucket per minute and group: the script adds
      * each to its four resolutions */
 
     nagg = 0;
 
-    for (i = 0; i < fl->nrecords; i++) {
-        rec = &fl->records[i];
-        acct = ngx_http_tokenbiryani_record_usage(job, rec, &u);
-        t = (rec->started_ms + rec->latency_ms) / 60000 * 60;
+    for (i = 0; i < fl->nusage; i++) {
+        e = &fl->usage[i];
+        acct = ngx_http_tokenbiryani_usage_row(job, e, &u);
+        t = e->ended_ms / 60000 * 60;
 
         for (k = 0; k < nagg; k++) {
             if (agg[k].t == t && ngx_strcmp(agg[k].acct, acct) == 0
-                && ngx_strcmp(agg[k].model, rec->model) == 0
-                && ngx_strcmp(agg[k].key, rec->key) == 0)
+                && ngx_strcmp(agg[k].model, e->model) == 0
+                && ngx_strcmp(agg[k].key, e->key) == 0)
             {
                 break;
             }
@@ -337,8 +339,8 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
         if (k == nagg) {
             agg[k].t = t;
             agg[k].acct = acct;
-            agg[k].model = rec->model;
-            agg[k].key = rec->key;
+            agg[k].model = e->model;
+            agg[k].key = e->key;
             ngx_memzero(&agg[k].u, sizeof(tb_usage_row_t));
             nagg++;
         }
@@ -409,11 +411,11 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 
     ngx_http_tokenbiryani_rargs_num(&a, NGX_HTTP_TB_SESSIONS);
 
-    ngx_http_tokenbiryani_rargs_num(&a, fl->nrecords
-                                        ? (int64_t) fl->records[0].seq : 0);
-    ngx_http_tokenbiryani_rargs_num(&a, fl->nrecords
-                                        ? (int64_t) fl->records
-                                              [fl->nrecords - 1].seq : 0);
+    /* the requests it writes through: their usage, every one */
+    ngx_http_tokenbiryani_rargs_num(&a, fl->nusage
+                                        ? (int64_t) fl->usage[0].seq : 0);
+    ngx_http_tokenbiryani_rargs_num(&a, fl->nusage
+                                        ? (int64_t) fl->records_seq : 0);
     ngx_http_tokenbiryani_rargs_num(&a, fl->nevents
                                         ? (int64_t) fl->events[0].seq : 0);
     ngx_http_tokenbiryani_rargs_num(&a, fl->nevents
@@ -600,7 +602,7 @@ ngx_http_tokenbiryani_rhistory_requests(redisContext *c,
 {
     size_t                               i;
     redisReply                          *r;
-    const char                          *argv[2];
+    const char                          *argv[3];
     ngx_http_tokenbiryani_hload_t        hl;
     ngx_http_tokenbiryani_zone_stats_t   zs;
 
@@ -651,6 +653,24 @@ ngx_http_tokenbiryani_rhistory_requests(redisContext *c,
         ngx_http_tokenbiryani_store_hload_record, &hl);
     ngx_http_tokenbiryani_rhistory_list(c, log, n->events, zs.events_size,
         ngx_http_tokenbiryani_store_hload_event, &hl);
+
+    /* the usage is written through a request whose record may not be
+     * (a sample of them is, when they come fast): numbers go on after it */
+
+    argv[0] = "HGET";
+    argv[1] = n->flushed;
+    argv[2] = "r";
+
+    r = ngx_http_tokenbiryani_rhistory_cmd(c, log, 3, argv);
+
+    if (r && r->type == REDIS_REPLY_STRING) {
+        ngx_http_tokenbiryani_inspect_number_from(&tmcf->zone,
+            (uint64_t) ngx_atoof((u_char *) r->str, r->len));
+    }
+
+    if (r) {
+        freeReplyObject(r);
+    }
 
     ngx_http_tokenbiryani_store_hload_end(&hl, log);
 }

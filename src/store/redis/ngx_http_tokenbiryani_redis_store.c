@@ -361,7 +361,7 @@ ngx_http_tokenbiryani_rstore_flushed(ngx_http_tokenbiryani_job_t *job,
         return TB_STORE_OK;
     }
 
-    if (fl->nrecords) {
+    if (fl->nrecords || fl->nusage) {
         fl->records_seq = (uint64_t) reply->element[0]->integer;
     }
 
@@ -460,6 +460,13 @@ ngx_http_tokenbiryani_rstore_skip_done(redisContext *c,
 
         fl->records += k;
         fl->nrecords -= k;
+
+        for (k = 0; k < fl->nusage && fl->usage[k].seq <= done; k++) {
+            /* void */
+        }
+
+        fl->usage += k;
+        fl->nusage -= k;
 
         done = (r->element[1]->type == REDIS_REPLY_STRING)
                ? (uint64_t) ngx_atoof((u_char *) r->element[1]->str,

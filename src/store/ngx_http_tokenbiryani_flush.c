@@ -7,6 +7,7 @@
 
 #include "ngx_http_tokenbiryani.h"
 #include "ngx_http_tokenbiryani_store.h"
+#include "tb_hash.h"
 
 
 #define NGX_HTTP_TB_FLUSH_LEDGERS      1024   /* keys' per write, at most */
@@ -31,6 +32,11 @@ static ngx_uint_t                    ngx_http_tokenbiryani_flush_out;
 static int64_t  ngx_http_tokenbiryani_rolled_up = -1;
 
 
+static void ngx_http_tokenbiryani_usage_sum(ngx_http_tokenbiryani_job_t *job,
+    uint32_t *hash, ngx_uint_t hsize);
+static const char *ngx_http_tokenbiryani_usage_row(
+    ngx_http_tokenbiryani_job_t *job,
+    const ngx_http_tokenbiryani_usage_entry_t *e, tb_usage_row_t *u);
 static ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_job(
     size_t size);
 
@@ -75,10 +81,11 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
     u_char                              *p, *id;
     size_t                               size;
     int64_t                              now;
-    uint64_t                             ev_last, dropped, waiting;
+    uint64_t                             ev_last, dropped, waiting, since;
+    uint64_t                             lost;
     ngx_uint_t                           i, nrec, nev, nslots, got, nled;
     ngx_uint_t                           rollup, probe, whole, rcap, ecap;
-    ngx_uint_t                           nuse, ucap;
+    ngx_uint_t                           nuse, ucap, hsize;
     ngx_http_tokenbiryani_job_t         *job;
     ngx_http_tokenbiryani_zone_stats_t   zs;
     ngx_http_tokenbiryani_store_state_t  st;
@@ -143,6 +150,12 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
         return NULL;
     }
 
+    /* the usage summed by minute and group through a table of twice as
+     * many places as requests */
+    for (hsize = 16; hsize < 2 * nuse; hsize <<= 1) {
+        /* void */
+    }
+
     nslots = ngx_http_tokenbiryani_zone_nslots(&tmcf->zone);
     nled = whole ? nslots + NGX_HTTP_TB_FLUSH_LEDGERS : 0;
 
@@ -153,7 +166,10 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
            + nslots * (sizeof(u_char *) + TB_ID_MAX + 1) + NGX_ALIGNMENT
            + nled * sizeof(ngx_http_tokenbiryani_ledger_view_t)
            + (whole ? NGX_HTTP_TB_FLUSH_SESSIONS : 0)
-             * sizeof(ngx_http_tokenbiryani_session_view_t);
+             * sizeof(ngx_http_tokenbiryani_session_view_t)
+           + NGX_ALIGNMENT
+           + nuse * sizeof(ngx_http_tokenbiryani_usage_sum_t)
+           + hsize * sizeof(uint32_t);
 
     job = ngx_http_tokenbiryani_flush_job(size);
     if (job == NULL) {
@@ -194,9 +210,21 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
 
     fl->usage = (ngx_http_tokenbiryani_usage_entry_t *) p;
 
-    if (nuse) {
-        fl->nusage = ngx_http_tokenbiryani_usage_since(&tmcf->zone,
-                         st.records_seq, fl->usage, nuse, &fl->usage_lost);
+    since = st.records_seq;
+
+    while (fl->nusage < nuse) {
+        /* 256 at a time: the zone's lock is held for a few at a time */
+        got = ngx_http_tokenbiryani_usage_since(&tmcf->zone, since,
+                  fl->usage + fl->nusage, ngx_min(nuse - fl->nusage, 256),
+                  &lost);
+        fl->usage_lost += lost;
+
+        if (got == 0) {
+            break;
+        }
+
+        fl->nusage += got;
+        since = fl->usage[fl->nusage - 1].seq;
     }
 
     if (fl->nrecords && waiting <= zs.ring_size) {
@@ -270,6 +298,14 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
         fl->spend_seq = st.spend_seq;
     }
 
+    p = ngx_align_ptr((u_char *) (fl->sessions
+                                  + (whole ? NGX_HTTP_TB_FLUSH_SESSIONS : 0)),
+                      NGX_ALIGNMENT);
+    fl->sums = (ngx_http_tokenbiryani_usage_sum_t *) p;
+    p += nuse * sizeof(ngx_http_tokenbiryani_usage_sum_t);
+
+    ngx_http_tokenbiryani_usage_sum(job, (uint32_t *) p, hsize);
+
     fl->now_ms = now;
     fl->rollup = rollup;
 
@@ -342,7 +378,72 @@ ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job)
 }
 
 
-const char *
+static void
+ngx_http_tokenbiryani_usage_sum(ngx_http_tokenbiryani_job_t *job,
+    uint32_t *hash, ngx_uint_t hsize)
+{
+    int64_t                               t;
+    uint64_t                              h;
+    uint32_t                              k;
+    ngx_uint_t                            i;
+    const char                           *acct;
+    tb_usage_row_t                        u;
+    ngx_http_tokenbiryani_usage_sum_t    *sum;
+    ngx_http_tokenbiryani_job_flush_t    *fl;
+    ngx_http_tokenbiryani_usage_entry_t  *e;
+
+    fl = &job->u.flush;
+
+    ngx_memset(hash, 0xff, hsize * sizeof(uint32_t));
+
+    for (i = 0; i < fl->nusage; i++) {
+        e = &fl->usage[i];
+        acct = ngx_http_tokenbiryani_usage_row(job, e, &u);
+        t = e->ended_ms / 60000 * 60;
+
+        h = tb_hash64((uint64_t) t, e->key, ngx_strlen(e->key));
+        h = tb_hash64(h ^ (uint64_t) (uintptr_t) acct, e->model,
+                      ngx_strlen(e->model));
+
+        for (k = (uint32_t) (h & (hsize - 1)); /* void */ ;
+             k = (k + 1) & (hsize - 1))
+        {
+            if (hash[k] == (uint32_t) -1) {
+                hash[k] = (uint32_t) fl->nsums;
+
+                sum = &fl->sums[fl->nsums++];
+                sum->t = t;
+                sum->acct = acct;
+                sum->model = e->model;
+                sum->key = e->key;
+                ngx_memzero(&sum->u, sizeof(tb_usage_row_t));
+                break;
+            }
+
+            sum = &fl->sums[hash[k]];
+
+            if (sum->t == t && sum->acct == acct
+                && ngx_strcmp(sum->key, e->key) == 0
+                && ngx_strcmp(sum->model, e->model) == 0)
+            {
+                break;
+            }
+        }
+
+        sum->u.requests += u.requests;
+        sum->u.input += u.input;
+        sum->u.output += u.output;
+        sum->u.cache_read += u.cache_read;
+        sum->u.cache_write += u.cache_write;
+        sum->u.cost += u.cost;
+        sum->u.unpriced += u.unpriced;
+        sum->u.errors += u.errors;
+        sum->u.cache_hits += u.cache_hits;
+    }
+}
+
+
+static const char *
 ngx_http_tokenbiryani_usage_row(ngx_http_tokenbiryani_job_t *job,
     const ngx_http_tokenbiryani_usage_entry_t *e, tb_usage_row_t *u)
 {

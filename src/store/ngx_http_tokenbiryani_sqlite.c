@@ -673,23 +673,19 @@ ngx_http_tokenbiryani_sqlite_flush_spend(tb_store_t *db,
     ngx_http_tokenbiryani_job_t *job)
 {
     ngx_uint_t                             i;
-    const char                            *acct;
-    tb_usage_row_t                         u;
+    ngx_http_tokenbiryani_usage_sum_t     *sum;
     ngx_http_tokenbiryani_ledger_view_t   *lv;
-    ngx_http_tokenbiryani_usage_entry_t   *e;
     ngx_http_tokenbiryani_session_view_t  *sv;
     ngx_http_tokenbiryani_job_flush_t     *fl;
     u_char                                 id[32], *p;
 
     fl = &job->u.flush;
 
-    for (i = 0; i < fl->nusage; i++) {
-        e = &fl->usage[i];
+    for (i = 0; i < fl->nsums; i++) {
+        sum = &fl->sums[i];
 
-        acct = ngx_http_tokenbiryani_usage_row(job, e, &u);
-
-        if (tb_store_usage_add(db, 60, e->ended_ms / 60000 * 60, acct,
-                               e->model, e->key, &u)
+        if (tb_store_usage_add(db, 60, sum->t, sum->acct, sum->model,
+                               sum->key, &sum->u)
             != TB_STORE_OK)
         {
             return TB_STORE_ERROR;

@@ -65,6 +65,15 @@ typedef struct {
     ngx_uint_t                         create;     /* an account's insert */
 } ngx_http_tokenbiryani_job_record_t;
 
+/* a minute of one group's usage (account, model, key), summed */
+typedef struct {
+    int64_t                            t;           /* its start, s */
+    const char                        *acct;
+    const char                        *model;
+    const char                        *key;
+    tb_usage_row_t                     u;
+} ngx_http_tokenbiryani_usage_sum_t;
+
 /* NGX_HTTP_TB_JOB_FLUSH: the history after what the store has */
 typedef struct {
     ngx_http_tokenbiryani_record_t    *records;    /* of the requests in
@@ -76,6 +85,9 @@ typedef struct {
                                                       order */
     ngx_uint_t                         nusage;
     uint64_t                           usage_lost;   /* gone before it */
+    ngx_http_tokenbiryani_usage_sum_t  *sums;      /* the usage, by minute
+                                                      and group */
+    ngx_uint_t                         nsums;
     ngx_http_tokenbiryani_event_t     *events;
     ngx_uint_t                         nevents;
     u_char                           **slot_ids;   /* by slot */
@@ -221,9 +233,6 @@ ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t tick);
 void ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job);
 
-/* a flushed request's counts in the usage history; its account's id */
-const char *ngx_http_tokenbiryani_usage_row(ngx_http_tokenbiryani_job_t *job,
-    const ngx_http_tokenbiryani_usage_entry_t *e, tb_usage_row_t *u);
 
 /* the zone's init: the shm init, then (a new zone) the store read into it */
 ngx_int_t ngx_http_tokenbiryani_store_zone_init(ngx_shm_zone_t *shm_zone,

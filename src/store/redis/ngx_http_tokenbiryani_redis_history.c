@@ -204,16 +204,6 @@ ngx_http_tokenbiryani_rnames(ngx_pool_t *pool, ngx_str_t *ns,
 }
 
 
-/* a minute of one group's usage, summed from the records of a flush */
-typedef struct {
-    int64_t                             t;
-    const char                         *acct;
-    const char                         *model;
-    const char                         *key;
-    tb_usage_row_t                      u;
-} ngx_http_tokenbiryani_rusage_agg_t;
-
-
 /* the flush's arguments: a list of pointers, their lengths, their bytes */
 
 typedef struct {
@@ -271,14 +261,10 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 {
     u_char                                *block, *start;
     size_t                                 size, len;
-    int64_t                                t;
-    ngx_uint_t                             i, k, nargs, nled, nagg;
-    ngx_http_tokenbiryani_rusage_agg_t    *agg;
-    const char                            *acct;
-    tb_usage_row_t                         u;
+    ngx_uint_t                             i, k, nargs, nled;
     ngx_http_tokenbiryani_rargs_t          a;
     ngx_http_tokenbiryani_record_t        *rec;
-    ngx_http_tokenbiryani_usage_entry_t   *e;
+    ngx_http_tokenbiryani_usage_sum_t     *sum;
     ngx_http_tokenbiryani_ledger_view_t   *lv;
     ngx_http_tokenbiryani_session_view_t  *sv;
     ngx_http_tokenbiryani_job_flush_t     *fl;
@@ -286,16 +272,14 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
 
     fl = &job->u.flush;
 
-    nargs = 3 + 9 + 19 + 2 * fl->nslots + fl->nrecords + 3 * fl->nusage
+    nargs = 3 + 9 + 19 + 2 * fl->nslots + fl->nrecords + 3 * fl->nsums
             + fl->nevents + 2 * fl->nledgers + 3 * fl->nsessions;
 
     size = nargs * (sizeof(char *) + sizeof(size_t)) + NGX_ALIGNMENT
-           + fl->nusage * sizeof(ngx_http_tokenbiryani_rusage_agg_t)
-           + NGX_ALIGNMENT
            + 19 * NGX_INT64_LEN + sizeof(layout)
            + fl->nslots * (NGX_INT64_LEN + TB_ID_MAX + 1)
            + fl->nrecords * (8 + sizeof(ngx_http_tokenbiryani_record_t))
-           + fl->nusage * (NGX_INT64_LEN + TB_ID_MAX
+           + fl->nsums * (NGX_INT64_LEN + TB_ID_MAX
                             + NGX_HTTP_TB_USAGE_MODEL + TB_ID_MAX + 3
                             + NGX_HTTP_TB_RUSAGE_VALUES
                               * (NGX_INT64_LEN + 1))
@@ -313,48 +297,7 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     a.argv = (const char **) block;
     a.lens = (size_t *) ngx_align_ptr(block + nargs * sizeof(char *),
                                       NGX_ALIGNMENT);
-    agg = (ngx_http_tokenbiryani_rusage_agg_t *)
-              ngx_align_ptr((u_char *) (a.lens + nargs), NGX_ALIGNMENT);
-    a.p = (u_char *) (agg + fl->nusage);
-
-    /* the records' usage, a bucket per minute and group: the script adds
-     * each to its four resolutions */
-
-    nagg = 0;
-
-    for (i = 0; i < fl->nusage; i++) {
-        e = &fl->usage[i];
-        acct = ngx_http_tokenbiryani_usage_row(job, e, &u);
-        t = e->ended_ms / 60000 * 60;
-
-        for (k = 0; k < nagg; k++) {
-            if (agg[k].t == t && ngx_strcmp(agg[k].acct, acct) == 0
-                && ngx_strcmp(agg[k].model, e->model) == 0
-                && ngx_strcmp(agg[k].key, e->key) == 0)
-            {
-                break;
-            }
-        }
-
-        if (k == nagg) {
-            agg[k].t = t;
-            agg[k].acct = acct;
-            agg[k].model = e->model;
-            agg[k].key = e->key;
-            ngx_memzero(&agg[k].u, sizeof(tb_usage_row_t));
-            nagg++;
-        }
-
-        agg[k].u.requests += u.requests;
-        agg[k].u.input += u.input;
-        agg[k].u.output += u.output;
-        agg[k].u.cache_read += u.cache_read;
-        agg[k].u.cache_write += u.cache_write;
-        agg[k].u.cost += u.cost;
-        agg[k].u.unpriced += u.unpriced;
-        agg[k].u.errors += u.errors;
-        agg[k].u.cache_hits += u.cache_hits;
-    }
+    a.p = (u_char *) (a.lens + nargs);
 
     ngx_http_tokenbiryani_rargs_add(&a, "EVAL", 4);
     ngx_http_tokenbiryani_rargs_add(&a, ngx_http_tokenbiryani_lua_flush,
@@ -395,7 +338,7 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->nevents);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) nled);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->nsessions);
-    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) nagg);
+    ngx_http_tokenbiryani_rargs_num(&a, (int64_t) fl->nsums);
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(fl->keep_records,
                                                           1));
     ngx_http_tokenbiryani_rargs_num(&a, (int64_t) ngx_max(fl->keep_events,
@@ -439,20 +382,22 @@ ngx_http_tokenbiryani_rflush_args(ngx_http_tokenbiryani_rnames_t *n,
               * sizeof(ngx_http_tokenbiryani_inspect_cand_t));
     }
 
-    for (k = 0; k < nagg; k++) {
-        ngx_http_tokenbiryani_rargs_num(&a, agg[k].t);
+    for (k = 0; k < fl->nsums; k++) {
+        sum = &fl->sums[k];
+
+        ngx_http_tokenbiryani_rargs_num(&a, sum->t);
 
         start = a.p;
-        a.p = ngx_sprintf(a.p, "%s\x1f%s\x1f%s", agg[k].acct, agg[k].model,
-                          agg[k].key);
+        a.p = ngx_sprintf(a.p, "%s\x1f%s\x1f%s", sum->acct, sum->model,
+                          sum->key);
         ngx_http_tokenbiryani_rargs_add(&a, start, a.p - start);
 
         start = a.p;
         a.p = ngx_sprintf(a.p, "%L,%L,%L,%L,%L,%L,%L,%L,%L",
-                          agg[k].u.requests, agg[k].u.input, agg[k].u.output,
-                          agg[k].u.cache_read, agg[k].u.cache_write,
-                          agg[k].u.cost, agg[k].u.unpriced, agg[k].u.errors,
-                          agg[k].u.cache_hits);
+                          sum->u.requests, sum->u.input, sum->u.output,
+                          sum->u.cache_read, sum->u.cache_write,
+                          sum->u.cost, sum->u.unpriced, sum->u.errors,
+                          sum->u.cache_hits);
         ngx_http_tokenbiryani_rargs_add(&a, start, a.p - start);
     }
 

@@ -32,8 +32,6 @@ static ngx_uint_t                    ngx_http_tokenbiryani_flush_out;
 static int64_t  ngx_http_tokenbiryani_rolled_up = -1;
 
 
-static void ngx_http_tokenbiryani_usage_sum(ngx_http_tokenbiryani_job_t *job,
-    uint32_t *hash, ngx_uint_t hsize);
 static const char *ngx_http_tokenbiryani_usage_row(
     ngx_http_tokenbiryani_job_t *job,
     const ngx_http_tokenbiryani_usage_entry_t *e, tb_usage_row_t *u);
@@ -303,8 +301,10 @@ ngx_http_tokenbiryani_flush_collect(ngx_http_tokenbiryani_main_conf_t *tmcf,
                       NGX_ALIGNMENT);
     fl->sums = (ngx_http_tokenbiryani_usage_sum_t *) p;
     p += nuse * sizeof(ngx_http_tokenbiryani_usage_sum_t);
+    fl->sum_hash = (uint32_t *) p;
+    fl->sum_hsize = hsize;
 
-    ngx_http_tokenbiryani_usage_sum(job, (uint32_t *) p, hsize);
+    ngx_http_tokenbiryani_flush_sum(job);
 
     fl->now_ms = now;
     fl->rollup = rollup;
@@ -378,14 +378,13 @@ ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job)
 }
 
 
-static void
-ngx_http_tokenbiryani_usage_sum(ngx_http_tokenbiryani_job_t *job,
-    uint32_t *hash, ngx_uint_t hsize)
+void
+ngx_http_tokenbiryani_flush_sum(ngx_http_tokenbiryani_job_t *job)
 {
     int64_t                               t;
     uint64_t                              h;
-    uint32_t                              k;
-    ngx_uint_t                            i;
+    uint32_t                              k, *hash;
+    ngx_uint_t                            i, hsize;
     const char                           *acct;
     tb_usage_row_t                        u;
     ngx_http_tokenbiryani_usage_sum_t    *sum;
@@ -393,6 +392,9 @@ ngx_http_tokenbiryani_usage_sum(ngx_http_tokenbiryani_job_t *job,
     ngx_http_tokenbiryani_usage_entry_t  *e;
 
     fl = &job->u.flush;
+    hash = fl->sum_hash;
+    hsize = fl->sum_hsize;
+    fl->nsums = 0;
 
     ngx_memset(hash, 0xff, hsize * sizeof(uint32_t));
 

@@ -88,6 +88,9 @@ typedef struct {
     ngx_http_tokenbiryani_usage_sum_t  *sums;      /* the usage, by minute
                                                       and group */
     ngx_uint_t                         nsums;
+    uint32_t                          *sum_hash;   /* twice as many places
+                                                      as requests */
+    ngx_uint_t                         sum_hsize;
     ngx_http_tokenbiryani_event_t     *events;
     ngx_uint_t                         nevents;
     u_char                           **slot_ids;   /* by slot */
@@ -232,6 +235,9 @@ void ngx_http_tokenbiryani_store_sload_end(ngx_http_tokenbiryani_sload_t *sl,
 ngx_http_tokenbiryani_job_t *ngx_http_tokenbiryani_flush_collect(
     ngx_http_tokenbiryani_main_conf_t *tmcf, ngx_uint_t tick);
 void ngx_http_tokenbiryani_flush_release(ngx_http_tokenbiryani_job_t *job);
+
+/* a flush's usage summed again, after some of it was left out */
+void ngx_http_tokenbiryani_flush_sum(ngx_http_tokenbiryani_job_t *job);
 
 
 /* the zone's init: the shm init, then (a new zone) the store read into it */

@@ -465,8 +465,11 @@ ngx_http_tokenbiryani_rstore_skip_done(redisContext *c,
             /* void */
         }
 
-        fl->usage += k;
-        fl->nusage -= k;
+        if (k) {
+            fl->usage += k;
+            fl->nusage -= k;
+            ngx_http_tokenbiryani_flush_sum(job);
+        }
 
         done = (r->element[1]->type == REDIS_REPLY_STRING)
                ? (uint64_t) ngx_atoof((u_char *) r->element[1]->str,

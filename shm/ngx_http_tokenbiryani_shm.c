@@ -13,12 +13,11 @@ static void ngx_http_tokenbiryani_zone_domains_locked(
 static ngx_int_t ngx_http_tokenbiryani_zone_too_small(
     ngx_shm_zone_t *shm_zone, const char *before, ngx_uint_t n,
     const char *what, size_t size);
-static ngx_int_t ngx_http_tokenbiryani_zone_ring(
+static ngx_int_t ngx_http_tokenbiryani_zone_rings(
     ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
-    ngx_slab_pool_t *shpool);
-static ngx_uint_t ngx_http_tokenbiryani_zone_usage(
-    ngx_http_tokenbiryani_zone_t *zone, ngx_http_tokenbiryani_shm_t *sh,
-    ngx_slab_pool_t *shpool);
+    ngx_slab_pool_t *shpool, const char **what, ngx_uint_t *n, size_t *size);
+static ngx_int_t ngx_http_tokenbiryani_zone_array(ngx_slab_pool_t *shpool,
+    void **array, ngx_uint_t *nelts, ngx_uint_t n, size_t size);
 
 
 ngx_int_t
@@ -26,8 +25,9 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_tokenbiryani_zone_t  *ozone = data;
 
-    size_t                                 len;
+    size_t                                 len, size;
     ngx_uint_t                             i, n;
+    const char                            *what;
     ngx_slab_pool_t                       *shpool;
     tb_account_state_t                    *slot;
     ngx_http_tokenbiryani_shm_t           *sh;
@@ -113,19 +113,11 @@ ngx_http_tokenbiryani_zone_init(ngx_shm_zone_t *shm_zone, void *data)
 
     ngx_shmtx_lock(&shpool->mutex);
 
-    if (ngx_http_tokenbiryani_zone_ring(zone, sh, shpool) != NGX_OK) {
-        return ngx_http_tokenbiryani_zone_too_small(shm_zone,
-                   "an inspector of ",
-                   (ngx_uint_t) zone->tbcf->observability_event_buffer,
-                   "requests", sizeof(ngx_http_tokenbiryani_record_t));
-    }
-
-    n = ngx_http_tokenbiryani_zone_usage(zone, sh, shpool);
-
-    if (n) {
-        return ngx_http_tokenbiryani_zone_too_small(shm_zone,
-                   "the usage of ", n, "requests",
-                   sizeof(ngx_http_tokenbiryani_usage_entry_t));
+    if (ngx_http_tokenbiryani_zone_rings(zone, sh, shpool, &what, &n, &size)
+        != NGX_OK)
+    {
+        return ngx_http_tokenbiryani_zone_too_small(shm_zone, what, n,
+                                                    "requests", size);
     }
 
     /* a request leaves two to four events: room for as many requests */
@@ -391,92 +383,88 @@ ngx_http_tokenbiryani_zone_too_small(ngx_shm_zone_t *shm_zone,
 
 
 /*
- * The inspector's ring, sized by observability.event_buffer.  A reload
- * that changes the size starts a new ring (the old history goes).
+ * The inspector's ring, sized by observability.event_buffer, and with a
+ * store the usage ring: four times that, at least NGX_HTTP_TB_USAGE_MIN.
+ * A reload that changes a size starts a new one (the old history goes).
+ * NGX_ERROR: what did not fit, n of size bytes.
  */
 
 static ngx_int_t
-ngx_http_tokenbiryani_zone_ring(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool)
+ngx_http_tokenbiryani_zone_rings(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool,
+    const char **what, ngx_uint_t *n, size_t *size)
 {
-    size_t                           size;
-    ngx_uint_t                       n;
-    ngx_http_tokenbiryani_record_t  *ring;
+    void  *a;
 
-    n = (ngx_uint_t) zone->tbcf->observability_event_buffer;
+    *what = "an inspector of ";
+    *n = (ngx_uint_t) zone->tbcf->observability_event_buffer;
+    *size = sizeof(ngx_http_tokenbiryani_record_t);
+    a = sh->ring;
 
-    if (sh->ring && sh->ring_size == n) {
-        return NGX_OK;
+    if (ngx_http_tokenbiryani_zone_array(shpool, &a, &sh->ring_size, *n,
+                                         *size)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
-    ring = NULL;
+    sh->ring = a;
 
-    if (n) {
-        size = n * sizeof(ngx_http_tokenbiryani_record_t);
+    *what = "the usage of ";
+    *n = (zone->tbcf->store_backend
+          && ngx_strcmp(zone->tbcf->store_backend, "memory") != 0)
+         ? ngx_max(4 * *n, NGX_HTTP_TB_USAGE_MIN) : 0;
+    *size = sizeof(ngx_http_tokenbiryani_usage_entry_t);
+    a = sh->usage;
 
-        ring = ngx_slab_alloc_locked(shpool, size);
-        if (ring == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memzero(ring, size);
+    if (ngx_http_tokenbiryani_zone_array(shpool, &a, &sh->usage_size, *n,
+                                         *size)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
-    if (sh->ring) {
-        ngx_slab_free_locked(shpool, sh->ring);
-    }
-
-    sh->ring = ring;
-    sh->ring_size = n;
+    sh->usage = a;
 
     return NGX_OK;
 }
 
 
 /*
- * The usage ring, with a store: four times the inspector's, at least
- * NGX_HTTP_TB_USAGE_MIN.  0, or how many entries did not fit.
+ * An array of the zone of n elements, zeroed, in place of *array (of
+ * *nelts) unless it is that many already: NGX_ERROR when it does not fit
+ * (the old one kept).
  */
 
-static ngx_uint_t
-ngx_http_tokenbiryani_zone_usage(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_http_tokenbiryani_shm_t *sh, ngx_slab_pool_t *shpool)
+static ngx_int_t
+ngx_http_tokenbiryani_zone_array(ngx_slab_pool_t *shpool, void **array,
+    ngx_uint_t *nelts, ngx_uint_t n, size_t size)
 {
-    size_t                                size;
-    ngx_uint_t                            n;
-    ngx_http_tokenbiryani_usage_entry_t  *usage;
+    void  *a;
 
-    n = (zone->tbcf->store_backend
-         && ngx_strcmp(zone->tbcf->store_backend, "memory") != 0)
-        ? ngx_max(4 * (ngx_uint_t) zone->tbcf->observability_event_buffer,
-                  NGX_HTTP_TB_USAGE_MIN)
-        : 0;
-
-    if (sh->usage_size == n) {
-        return 0;
+    if (*nelts == n && (*array != NULL || n == 0)) {
+        return NGX_OK;
     }
 
-    usage = NULL;
+    a = NULL;
 
     if (n) {
-        size = n * sizeof(ngx_http_tokenbiryani_usage_entry_t);
-
-        usage = ngx_slab_alloc_locked(shpool, size);
-        if (usage == NULL) {
-            return n;
+        a = ngx_slab_alloc_locked(shpool, n * size);
+        if (a == NULL) {
+            return NGX_ERROR;
         }
 
-        ngx_memzero(usage, size);
+        ngx_memzero(a, n * size);
     }
 
-    if (sh->usage) {
-        ngx_slab_free_locked(shpool, sh->usage);
+    if (*array) {
+        ngx_slab_free_locked(shpool, *array);
     }
 
-    sh->usage = usage;
-    sh->usage_size = n;
+    *array = a;
+    *nelts = n;
 
-    return 0;
+    return NGX_OK;
 }
 
 

@@ -199,6 +199,7 @@ tb_sse_eol(const unsigned char *p, const unsigned char *end)
 unsigned
 tb_sse_feed(tb_sse_t *s, const unsigned char *p, size_t n)
 {
+    size_t                prefix;
     unsigned              rc;
     unsigned char         c;
     const unsigned char  *end, *q;
@@ -237,17 +238,15 @@ tb_sse_feed(tb_sse_t *s, const unsigned char *p, size_t n)
 
             /* the two lines every event is made of, whole in the buffer */
 
-            if (c == 'e' && end - p >= 7 && memcmp(p, "event: ", 7) == 0) {
-                p += 7;
-                s->field = TB_SSE_FIELD_EVENT;
-                tb_sse_value_begin(s);
-                s->state = TB_SSE_ST_VALUE;
-                break;
-            }
+            prefix = (c == 'e' && end - p >= 7
+                      && memcmp(p, "event: ", 7) == 0) ? 7
+                     : (c == 'd' && end - p >= 6
+                        && memcmp(p, "data: ", 6) == 0) ? 6 : 0;
 
-            if (c == 'd' && end - p >= 6 && memcmp(p, "data: ", 6) == 0) {
-                p += 6;
-                s->field = TB_SSE_FIELD_DATA;
+            if (prefix) {
+                p += prefix;
+                s->field = (prefix == 7) ? TB_SSE_FIELD_EVENT
+                                         : TB_SSE_FIELD_DATA;
                 tb_sse_value_begin(s);
                 s->state = TB_SSE_ST_VALUE;
                 break;

@@ -356,6 +356,7 @@ tb_unified_header_at(const tb_unified_t *u, unsigned i, char *name,
     size_t name_size, char *value, size_t value_size)
 {
     unsigned                w, f;
+    const char             *n, *v;
     const tb_uni_window_t  *win;
 
     /* 0 status, 1 reset, 2 claim, 3 overage status, 4 its reason, then
@@ -365,14 +366,13 @@ tb_unified_header_at(const tb_unified_t *u, unsigned i, char *name,
 
         name[0] = '\0';
         value[0] = '\0';
+        n = NULL;
+        v = "";
 
         switch (i) {
         case 0:
-            if (u->all.status) {
-                snprintf(name, name_size, TB_UNI_PREFIX "status");
-                snprintf(value, value_size, "%s",
-                         tb_unified_status_name(u->all.status));
-            }
+            n = "status";
+            v = tb_unified_status_name(u->all.status);
             break;
 
         case 1:
@@ -384,27 +384,18 @@ tb_unified_header_at(const tb_unified_t *u, unsigned i, char *name,
             break;
 
         case 2:
-            if (u->claim[0]) {
-                snprintf(name, name_size,
-                         TB_UNI_PREFIX "representative-claim");
-                snprintf(value, value_size, "%s", u->claim);
-            }
+            n = "representative-claim";
+            v = u->claim;
             break;
 
         case 3:
-            if (u->overage) {
-                snprintf(name, name_size, TB_UNI_PREFIX "overage-status");
-                snprintf(value, value_size, "%s",
-                         tb_unified_status_name(u->overage));
-            }
+            n = "overage-status";
+            v = tb_unified_status_name(u->overage);
             break;
 
         case 4:
-            if (u->reason[0]) {
-                snprintf(name, name_size,
-                         TB_UNI_PREFIX "overage-disabled-reason");
-                snprintf(value, value_size, "%s", u->reason);
-            }
+            n = "overage-disabled-reason";
+            v = u->reason;
             break;
 
         default:
@@ -431,6 +422,12 @@ tb_unified_header_at(const tb_unified_t *u, unsigned i, char *name,
             }
 
             break;
+        }
+
+        /* a header that says a word: said when it has one */
+        if (n && v[0]) {
+            snprintf(name, name_size, TB_UNI_PREFIX "%s", n);
+            snprintf(value, value_size, "%s", v);
         }
 
         if (name[0]) {

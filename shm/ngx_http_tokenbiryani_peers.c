@@ -106,20 +106,36 @@ ngx_http_tokenbiryani_peers_next(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
-ngx_uint_t
+void
 ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
-    int64_t now, ngx_http_tokenbiryani_news_t *out, ngx_uint_t max)
+    int64_t now, ngx_http_tokenbiryani_peers_told_t *t)
 {
     int64_t              holds[2];
-    ngx_uint_t           i, n;
+    ngx_uint_t           i;
     tb_account_state_t  *st;
 
     i = 0;
-    n = 0;
+    t->nnews = 0;
+    t->norgs = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    while (n < max && (st = ngx_http_tokenbiryani_peers_next(zone->sh, &i))) {
+    while ((t->nnews < t->max || t->norgs < t->max)
+           && (st = ngx_http_tokenbiryani_peers_next(zone->sh, &i)))
+    {
+        if (t->norgs < t->max && !st->org_told && st->org[0] != '\0') {
+            st->org_told = 1;
+
+            ngx_memcpy(t->orgs[t->norgs].id, st->id, sizeof(st->id));
+            ngx_memcpy(t->orgs[t->norgs].fingerprint, st->fingerprint, 8);
+            ngx_memcpy(t->orgs[t->norgs].org, st->org, TB_ORG_MAX);
+            t->norgs++;
+        }
+
+        if (t->nnews == t->max) {
+            continue;
+        }
+
         holds[0] = tb_account_held(st, TB_WIN_REQUESTS, now);
         holds[1] = tb_account_held(st, TB_WIN_INPUT, now);
 
@@ -134,46 +150,13 @@ ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
         st->told_holds[1] = holds[1];
 
         tb_account_news(st, &zone->breaker, zone->spend_bucket_ms, now,
-                        &out[n].news);
-        ngx_memcpy(out[n].id, st->id, sizeof(st->id));
-        ngx_memcpy(out[n].fingerprint, st->fingerprint, 8);
-        n++;
+                        &t->news[t->nnews].news);
+        ngx_memcpy(t->news[t->nnews].id, st->id, sizeof(st->id));
+        ngx_memcpy(t->news[t->nnews].fingerprint, st->fingerprint, 8);
+        t->nnews++;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return n;
-}
-
-
-ngx_uint_t
-ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max)
-{
-    ngx_uint_t           i, n;
-    tb_account_state_t  *st;
-
-    i = 0;
-    n = 0;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    while (n < max && (st = ngx_http_tokenbiryani_peers_next(zone->sh, &i))) {
-        if (st->org_told || st->org[0] == '\0') {
-            continue;
-        }
-
-        st->org_told = 1;
-
-        ngx_memcpy(out[n].id, st->id, sizeof(st->id));
-        ngx_memcpy(out[n].fingerprint, st->fingerprint, 8);
-        ngx_memcpy(out[n].org, st->org, TB_ORG_MAX);
-        n++;
-    }
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return n;
 }
 
 

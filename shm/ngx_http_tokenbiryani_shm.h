@@ -201,12 +201,6 @@ typedef struct {
     tb_account_news_t              news;
 } ngx_http_tokenbiryani_news_t;
 
-/*
- * The accounts whose news the peers have not been told, or whose
- * holdings changed since, max at most: to be told now
- */
-ngx_uint_t ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
-    int64_t now, ngx_http_tokenbiryani_news_t *out, ngx_uint_t max);
 
 /*
  * The organisation an account's answers named: its capacity domain is
@@ -221,8 +215,22 @@ typedef struct {
     char                           org[TB_ORG_MAX];
 } ngx_http_tokenbiryani_org_news_t;
 
-ngx_uint_t ngx_http_tokenbiryani_peers_orgs(ngx_http_tokenbiryani_zone_t *zone,
-    ngx_http_tokenbiryani_org_news_t *out, ngx_uint_t max);
+/* what the peers are to be told now, max of each at most */
+typedef struct {
+    ngx_http_tokenbiryani_news_t      *news;
+    ngx_uint_t                         nnews;
+    ngx_http_tokenbiryani_org_news_t  *orgs;
+    ngx_uint_t                         norgs;
+    ngx_uint_t                         max;
+} ngx_http_tokenbiryani_peers_told_t;
+
+/*
+ * In one pass: the accounts whose organisation the peers have not been
+ * told, and those whose news they have not been told or whose holdings
+ * changed since
+ */
+void ngx_http_tokenbiryani_peers_news(ngx_http_tokenbiryani_zone_t *zone,
+    int64_t now, ngx_http_tokenbiryani_peers_told_t *t);
 
 /*
  * Another gateway's word of an account (who: the gateway, by a hash of its

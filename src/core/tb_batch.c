@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tb_batch.h"
+#include "tb_chars.h"
 #include "tb_json_int.h"
 #include "tb_parse.h"
 
@@ -107,22 +108,7 @@ tb_batch_members(const unsigned char *p, size_t len,
 int
 tb_batch_id_ok(const char *id, size_t len)
 {
-    size_t  i;
-
-    if (len == 0 || len > TB_BATCH_ID_MAX) {
-        return 0;
-    }
-
-    for (i = 0; i < len; i++) {
-        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z')
-              || (id[i] >= '0' && id[i] <= '9') || id[i] == '_'
-              || id[i] == '-'))
-        {
-            return 0;
-        }
-    }
-
-    return 1;
+    return tb_chars_ok(id, len, TB_BATCH_ID_MAX, "_-");
 }
 
 

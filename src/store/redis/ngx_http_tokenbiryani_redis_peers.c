@@ -265,9 +265,10 @@ static void
 ngx_http_tokenbiryani_rpeers_tell(ngx_http_tokenbiryani_rpeers_t *rc,
     int64_t now)
 {
-    u_char                        *p;
-    ngx_uint_t                     i, n;
-    ngx_http_tokenbiryani_news_t  *nw;
+    u_char                              *p;
+    ngx_uint_t                           i;
+    ngx_http_tokenbiryani_news_t        *nw;
+    ngx_http_tokenbiryani_peers_told_t   t;
     u_char                         msg[2 + 64 + 1 + 16 + 1 + TB_ID_MAX + 1
                                        + TB_NEWS_MAX];
 
@@ -276,10 +277,13 @@ ngx_http_tokenbiryani_rpeers_tell(ngx_http_tokenbiryani_rpeers_t *rc,
      * them against the same account's as this gateway does
      */
 
-    n = ngx_http_tokenbiryani_peers_orgs(&rc->tmcf->zone, rc->orgs,
-                                         NGX_HTTP_TB_RPEERS_NEWS);
+    t.news = rc->news;
+    t.orgs = rc->orgs;
+    t.max = NGX_HTTP_TB_RPEERS_NEWS;
 
-    for (i = 0; i < n; i++) {
+    ngx_http_tokenbiryani_peers_news(&rc->tmcf->zone, now, &t);
+
+    for (i = 0; i < t.norgs; i++) {
         p = ngx_snprintf(msg, 2 + 64 + 1, "o %s ", rc->n->instance);
         p = ngx_hex_dump(p, rc->orgs[i].fingerprint, 8);
         p = ngx_sprintf(p, " %s %s", rc->orgs[i].id, rc->orgs[i].org);
@@ -289,10 +293,7 @@ ngx_http_tokenbiryani_rpeers_tell(ngx_http_tokenbiryani_rpeers_t *rc,
         }
     }
 
-    n = ngx_http_tokenbiryani_peers_news(&rc->tmcf->zone, now, rc->news,
-                                         NGX_HTTP_TB_RPEERS_NEWS);
-
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < t.nnews; i++) {
         nw = &rc->news[i];
 
         p = ngx_snprintf(msg, 2 + 64 + 1, "m %s ", rc->n->instance);

@@ -9,6 +9,10 @@
 #include "tb_hash.h"
 
 
+static uint64_t ngx_http_tokenbiryani_ring_first(uint64_t newest,
+    ngx_uint_t size, uint64_t since, uint64_t *lost);
+
+
 void
 ngx_http_tokenbiryani_inspect_add(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *rec)
@@ -130,7 +134,7 @@ ngx_uint_t
 ngx_http_tokenbiryani_inspect_since(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t since, ngx_http_tokenbiryani_record_t *out, ngx_uint_t max)
 {
-    uint64_t                         seq, oldest;
+    uint64_t                         seq;
     ngx_uint_t                       n;
     ngx_http_tokenbiryani_shm_t     *sh;
     ngx_http_tokenbiryani_record_t  *rec;
@@ -141,10 +145,8 @@ ngx_http_tokenbiryani_inspect_since(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     if (sh->ring_size) {
-        oldest = (sh->ring_seq > sh->ring_size)
-                 ? sh->ring_seq - sh->ring_size + 1 : 1;
-
-        for (seq = ngx_max(since + 1, oldest);
+        for (seq = ngx_http_tokenbiryani_ring_first(sh->ring_seq,
+                       sh->ring_size, since, NULL);
              seq <= sh->ring_seq && n < max;
              seq++)
         {
@@ -212,38 +214,49 @@ ngx_http_tokenbiryani_usage_since(ngx_http_tokenbiryani_zone_t *zone,
     uint64_t since, ngx_http_tokenbiryani_usage_entry_t *out, ngx_uint_t max,
     uint64_t *lost)
 {
-    uint64_t                              seq, oldest;
-    ngx_uint_t                            n;
+    uint64_t                              seq;
+    ngx_uint_t                            n, size;
     ngx_http_tokenbiryani_shm_t          *sh;
     ngx_http_tokenbiryani_usage_entry_t  *e;
 
     sh = zone->sh;
     n = 0;
-    *lost = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (sh->usage_size) {
-        oldest = (sh->ring_seq > sh->usage_size)
-                 ? sh->ring_seq - sh->usage_size + 1 : 1;
+    size = sh->usage_size;
+    seq = ngx_http_tokenbiryani_ring_first(sh->ring_seq, size, since, lost);
 
-        if (oldest > since + 1) {
-            *lost = oldest - since - 1;
-        }
+    while (size && seq <= sh->ring_seq && n < max) {
+        e = &sh->usage[(seq - 1) % size];
 
-        for (seq = ngx_max(since + 1, oldest);
-             seq <= sh->ring_seq && n < max;
-             seq++)
-        {
-            e = &sh->usage[(seq - 1) % sh->usage_size];
-
-            if (e->seq == seq) {
-                out[n++] = *e;
-            }
+        if (e->seq == seq++) {
+            out[n++] = *e;
         }
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return n;
+}
+
+
+/*
+ * The first of a ring of size holding up to newest to read after since;
+ * *lost (when not NULL): how many after since it no longer holds
+ */
+
+static uint64_t
+ngx_http_tokenbiryani_ring_first(uint64_t newest, ngx_uint_t size,
+    uint64_t since, uint64_t *lost)
+{
+    uint64_t  oldest;
+
+    oldest = (newest > size) ? newest - size + 1 : 1;
+
+    if (lost) {
+        *lost = (size && oldest > since + 1) ? oldest - since - 1 : 0;
+    }
+
+    return ngx_max(since + 1, oldest);
 }

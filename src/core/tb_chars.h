@@ -1,7 +1,6 @@
 /*
  * The characters an id, a name, a token or a host may hold: checked
- * before they reach a header, a path or a log line; and an entry of a
- * table found by its name.
+ * before they reach a header, a path or a log line.
  */
 
 #ifndef TB_CHARS_H
@@ -34,27 +33,6 @@ tb_chars_ok(const char *s, size_t len, size_t max, const char *extra)
     }
 
     return 1;
-}
-
-
-/*
- * The entry named name of a table ended by a NULL name, each entry size
- * bytes with its name its first member; NULL: none
- */
-static inline const void *
-tb_named(const void *table, size_t size, const char *name)
-{
-    const char  *entry, *n;
-
-    for (entry = table; (n = *(const char *const *) (const void *) entry);
-         entry += size)
-    {
-        if (strcmp(n, name) == 0) {
-            return entry;
-        }
-    }
-
-    return NULL;
 }
 
 

@@ -63,7 +63,15 @@ static const tb_ks_field_t  tb_ks_fields[] = {
 static const tb_ks_field_t *
 tb_ks_find(const char *name)
 {
-    return tb_named(tb_ks_fields, sizeof(tb_ks_field_t), name);
+    const tb_ks_field_t  *f;
+
+    for (f = tb_ks_fields; f->name; f++) {
+        if (strcmp(f->name, name) == 0) {
+            return f;
+        }
+    }
+
+    return NULL;
 }
 
 

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tb_chars.h"
 #include "tb_router.h"
 #include "tb_hash.h"
 #include "tb_provider.h"
@@ -55,7 +54,15 @@ const tb_strategy_t  tb_builtin_strategy_table[] = {
 const tb_strategy_t *
 tb_strategy_builtin(const char *name)
 {
-    return tb_named(tb_builtin_strategy_table, sizeof(tb_strategy_t), name);
+    const tb_strategy_t  *s;
+
+    for (s = tb_builtin_strategy_table; s->name; s++) {
+        if (strcmp(s->name, name) == 0) {
+            return s;
+        }
+    }
+
+    return NULL;
 }
 
 

@@ -701,6 +701,10 @@ store:
 pricing: builtin
 pacing:
   weekly_budget_usd: 20
+  # "behind" once a tenth of the week has gone with nothing spent,
+  # whatever day the suite runs on: the verdicts are checked at fixed
+  # times in t/unit/test_pacing.c, the block's layout here
+  behind_threshold: 1
 accounts:
   - id: a1
     api_key: sk-a1

@@ -39,6 +39,10 @@ batch:
   api: true
 pacing:
   weekly_budget_usd: 100
+  # the week's verdict would turn "behind" once a tenth of the week has
+  # gone with nothing spent, whatever day the suite runs on: the pages
+  # are checked here, the verdicts at fixed times in t/unit/test_pacing.c
+  behind_threshold: 1
 accounts:
   - id: a1
     name: primary

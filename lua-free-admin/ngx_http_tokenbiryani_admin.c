@@ -229,7 +229,7 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     cJSON_AddNumberToObject(obj, "evicted", (double) zs.aff_evicted);
     cJSON_AddNumberToObject(obj, "ttl_seconds",
                             tmcf->tbcf->affinity_ttl_seconds);
-    cJSON_AddNumberToObject(obj, "decisions", (double) zs.decisions);
+    cJSON_AddNumberToObject(obj, "decisions", (double) zs.share.decisions);
     cJSON_AddNumberToObject(obj, "no_owner",
                             (double) zs.affinity[TB_AFF_NONE]);
     cJSON_AddNumberToObject(obj, "honored",
@@ -274,7 +274,7 @@ ngx_http_tokenbiryani_admin_status(ngx_http_request_t *r)
     cJSON_AddItemToObject(root, "queue", obj);
 
     if (ngx_http_tokenbiryani_keys_json(r, root) != NGX_OK
-        || ngx_http_tokenbiryani_store_json(r, root, now) != NGX_OK)
+        || ngx_http_tokenbiryani_store_json(r, root, now, &zs.share) != NGX_OK)
     {
         goto failed;
     }

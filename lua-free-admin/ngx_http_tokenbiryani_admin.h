@@ -70,7 +70,8 @@ cJSON *ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now);
 ngx_int_t ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r,
     cJSON *root);
 ngx_int_t ngx_http_tokenbiryani_store_json(ngx_http_request_t *r,
-    cJSON *root, int64_t now);
+    cJSON *root, int64_t now,
+    const ngx_http_tokenbiryani_share_state_t *share);
 
 /* sending (..._admin_io.c) */
 

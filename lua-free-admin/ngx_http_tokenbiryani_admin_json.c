@@ -34,8 +34,8 @@ static void ngx_http_tokenbiryani_add_windows(cJSON *obj, const char *name,
 static const char *ngx_http_tokenbiryani_slot_id(ngx_http_request_t *r,
     int64_t slot);
 static const char *ngx_http_tokenbiryani_kind_name(ngx_uint_t kind);
-static ngx_int_t ngx_http_tokenbiryani_share_json(ngx_http_request_t *r,
-    cJSON *obj, int64_t now);
+static ngx_int_t ngx_http_tokenbiryani_share_json(cJSON *obj,
+    const ngx_http_tokenbiryani_share_state_t *ss, int64_t now);
 
 
 /*
@@ -903,7 +903,7 @@ ngx_http_tokenbiryani_queue_json(ngx_http_request_t *r, int64_t now)
      */
     ngx_http_tokenbiryani_zone_stats(&tmcf->zone, &zs);
 
-    max = ngx_min(zs.nwaiting + 64,
+    max = ngx_min(zs.share.waiting + 64,
                   (ngx_uint_t) tmcf->tbcf->queue_max_size);
 
     w = ngx_palloc(r->pool, (max ? max : 1)
@@ -1060,18 +1060,12 @@ ngx_http_tokenbiryani_keys_json(ngx_http_request_t *r, cJSON *root)
 /* the part of the pool this gateway holds, of several sharing it */
 
 static ngx_int_t
-ngx_http_tokenbiryani_share_json(ngx_http_request_t *r, cJSON *obj,
-    int64_t now)
+ngx_http_tokenbiryani_share_json(cJSON *obj,
+    const ngx_http_tokenbiryani_share_state_t *ss, int64_t now)
 {
-    cJSON                                *sh;
-    ngx_http_tokenbiryani_main_conf_t    *tmcf;
-    ngx_http_tokenbiryani_share_state_t   ss;
+    cJSON  *sh;
 
-    tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
-
-    ngx_http_tokenbiryani_peers_share(&tmcf->zone, &ss);
-
-    if (ss.granted_ms == 0) {
+    if (ss->granted_ms == 0) {
         /* never granted yet */
         return cJSON_AddNullToObject(obj, "share") ? NGX_OK : NGX_ERROR;
     }
@@ -1080,12 +1074,12 @@ ngx_http_tokenbiryani_share_json(ngx_http_request_t *r, cJSON *obj,
 
     return (sh == NULL
             || cJSON_AddNumberToObject(sh, "held",
-                   (double) (TB_SHARE_ONE - ss.withheld) / TB_SHARE_ONE)
+                   (double) (TB_SHARE_ONE - ss->withheld) / TB_SHARE_ONE)
                == NULL
-            || cJSON_AddNumberToObject(sh, "gateways", (double) ss.peers)
+            || cJSON_AddNumberToObject(sh, "gateways", (double) ss->peers)
                == NULL
             || cJSON_AddNumberToObject(sh, "granted_seconds_ago",
-                   (double) (now - ss.granted_ms) / 1000) == NULL)
+                   (double) (now - ss->granted_ms) / 1000) == NULL)
            ? NGX_ERROR : NGX_OK;
 }
 
@@ -1097,7 +1091,7 @@ ngx_http_tokenbiryani_share_json(ngx_http_request_t *r, cJSON *obj,
 
 ngx_int_t
 ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
-    int64_t now)
+    int64_t now, const ngx_http_tokenbiryani_share_state_t *share)
 {
     uint64_t                              refused_records, refused_messages;
     cJSON                                *obj, *key;
@@ -1132,7 +1126,7 @@ ngx_http_tokenbiryani_store_json(ngx_http_request_t *r, cJSON *root,
                                              tmcf->store_instance.data,
                                              tmcf->store_instance.len)
                == NULL
-            || ngx_http_tokenbiryani_share_json(r, obj, now) != NGX_OK)
+            || ngx_http_tokenbiryani_share_json(obj, share, now) != NGX_OK)
          : (cJSON_AddStringToObject(obj, "backend", "sqlite") == NULL
             || ngx_http_tokenbiryani_add_str(obj, "path",
                                              tmcf->store_path.data,

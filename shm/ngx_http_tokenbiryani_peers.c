@@ -68,18 +68,8 @@ void
 ngx_http_tokenbiryani_peers_share(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_share_state_t *ss)
 {
-    ngx_http_tokenbiryani_shm_t  *sh;
-
-    sh = zone->sh;
-
     ngx_shmtx_lock(&zone->shpool->mutex);
-
-    ss->withheld = sh->withheld;
-    ss->peers = sh->peers;
-    ss->granted_ms = sh->granted_ms;
-    ss->decisions = sh->decisions;
-    ss->waiting = sh->nwaiting;
-
+    ngx_http_tokenbiryani_share_read(zone->sh, ss);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 

@@ -755,7 +755,7 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->aff_entries = sh->aff_entries;
     stats->aff_evicted = sh->aff_evicted;
     stats->aff_entry_size = sizeof(ngx_http_tokenbiryani_affinity_t);
-    stats->decisions = sh->decisions;
+    ngx_http_tokenbiryani_share_read(sh, &stats->share);
     ngx_memcpy(stats->affinity, sh->affinity, sizeof(stats->affinity));
     stats->leases_held = sh->nleases;
     stats->leases_reclaimed = sh->leases_reclaimed;
@@ -763,7 +763,6 @@ ngx_http_tokenbiryani_zone_stats(ngx_http_tokenbiryani_zone_t *zone,
     stats->ring_seq = sh->ring_seq;
     stats->usage_size = sh->usage_size;
     stats->events_size = sh->events ? sh->events->size : 0;
-    stats->nwaiting = sh->nwaiting;
     stats->spend_seq = sh->spend_seq;
     stats->nsessions = sh->nsessions;
     stats->sessions_evicted = sh->sessions_evicted;

@@ -313,7 +313,8 @@ typedef struct {
     uint64_t                       aff_entries;
     uint64_t                       aff_evicted;
     size_t                         aff_entry_size;
-    uint64_t                       decisions;
+    ngx_http_tokenbiryani_share_state_t  share;   /* with the decisions and
+                                                     who waits */
     uint64_t                       affinity[4];   /* by tb_affinity_e */
     uint64_t                       leases_held;
     uint64_t                       leases_reclaimed;
@@ -321,7 +322,6 @@ typedef struct {
     uint64_t                       ring_seq;      /* the newest record */
     ngx_uint_t                     usage_size;    /* 0: no usage ring */
     ngx_uint_t                     events_size;
-    ngx_uint_t                     nwaiting;
     uint64_t                       spend_seq;     /* the last charge */
     ngx_uint_t                     nsessions;
     uint64_t                       sessions_evicted;

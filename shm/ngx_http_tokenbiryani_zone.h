@@ -371,6 +371,19 @@ ngx_http_tokenbiryani_session_dirty(ngx_http_tokenbiryani_shm_t *sh,
 }
 
 
+/* the pool's share and what asks for it, read under the lock */
+static ngx_inline void
+ngx_http_tokenbiryani_share_read(ngx_http_tokenbiryani_shm_t *sh,
+    ngx_http_tokenbiryani_share_state_t *ss)
+{
+    ss->withheld = sh->withheld;
+    ss->peers = sh->peers;
+    ss->granted_ms = sh->granted_ms;
+    ss->decisions = sh->decisions;
+    ss->waiting = sh->nwaiting;
+}
+
+
 /*
  * The zone's memory (..._zone.c): when an allocation fails, the evictors
  * make room, in the order they were added (sessions, then conversations

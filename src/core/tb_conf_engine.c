@@ -1169,6 +1169,38 @@ tb_conf_set_typed(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 }
 
 
+static void
+tb_conf_put_enum(const tb_conf_field_t *f, void *base, int v)
+{
+    if (f->set_bit != NULL) {
+        f->set_bit(base, (unsigned) v);
+
+    } else {
+        /* (an enum's field: the enums of tb_config.h are int-sized) */
+        *(int *) (void *) ((char *) base + f->offset) = v;
+    }
+}
+
+
+/* one of .choices, stored as its value; null keeps the default */
+static int
+tb_conf_set_enum(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
+    yaml_node_t *node, const char *path, void *base)
+{
+    int  index;
+
+    if (tb_conf_choice(ctx, node, path, f->choices, &index) != TB_CONF_OK) {
+        return TB_CONF_ERROR;
+    }
+
+    if (index != -1) {
+        tb_conf_put_enum(f, base, f->values ? f->values[index] : index);
+    }
+
+    return TB_CONF_OK;
+}
+
+
 static int
 tb_conf_set_list(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base)
@@ -1303,6 +1335,9 @@ tb_conf_set(tb_conf_ctx_t *ctx, const tb_conf_field_t *f, yaml_node_t *node,
     case TB_CONF_NUM:
     case TB_CONF_BOOL:
         return tb_conf_set_typed(ctx, f, node, path, base);
+
+    case TB_CONF_ENUM:
+        return tb_conf_set_enum(ctx, f, node, path, base);
 
     case TB_CONF_STRLIST:
         return tb_conf_set_list(ctx, f, node, path, base);
@@ -1530,6 +1565,10 @@ tb_conf_init(const tb_conf_field_t *fields, void *base)
         case TB_CONF_BOOL:
             /* (a setter may take a third value: "not said") */
             f->set_bit(base, (unsigned) f->dnum);
+            break;
+
+        case TB_CONF_ENUM:
+            tb_conf_put_enum(f, base, (int) f->dnum);
             break;
 
         case TB_CONF_STRLIST:

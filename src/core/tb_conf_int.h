@@ -46,6 +46,9 @@ typedef enum {
     TB_CONF_INT,                        /* int64_t */
     TB_CONF_NUM,                        /* double */
     TB_CONF_BOOL,                       /* a bit field, via .set_bit */
+    TB_CONF_ENUM,                       /* int, or a bit field via .set_bit:
+                                           .values[] of one of .choices (the
+                                           choice's index without .values) */
     TB_CONF_STRLIST,                    /* tb_strlist_t */
     TB_CONF_STRMAP,                     /* tb_kvlist_t */
     TB_CONF_SECTION                     /* .fields, at .offset */
@@ -78,6 +81,7 @@ struct tb_conf_field_s {
     const char                   *dstr;     /* default string, or the
                                                single item of a list */
     const char *const            *choices;
+    const int                    *values;   /* TB_CONF_ENUM's, by choice */
     const tb_conf_field_t        *fields;
     tb_conf_bit_pt                set_bit;
     tb_conf_handler_pt            handler;  /* replaces generic parsing */

@@ -40,24 +40,12 @@
 
 static int tb_conf_strategy(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
-static int tb_conf_output_estimate(tb_conf_ctx_t *ctx,
-    const tb_conf_field_t *f, yaml_node_t *node, const char *path,
-    void *base);
-static int tb_conf_account_type(tb_conf_ctx_t *ctx,
-    const tb_conf_field_t *f, yaml_node_t *node, const char *path,
-    void *base);
 static int tb_conf_base_url(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 static int tb_conf_headers(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 static int tb_conf_pacing_week(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
-static int tb_conf_replenishment(tb_conf_ctx_t *ctx,
-    const tb_conf_field_t *f, yaml_node_t *node, const char *path,
-    void *base);
-static int tb_conf_key_priority(tb_conf_ctx_t *ctx,
-    const tb_conf_field_t *f, yaml_node_t *node, const char *path,
-    void *base);
 static int tb_conf_pricing(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 static int tb_conf_accounts(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
@@ -127,6 +115,10 @@ tb_conf_set_auto_breakpoint(void *base, unsigned v)
 #define TB_SECTION(n, off, flds)                                              \
     { .name = n, .type = TB_CONF_SECTION, .offset = off, .fields = flds }
 
+#define TB_ENUM(n, t, f, d, c, v)                                             \
+    { .name = n, .type = TB_CONF_ENUM, .offset = offsetof(t, f), .dnum = d,   \
+      .choices = c, .values = v }
+
 #define TB_CUSTOM(n, h)                                                       \
     { .name = n, .type = TB_CONF_CUSTOM, .handler = h }
 
@@ -146,6 +138,38 @@ tb_conf_set_auto_breakpoint(void *base, unsigned v)
 #define TB_UNIT               TB_RANGE(0, 1)
 #define TB_OPT_GE0            .flags = TB_CONF_NULLABLE|TB_CONF_GE, .min = 0
 #define TB_OPT_GE1            .flags = TB_CONF_NULLABLE|TB_CONF_GE, .min = 1
+
+
+/* the account types, in tb_account_type_e order, then the alias */
+static const char *const  tb_conf_account_types[] = {
+    "anthropic_api", "bedrock", "vertex", "oauth", "anthropic", NULL
+};
+
+static const int  tb_conf_account_type_values[] = {
+    TB_ACCOUNT_ANTHROPIC_API, TB_ACCOUNT_BEDROCK, TB_ACCOUNT_VERTEX,
+    TB_ACCOUNT_OAUTH, TB_ACCOUNT_ANTHROPIC_API
+};
+
+/* in TB_REFILL_* order */
+static const char *const  tb_conf_replenishments[] = {
+    "auto", "token_bucket", "fixed_window", NULL
+};
+
+/* "background", the reference implementation's word, is read as batch */
+static const char *const  tb_conf_priorities[] = {
+    "interactive", "batch", "background", NULL
+};
+
+static const int  tb_conf_priority_values[] = {
+    TB_PRIORITY_INTERACTIVE, TB_PRIORITY_BATCH, TB_PRIORITY_BATCH
+};
+
+/* the flag output_estimate_adaptive */
+static const char *const  tb_conf_output_estimates[] = {
+    "adaptive", "max_tokens", NULL
+};
+
+static const int  tb_conf_output_estimate_values[] = { 1, 0 };
 
 
 #define TB_LISTEN_OWNS  "nginx.conf's listen directive owns the address"
@@ -192,9 +216,10 @@ static const tb_conf_field_t  tb_conf_routing[] = {
            TB_GE0),
     TB_NUM("estimate_safety_margin", TB_CF, estimate_safety_margin, 1.15,
            TB_GT0),
-    { .name = "output_estimate", .type = TB_CONF_BOOL,
+    { .name = "output_estimate", .type = TB_CONF_ENUM,
       .set_bit = tb_conf_set_output_estimate_adaptive, .dnum = 1,
-      .handler = tb_conf_output_estimate },
+      .choices = tb_conf_output_estimates,
+      .values = tb_conf_output_estimate_values },
     TB_NUM("output_estimate_quantile", TB_CF, output_estimate_quantile, .95,
            TB_RANGE(.5, 1)),
     TB_INT("output_estimate_min_samples", TB_CF,
@@ -404,7 +429,8 @@ static const tb_conf_field_t  tb_conf_options[] = {
 static const tb_conf_field_t  tb_conf_account[] = {
     TB_STR("id", TB_AC, id, NULL),
     TB_STR("name", TB_AC, name, ""),
-    TB_CUSTOM("type", tb_conf_account_type),
+    TB_ENUM("type", TB_AC, type, TB_ACCOUNT_ANTHROPIC_API,
+            tb_conf_account_types, tb_conf_account_type_values),
     TB_STR("api_key", TB_AC, api_key, NULL),
     { .name = "base_url", .type = TB_CONF_STR,
       .offset = offsetof(TB_AC, base_url), .dstr = "",
@@ -420,7 +446,8 @@ static const tb_conf_field_t  tb_conf_account[] = {
     TB_SECTION("options", offsetof(TB_AC, options), tb_conf_options),
     TB_BOOL("observable_limits", observable_limits, 1),
     TB_NUM("assumed_headroom", TB_AC, assumed_headroom, .5, TB_UNIT),
-    TB_CUSTOM("replenishment", tb_conf_replenishment),
+    TB_ENUM("replenishment", TB_AC, replenishment, TB_REFILL_AUTO,
+            tb_conf_replenishments, NULL),
     TB_BOOL("cache_reads_count", cache_reads_count, 0),
     TB_STR("capacity_domain", TB_AC, capacity_domain, NULL),
     TB_END
@@ -433,7 +460,8 @@ static const tb_conf_field_t  tb_conf_key[] = {
     TB_LIST("pool", TB_KC, pool, NULL),
     TB_INT("rpm", TB_KC, rpm, TB_UNSET, TB_OPT_GE1),
     TB_NUM("spend_cap_usd", TB_KC, spend_cap_usd, TB_UNSET, TB_OPT_GE0),
-    TB_CUSTOM("priority", tb_conf_key_priority),
+    TB_ENUM("priority", TB_KC, priority, TB_PRIORITY_INTERACTIVE,
+            tb_conf_priorities, tb_conf_priority_values),
     TB_NUM("max_wait_seconds", TB_KC, max_wait_seconds, TB_UNSET,
            TB_OPT_GE0),
     TB_NUM("session_cap_usd", TB_KC, session_cap_usd, TB_UNSET, TB_OPT_GE0),
@@ -444,25 +472,6 @@ static const tb_conf_field_t  tb_conf_key[] = {
     TB_BOOL("admin", admin, 0),
     TB_BOOL("auto_breakpoint", auto_breakpoint, 2),
     TB_END
-};
-
-
-/* the account types, in tb_account_type_e order, then aliases */
-static const char *const  tb_conf_account_types[] = {
-    "anthropic_api", "bedrock", "vertex", "oauth", "anthropic", NULL
-};
-
-/* in TB_REFILL_* order */
-static const char *const  tb_conf_replenishments[] = {
-    "auto", "token_bucket", "fixed_window", NULL
-};
-
-static const char *const  tb_conf_priorities[] = {
-    "interactive", "batch", "background", NULL
-};
-
-static const char *const  tb_conf_output_estimates[] = {
-    "adaptive", "max_tokens", NULL
 };
 
 
@@ -494,74 +503,6 @@ tb_conf_strategy(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
 
     /* the caller validates the name and points here when it is unknown */
     ((tb_config_t *) base)->routing_strategy_line = tb_conf_line(node);
-
-    return TB_CONF_OK;
-}
-
-
-static int
-tb_conf_output_estimate(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
-{
-    int  index;
-
-    if (tb_conf_choice(ctx, node, path, tb_conf_output_estimates, &index)
-        != TB_CONF_OK)
-    {
-        return TB_CONF_ERROR;
-    }
-
-    if (index != -1) {
-        f->set_bit(base, index == 0);
-    }
-
-    return TB_CONF_OK;
-}
-
-
-static int
-tb_conf_account_type(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
-{
-    int  index;
-
-    if (tb_conf_choice(ctx, node, path, tb_conf_account_types, &index)
-        != TB_CONF_OK)
-    {
-        return TB_CONF_ERROR;
-    }
-
-    if (index == 4) {
-        /* "anthropic", the alias */
-        index = TB_ACCOUNT_ANTHROPIC_API;
-    }
-
-    if (index != -1) {
-        ((tb_account_conf_t *) base)->type = (tb_account_type_e) index;
-    }
-
-    return TB_CONF_OK;
-}
-
-
-static int
-tb_conf_key_priority(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
-{
-    int  index;
-
-    if (tb_conf_choice(ctx, node, path, tb_conf_priorities, &index)
-        != TB_CONF_OK)
-    {
-        return TB_CONF_ERROR;
-    }
-
-    /* "background" is the reference implementation's synonym */
-    if (index != -1) {
-        ((tb_key_conf_t *) base)->priority = (index == 1)
-                                             ? TB_PRIORITY_BATCH
-                                             : TB_PRIORITY_INTERACTIVE;
-    }
 
     return TB_CONF_OK;
 }
@@ -603,25 +544,6 @@ tb_conf_pacing_week(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     free(s);
 
     return rc;
-}
-
-
-static int
-tb_conf_replenishment(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
-    yaml_node_t *node, const char *path, void *base)
-{
-    int  index;
-
-    if (tb_conf_choice(ctx, node, path, tb_conf_replenishments, &index)
-        != TB_CONF_OK)
-    {
-        return TB_CONF_ERROR;
-    }
-
-    ((tb_account_conf_t *) base)->replenishment = (index == -1)
-                                                  ? TB_REFILL_AUTO : index;
-
-    return TB_CONF_OK;
 }
 
 

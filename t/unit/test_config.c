@@ -1017,7 +1017,8 @@ TB_TEST(test_keys_rules)
     TB_CHECK(cf != NULL);
 
     if (cf) {
-        TB_CHECK_INT(cf->keys[0].priority, TB_PRIORITY_INTERACTIVE);
+        /* as the admin API reads it */
+        TB_CHECK_INT(cf->keys[0].priority, TB_PRIORITY_BATCH);
         TB_CHECK_INT(cf->keys[1].priority, TB_PRIORITY_BATCH);
         TB_CHECK_INT(cf->keys[1].line, 5);
     }

@@ -21,63 +21,17 @@
 #include "ngx_http_tokenbiryani_admin.h"
 
 
-#define NGX_HTTP_TB_SET_NUM      0
-#define NGX_HTTP_TB_SET_INT      1
-#define NGX_HTTP_TB_SET_STR      2
+/* what GET /admin/settings lists: a section ("routing.") or one setting */
+static const char *const  ngx_http_tokenbiryani_settings_shown[] = {
+    "routing.", "retry.", "breaker.", "queue.", "store.backend",
+    "observability.event_buffer", NULL
+};
 
 
 typedef struct {
-    const char                    *path;
-    ngx_uint_t                     type;
-    size_t                         offset;      /* in tb_config_t */
-} ngx_http_tokenbiryani_setting_t;
-
-
-#define NGX_HTTP_TB_SET(path, type, field)                                    \
-    { path, NGX_HTTP_TB_SET_##type, offsetof(tb_config_t, field) }
-
-static const ngx_http_tokenbiryani_setting_t  ngx_http_tokenbiryani_settings[] =
-{
-    NGX_HTTP_TB_SET("routing.strategy", STR, routing_strategy),
-    NGX_HTTP_TB_SET("routing.weights.affinity", NUM, w_affinity),
-    NGX_HTTP_TB_SET("routing.weights.headroom", NUM, w_headroom),
-    NGX_HTTP_TB_SET("routing.weights.priority", NUM, w_priority),
-    NGX_HTTP_TB_SET("routing.weights.load", NUM, w_load),
-    NGX_HTTP_TB_SET("routing.weights.errors", NUM, w_errors),
-    NGX_HTTP_TB_SET("routing.weights.cost", NUM, w_cost),
-    NGX_HTTP_TB_SET("routing.affinity_ttl_seconds", NUM,
-                    affinity_ttl_seconds),
-    NGX_HTTP_TB_SET("routing.estimate_safety_margin", NUM,
-                    estimate_safety_margin),
-    NGX_HTTP_TB_SET("retry.max_attempts", INT, retry_max_attempts),
-    NGX_HTTP_TB_SET("retry.max_accounts", INT, retry_max_accounts),
-    NGX_HTTP_TB_SET("retry.deadline_seconds", NUM, retry_deadline_seconds),
-    NGX_HTTP_TB_SET("retry.backoff_base_seconds", NUM,
-                    retry_backoff_base_seconds),
-    NGX_HTTP_TB_SET("retry.backoff_max_seconds", NUM,
-                    retry_backoff_max_seconds),
-    NGX_HTTP_TB_SET("retry.first_token_grace_seconds", NUM,
-                    retry_first_token_grace_seconds),
-    NGX_HTTP_TB_SET("retry.prelude_timeout_seconds", NUM,
-                    retry_prelude_timeout_seconds),
-    NGX_HTTP_TB_SET("retry.hold_response_bytes", INT,
-                    retry_hold_response_bytes),
-    NGX_HTTP_TB_SET("breaker.failure_threshold", INT,
-                    breaker_failure_threshold),
-    NGX_HTTP_TB_SET("breaker.cooldown_seconds", NUM,
-                    breaker_cooldown_seconds),
-    NGX_HTTP_TB_SET("breaker.overloaded_cooldown_seconds", NUM,
-                    breaker_overloaded_cooldown_seconds),
-    NGX_HTTP_TB_SET("breaker.exhausted_cooldown_seconds", NUM,
-                    breaker_exhausted_cooldown_seconds),
-    NGX_HTTP_TB_SET("queue.max_size", INT, queue_max_size),
-    NGX_HTTP_TB_SET("queue.default_max_wait_seconds", NUM,
-                    queue_default_max_wait_seconds),
-    NGX_HTTP_TB_SET("store.backend", STR, store_backend),
-    NGX_HTTP_TB_SET("observability.event_buffer", INT,
-                    observability_event_buffer),
-    { NULL, 0, 0 }
-};
+    ngx_http_tokenbiryani_main_conf_t    *tmcf;
+    cJSON                                *obj;
+} ngx_http_tokenbiryani_settings_list_t;
 
 
 typedef struct {
@@ -101,6 +55,12 @@ static ngx_int_t ngx_http_tokenbiryani_settings_apply(ngx_http_request_t *r,
 static void ngx_http_tokenbiryani_reload_body(ngx_http_request_t *r);
 static void ngx_http_tokenbiryani_reload_wait(ngx_event_t *ev);
 static ngx_int_t ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r);
+static int ngx_http_tokenbiryani_setting_json(void *data, const char *path,
+    tb_setting_type_e type, const void *value);
+static ngx_int_t ngx_http_tokenbiryani_strategy_setting(
+    ngx_http_tokenbiryani_main_conf_t *tmcf, cJSON *item);
+static int ngx_http_tokenbiryani_setting_named(void *data, const char *path,
+    tb_setting_type_e type, const void *value);
 
 
 /* a setting's write: any no of the store is its failure */
@@ -113,28 +73,6 @@ static const ngx_http_tokenbiryani_admin_resource_t
     ngx_http_tokenbiryani_settings_apply,
     NULL
 };
-
-
-static cJSON *
-ngx_http_tokenbiryani_setting_value(const tb_config_t *cf,
-    const ngx_http_tokenbiryani_setting_t *s)
-{
-    const char  *p;
-
-    p = (const char *) cf + s->offset;
-
-    switch (s->type) {
-
-    case NGX_HTTP_TB_SET_INT:
-        return cJSON_CreateNumber((double) *(const int64_t *) (const void *) p);
-
-    case NGX_HTTP_TB_SET_STR:
-        return cJSON_CreateString(*(char *const *) (const void *) p);
-
-    default:
-        return cJSON_CreateNumber(*(const double *) (const void *) p);
-    }
-}
 
 
 ngx_int_t
@@ -177,67 +115,120 @@ ngx_http_tokenbiryani_admin_reload(ngx_http_request_t *r)
 }
 
 
+/* one setting of those shown, its value and where the value comes from */
+static int
+ngx_http_tokenbiryani_setting_json(void *data, const char *path,
+    tb_setting_type_e type, const void *value)
+{
+    ngx_http_tokenbiryani_settings_list_t *sl = data;
+
+    size_t              n;
+    cJSON              *item, *v;
+    const char *const  *s;
+
+    for (s = ngx_http_tokenbiryani_settings_shown; *s; s++) {
+        n = ngx_strlen(*s);
+
+        if ((*s)[n - 1] == '.' ? ngx_strncmp(path, *s, n) == 0
+                               : ngx_strcmp(path, *s) == 0)
+        {
+            break;
+        }
+    }
+
+    if (*s == NULL) {
+        return 0;
+    }
+
+    item = cJSON_AddObjectToObject(sl->obj, path);
+    if (item == NULL) {
+        return 1;
+    }
+
+    if (ngx_strcmp(path, "routing.strategy") == 0) {
+        return ngx_http_tokenbiryani_strategy_setting(sl->tmcf, item)
+               != NGX_OK;
+    }
+
+    switch (type) {
+
+    case TB_SETTING_INT:
+        v = cJSON_CreateNumber((double) *(const int64_t *) value);
+        break;
+
+    case TB_SETTING_NUM:
+        v = cJSON_CreateNumber(*(const double *) value);
+        break;
+
+    default:
+        v = value ? cJSON_CreateString(value) : cJSON_CreateNull();
+        break;
+    }
+
+    return !cJSON_AddItemToObject(item, "value", v)
+           || cJSON_AddStringToObject(item, "source",
+                  tb_config_written(sl->tmcf->tbcf, path) ? "file"
+                                                          : "default")
+              == NULL
+           || cJSON_AddBoolToObject(item, "settable", 0) == NULL;
+}
+
+
+/* the strategy: the one setting a runtime write can change */
+static ngx_int_t
+ngx_http_tokenbiryani_strategy_setting(ngx_http_tokenbiryani_main_conf_t *tmcf,
+    cJSON *item)
+{
+    ngx_uint_t            i, plugin;
+    cJSON                *opts;
+    const tb_strategy_t  *st;
+
+    if (cJSON_AddStringToObject(item, "value",
+            ngx_http_tokenbiryani_strategy(tmcf)->name) == NULL
+        || cJSON_AddStringToObject(item, "source",
+               ngx_http_tokenbiryani_strategy_is_runtime(tmcf)
+               ? "runtime"
+               : tb_config_written(tmcf->tbcf, "routing.strategy")
+                 ? "file" : "default") == NULL
+        || cJSON_AddStringToObject(item, "file_value",
+                                   tmcf->strategy->name) == NULL
+        || cJSON_AddBoolToObject(item, "settable", 1) == NULL
+        || (opts = cJSON_AddArrayToObject(item, "options")) == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; (st = ngx_http_tokenbiryani_strategy_nth(tmcf, i, &plugin));
+         i++)
+    {
+        cJSON_AddItemToArray(opts, cJSON_CreateString(st->name));
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_tokenbiryani_settings_get(ngx_http_request_t *r)
 {
-    ngx_uint_t                              i, plugin;
-    cJSON                                  *root, *obj, *item, *opts;
-    const tb_strategy_t                    *st;
+    cJSON                                  *root, *item;
     ngx_http_tokenbiryani_zone_stats_t      zs;
     ngx_http_tokenbiryani_main_conf_t      *tmcf;
-    const ngx_http_tokenbiryani_setting_t  *s;
+    ngx_http_tokenbiryani_settings_list_t   sl;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
 
-    obj = ngx_http_tokenbiryani_json_doc(&root, "settings",
-                                         cJSON_AddObjectToObject);
-    if (obj == NULL) {
+    sl.tmcf = tmcf;
+    sl.obj = ngx_http_tokenbiryani_json_doc(&root, "settings",
+                                            cJSON_AddObjectToObject);
+    if (sl.obj == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    for (s = ngx_http_tokenbiryani_settings; s->path; s++) {
-        item = cJSON_AddObjectToObject(obj, s->path);
-        if (item == NULL) {
-            goto failed;
-        }
-
-        if (s->offset == offsetof(tb_config_t, routing_strategy)) {
-            if (cJSON_AddStringToObject(item, "value",
-                    ngx_http_tokenbiryani_strategy(tmcf)->name) == NULL
-                || cJSON_AddStringToObject(item, "source",
-                       ngx_http_tokenbiryani_strategy_is_runtime(tmcf)
-                       ? "runtime"
-                       : tb_config_written(tmcf->tbcf, s->path)
-                         ? "file" : "default") == NULL
-                || cJSON_AddStringToObject(item, "file_value",
-                                           tmcf->strategy->name) == NULL
-                || cJSON_AddBoolToObject(item, "settable", 1) == NULL
-                || (opts = cJSON_AddArrayToObject(item, "options")) == NULL)
-            {
-                goto failed;
-            }
-
-            for (i = 0;
-                 (st = ngx_http_tokenbiryani_strategy_nth(tmcf, i, &plugin));
-                 i++)
-            {
-                cJSON_AddItemToArray(opts, cJSON_CreateString(st->name));
-            }
-
-            continue;
-        }
-
-        cJSON_AddItemToObject(item, "value",
-                              ngx_http_tokenbiryani_setting_value(tmcf->tbcf,
-                                                                  s));
-
-        if (cJSON_AddStringToObject(item, "source",
-                                    tb_config_written(tmcf->tbcf, s->path)
-                                    ? "file" : "default") == NULL
-            || cJSON_AddBoolToObject(item, "settable", 0) == NULL)
-        {
-            goto failed;
-        }
+    if (tb_config_each(tmcf->tbcf, ngx_http_tokenbiryani_setting_json, &sl)
+        != 0)
+    {
+        goto failed;
     }
 
     /* the prices every cost and cap is counted by, and what they cannot */
@@ -334,6 +325,15 @@ ngx_http_tokenbiryani_reload_body(ngx_http_request_t *r)
 }
 
 
+/* stops tb_config_each() at the setting named data */
+static int
+ngx_http_tokenbiryani_setting_named(void *data, const char *path,
+    tb_setting_type_e type, const void *value)
+{
+    return ngx_strcmp(path, (const char *) data) == 0;
+}
+
+
 /* the change checked, then written: NGX_DONE, or a status */
 static ngx_int_t
 ngx_http_tokenbiryani_settings_write(ngx_http_request_t *r,
@@ -347,7 +347,6 @@ ngx_http_tokenbiryani_settings_write(ngx_http_request_t *r,
     const tb_strategy_t                    *st;
     ngx_http_tokenbiryani_main_conf_t      *tmcf;
     ngx_http_tokenbiryani_settings_write_t *sw;
-    const ngx_http_tokenbiryani_setting_t  *s;
 
     tmcf = ngx_http_get_module_main_conf(r, ngx_http_tokenbiryani_module);
     sw = (ngx_http_tokenbiryani_settings_write_t *) w;
@@ -398,18 +397,15 @@ ngx_http_tokenbiryani_settings_write(ngx_http_request_t *r,
             continue;
         }
 
-        for (s = ngx_http_tokenbiryani_settings; s->path; s++) {
-            if (ngx_strcmp(v->string, s->path) == 0) {
-                break;
-            }
-        }
-
         failed = 1;
 
-        if (s->path) {
+        if (tb_config_each(tmcf->tbcf, ngx_http_tokenbiryani_setting_named,
+                           v->string)
+            != 0)
+        {
             rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
                      "invalid_request_error", "%s is the file's: change it "
-                     "there and POST /admin/reload", s->path);
+                     "there and POST /admin/reload", v->string);
         } else {
             rc = ngx_http_tokenbiryani_send_error(r, NGX_HTTP_BAD_REQUEST,
                      "invalid_request_error", "unknown setting \"%*s\" "

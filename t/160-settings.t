@@ -81,6 +81,9 @@ is_deeply([@{ $s->{'retry.max_attempts'} }{qw(value source settable)}], [4, 'fil
 is_deeply([@{ $s->{'retry.max_accounts'} }{qw(value source)}], [3, 'default'], 'retry.max_accounts: the default');
 is($s->{'routing.weights.affinity'}{value}, 0.4, 'a weight');
 is($s->{'store.backend'}{value}, 'sqlite', 'the store');
+is($s->{'routing.output_estimate_quantile'}{value}, 0.95, 'every number of a listed section, from the schema');
+is_deeply([sort grep { !/^(routing|retry|breaker|queue)\./ } keys %$s], ['observability.event_buffer', 'store.backend'],
+          'of the other sections, only the store backend and the inspector size: no store url or password');
 like($j->{config_file}, qr{/tb\.yaml$}, 'the file it read');
 ($st) = admin(GET => '/admin/settings', undef, key => 'tenant-key');
 is($st, 403, 'a tenant may not look');
@@ -124,6 +127,7 @@ GET /healthz
 --- error_code: 200
 --- check
 for my $c (['{"retry.max_attempts": 9}', qr/retry\.max_attempts is the file's: change it there and POST \/admin\/reload/],
+           ['{"store.password": "x"}', qr/store\.password is the file's: change it there/],
            ['{"colour": "red"}', qr/unknown setting "colour" \(settable at runtime: routing\.strategy\)/],
            ['{"routing.strategy": "fastest"}', qr/routing\.strategy must name a strategy this gateway has/],
            ['{"routing.strategy": 3}', qr/routing\.strategy must name a strategy/],

@@ -1642,6 +1642,60 @@ tb_conf_release(const tb_conf_field_t *fields, void *base)
 
 
 int
+tb_conf_each(const tb_conf_field_t *fields, const void *base,
+    const char *prefix, tb_config_each_pt cb, void *data)
+{
+    int                     rc;
+    char                    path[TB_CONF_PATHLEN];
+    const char             *p;
+    const tb_conf_field_t  *f;
+
+    for (f = fields; f->name != NULL; f++) {
+        rc = snprintf(path, sizeof(path), "%s%s%s", prefix, f->name,
+                      f->type == TB_CONF_SECTION ? "." : "");
+        if (rc < 0 || (size_t) rc >= sizeof(path)) {
+            continue;
+        }
+
+        p = (const char *) base + f->offset;
+
+        switch (f->type) {
+
+        case TB_CONF_SECTION:
+            rc = tb_conf_each(f->fields, p, path, cb, data);
+            break;
+
+        case TB_CONF_INT:
+            rc = cb(data, path, TB_SETTING_INT, p);
+            break;
+
+        case TB_CONF_NUM:
+            rc = cb(data, path, TB_SETTING_NUM, p);
+            break;
+
+        case TB_CONF_STR:
+        case TB_CONF_CHOICE:
+            rc = cb(data, path, TB_SETTING_STR,
+                    *(char *const *) (const void *) p);
+            break;
+
+        default:
+            /* a flag has no address; lists, maps and items are not one
+             * value */
+            rc = 0;
+            break;
+        }
+
+        if (rc != 0) {
+            return rc;
+        }
+    }
+
+    return 0;
+}
+
+
+int
 tb_conf_sections(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     const char *what, const char *mapping, const tb_conf_field_t *fields,
     size_t size, size_t line_off, void **items, size_t *nitems,

@@ -180,6 +180,9 @@ int tb_conf_sections(tb_conf_ctx_t *ctx, yaml_node_t *node, const char *path,
     size_t size, size_t line_off, void **items, size_t *nitems,
     tb_conf_finish_pt finish);
 
+/* tb_config_each() over a table, its paths below prefix ("routing.") */
+int tb_conf_each(const tb_conf_field_t *fields, const void *base,
+    const char *prefix, tb_config_each_pt cb, void *data);
 int tb_conf_set(tb_conf_ctx_t *ctx, const tb_conf_field_t *f,
     yaml_node_t *node, const char *path, void *base);
 

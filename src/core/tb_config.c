@@ -1567,6 +1567,13 @@ tb_config_written(const tb_config_t *cf, const char *path)
 }
 
 
+int
+tb_config_each(const tb_config_t *cf, tb_config_each_pt cb, void *data)
+{
+    return tb_conf_each(tb_conf_top, cf, "", cb, data);
+}
+
+
 static const char *
 tb_config_no_env(const char *name)
 {

@@ -329,6 +329,25 @@ tb_config_t *tb_config_account_spec(const char *json, size_t len, char *err,
 /* whether the file wrote the setting at path ("routing.strategy") */
 int tb_config_written(const tb_config_t *cf, const char *path);
 
+/* a setting the file can write, as tb_config_each() shows it */
+typedef enum {
+    TB_SETTING_INT = 0,                 /* value: an int64_t */
+    TB_SETTING_NUM,                     /* a double */
+    TB_SETTING_STR                      /* a char *, maybe NULL */
+} tb_setting_type_e;
+
+typedef int (*tb_config_each_pt)(void *data, const char *path,
+    tb_setting_type_e type, const void *value);
+
+/*
+ * Calls cb with every scalar setting of the file's sections, by path
+ * ("routing.weights.affinity"), in the schema's order: numbers and
+ * strings, not flags, lists, maps, accounts or keys.  It stops at the
+ * first nonzero cb, and returns it.  Secrets are among them (store.password):
+ * the caller chooses what it shows.
+ */
+int tb_config_each(const tb_config_t *cf, tb_config_each_pt cb, void *data);
+
 /* a config with every default and no accounts or keys */
 tb_config_t *tb_config_defaults(void);
 

@@ -1977,6 +1977,87 @@ TB_TEST(test_written)
 }
 
 
+typedef struct {
+    int            n;
+    int            sections;       /* a path with a list's or map's name */
+    int            stop_at;        /* the call that stops the walk; 0 */
+    double         cost;
+    int64_t        attempts;
+    const char    *backend;
+    int            flags;          /* a flag's path seen */
+} each_seen_t;
+
+
+static int
+each_cb(void *data, const char *path, tb_setting_type_e type,
+    const void *value)
+{
+    each_seen_t  *e = data;
+
+    e->n++;
+
+    if (strcmp(path, "routing.weights.cost") == 0 && type == TB_SETTING_NUM) {
+        e->cost = *(const double *) value;
+    }
+
+    if (strcmp(path, "retry.max_attempts") == 0 && type == TB_SETTING_INT) {
+        e->attempts = *(const int64_t *) value;
+    }
+
+    if (strcmp(path, "store.backend") == 0 && type == TB_SETTING_STR) {
+        e->backend = value;
+    }
+
+    if (strncmp(path, "accounts", 8) == 0 || strncmp(path, "keys", 4) == 0
+        || strcmp(path, "pacing.model_downshift") == 0
+        || path[strlen(path) - 1] == '.')
+    {
+        e->sections++;
+    }
+
+    if (strcmp(path, "batch.enabled") == 0) {
+        e->flags++;
+    }
+
+    return e->n == e->stop_at ? 7 : 0;
+}
+
+
+TB_TEST(test_each)
+{
+    int            all;
+    each_seen_t    e;
+    tb_config_t   *cf;
+
+    cf = load("routing:\n  weights:\n    cost: 0.5\nretry:\n"
+              "  max_attempts: 4\nstore:\n  backend: sqlite\n"
+              "accounts:\n  - id: a\n    api_key: k\n");
+    TB_CHECK(cf != NULL);
+
+    if (cf) {
+        memset(&e, 0, sizeof(e));
+        TB_CHECK_INT(tb_config_each(cf, each_cb, &e), 0);
+        TB_CHECK_DBL(e.cost, .5, 1e-9);
+        TB_CHECK_INT(e.attempts, 4);
+        TB_CHECK(e.backend != NULL && strcmp(e.backend, "sqlite") == 0);
+        /* numbers and strings only: no section, list, map or flag */
+        TB_CHECK_INT(e.sections, 0);
+        TB_CHECK_INT(e.flags, 0);
+        TB_CHECK(e.n > 60);
+
+        /* the first nonzero answer stops the walk and is returned */
+        all = e.n;
+        memset(&e, 0, sizeof(e));
+        e.stop_at = 3;
+        TB_CHECK_INT(tb_config_each(cf, each_cb, &e), 7);
+        TB_CHECK_INT(e.n, 3);
+        TB_CHECK(all > 3);
+
+        tb_config_free(cf);
+    }
+}
+
+
 TB_TEST(test_account_spec)
 {
     size_t        i;
@@ -2091,6 +2172,7 @@ main(void)
     TB_RUN(test_key_shares);
     TB_RUN(test_replenishment);
     TB_RUN(test_written);
+    TB_RUN(test_each);
     TB_RUN(test_account_spec);
 
     return tb_test_done();

@@ -99,7 +99,7 @@ $(CORE_LIB): $(CORE_OBJS)
 	@rm -f $@
 	@ar rcs $@ $(CORE_OBJS)
 
-$(BUILD)/unit/%: t/unit/%.c $(CORE_LIB) $(wildcard src/core/*.h) t/unit/tb_test.h
+$(BUILD)/unit/%: t/unit/%.c $(CORE_LIB) $(wildcard src/core/*.h) $(wildcard t/unit/*.h)
 	@mkdir -p $(BUILD)/unit
 	$(CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_LIB) $(UNIT_LIBS)
 

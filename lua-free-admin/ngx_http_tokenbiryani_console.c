@@ -1,6 +1,6 @@
 /*
- * The console (tokenbiryani_console): one page, one stylesheet, one
- * script, compiled into the module (lua-free-admin/console, embedded by
+ * The console (tokenbiryani_console): one page, one stylesheet, two
+ * scripts, compiled into the module (lua-free-admin/console, embedded by
  * src/tools/embed-assets.sh) and served with a strict Content-Security-
  * Policy: nothing from any other host, no inline script or style.  The
  * page holds no data and needs no key to load; it asks for an admin key,
@@ -8,6 +8,7 @@
  *
  *   GET  /console/                 the page (/console redirects here)
  *   GET  /console/console.css      its stylesheet
+ *   GET  /console/console-dom.js   its building blocks (DOM, numbers)
  *   GET  /console/console.js       its script
  *   GET  /console/icon.svg         its icon
  *   GET  /console/mode             {"open": B}: whether the gateway has no

@@ -174,7 +174,7 @@ like($csp, qr/frame-ancestors 'none'/, 'never framed');
 is($resp->{headers}{'x-content-type-options'}, 'nosniff', 'nosniff');
 unlike($resp->{body}, qr/<script>|\sstyle="|\son\w+="/, 'no inline script, style or handler');
 unlike($resp->{body}, qr/https?:\/\//, 'no address of another host');
-for my $f (['console.js', qr{^text/javascript}], ['console.css', qr{^text/css}], ['icon.svg', qr{^image/svg\+xml}]) {
+for my $f (['console.js', qr{^text/javascript}], ['console-dom.js', qr{^text/javascript}], ['console.css', qr{^text/css}], ['icon.svg', qr{^image/svg\+xml}]) {
     my $r = TB::Nginx::http_request(path => "/console/$f->[0]");
     is($r->{status}, 200, "$f->[0]");
     like($r->{headers}{'content-type'}, $f->[1], "$f->[0]: its type");

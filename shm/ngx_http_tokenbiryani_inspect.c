@@ -68,9 +68,10 @@ ngx_uint_t
 ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *out, ngx_uint_t max)
 {
-    uint64_t                      seq;
-    ngx_uint_t                    n;
-    ngx_http_tokenbiryani_shm_t  *sh;
+    uint64_t                         seq;
+    ngx_uint_t                       n;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_record_t  *rec;
 
     sh = zone->sh;
     n = 0;
@@ -78,11 +79,16 @@ ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_zone_t *zone,
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (seq = sh->ring_seq;
-         seq > 0 && n < max && n < sh->ring_size;
+         seq > 0 && n < max && sh->ring_seq - seq < sh->ring_size;
          seq--)
     {
-        ngx_memcpy(&out[n++], &sh->ring[(seq - 1) % sh->ring_size],
-                   sizeof(ngx_http_tokenbiryani_record_t));
+        rec = &sh->ring[(seq - 1) % sh->ring_size];
+
+        if (rec->seq == seq) {
+            /* (a slot never written, or whose request is gone, is not) */
+            ngx_memcpy(&out[n++], rec,
+                       sizeof(ngx_http_tokenbiryani_record_t));
+        }
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -206,6 +212,69 @@ ngx_http_tokenbiryani_inspect_number_from(ngx_http_tokenbiryani_zone_t *zone,
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_tokenbiryani_record_cmp(const void *one, const void *two)
+{
+    const ngx_http_tokenbiryani_record_t  *a = one, *b = two;
+
+    return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+
+ngx_int_t
+ngx_http_tokenbiryani_inspect_compact(ngx_http_tokenbiryani_zone_t *zone,
+    ngx_log_t *log)
+{
+    uint64_t                         seq;
+    ngx_uint_t                       i, n, size;
+    ngx_http_tokenbiryani_shm_t     *sh;
+    ngx_http_tokenbiryani_record_t  *recs;
+
+    sh = zone->sh;
+    size = sh->ring_size;
+
+    if (size == 0) {
+        return NGX_OK;
+    }
+
+    recs = ngx_alloc(size * sizeof(ngx_http_tokenbiryani_record_t), log);
+    if (recs == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    n = 0;
+
+    for (i = 0; i < size; i++) {
+        if (sh->ring[i].seq) {
+            ngx_memcpy(&recs[n++], &sh->ring[i],
+                       sizeof(ngx_http_tokenbiryani_record_t));
+        }
+    }
+
+    ngx_qsort(recs, n, sizeof(ngx_http_tokenbiryani_record_t),
+              ngx_http_tokenbiryani_record_cmp);
+
+    ngx_memzero(sh->ring, size * sizeof(ngx_http_tokenbiryani_record_t));
+
+    /* (each has its own number, at most ring_seq: n of them fit below) */
+    seq = sh->ring_seq - n;
+
+    for (i = 0; i < n; i++) {
+        recs[i].seq = ++seq;
+        ngx_memcpy(&sh->ring[(seq - 1) % size], &recs[i],
+                   sizeof(ngx_http_tokenbiryani_record_t));
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ngx_free(recs);
+
+    return NGX_OK;
 }
 
 

@@ -862,6 +862,16 @@ void ngx_http_tokenbiryani_inspect_restore(ngx_http_tokenbiryani_zone_t *zone,
 void ngx_http_tokenbiryani_inspect_number_from(
     ngx_http_tokenbiryani_zone_t *zone, uint64_t seq);
 
+/*
+ * The master, once the store is read back: the records it gave, oldest
+ * first, made one run of numbers that ends at the ring's last, so that
+ * they are listed newest first whether they were a sample of the requests
+ * or the numbering went on past them (their numbers are not written
+ * again: the store has them)
+ */
+ngx_int_t ngx_http_tokenbiryani_inspect_compact(
+    ngx_http_tokenbiryani_zone_t *zone, ngx_log_t *log);
+
 /* for the store: the usage after since, oldest first, every one the ring
  * still holds up to max; how many (*lost: those it no longer holds) */
 ngx_uint_t ngx_http_tokenbiryani_usage_since(

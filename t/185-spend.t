@@ -354,3 +354,62 @@ ok(TB::Nginx::poll_until(5, sub {
     $usage = $b if $st == 200;
     $usage && $usage->{totals}{requests} == 60;
 }), '/admin/usage counts all 60') or diag(TB::Nginx::json_encode($usage));
+# what is read back of a sample of the requests is listed as the ring would
+restart();
+my (undef, $l) = admin(GET => '/admin/requests?limit=10');
+my @back = @{ $l->{requests} // [] };
+ok(@back >= 1 && @back <= 4, scalar(@back) . ' requests read back, no more than the ring holds');
+is(scalar(grep { length($_->{request_id} // '') } @back), scalar @back, 'each one a request: no empty slot listed');
+is_deeply([map { $_->{started_at} } @back], [sort { $b cmp $a } map { $_->{started_at} } @back], 'newest first');
+my $one = message_with('tenant-key');
+is($one->{status}, 200, 'one more after a restart');
+request_record($one);    # (written once its request is logged)
+(undef, $l) = admin(GET => '/admin/requests?limit=10');
+is($l->{requests}[0]{request_id}, $one->{headers}{'x-tokenbiryani-request-id'}, 'listed first, before what was read back');
+is(scalar @{ $l->{requests} }, @back < 4 ? @back + 1 : 4, 'with what was read back after it, as the ring holds');
+
+
+
+=== TEST 11: a store locked for longer than the usage ring lasts: the log says how many requests' usage was lost, and the history counts every other one
+--- timeout: 120
+--- mock
+{"defaults": {"requests_limit": 1000000}}
+--- user_files eval
+">>> tb.yaml\nstore:\n  backend: sqlite\nobservability:\n  event_buffer: 4\n$::Base" . "  - key: tenant-key\n    name: tenant\n"
+--- request
+GET /healthz
+--- check
+require IPC::Open2;
+my $pid = IPC::Open2::open2(my $from, my $to, 'python3', '-c', 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+db.execute("ROLLBACK")', db_file());
+is(scalar <$from>, "locked\n", 'another process holds the write lock');
+TB::Nginx::log_mark();
+# more than the usage ring keeps (4 times event_buffer, 4,096 at the least),
+# 16 at a time (the account's max_concurrency)
+my ($n, $ok) = (4400, 0);
+for (1 .. $n / 16) {
+    $ok += grep { ($_->{status} // 0) == 200 }
+           @{ TB::Nginx::http_requests_concurrent([map { message_args('tenant-key') } 1 .. 16]) };
+}
+is($ok, $n, "$n requests served while the store is locked");
+close $to;
+waitpid($pid, 0);
+my $lost;
+ok(TB::Nginx::poll_until(30, sub {
+    ($lost) = TB::Nginx::log_text() =~ /(\d+) requests ended before the history was written/;
+    defined $lost;
+}), 'once the store is written again, the log says usage was lost, and how much');
+ok($lost > 0 && $lost <= $n - 4096, "$lost lost: no more than what the ring could not keep");
+my $usage;
+ok(TB::Nginx::poll_until(30, sub {
+    my ($st, $b) = admin(GET => '/admin/usage?range=1h');
+    $usage = $b if $st == 200;
+    $usage && $usage->{totals}{requests} + $lost == $n;
+}), 'every request is either in the usage history or said lost')
+    or diag(TB::Nginx::json_encode($usage->{totals}) . " + $lost lost, of $n");
+my @said = TB::Nginx::log_text() =~ /requests ended before the history was written/g;
+is(scalar @said, 1, 'said once');

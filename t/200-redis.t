@@ -958,6 +958,16 @@ ok(defined within(5, sub { ($n = $served_by_key->()) == 60 }), 'the usage histor
 my $inst = store_of()->{instance};
 ok((TB::Nginx::redis_cmd('LLEN', "tbtest:i:$inst:records") // 0) <= 4, 'Redis keeps no more records than the ring');
 restart();
-is(message_with('tenant-key')->{status}, 200, 'one more after a restart');
+my (undef, $l) = admin(GET => '/admin/requests?limit=10');
+my @back = @{ $l->{requests} // [] };
+ok(@back >= 1 && @back <= 4, scalar(@back) . ' requests read back, no more than the ring holds');
+is(scalar(grep { length($_->{request_id} // '') } @back), scalar @back, 'each one a request: no empty slot listed');
+is_deeply([map { $_->{started_at} } @back], [sort { $b cmp $a } map { $_->{started_at} } @back], 'newest first');
+my $one = message_with('tenant-key');
+is($one->{status}, 200, 'one more after a restart');
 ok(defined within(5, sub { ($n = $served_by_key->()) == 61 }), 'counted too: 61, whatever records were read back')
     or diag("it counts $n");
+request_record($one);    # (written once its request is logged)
+(undef, $l) = admin(GET => '/admin/requests?limit=10');
+is($l->{requests}[0]{request_id}, $one->{headers}{'x-tokenbiryani-request-id'}, 'listed first, before what was read back');
+is(scalar @{ $l->{requests} }, @back < 4 ? @back + 1 : 4, 'with what was read back after it, as the ring holds');

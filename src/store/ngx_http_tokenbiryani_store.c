@@ -899,6 +899,14 @@ ngx_http_tokenbiryani_store_hload_end(ngx_http_tokenbiryani_hload_t *hl,
 
     ngx_free(hl->map);
 
+    if (ngx_http_tokenbiryani_inspect_compact(&hl->tmcf->zone, log)
+        != NGX_OK)
+    {
+        /* those the numbering passed are not listed until it turns */
+        ngx_log_error(NGX_LOG_WARN, log, 0, "tokenbiryani: no memory to "
+                      "order the requests read back from the store");
+    }
+
     /* what was read back is written already */
 
     ngx_http_tokenbiryani_zone_stats(&hl->tmcf->zone, &zs);

@@ -68,10 +68,9 @@ ngx_uint_t
 ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_zone_t *zone,
     ngx_http_tokenbiryani_record_t *out, ngx_uint_t max)
 {
-    uint64_t                         seq;
-    ngx_uint_t                       n;
-    ngx_http_tokenbiryani_shm_t     *sh;
-    ngx_http_tokenbiryani_record_t  *rec;
+    uint64_t                      seq;
+    ngx_uint_t                    i, n;
+    ngx_http_tokenbiryani_shm_t  *sh;
 
     sh = zone->sh;
     n = 0;
@@ -82,11 +81,11 @@ ngx_http_tokenbiryani_inspect_list(ngx_http_tokenbiryani_zone_t *zone,
          seq > 0 && n < max && sh->ring_seq - seq < sh->ring_size;
          seq--)
     {
-        rec = &sh->ring[(seq - 1) % sh->ring_size];
+        i = (seq - 1) % sh->ring_size;
 
-        if (rec->seq == seq) {
-            /* (a slot never written, or whose request is gone, is not) */
-            ngx_memcpy(&out[n++], rec,
+        /* (a slot never written, or whose request is gone, is not) */
+        if (sh->ring[i].seq == seq) {
+            ngx_memcpy(&out[n++], &sh->ring[i],
                        sizeof(ngx_http_tokenbiryani_record_t));
         }
     }

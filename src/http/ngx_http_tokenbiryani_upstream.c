@@ -301,6 +301,10 @@ ngx_http_tokenbiryani_upstream_header(ngx_http_request_t *r,
     oauth = (ac->type == TB_ACCOUNT_OAUTH);
     len = 0;
 
+#if (NGX_SUPPRESS_WARN)
+    beta = NULL;
+#endif
+
     if (oauth) {
         beta = ac->options.beta_header ? ac->options.beta_header
                                        : TB_OAUTH_BETA;

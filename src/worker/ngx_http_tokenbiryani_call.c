@@ -374,8 +374,16 @@ ngx_http_tokenbiryani_call_request(ngx_http_tokenbiryani_call_t *p,
                           &t->method, &t->path_prefix, &t->path,
                           t->sink ? '0' : '1', &t->host_header);
 
-    b->last = ngx_cpymem(b->last, t->auth_header.data, t->auth_header.len);
-    b->last = ngx_cpymem(b->last, t->bearer.data, t->bearer.len);
+    /* one of the two, the other empty (and maybe NULL: not for memcpy) */
+
+    if (t->auth_header.len) {
+        b->last = ngx_cpymem(b->last, t->auth_header.data,
+                             t->auth_header.len);
+    }
+
+    if (t->bearer.len) {
+        b->last = ngx_cpymem(b->last, t->bearer.data, t->bearer.len);
+    }
 
     b->last = ngx_cpymem(b->last, "anthropic-version: 2023-06-01" CRLF,
                          sizeof("anthropic-version: 2023-06-01" CRLF) - 1);

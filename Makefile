@@ -201,7 +201,7 @@ ASAN_FLAGS  = -fsanitize=address,undefined -fno-omit-frame-pointer \
 ASAN_LIBS   = $(shell gcc -print-file-name=libasan.so) \
               $(shell gcc -print-file-name=libubsan.so)
 
-test-asan: deps $(CLI)
+test-asan: deps $(CLI) sdk claude-deps console-deps
 	@EXTRA_CFLAGS="$(ASAN_FLAGS)" EXTRA_LDFLAGS="-fsanitize=address,undefined" \
 	    src/tools/build-module.sh $(TOP) $(BUILD)/asan $(PLUGIN_DIR)
 	@mkdir -p $(BUILD)/asan/unit

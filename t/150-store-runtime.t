@@ -5,7 +5,6 @@
 use lib 't/lib';
 use TB::Nginx;
 use TB::Gateway;
-use IPC::Open2;
 use Time::HiRes qw(time);
 
 master_on();
@@ -218,12 +217,7 @@ is($found->{status}, 200, "the newest request seen before the kill ($seen_before
 GET /healthz
 --- error_code: 200
 --- check
-my $pid = open2(my $from, my $to, 'python3', '-c', 'import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.read()
-db.execute("ROLLBACK")', db_file());
+my ($pid, $from, $to) = store_locker();
 is(scalar <$from>, "locked\n", 'another process holds the write lock');
 TB::Nginx::log_mark();
 my $t0 = time;

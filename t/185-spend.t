@@ -360,19 +360,10 @@ ok(TB::Nginx::poll_until(5, sub {
 my @last = map { message_with('tenant-key') } 1 .. 2;
 is_deeply([map { $_->{status} } @last], [200, 200], 'two more, one at a time');
 restart();
-my (undef, $l) = admin(GET => '/admin/requests?limit=10');
-my @back = @{ $l->{requests} // [] };
-# (usually fewer than the ring holds: a slot none fills is not listed)
-ok(@back >= 2 && @back <= 4, scalar(@back) . ' requests read back: the last two, and what was written of the 60');
-is($back[0]{request_id}, $last[-1]{headers}{'x-tokenbiryani-request-id'}, 'the last before the restart listed first');
-is(scalar(grep { length($_->{request_id} // '') } @back), scalar @back, 'each one a request: no empty slot listed');
-is_deeply([map { $_->{started_at} } @back], [sort { $b cmp $a } map { $_->{started_at} } @back], 'newest first');
+my $nback = read_back_listed(\@last);
 my $one = message_with('tenant-key');
 is($one->{status}, 200, 'one more after a restart');
-request_record($one);    # (written once its request is logged)
-(undef, $l) = admin(GET => '/admin/requests?limit=10');
-is($l->{requests}[0]{request_id}, $one->{headers}{'x-tokenbiryani-request-id'}, 'listed first, before what was read back');
-is(scalar @{ $l->{requests} }, @back < 4 ? @back + 1 : 4, 'with what was read back after it, as the ring holds');
+listed_before_read_back($one, $nback);
 
 
 
@@ -385,13 +376,7 @@ is(scalar @{ $l->{requests} }, @back < 4 ? @back + 1 : 4, 'with what was read ba
 --- request
 GET /healthz
 --- check
-require IPC::Open2;
-my $pid = IPC::Open2::open2(my $from, my $to, 'python3', '-c', 'import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.read()
-db.execute("ROLLBACK")', db_file());
+my ($pid, $from, $to) = store_locker();
 is(scalar <$from>, "locked\n", 'another process holds the write lock');
 TB::Nginx::log_mark();
 # more than the usage ring keeps (4 times event_buffer, 4,096 at the least),

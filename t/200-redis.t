@@ -966,18 +966,9 @@ ok((TB::Nginx::redis_cmd('LLEN', "tbtest:i:$inst:records") // 0) <= 4, 'Redis ke
 my @last = map { message_with('tenant-key') } 1 .. 2;
 is_deeply([map { $_->{status} } @last], [200, 200], 'two more, one at a time');
 restart();
-my (undef, $l) = admin(GET => '/admin/requests?limit=10');
-my @back = @{ $l->{requests} // [] };
-# (usually fewer than the ring holds: a slot none fills is not listed)
-ok(@back >= 2 && @back <= 4, scalar(@back) . ' requests read back: the last two, and what was written of the 60');
-is($back[0]{request_id}, $last[-1]{headers}{'x-tokenbiryani-request-id'}, 'the last before the restart listed first');
-is(scalar(grep { length($_->{request_id} // '') } @back), scalar @back, 'each one a request: no empty slot listed');
-is_deeply([map { $_->{started_at} } @back], [sort { $b cmp $a } map { $_->{started_at} } @back], 'newest first');
+my $nback = read_back_listed(\@last);
 my $one = message_with('tenant-key');
 is($one->{status}, 200, 'one more after a restart');
 ok(defined within(5, sub { ($n = $served_by_key->()) == 63 }), 'counted too: 63, whatever records were read back')
     or diag("it counts $n");
-request_record($one);    # (written once its request is logged)
-(undef, $l) = admin(GET => '/admin/requests?limit=10');
-is($l->{requests}[0]{request_id}, $one->{headers}{'x-tokenbiryani-request-id'}, 'listed first, before what was read back');
-is(scalar @{ $l->{requests} }, @back < 4 ? @back + 1 : 4, 'with what was read back after it, as the ring holds');
+listed_before_read_back($one, $nback);

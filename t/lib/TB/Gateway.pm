@@ -9,6 +9,7 @@ use strict;
 use warnings;
 use Exporter 'import';
 use JSON::PP ();
+use IPC::Open2 ();
 use POSIX ();
 use Time::HiRes ();
 use TB::Spec ();
@@ -19,7 +20,8 @@ our @EXPORT = qw($HttpConfig $Locations gateway_suite pool_yaml
                  admin_get admin_post pool_status account_of quiet_pool_ok
                  bg_request bg_result
                  admin admin_args message_with message_args restart start_again
-                 nginx_t db_file sqlite_py sqlite_rows);
+                 nginx_t db_file sqlite_py sqlite_rows store_locker
+                 read_back_listed listed_before_read_back);
 
 
 
@@ -278,6 +280,50 @@ sub nginx_t {
 
 # the SQLite store the suites' YAML names (store.path's default)
 sub db_file { TB::Nginx::servroot() . '/html/tokenbiryani.db' }
+
+# another process holding the store file's write lock: (pid, its stdout,
+# which says "locked" once it holds it, its stdin, which closed lets go)
+sub store_locker {
+    my $pid = IPC::Open2::open2(my $from, my $to, 'python3', '-c', 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+db.execute("ROLLBACK")', db_file());
+    ($pid, $from, $to);
+}
+
+# after a restart: /admin/requests lists what the store gave back, $last
+# (the last responses before it, sent one at a time so that the ring kept
+# up) among them; how many it lists
+sub read_back_listed {
+    my ($last) = @_;
+    my (undef, $l) = admin(GET => '/admin/requests?limit=10');
+    my @back = @{ $l->{requests} // [] };
+    my $n = @$last;
+    # (usually fewer than the ring holds: a slot none fills is not listed)
+    Test::More::ok(@back >= $n && @back <= 4,
+                   scalar(@back) . " requests read back: the last $n, and what was written before them");
+    Test::More::is($back[0]{request_id}, $last->[-1]{headers}{'x-tokenbiryani-request-id'},
+                   'the last before the restart listed first');
+    Test::More::is(scalar(grep { length($_->{request_id} // '') } @back), scalar @back,
+                   'each one a request: no empty slot listed');
+    Test::More::is_deeply([map { $_->{started_at} } @back],
+                          [sort { $b cmp $a } map { $_->{started_at} } @back], 'newest first');
+    scalar @back;
+}
+
+# $one, answered after the restart, listed first, then the $nback read
+# back, as a ring of 4 holds them
+sub listed_before_read_back {
+    my ($one, $nback) = @_;
+    TB::Nginx::request_record($one);    # (written once its request is logged)
+    my (undef, $l) = admin(GET => '/admin/requests?limit=10');
+    Test::More::is($l->{requests}[0]{request_id}, $one->{headers}{'x-tokenbiryani-request-id'},
+                   'listed first, before what was read back');
+    Test::More::is(scalar @{ $l->{requests} }, $nback < 4 ? $nback + 1 : 4,
+                   'with what was read back after it, as the ring holds');
+}
 
 # runs Python $code with db, python3's sqlite3 connection to the store (or
 # to file => ...; autocommit, waiting up to 10 s for a lock): what it
